@@ -1,0 +1,159 @@
+package registry
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// Role is the role a process has in its election.
+type Role string
+
+// The two roles of the specification.
+const (
+	RoleMaster Role = "master"
+	RoleSlave  Role = "slave"
+)
+
+// Capabilities are what a process offers for work assignment (the
+// specification's ProcessCapabilities).
+type Capabilities struct {
+	// CanProcessDetections tells whether the process can handle detection work.
+	CanProcessDetections bool `json:"canProcessDetections"`
+	// MaxSubscriptions is the largest number of subscriptions it accepts.
+	MaxSubscriptions int `json:"maxSubscriptions"`
+	// PreferredWorkload is the load it prefers, in percent (0-100).
+	PreferredWorkload int `json:"preferredWorkload"`
+}
+
+// ProcessInfo is one registry entry. Its JSON form uses the specification's
+// member names, so processes written to the specification in other languages
+// read herd's entries and herd reads theirs. The members after Capabilities
+// are herd's extensions and are omitted when empty.
+type ProcessInfo struct {
+	// ProcessID identifies the process; it names its channel.
+	ProcessID string `json:"processId"`
+	// NodeID is the election node id; the same as ProcessID in herd.
+	NodeID string `json:"nodeId"`
+	// Role is the process's current role.
+	Role Role `json:"role"`
+	// LastSeen is the time of the last heartbeat.
+	LastSeen time.Time `json:"-"`
+	// Capabilities are what the process offers.
+	Capabilities Capabilities `json:"capabilities"`
+
+	// Identifier is the human-readable process name (herd extension).
+	Identifier string `json:"identifier,omitempty"`
+	// RegisteredAt is the time of the first registration (herd extension).
+	RegisteredAt time.Time `json:"-"`
+	// Metadata is free-form application data (herd extension).
+	Metadata map[string]any `json:"metadata,omitempty"`
+	// Term is the fencing term of the mastership when Role is master (herd extension).
+	Term int64 `json:"term,omitempty"`
+}
+
+// Channel returns the process's routing channel, "worker:slave:<ProcessID>".
+// It is derived, so no mapping table is stored.
+func (p ProcessInfo) Channel() string { return scripts.DefaultSlavePrefix + p.ProcessID }
+
+// processJSON is the wire form: timestamps as strings, so that the
+// JavaScript form is written and lenient forms are read.
+type processJSON struct {
+	ProcessID    string         `json:"processId"`
+	NodeID       string         `json:"nodeId"`
+	Role         Role           `json:"role"`
+	LastSeen     jsTime         `json:"lastSeen"`
+	Capabilities Capabilities   `json:"capabilities"`
+	Identifier   string         `json:"identifier,omitempty"`
+	RegisteredAt *jsTime        `json:"registeredAt,omitempty"`
+	Metadata     map[string]any `json:"metadata,omitempty"`
+	Term         int64          `json:"term,omitempty"`
+}
+
+// MarshalJSON writes the specification's form, with timestamps as
+// JavaScript's toISOString writes them (UTC, milliseconds, "Z").
+func (p ProcessInfo) MarshalJSON() ([]byte, error) {
+	w := processJSON{
+		ProcessID: p.ProcessID, NodeID: p.NodeID, Role: p.Role,
+		LastSeen: jsTime(p.LastSeen), Capabilities: p.Capabilities,
+		Identifier: p.Identifier, Metadata: p.Metadata, Term: p.Term,
+	}
+	if !p.RegisteredAt.IsZero() {
+		t := jsTime(p.RegisteredAt)
+		w.RegisteredAt = &t
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads the specification's form leniently: timestamps may be
+// RFC 3339 with any precision or offset, or milliseconds since the epoch.
+func (p *ProcessInfo) UnmarshalJSON(b []byte) error {
+	var w processJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*p = ProcessInfo{
+		ProcessID: w.ProcessID, NodeID: w.NodeID, Role: w.Role,
+		LastSeen: time.Time(w.LastSeen), Capabilities: w.Capabilities,
+		Identifier: w.Identifier, Metadata: w.Metadata, Term: w.Term,
+	}
+	if w.RegisteredAt != nil {
+		p.RegisteredAt = time.Time(*w.RegisteredAt)
+	}
+	return nil
+}
+
+// SlaveNode is a slave as the master sees it (the specification's SlaveNode).
+type SlaveNode struct {
+	NodeID       string         `json:"nodeId"`
+	Identifier   string         `json:"identifier"`
+	RegisteredAt time.Time      `json:"registeredAt"`
+	LastSeen     time.Time      `json:"lastSeen"`
+	Metadata     map[string]any `json:"metadata,omitempty"`
+}
+
+// Slave returns p as a SlaveNode.
+func (p ProcessInfo) Slave() SlaveNode {
+	return SlaveNode{NodeID: p.NodeID, Identifier: p.Identifier, RegisteredAt: p.RegisteredAt, LastSeen: p.LastSeen, Metadata: p.Metadata}
+}
+
+// jsTime is a time written as JavaScript's Date.prototype.toISOString.
+type jsTime time.Time
+
+const jsLayout = "2006-01-02T15:04:05.000Z"
+
+func (t jsTime) MarshalJSON() ([]byte, error) {
+	if time.Time(t).IsZero() {
+		return []byte(`""`), nil
+	}
+	return []byte(`"` + time.Time(t).UTC().Format(jsLayout) + `"`), nil
+}
+
+func (t *jsTime) UnmarshalJSON(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "null" || s == `""` {
+		*t = jsTime{}
+		return nil
+	}
+	if len(s) > 0 && s[0] != '"' {
+		var ms float64
+		if err := json.Unmarshal(b, &ms); err != nil {
+			return fmt.Errorf("timestamp %s is neither a string nor milliseconds", s)
+		}
+		*t = jsTime(time.UnixMilli(int64(ms)).UTC())
+		return nil
+	}
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return err
+	}
+	v, err := time.Parse(time.RFC3339Nano, str)
+	if err != nil {
+		return fmt.Errorf("timestamp %q is not RFC 3339", str)
+	}
+	*t = jsTime(v.UTC())
+	return nil
+}

@@ -1,0 +1,42 @@
+-- acquire: make the caller the master of one election if nobody holds the lock,
+-- minting a fencing term that is greater than every term minted before on
+-- this lock name (also after a restart that lost all data), and announcing it.
+--
+-- KEYS[1] -> <prefix>:master          (string: bare node id of the master; TTL = lock TTL)
+-- KEYS[2] -> <prefix>:heartbeat       (string: server time of the last acquire/renew, ms since the epoch)
+-- KEYS[3] -> <prefix>:master_process  (string: the master's ProcessInfo JSON; TTL = lock TTL)
+-- KEYS[4] -> <prefix>:term            (string: last minted term, decimal integer; no TTL)
+-- ARGV[1] -> node id of the candidate
+-- ARGV[2] -> lock TTL (milliseconds)
+-- ARGV[3] -> the candidate's ProcessInfo as a JSON object without a "term" member,
+--            or "" to leave KEYS[3] alone; the script appends "term"
+-- ARGV[4] -> events channel (<prefix>:events)
+-- Returns: {term} when the caller became master;
+--          {0, holder, pttl} when the lock is held: holder is the holder's node id
+--          ("" when the key holds something that is not a string), pttl its
+--          remaining time to live in milliseconds (-1: the key has no TTL).
+--
+-- The term is max(previous + 1, server TIME in ms): previous + 1 keeps terms
+-- increasing while the term key lives; TIME keeps them increasing when the key
+-- was lost with the data. A term key holding garbage counts as 0.
+local prev = tonumber(redis.pcall('GET', KEYS[4])) or 0
+
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local holder = redis.pcall('GET', KEYS[1])
+  if type(holder) ~= 'string' then holder = '' end
+  return {0, holder, redis.call('PTTL', KEYS[1])}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local term = math.max(prev + 1, now)
+local termStr = string.format('%d', term)
+
+redis.call('SET', KEYS[4], termStr)
+redis.call('SET', KEYS[2], string.format('%d', now), 'PX', ARGV[2])
+if ARGV[3] ~= '' then
+  local info = string.sub(ARGV[3], 1, -2) .. ',"term":' .. termStr .. '}'
+  redis.call('SET', KEYS[3], info, 'PX', ARGV[2])
+end
+redis.call('PUBLISH', ARGV[4], '{"event":"acquired","nodeId":"' .. ARGV[1] .. '","term":' .. termStr .. '}')
+return {term}

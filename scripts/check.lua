@@ -1,0 +1,16 @@
+-- check (the specification's checkMasterExists): who is master now, under
+-- which term, and for how much longer, in one round trip.
+--
+-- KEYS[1] -> <prefix>:master  (string: bare node id of the master)
+-- KEYS[2] -> <prefix>:term    (string: last minted term)
+-- Returns: {} when no master holds the lock;
+--          {holder, term, pttl} otherwise: holder is the master's node id ("" when
+--          the key holds something that is not a string), term the raw content of
+--          the term key ("" when missing or not a string), pttl the lock's remaining
+--          time to live in milliseconds (-1: the key has no TTL).
+local holder = redis.pcall('GET', KEYS[1])
+if holder == false then return {} end
+if type(holder) ~= 'string' then holder = '' end
+local term = redis.pcall('GET', KEYS[2])
+if type(term) ~= 'string' then term = '' end
+return {holder, term, redis.call('PTTL', KEYS[1])}

@@ -1,0 +1,82 @@
+package scripts
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DefaultSlavePrefix is the prefix of the per-process channels of the
+// specification: a process with id X receives routed messages on
+// "worker:slave:X".
+const DefaultSlavePrefix = "worker:slave:"
+
+// Keys are the Redis key and channel names of one election, all derived from
+// its lock name. Build them with NewKeys; never concatenate names elsewhere.
+//
+// With the lock name "master-election" they are the specification's names:
+// "master-election:master", "master-election:heartbeat", and so on. With
+// Cluster set, the prefix becomes the hash tag "{master-election}" so that
+// every key of the election hashes to one slot and multi-key scripts run.
+type Keys struct {
+	// Prefix is the lock name, or "{lock name}" under Redis Cluster.
+	Prefix string
+	// Master holds the bare node id of the master, with the lock TTL.
+	Master string
+	// Heartbeat holds the master's last renewal time (ms since the epoch), with the lock TTL.
+	Heartbeat string
+	// MasterProcess holds the master's ProcessInfo as JSON, with the lock TTL.
+	MasterProcess string
+	// Term holds the last fencing term minted on this lock name; it has no TTL.
+	Term string
+	// Processes is the hash of the process registry: process id -> ProcessInfo JSON.
+	Processes string
+	// ProcessesExpiry is the sorted set that emulates per-entry TTL on servers
+	// without hash-field expiration: process id scored by its deadline (ms).
+	ProcessesExpiry string
+	// Events is the pub/sub channel on which the scripts announce acquire and
+	// release, and processes announce registration changes.
+	Events string
+	// MasterInbox is the pub/sub channel on which slaves report to the master.
+	MasterInbox string
+}
+
+// NewKeys returns the names for lockName. When cluster is true the prefix is
+// wrapped in braces, making it a Redis Cluster hash tag.
+func NewKeys(lockName string, cluster bool) Keys {
+	prefix := lockName
+	if cluster {
+		prefix = "{" + lockName + "}"
+	}
+	return Keys{
+		Prefix:          prefix,
+		Master:          prefix + ":master",
+		Heartbeat:       prefix + ":heartbeat",
+		MasterProcess:   prefix + ":master_process",
+		Term:            prefix + ":term",
+		Processes:       prefix + ":processes",
+		ProcessesExpiry: prefix + ":processes:expiry",
+		Events:          prefix + ":events",
+		MasterInbox:     prefix + ":master-inbox",
+	}
+}
+
+// ValidateName reports whether s can be used inside a key or channel name:
+// it must not be empty or blank, and must not contain whitespace, control
+// characters or the glob characters * ? [ ] that would make a channel name a
+// pattern. what names the value in the error ("LockName", "NodeID", ...).
+func ValidateName(what, s string) error {
+	if strings.TrimSpace(s) == "" {
+		return fmt.Errorf("%s is empty", what)
+	}
+	for _, r := range s {
+		switch {
+		case r == '*' || r == '?' || r == '[' || r == ']':
+			return fmt.Errorf("%s %q contains the glob character %q", what, s, r)
+		case r == '"' || r == '\\':
+			return fmt.Errorf("%s %q contains the character %q, which JSON notices would have to escape", what, s, r)
+		case r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 || r == 0x2028 || r == 0x2029:
+			return fmt.Errorf("%s %q contains whitespace or a control character", what, s)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,22 @@
+-- release: give up the caller's mastership at once and tell the other
+-- processes, so that one of them takes over without waiting for the TTL.
+--
+-- KEYS[1] -> <prefix>:master          (string: bare node id of the master)
+-- KEYS[2] -> <prefix>:heartbeat       (string)
+-- KEYS[3] -> <prefix>:master_process  (string)
+-- KEYS[4] -> <prefix>:term            (string: last minted term; kept, never deleted)
+-- ARGV[1] -> node id of the caller
+-- ARGV[2] -> term of the caller's mastership as a decimal string, or "" to
+--            check the node id only (as the specification's release does)
+-- ARGV[3] -> events channel (<prefix>:events)
+-- Returns: 1 when released (and announced); 0 when the lock was not the
+--          caller's, in which case nothing is changed.
+local holder = redis.pcall('GET', KEYS[1])
+if holder ~= ARGV[1] then return 0 end
+local term = redis.pcall('GET', KEYS[4])
+if ARGV[2] ~= '' and term ~= ARGV[2] then return 0 end
+if type(term) ~= 'string' or not tonumber(term) then term = '0' end
+
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('PUBLISH', ARGV[3], '{"event":"released","nodeId":"' .. ARGV[1] .. '","term":' .. term .. '}')
+return 1

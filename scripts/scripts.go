@@ -1,0 +1,216 @@
+package scripts
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed renew.lua
+	renewSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed check.lua
+	checkSrc string
+)
+
+// The lock scripts. Their contracts (KEYS, ARGV, reply) are in the headers of
+// the .lua files; the typed functions below are the only callers in herd.
+var (
+	// AcquireScript is acquire.lua: SET master NX PX, mint the term, store the
+	// heartbeat and master_process, publish an "acquired" notice.
+	AcquireScript = redis.NewScript(acquireSrc)
+	// RenewScript is renew.lua: extend the lock, heartbeat and master_process
+	// while the lock is the caller's.
+	RenewScript = redis.NewScript(renewSrc)
+	// ReleaseScript is release.lua: delete the lock keys if the lock is the
+	// caller's and publish a "released" notice.
+	ReleaseScript = redis.NewScript(releaseSrc)
+	// CheckScript is check.lua: the master's node id, term and remaining TTL.
+	CheckScript = redis.NewScript(checkSrc)
+)
+
+// ErrUnexpectedReply is wrapped by every error about a script reply whose
+// shape is not the one its header documents.
+var ErrUnexpectedReply = errors.New("scripts: unexpected reply")
+
+// Acquired is the outcome of Acquire.
+type Acquired struct {
+	// Term is the fencing term of the new mastership; 0 when the lock is held.
+	Term int64
+	// Holder is the node id of the current holder when Term is 0. It is ""
+	// when the lock key holds something that is not a string.
+	Holder string
+	// TTL is the holder's remaining lock time when Term is 0; negative when the
+	// lock key has no expiry.
+	TTL time.Duration
+}
+
+// Acquire runs acquire.lua for nodeID. info is the candidate's ProcessInfo
+// JSON object without a "term" member (the script adds it), or nil.
+func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl time.Duration, info []byte) (Acquired, error) {
+	if len(info) > 0 && (info[0] != '{' || info[len(info)-1] != '}') {
+		return Acquired{}, fmt.Errorf("acquire: process info is not a JSON object")
+	}
+	reply, err := run(ctx, c, AcquireScript, "acquire",
+		[]string{k.Master, k.Heartbeat, k.MasterProcess, k.Term},
+		nodeID, ttl.Milliseconds(), info, k.Events)
+	if err != nil {
+		return Acquired{}, err
+	}
+	arr, ok := reply.([]any)
+	if !ok || (len(arr) != 1 && len(arr) != 3) {
+		return Acquired{}, unexpected("acquire", reply)
+	}
+	term, ok := arr[0].(int64)
+	if !ok {
+		return Acquired{}, unexpected("acquire", reply)
+	}
+	if len(arr) == 1 {
+		if term <= 0 {
+			return Acquired{}, unexpected("acquire", reply)
+		}
+		return Acquired{Term: term}, nil
+	}
+	holder, ok1 := arr[1].(string)
+	pttl, ok2 := arr[2].(int64)
+	if term != 0 || !ok1 || !ok2 {
+		return Acquired{}, unexpected("acquire", reply)
+	}
+	return Acquired{Holder: holder, TTL: pttlDuration(pttl)}, nil
+}
+
+// Renew runs renew.lua. term 0 skips the term check. It reports whether the
+// lock was still the caller's and has been extended.
+func Renew(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, ttl time.Duration) (bool, error) {
+	reply, err := run(ctx, c, RenewScript, "renew",
+		[]string{k.Master, k.Heartbeat, k.MasterProcess, k.Term},
+		nodeID, ttl.Milliseconds(), termArg(term))
+	if err != nil {
+		return false, err
+	}
+	return oneOrZero("renew", reply)
+}
+
+// Release runs release.lua. term 0 skips the term check. It reports whether
+// the lock was the caller's and has been released.
+func Release(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64) (bool, error) {
+	reply, err := run(ctx, c, ReleaseScript, "release",
+		[]string{k.Master, k.Heartbeat, k.MasterProcess, k.Term},
+		nodeID, termArg(term), k.Events)
+	if err != nil {
+		return false, err
+	}
+	return oneOrZero("release", reply)
+}
+
+// MasterState is the outcome of Check.
+type MasterState struct {
+	// Exists is false when no process holds the lock.
+	Exists bool
+	// NodeID is the master's node id; "" with Exists when the lock key holds
+	// something that is not a string (see Garbage).
+	NodeID string
+	// Term is the last minted term, the current master's when it was elected
+	// by herd; 0 when the term key is missing or unreadable.
+	Term int64
+	// TTL is the lock's remaining time; negative when the key has no expiry.
+	TTL time.Duration
+	// Garbage names what is wrong when a key holds a value herd never writes
+	// (a non-string lock, a term that is not an integer, a lock without TTL);
+	// "" when all is well.
+	Garbage string
+}
+
+// Check runs check.lua.
+func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
+	reply, err := run(ctx, c, CheckScript, "check", []string{k.Master, k.Term})
+	if err != nil {
+		return MasterState{}, err
+	}
+	arr, ok := reply.([]any)
+	if !ok || (len(arr) != 0 && len(arr) != 3) {
+		return MasterState{}, unexpected("check", reply)
+	}
+	if len(arr) == 0 {
+		return MasterState{}, nil
+	}
+	holder, ok1 := arr[0].(string)
+	rawTerm, ok2 := arr[1].(string)
+	pttl, ok3 := arr[2].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return MasterState{}, unexpected("check", reply)
+	}
+	st := MasterState{Exists: true, NodeID: holder, TTL: pttlDuration(pttl)}
+	switch {
+	case holder == "":
+		st.Garbage = fmt.Sprintf("key %q does not hold a node id", k.Master)
+	case pttl < 0:
+		st.Garbage = fmt.Sprintf("key %q has no expiry, so its holder would be master forever", k.Master)
+	}
+	if rawTerm != "" {
+		t, err := strconv.ParseInt(rawTerm, 10, 64)
+		if err != nil || t < 0 {
+			if st.Garbage == "" {
+				st.Garbage = fmt.Sprintf("key %q holds %q, not a term", k.Term, truncate(rawTerm))
+			}
+		} else {
+			st.Term = t
+		}
+	}
+	return st, nil
+}
+
+// run is the one place that calls a script: EVALSHA with EVAL fallback, and
+// errors wrapped with the script's name. redis.Nil never leaves it.
+func run(ctx context.Context, c redis.Scripter, s *redis.Script, name string, keys []string, args ...any) (any, error) {
+	reply, err := s.Run(ctx, c, keys, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, unexpected(name, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s script: %w", name, err)
+	}
+	return reply, nil
+}
+
+func oneOrZero(name string, reply any) (bool, error) {
+	n, ok := reply.(int64)
+	if !ok || (n != 0 && n != 1) {
+		return false, unexpected(name, reply)
+	}
+	return n == 1, nil
+}
+
+func unexpected(name string, reply any) error {
+	return fmt.Errorf("%s script: %w %#v", name, ErrUnexpectedReply, reply)
+}
+
+func termArg(term int64) string {
+	if term <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(term, 10)
+}
+
+func pttlDuration(ms int64) time.Duration {
+	if ms < 0 {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
