@@ -1,0 +1,518 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Bounds on waiting for a server. They are generous because the machine
+// running the tests may be busy (-race, parallel packages); they bound a
+// failure, they are never asserted.
+const (
+	readyTimeout = 20 * time.Second // from exec to a server answering as itself
+	exitTimeout  = 10 * time.Second // from SIGKILL or SHUTDOWN to the process reaped
+	startTries   = 5                // fresh ports tried by Start when a port is taken
+	restartTries = 20               // binds of the same port tried by Restart
+	outputLimit  = 64 << 10         // bytes of server output kept
+)
+
+// errPortInUse reports a server that exited because its port was taken.
+var errPortInUse = errors.New("redistest: port already in use")
+
+// Instance is one running (or stopped) server process started by Start.
+// Server, Addr, Port and Dir never change, not even across Restart.
+// Its methods are safe for concurrent use; the control methods are
+// serialised with each other.
+type Instance struct {
+	// Server is the executable this instance runs.
+	Server Server
+	// Addr is "127.0.0.1:<Port>".
+	Addr string
+	// Port is the TCP port on 127.0.0.1 the server listens on.
+	Port int
+	// Dir is the server's working directory (--dir), removed after the test.
+	Dir string
+
+	extraArgs []string
+	log       *tailBuffer // output of every process of this instance
+
+	mu     sync.Mutex // serialises control methods; guards the fields below
+	cur    *proc      // the latest process, running or exited; nil before the first launch
+	paused bool       // cur was sent SIGSTOP and not SIGCONT since
+}
+
+// proc is one server process. Its goroutine waits for the process and ends
+// when the process exits; whoever replaces or drops a proc kills it first
+// and waits on done, so the goroutine never outlives its Instance's cleanup.
+type proc struct {
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has been reaped
+	waitErr  error         // written before done is closed
+	expected atomic.Bool   // set once the test asked the process to exit
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start starts s on 127.0.0.1 on a free port, in a temporary directory of
+// its own, without persistence, and returns once it answers. extraArgs are
+// appended to the command line after redistest's own arguments (so they
+// win for single-valued settings; do not override --port, --bind or --dir).
+//
+// A t.Cleanup registered by Start kills and reaps the process. If the
+// server cannot be started the test fails with the server's output.
+func Start(t testing.TB, s Server, extraArgs ...string) *Instance {
+	t.Helper()
+	inst := &Instance{
+		Server:    s,
+		Dir:       t.TempDir(), // before the Cleanup below: the server dies before its dir goes
+		extraArgs: append([]string(nil), extraArgs...),
+		log:       &tailBuffer{limit: outputLimit},
+	}
+	t.Cleanup(func() { inst.cleanup(t) })
+
+	var lastErr error
+	for try := 1; try <= startTries; try++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: pick a port for %s: %v", s.Name, err)
+		}
+		p, err := inst.launch(port)
+		if errors.Is(err, errPortInUse) {
+			lastErr = err
+			continue
+		}
+		if err != nil {
+			t.Fatalf("redistest: start %s: %v\n--- server output ---\n%s", s.Name, err, inst.log)
+		}
+		inst.Port, inst.Addr = port, addrOf(port)
+		inst.mu.Lock()
+		inst.cur = p
+		inst.mu.Unlock()
+		return inst
+	}
+	t.Fatalf("redistest: start %s: %d ports in a row were taken: %v\n--- server output ---\n%s",
+		s.Name, startTries, lastErr, inst.log)
+	return nil
+}
+
+// Restart kills the server with SIGKILL (if it is running) and starts it
+// again on the same port with empty data: the contents of Dir are removed
+// in between. Clients reconnect on their own (go-redis retries a command
+// once its pooled connection turns out to be broken).
+func (i *Instance) Restart(t testing.TB) {
+	t.Helper()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.cur != nil {
+		if err := i.killLocked(); err != nil {
+			t.Fatalf("redistest: restart %s: %v", i.Server.Name, err)
+		}
+	}
+	if err := clearDir(i.Dir); err != nil {
+		t.Fatalf("redistest: restart %s: %v", i.Server.Name, err)
+	}
+	var err error
+	for try := 1; try <= restartTries; try++ {
+		var p *proc
+		p, err = i.launch(i.Port)
+		if err == nil {
+			i.cur = p
+			return
+		}
+		if !errors.Is(err, errPortInUse) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // someone holds our port; give it a moment
+	}
+	t.Fatalf("redistest: restart %s on port %d: %v\n--- server output ---\n%s", i.Server.Name, i.Port, err, i.log)
+}
+
+// Kill sends SIGKILL to the server (even when paused) and waits until it is
+// reaped. It does nothing if the server is not running; on a server that
+// exited on its own it acknowledges the exit, which the cleanup would
+// otherwise report as a test failure.
+func (i *Instance) Kill(t testing.TB) {
+	t.Helper()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if err := i.killLocked(); err != nil {
+		t.Fatalf("redistest: kill %s: %v", i.Server.Name, err)
+	}
+}
+
+// Stop shuts the server down gracefully with SHUTDOWN NOSAVE (resuming it
+// first if paused) and waits until it exits. It does nothing if the server
+// is not running.
+func (i *Instance) Stop(t testing.TB) {
+	t.Helper()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p := i.cur
+	if p == nil || p.exited() {
+		return
+	}
+	if i.paused {
+		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatalf("redistest: stop %s: resume: %v", i.Server.Name, err)
+		}
+		i.paused = false
+	}
+	p.expected.Store(true)
+	c := redis.NewClient(i.adminOptions())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), exitTimeout)
+	defer cancel()
+	// SHUTDOWN answers only on failure; on success the connection drops.
+	err := c.Do(ctx, "SHUTDOWN", "NOSAVE").Err()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		_ = i.killLocked()
+		t.Fatalf("redistest: stop %s: SHUTDOWN NOSAVE: %v", i.Server.Name, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(exitTimeout):
+		_ = i.killLocked()
+		t.Fatalf("redistest: stop %s: still running %v after SHUTDOWN NOSAVE (killed)", i.Server.Name, exitTimeout)
+	}
+}
+
+// Pause freezes the server with SIGSTOP: it keeps its connections open but
+// answers nothing, like a stalled host. It returns once the kernel reports
+// the process stopped (on Linux). Resume undoes it; cleanup kills a paused
+// server fine.
+func (i *Instance) Pause(t testing.TB) {
+	t.Helper()
+	i.signal(t, "pause", syscall.SIGSTOP, true)
+}
+
+// Resume continues a server frozen by Pause, with SIGCONT.
+func (i *Instance) Resume(t testing.TB) {
+	t.Helper()
+	i.signal(t, "resume", syscall.SIGCONT, false)
+}
+
+func (i *Instance) signal(t testing.TB, what string, sig syscall.Signal, stop bool) {
+	t.Helper()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p := i.cur
+	if p == nil || p.exited() {
+		t.Fatalf("redistest: %s %s: server is not running", what, i.Server.Name)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("redistest: %s %s: %v", what, i.Server.Name, err)
+	}
+	if err := waitStopped(p.cmd.Process.Pid, stop, exitTimeout); err != nil {
+		t.Fatalf("redistest: %s %s: %v", what, i.Server.Name, err)
+	}
+	i.paused = stop
+}
+
+// Pid returns the process id of the running server, or 0 if it is not running.
+func (i *Instance) Pid() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.cur == nil || i.cur.exited() {
+		return 0
+	}
+	return i.cur.cmd.Process.Pid
+}
+
+// Output returns the last 64 KiB of what the instance's processes wrote to
+// stdout and stderr, each start marked by a line of its own.
+func (i *Instance) Output() string { return i.log.String() }
+
+// Info returns the reply of INFO <section> ("" for the default sections).
+// It fails the test if the server does not answer.
+func (i *Instance) Info(t testing.TB, section string) string {
+	t.Helper()
+	c := redis.NewClient(i.adminOptions())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	args := []any{"INFO"}
+	if section != "" {
+		args = append(args, section)
+	}
+	s, err := c.Do(ctx, args...).Text()
+	if err != nil {
+		t.Fatalf("redistest: INFO %s on %s: %v", section, i.Server.Name, err)
+	}
+	return s
+}
+
+// InfoField returns the value of field in an INFO reply, such as
+// InfoField(info, "redis_version").
+func InfoField(info, field string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimRight(line, "\r"), ":")
+		if ok && k == field {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// Options returns fresh client options for the instance, for callers that
+// build their own client (redis.NewClient, redis.NewUniversalClient, ...):
+// ContextTimeoutEnabled, 2 s dial/read/write timeouts, 3 s pool timeout,
+// go-redis's default 3 retries (so a client survives Restart), no CLIENT
+// SETINFO and no maintenance notifications (not every server has them).
+// The caller owns and closes the client.
+func (i *Instance) Options() *redis.Options {
+	return clientOptions(i.Addr)
+}
+
+// clientOptions are the options of every client redistest makes.
+func clientOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		DialTimeout:           2 * time.Second,
+		ReadTimeout:           2 * time.Second,
+		WriteTimeout:          2 * time.Second,
+		PoolTimeout:           3 * time.Second,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeDisabled,
+		},
+	}
+}
+
+// Client returns a new client of the instance built from Options, closed
+// by a t.Cleanup.
+func (i *Instance) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(i.Options())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// adminOptions are Options without retries, for one-shot control commands.
+func (i *Instance) adminOptions() *redis.Options {
+	o := i.Options()
+	o.MaxRetries = -1
+	o.PoolSize = 1
+	return o
+}
+
+// launch starts a process on port and waits until it answers as itself.
+// On error the process has been killed and reaped.
+func (i *Instance) launch(port int) (*proc, error) {
+	args := []string{
+		"--bind", "127.0.0.1",
+		"--port", strconv.Itoa(port),
+		"--dir", i.Dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--logfile", "",
+		"--enable-debug-command", "local",
+	}
+	args = append(args, i.extraArgs...)
+	cmd := exec.Command(i.Server.Path, args...)
+	cmd.Dir = i.Dir
+	own := &tailBuffer{limit: outputLimit} // this process only, to tell why it exited
+	out := io.MultiWriter(i.log, own)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	cmd.SysProcAttr = sysProcAttr()
+	// A forked child (BGSAVE) keeps the output pipe open; do not let it
+	// hold Wait after the server itself has gone.
+	cmd.WaitDelay = 2 * time.Second
+	fmt.Fprintf(i.log, "--- redistest: %s on 127.0.0.1:%d ---\n", i.Server.Name, port)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("exec %s: %w", i.Server.Path, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	if err := i.waitReady(p, port, own); err != nil {
+		p.expected.Store(true)
+		_ = cmd.Process.Kill()
+		<-p.done
+		return nil, err
+	}
+	return p, nil
+}
+
+// waitReady polls until the server on port answers INFO with p's pid. The
+// pid check matters: when the port was taken by another server between
+// freePort and bind, that other server answers while ours is exiting.
+func (i *Instance) waitReady(p *proc, port int, own *tailBuffer) error {
+	want := strconv.Itoa(p.cmd.Process.Pid)
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		select {
+		case <-p.done:
+			if strings.Contains(own.String(), "Address already in use") {
+				return fmt.Errorf("%w: 127.0.0.1:%d", errPortInUse, port)
+			}
+			return fmt.Errorf("server exited before answering: %v", p.waitErr)
+		default:
+		}
+		info, err := infoServer(addrOf(port), time.Second)
+		if err == nil {
+			if pid, _ := InfoField(info, "process_id"); pid == want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer on 127.0.0.1:%d within %v (last error: %v)", port, readyTimeout, err)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// infoServer sends INFO server on a connection of its own and returns the
+// reply. It speaks RESP directly rather than through a go-redis client so
+// that a refused dial leaves nothing behind (go-redis pools start a
+// background redial goroutine after dial errors).
+func infoServer(addr string, timeout time.Duration) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", err
+	}
+	if _, err := io.WriteString(conn, "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	head = strings.TrimRight(head, "\r\n")
+	if !strings.HasPrefix(head, "$") {
+		return "", fmt.Errorf("INFO server: unexpected reply %q", head)
+	}
+	n, err := strconv.Atoi(head[1:])
+	if err != nil || n < 0 {
+		return "", fmt.Errorf("INFO server: unexpected reply %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return string(body), nil
+}
+
+// killLocked kills the current process, if running, and waits until it is
+// reaped. i.mu must be held.
+func (i *Instance) killLocked() error {
+	p := i.cur
+	i.paused = false
+	if p == nil {
+		return nil
+	}
+	p.expected.Store(true)
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGKILL pid %d: %w", p.cmd.Process.Pid, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(exitTimeout):
+		return fmt.Errorf("pid %d not reaped %v after SIGKILL", p.cmd.Process.Pid, exitTimeout)
+	}
+}
+
+// cleanup kills the instance at the end of the test that started it, and
+// prints the server output when the server died on its own or the test failed.
+func (i *Instance) cleanup(t testing.TB) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	unexpected := i.cur != nil && i.cur.exited() && !i.cur.expected.Load()
+	if err := i.killLocked(); err != nil {
+		t.Errorf("redistest: cleanup %s: %v", i.Server.Name, err)
+	}
+	switch {
+	case unexpected:
+		t.Errorf("redistest: %s on %s exited on its own: %v\n--- server output ---\n%s",
+			i.Server.Name, i.Addr, i.cur.waitErr, i.log)
+	case t.Failed():
+		t.Logf("redistest: %s on %s output:\n%s", i.Server.Name, i.Addr, i.log)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func addrOf(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// clearDir removes everything inside dir, keeping dir itself.
+func clearDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("clear %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("clear %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// tailBuffer is an io.Writer that keeps the last limit bytes written.
+type tailBuffer struct {
+	limit int
+	mu    sync.Mutex
+	buf   []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.limit; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
