@@ -12,9 +12,10 @@
 --            or "" to leave KEYS[3] alone; the script appends "term"
 -- ARGV[4] -> events channel (<prefix>:events)
 -- Returns: {term} when the caller became master;
---          {0, holder, pttl} when the lock is held: holder is the holder's node id
---          ("" when the key holds something that is not a string), pttl its
---          remaining time to live in milliseconds (-1: the key has no TTL).
+--          {0, holder, pttl, term} when the lock is held: holder is the holder's
+--          node id ("" when the key holds something that is not a string), pttl
+--          its remaining time to live in milliseconds (-1: the key has no TTL),
+--          term the last minted term (0 when none or unreadable).
 --
 -- The term is max(previous + 1, server TIME in ms): previous + 1 keeps terms
 -- increasing while the term key lives; TIME keeps them increasing when the key
@@ -24,7 +25,7 @@ local prev = tonumber(redis.pcall('GET', KEYS[4])) or 0
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local holder = redis.pcall('GET', KEYS[1])
   if type(holder) ~= 'string' then holder = '' end
-  return {0, holder, redis.call('PTTL', KEYS[1])}
+  return {0, holder, redis.call('PTTL', KEYS[1]), prev}
 end
 
 local t = redis.call('TIME')

@@ -52,6 +52,12 @@ type Acquired struct {
 	// TTL is the holder's remaining lock time when Term is 0; negative when the
 	// lock key has no expiry.
 	TTL time.Duration
+	// HolderTerm is the last minted term when Term is 0: the holder's term
+	// when it was elected by herd; 0 when unknown.
+	HolderTerm int64
+	// Garbage names what is wrong with the held lock when its key holds a
+	// value herd never writes; "" when all is well.
+	Garbage string
 }
 
 // Acquire runs acquire.lua for nodeID. info is the candidate's ProcessInfo
@@ -67,7 +73,7 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl t
 		return Acquired{}, err
 	}
 	arr, ok := reply.([]any)
-	if !ok || (len(arr) != 1 && len(arr) != 3) {
+	if !ok || (len(arr) != 1 && len(arr) != 4) {
 		return Acquired{}, unexpected("acquire", reply)
 	}
 	term, ok := arr[0].(int64)
@@ -82,10 +88,11 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl t
 	}
 	holder, ok1 := arr[1].(string)
 	pttl, ok2 := arr[2].(int64)
-	if term != 0 || !ok1 || !ok2 {
+	holderTerm, ok3 := arr[3].(int64)
+	if term != 0 || !ok1 || !ok2 || !ok3 {
 		return Acquired{}, unexpected("acquire", reply)
 	}
-	return Acquired{Holder: holder, TTL: pttlDuration(pttl)}, nil
+	return Acquired{Holder: holder, TTL: pttlDuration(pttl), HolderTerm: holderTerm, Garbage: lockGarbage(k, holder, pttl)}, nil
 }
 
 // Renew runs renew.lua. term 0 skips the term check. It reports whether the
@@ -149,13 +156,7 @@ func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
 	if !ok1 || !ok2 || !ok3 {
 		return MasterState{}, unexpected("check", reply)
 	}
-	st := MasterState{Exists: true, NodeID: holder, TTL: pttlDuration(pttl)}
-	switch {
-	case holder == "":
-		st.Garbage = fmt.Sprintf("key %q does not hold a node id", k.Master)
-	case pttl < 0:
-		st.Garbage = fmt.Sprintf("key %q has no expiry, so its holder would be master forever", k.Master)
-	}
+	st := MasterState{Exists: true, NodeID: holder, TTL: pttlDuration(pttl), Garbage: lockGarbage(k, holder, pttl)}
 	if rawTerm != "" {
 		t, err := strconv.ParseInt(rawTerm, 10, 64)
 		if err != nil || t < 0 {
@@ -167,6 +168,17 @@ func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
 		}
 	}
 	return st, nil
+}
+
+// lockGarbage describes what is wrong with a held lock, or returns "".
+func lockGarbage(k Keys, holder string, pttl int64) string {
+	switch {
+	case holder == "":
+		return fmt.Sprintf("key %q does not hold a node id", k.Master)
+	case pttl < 0:
+		return fmt.Sprintf("key %q has no expiry, so its holder would be master forever", k.Master)
+	}
+	return ""
 }
 
 // run is the one place that calls a script: EVALSHA with EVAL fallback, and

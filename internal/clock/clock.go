@@ -61,7 +61,8 @@ func (f *Fake) Now() time.Time {
 	return f.now
 }
 
-// NewTimer returns a timer that fires when the fake time reaches now + d.
+// NewTimer returns a timer that fires when the fake time reaches now + d,
+// or at once when d is not positive.
 func (f *Fake) NewTimer(d time.Duration) Timer {
 	t := &fakeTimer{f: f, c: make(chan time.Time, 1)}
 	t.Reset(d)
@@ -161,7 +162,11 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	default:
 	}
 	t.when = t.f.now.Add(d)
-	t.f.timers = append(t.f.timers, t)
+	if d <= 0 {
+		t.c <- t.f.now // due now, as a real timer would be
+	} else {
+		t.f.timers = append(t.f.timers, t)
+	}
 	t.f.notify()
 	return active
 }

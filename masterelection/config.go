@@ -1,0 +1,157 @@
+package masterelection
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// Config is the configuration of one MasterElection. Start from
+// DefaultConfig and change what you need; New copies it.
+//
+// The timings relate as follows (Validate enforces the rules):
+//
+//	HeartbeatInterval * 3 <= LockTTL   a master gets at least three renewals per lock lifetime
+//	CheckInterval < LockTTL            a slave looks at the lock at least once per lifetime
+//	ElectionJitter < LockTTL
+//	StepDownMargin < LockTTL - HeartbeatInterval
+//
+// A crashed master is replaced about LockTTL + ElectionJitter/2 after its last
+// renewal; a master that cannot reach Redis stops calling itself master
+// LockTTL - StepDownMargin after its last successful renewal was sent.
+type Config struct {
+	// LockName prefixes every key and channel of the election. Processes with
+	// the same LockName on the same Redis elect one master. Default
+	// "master-election", as the specification.
+	LockName string
+
+	// Identifier is a human-readable name of this process, shown in the
+	// registry. Default: the program's file name.
+	Identifier string
+
+	// NodeID identifies this process in the election and names its channel.
+	// It must be unique among the processes of the election. Default: a new
+	// random UUID.
+	NodeID string
+
+	// LockTTL is how long the master lock lives without renewal. Default 30s.
+	LockTTL time.Duration
+
+	// HeartbeatInterval is how often the master renews the lock. Default 10s.
+	HeartbeatInterval time.Duration
+
+	// CheckInterval is how often a slave checks the lock. Slaves also check at
+	// the instant the current lock would expire, so failover does not wait
+	// for this interval. Default 5s.
+	CheckInterval time.Duration
+
+	// ElectionJitter is the largest random delay a slave waits before it
+	// contends for a lock it found free, to spread simultaneous attempts.
+	// It does not apply when the master announced its release. Zero means
+	// no delay. Default 2s.
+	ElectionJitter time.Duration
+
+	// StepDownMargin is how long before its lock could expire for others the
+	// master stops considering itself master when it cannot renew. It covers
+	// the rate difference between this machine's clock and Redis's and the
+	// time a renewal spends in flight. Zero means LockTTL / 10.
+	StepDownMargin time.Duration
+
+	// Candidate tells whether this process contends for mastership. A
+	// process with Candidate false follows the election and never becomes
+	// master. Default true.
+	Candidate bool
+
+	// Logger receives the election's diagnostic logs. Default: silent.
+	Logger zerolog.Logger
+}
+
+// DefaultConfig returns the specification's defaults.
+func DefaultConfig() Config {
+	return Config{
+		LockName:          "master-election",
+		Identifier:        filepath.Base(os.Args[0]),
+		LockTTL:           30 * time.Second,
+		HeartbeatInterval: 10 * time.Second,
+		CheckInterval:     5 * time.Second,
+		ElectionJitter:    2 * time.Second,
+		Candidate:         true,
+		Logger:            zerolog.Nop(),
+	}
+}
+
+// Validate reports every problem of c at once, each naming the values
+// involved. An empty NodeID is valid: New fills in a UUID.
+func (c Config) Validate() error {
+	var errs []error
+	if err := scripts.ValidateName("LockName", c.LockName); err != nil {
+		errs = append(errs, err)
+	}
+	if c.NodeID != "" {
+		if err := scripts.ValidateName("NodeID", c.NodeID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"LockTTL", c.LockTTL},
+		{"HeartbeatInterval", c.HeartbeatInterval},
+		{"CheckInterval", c.CheckInterval},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %v", p.name, p.d))
+		}
+	}
+	if c.ElectionJitter < 0 {
+		errs = append(errs, fmt.Errorf("ElectionJitter must not be negative, got %v", c.ElectionJitter))
+	}
+	if c.StepDownMargin < 0 {
+		errs = append(errs, fmt.Errorf("StepDownMargin must not be negative, got %v", c.StepDownMargin))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if c.HeartbeatInterval*3 > c.LockTTL {
+		errs = append(errs, fmt.Errorf("HeartbeatInterval (%v) times 3 must not exceed LockTTL (%v)", c.HeartbeatInterval, c.LockTTL))
+	}
+	if c.CheckInterval >= c.LockTTL {
+		errs = append(errs, fmt.Errorf("CheckInterval (%v) must be less than LockTTL (%v)", c.CheckInterval, c.LockTTL))
+	}
+	if c.ElectionJitter >= c.LockTTL {
+		errs = append(errs, fmt.Errorf("ElectionJitter (%v) must be less than LockTTL (%v)", c.ElectionJitter, c.LockTTL))
+	}
+	if c.StepDownMargin >= c.LockTTL-c.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("StepDownMargin (%v) must be less than LockTTL (%v) minus HeartbeatInterval (%v)", c.StepDownMargin, c.LockTTL, c.HeartbeatInterval))
+	}
+	if c.LockTTL < time.Millisecond {
+		errs = append(errs, fmt.Errorf("LockTTL (%v) must be at least 1ms, the resolution of Redis expiry", c.LockTTL))
+	}
+	return errors.Join(errs...)
+}
+
+// stepDownMargin returns the effective margin.
+func (c Config) stepDownMargin() time.Duration {
+	if c.StepDownMargin > 0 {
+		return c.StepDownMargin
+	}
+	return c.LockTTL / 10
+}
+
+// retryInterval is the first delay before retrying after a Redis error; it
+// doubles on each consecutive error up to maxRetryInterval.
+func (c Config) retryInterval() time.Duration {
+	return max(min(c.HeartbeatInterval/20, 100*time.Millisecond), time.Millisecond)
+}
+
+func (c Config) maxRetryInterval() time.Duration {
+	return max(min(c.CheckInterval, 2*time.Second), c.retryInterval())
+}

@@ -1,0 +1,69 @@
+// Package masterelection elects exactly one master among the processes that
+// share a lock name on one Redis, and tells each process about every change
+// of its role through typed events.
+//
+// # Usage
+//
+//	cfg := masterelection.DefaultConfig()
+//	cfg.LockName = "billing"
+//	m, err := masterelection.New(client, cfg) // client made with ContextTimeoutEnabled: true
+//	if err != nil { … }
+//	m.OnMasterAcquired(func(ctx context.Context, term int64) {
+//		runMasterWork(ctx, term) // until ctx is cancelled: the mastership has ended
+//	})
+//	if err := m.Start(ctx); err != nil { … }
+//	defer m.Stop(context.Background()) // releases the lock: a slave takes over at once
+//
+// # How it works
+//
+// The master holds the key <LockName>:master (its node id, with LockTTL) and
+// renews it every HeartbeatInterval; slaves check it every CheckInterval and
+// at the instant it would expire, and contend with an atomic SET NX when it
+// is free. Acquire, renew, release and check are each one Lua script (package
+// scripts). The scripts announce acquire and release on <LockName>:events, so
+// a graceful Stop of the master is followed by a take-over in about one
+// round trip, and a master whose lock was taken steps down at once.
+//
+// # The fencing term
+//
+// Every acquisition mints a term: an integer greater than every term minted
+// before on the lock name, also after Redis restarted without its data (the
+// script takes the larger of the previous term + 1 and the server's clock in
+// milliseconds). Term returns it while this process is master; it is carried
+// by master-acquired and stored in <LockName>:master_process. A lock alone
+// cannot stop a master that was paused (a long garbage collection, a
+// partition) from acting after its lock expired and another master was
+// elected: stamp the term on what the master writes or sends, and have the
+// receivers refuse anything stamped with a term lower than the highest they
+// have seen. Package pubsub does this for routed messages.
+//
+// # Self-fencing
+//
+// The master also fences itself: it keeps a deadline on the local monotonic
+// clock, the send time of its last successful acquire or renew plus LockTTL
+// minus StepDownMargin. Redis cannot have expired the lock before that
+// instant, since the lock's TTL started no earlier than the send. When the
+// deadline passes without a successful renewal, IsMaster and Term answer
+// false and 0 at once (even before the loop has run, and even if Redis is
+// unreachable) and master-lost is emitted. StepDownMargin absorbs the rate
+// difference between this machine's clock and the Redis server's.
+//
+// # What is not guaranteed
+//
+// The guarantees hold for one Redis primary. Redis replicates
+// asynchronously: when a primary fails over to a replica (Sentinel, Cluster),
+// a lock written just before the failure can be lost, and a second master can
+// be elected while the first still believes it holds the lock, for up to
+// LockTTL - StepDownMargin. The term makes such a stale master's messages
+// detectable; it does not prevent them. Redis pub/sub delivers at most once,
+// so notices can be lost; polling covers every notice, which only make
+// changes faster. A process stopped (SIGSTOP) or starved longer than LockTTL
+// loses its mastership; code that acts as master must check IsMaster or use
+// the ctx of OnMasterAcquired right before acting, and fence with the term.
+//
+// # Goroutines
+//
+// Start runs one loop goroutine that owns every timer and Redis call of the
+// election, one goroutine that reads the events channel, and two goroutines
+// per event handler (see the On… methods). Stop ends them all.
+package masterelection

@@ -1,0 +1,351 @@
+package masterelection
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// MasterElection takes part in one election: it contends for the master lock
+// (when a candidate), renews it while master, watches it while slave, and
+// reports every change as an event. Create it with New, then Start it; all
+// methods are safe for concurrent use.
+type MasterElection struct {
+	client redis.UniversalClient
+	cfg    Config
+	keys   scripts.Keys
+	clock  clock.Clock
+	base   time.Time // origin of the monotonic deadlines kept in leadership
+	log    zerolog.Logger
+	bus    *bus
+
+	lead         atomic.Pointer[leadership] // the current mastership; nil while slave
+	observedTerm atomic.Int64               // highest term seen on this lock name
+	candidate    atomic.Bool
+
+	notices chan notice // lock notices from the events channel, read by run
+
+	mu       sync.Mutex
+	metadata map[string]any
+	state    lifecycle
+	cancel   context.CancelFunc // ends run; set by Start
+	resolved chan struct{}      // closed when the first election has resolved
+	done     chan struct{}      // closed when run has returned
+	stopped  chan struct{}      // closed when Stop has finished
+	stopErr  error              // Stop's result; written before stopped closes
+}
+
+type lifecycle int
+
+const (
+	stateNew lifecycle = iota
+	stateStarted
+	stateStopping
+)
+
+// leadership is one mastership: from a successful acquire until the lock is
+// lost, the self-fencing deadline passes, or Stop releases it.
+type leadership struct {
+	term     int64
+	ctx      context.Context // given to OnMasterAcquired handlers; cancelled when the mastership ends
+	cancel   context.CancelFunc
+	deadline atomic.Int64   // self-fencing deadline, nanoseconds after MasterElection.base
+	handlers sync.WaitGroup // OnMasterAcquired handlers not yet returned
+}
+
+// New returns an election on client configured by cfg. It does not talk to
+// Redis; Start does.
+//
+// client may be a *redis.Client, a Sentinel failover client or a
+// *redis.ClusterClient (then every key shares the hash tag {LockName}). herd
+// bounds every Redis call with a context deadline, which go-redis honours
+// only when the client was made with ContextTimeoutEnabled: without it a call
+// to an unreachable Redis blocks for the client's ReadTimeout, which can be
+// longer than the self-fencing deadline allows. New logs a warning when it can
+// see that the option is off.
+func New(client redis.UniversalClient, cfg Config) (*MasterElection, error) {
+	return newElection(client, cfg, clock.Real{})
+}
+
+func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*MasterElection, error) {
+	if client == nil {
+		return nil, ErrNilClient
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = uuid.NewString()
+	}
+	if cfg.Identifier == "" {
+		cfg.Identifier = DefaultConfig().Identifier
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("masterelection: invalid config: %w", err)
+	}
+	_, cluster := client.(*redis.ClusterClient)
+	m := &MasterElection{
+		client:   client,
+		cfg:      cfg,
+		keys:     scripts.NewKeys(cfg.LockName, cluster),
+		clock:    clk,
+		base:     clk.Now(),
+		log:      cfg.Logger.With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
+		notices:  make(chan notice, 64),
+		resolved: make(chan struct{}),
+		done:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	m.candidate.Store(cfg.Candidate)
+	m.bus = newBus(m.handlerPanicked)
+	if c, ok := client.(*redis.Client); ok && !c.Options().ContextTimeoutEnabled {
+		m.log.Warn().Msg("redis client has ContextTimeoutEnabled off: a call to an unreachable Redis can outlast the self-fencing deadline")
+	}
+	return m, nil
+}
+
+// Start begins taking part in the election. It returns once the first
+// election has resolved: this process is master (master-acquired and
+// election-completed(true) were emitted) or slave (election-completed(false)).
+// While Redis is unreachable it keeps trying until ctx ends; it then stops
+// the election and returns ctx's error. The election keeps running after
+// Start returns, until Stop; ctx bounds only the wait.
+func (m *MasterElection) Start(ctx context.Context) error {
+	m.mu.Lock()
+	switch m.state {
+	case stateStarted:
+		m.mu.Unlock()
+		return ErrAlreadyStarted
+	case stateStopping:
+		m.mu.Unlock()
+		return ErrStopped
+	}
+	m.state = stateStarted
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	m.mu.Unlock()
+
+	go m.run(runCtx)
+
+	select {
+	case <-m.resolved:
+		return nil
+	case <-m.done:
+		return ErrStopped
+	case <-ctx.Done():
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
+		defer cancel()
+		_ = m.Stop(stopCtx)
+		return fmt.Errorf("masterelection: start: first election did not resolve: %w", ctx.Err())
+	}
+}
+
+// Stop leaves the election. On the master it cancels the ctx given to the
+// OnMasterAcquired handlers, waits for them to return, releases the lock
+// (the release notice makes a slave take over at once) and emits
+// master-lost. On every process it then stops the loops and waits for every
+// goroutine, including event handlers finishing the events already queued.
+// All waiting is bounded by ctx. Stop may be called more than once and from
+// several goroutines; later calls wait for the first and return its result.
+func (m *MasterElection) Stop(ctx context.Context) error {
+	m.mu.Lock()
+	if m.state == stateStopping {
+		m.mu.Unlock()
+		select {
+		case <-m.stopped:
+			return m.stopErr
+		case <-ctx.Done():
+			return fmt.Errorf("masterelection: stop: %w", ctx.Err())
+		}
+	}
+	wasStarted := m.state == stateStarted
+	m.state = stateStopping
+	m.mu.Unlock()
+
+	var errs []error
+	if wasStarted {
+		m.cancel()
+		select {
+		case <-m.done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
+		}
+		if l := m.lead.Load(); l != nil {
+			errs = append(errs, m.resign(ctx, l))
+		}
+	} else {
+		close(m.done)
+	}
+	errs = append(errs, m.bus.close(ctx))
+	m.stopErr = errors.Join(errs...)
+	if m.stopErr != nil {
+		m.stopErr = fmt.Errorf("masterelection: stop: %w", m.stopErr)
+	}
+	close(m.stopped)
+	return m.stopErr
+}
+
+// resign ends mastership l on Stop: cancel, wait for handlers, release, master-lost.
+func (m *MasterElection) resign(ctx context.Context, l *leadership) error {
+	l.cancel()
+	handlersDone := make(chan struct{})
+	go func() { l.handlers.Wait(); close(handlersDone) }()
+	var errs []error
+	select {
+	case <-handlersDone:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("OnMasterAcquired handlers still running: %w", ctx.Err()))
+	}
+	rctx, cancel := m.cleanupContext(ctx)
+	defer cancel()
+	if _, err := scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, l.term); err != nil {
+		errs = append(errs, fmt.Errorf("release master lock: %w", err))
+	}
+	m.endLeadership(l, "stopped")
+	return errors.Join(errs...)
+}
+
+// cleanupContext returns ctx when it is still live, or a fresh context
+// bounded by the operation timeout when ctx has already ended, so cleanup
+// that matters to others (the release) still gets its chance.
+func (m *MasterElection) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return context.WithTimeout(ctx, m.opTimeout())
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), min(m.opTimeout(), time.Second))
+}
+
+// WaitForElectionComplete waits until the first election has resolved and
+// reports whether this process is master. It returns ctx's error when ctx
+// ends first, ErrNotStarted before Start and ErrStopped after Stop.
+func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster bool, err error) {
+	m.mu.Lock()
+	state := m.state
+	m.mu.Unlock()
+	if state == stateNew {
+		return false, ErrNotStarted
+	}
+	select {
+	case <-m.resolved:
+		return m.IsMaster(), nil
+	case <-m.done:
+		return false, ErrStopped
+	case <-ctx.Done():
+		return false, fmt.Errorf("masterelection: wait for election: %w", ctx.Err())
+	}
+}
+
+// IsMaster reports whether this process is master now. It answers from the
+// self-fencing deadline on the local monotonic clock: once the time during
+// which the lock is certainly still this process's has passed, it returns
+// false, even if the election loop has not run since (after a long pause of
+// the process, say) and even if Redis is unreachable.
+func (m *MasterElection) IsMaster() bool { return m.Term() != 0 }
+
+// Term returns the fencing term of the current mastership, or 0 when this
+// process is not master (by the same rule as IsMaster). Stamp it on every
+// write or message the master sends, so receivers can refuse those of a
+// master that has been replaced: terms only grow.
+func (m *MasterElection) Term() int64 {
+	l := m.lead.Load()
+	if l == nil || !m.holds(l, m.clock.Now()) {
+		return 0
+	}
+	return l.term
+}
+
+// ObservedTerm returns the highest term this process has seen on its lock
+// name: its own, in lock notices, or from checks of the lock. A message
+// stamped with a lower term comes from a master that has been replaced.
+func (m *MasterElection) ObservedTerm() int64 { return m.observedTerm.Load() }
+
+// NodeID returns this process's node id.
+func (m *MasterElection) NodeID() string { return m.cfg.NodeID }
+
+// Identifier returns this process's human-readable name.
+func (m *MasterElection) Identifier() string { return m.cfg.Identifier }
+
+// LockName returns the election's lock name.
+func (m *MasterElection) LockName() string { return m.cfg.LockName }
+
+// Keys returns the Redis names of the election.
+func (m *MasterElection) Keys() scripts.Keys { return m.keys }
+
+// Master asks Redis who is master now and under which term. nodeID is ""
+// when no process holds the lock.
+func (m *MasterElection) Master(ctx context.Context) (nodeID string, term int64, err error) {
+	st, err := scripts.Check(ctx, m.client, m.keys)
+	if err != nil {
+		return "", 0, fmt.Errorf("masterelection: check master: %w", err)
+	}
+	if st.Garbage != "" {
+		return st.NodeID, st.Term, fmt.Errorf("%w: %s", ErrGarbage, st.Garbage)
+	}
+	m.observeTerm(st.Term)
+	return st.NodeID, st.Term, nil
+}
+
+// SetMetadata replaces this process's metadata (a copy of md is kept). It is
+// published with the process's info at the next acquisition or registration.
+func (m *MasterElection) SetMetadata(md map[string]any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.metadata = maps.Clone(md)
+}
+
+// Metadata returns a copy of this process's metadata.
+func (m *MasterElection) Metadata() map[string]any {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.metadata)
+}
+
+// processInfo is this process's registry entry as of now.
+func (m *MasterElection) processInfo(role registry.Role) registry.ProcessInfo {
+	now := m.clock.Now()
+	return registry.ProcessInfo{
+		ProcessID:    m.cfg.NodeID,
+		NodeID:       m.cfg.NodeID,
+		Role:         role,
+		LastSeen:     now,
+		Identifier:   m.cfg.Identifier,
+		RegisteredAt: m.base,
+		Metadata:     m.Metadata(),
+	}
+}
+
+// masterInfoJSON is the master_process value given to the acquire script.
+func (m *MasterElection) masterInfoJSON() ([]byte, error) {
+	b, err := json.Marshal(m.processInfo(registry.RoleMaster))
+	if err != nil {
+		return nil, fmt.Errorf("encode master process info: %w", err)
+	}
+	return b, nil
+}
+
+// holds reports whether mastership l is still certain at now.
+func (m *MasterElection) holds(l *leadership, now time.Time) bool {
+	return now.Sub(m.base) < time.Duration(l.deadline.Load())
+}
+
+// opTimeout bounds one Redis call of the loops.
+func (m *MasterElection) opTimeout() time.Duration { return m.cfg.HeartbeatInterval }
+
+func (m *MasterElection) observeTerm(t int64) {
+	for {
+		cur := m.observedTerm.Load()
+		if t <= cur || m.observedTerm.CompareAndSwap(cur, t) {
+			return
+		}
+	}
+}

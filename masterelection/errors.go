@@ -1,0 +1,25 @@
+package masterelection
+
+import "errors"
+
+// Errors returned by MasterElection.
+var (
+	// ErrNilClient is returned by New when the Redis client is nil.
+	ErrNilClient = errors.New("masterelection: nil redis client")
+	// ErrAlreadyStarted is returned by Start when it was called before.
+	ErrAlreadyStarted = errors.New("masterelection: already started")
+	// ErrStopped is returned by Start and WaitForElectionComplete after Stop.
+	ErrStopped = errors.New("masterelection: stopped")
+	// ErrNotStarted is returned by WaitForElectionComplete before Start.
+	ErrNotStarted = errors.New("masterelection: not started")
+	// ErrGarbage is wrapped by the error events about a herd key that holds
+	// something herd never writes (written by another program).
+	ErrGarbage = errors.New("masterelection: unexpected value in redis")
+	// ErrDuplicateNodeID is wrapped by the error event emitted when the lock
+	// is held under this process's NodeID by a mastership this process never
+	// had: another process runs with the same NodeID.
+	ErrDuplicateNodeID = errors.New("masterelection: another process holds the lock under this node id")
+	// ErrHandlerPanic is wrapped by the error event emitted when an event
+	// handler panics.
+	ErrHandlerPanic = errors.New("masterelection: event handler panicked")
+)

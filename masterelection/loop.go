@@ -1,0 +1,307 @@
+package masterelection
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// loopState is owned by the run goroutine.
+type loopState struct {
+	unresolved bool  // the first election has not resolved yet
+	inElection bool  // election-started was emitted and its election-completed not yet
+	mayHold    bool  // the lock may be ours without us being master (a reply lost, a step-down on the deadline)
+	lastTerm   int64 // term of our last mastership
+	errors     int   // consecutive Redis errors, for the backoff
+}
+
+// run is the election's single loop: it owns the role, the timers and every
+// Redis call of the election, alternating between follow (slave) and lead
+// (master) until ctx ends.
+func (m *MasterElection) run(ctx context.Context) {
+	defer close(m.done)
+	var wg sync.WaitGroup
+	closeNotices := m.listen(ctx, &wg)
+	defer wg.Wait()
+	defer closeNotices()
+
+	ls := &loopState{unresolved: true}
+	for ctx.Err() == nil {
+		if l := m.follow(ctx, ls); l != nil {
+			m.leadLoop(ctx, ls, l)
+		}
+	}
+}
+
+// follow is the slave role: check the lock every CheckInterval and when it
+// would expire, contend when it is free (after a random jitter, or at once
+// when the master announced its release). It returns the new mastership, or
+// nil when ctx ends.
+func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership {
+	contend := ls.unresolved && m.candidate.Load() // Start's first attempt goes straight to the lock
+	timer := m.clock.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case n := <-m.notices:
+			switch {
+			case n.Event == noticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
+				contend = true
+				timer.Reset(0)
+			case n.Event == noticeAcquired:
+				m.observeTerm(n.Term)
+				if n.NodeID != m.cfg.NodeID {
+					contend = false
+					timer.Reset(m.cfg.CheckInterval)
+				}
+			}
+		case <-timer.C():
+			var next time.Duration
+			if contend {
+				l, wait := m.contend(ctx, ls)
+				if l != nil {
+					return l
+				}
+				contend, next = false, wait
+			} else {
+				contend, next = m.check(ctx, ls)
+			}
+			timer.Reset(next)
+		}
+	}
+}
+
+// check runs the check script and decides what follow does next: contend
+// (after the returned delay) or check again (after it).
+func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool, next time.Duration) {
+	cctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	st, err := scripts.Check(cctx, m.client, m.keys)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.emitError(fmt.Errorf("check master lock: %w", err))
+		}
+		return ls.inElection && m.candidate.Load(), m.backoff(ls)
+	}
+	ls.errors = 0
+	if !st.Exists {
+		ls.mayHold = false
+		if m.candidate.Load() {
+			return true, m.jitter()
+		}
+		m.resolveAsSlave(ls)
+		return false, m.cfg.CheckInterval
+	}
+	m.observeTerm(st.Term)
+	if st.Garbage != "" {
+		m.emitError(fmt.Errorf("%w: %s", ErrGarbage, st.Garbage))
+	}
+	if st.NodeID == m.cfg.NodeID {
+		if ls.mayHold && m.releaseStale(ctx, st.Term) {
+			return m.candidate.Load(), 0
+		}
+		if !ls.mayHold {
+			m.emitError(fmt.Errorf("%w: %q (term %d)", ErrDuplicateNodeID, m.cfg.NodeID, st.Term))
+		}
+	}
+	m.resolveAsSlave(ls)
+	return false, m.untilExpiry(st.TTL)
+}
+
+// releaseStale deletes a lock that carries our node id but that we are not
+// master of: a mastership we stepped down from while the lock lived on, or an
+// acquire whose reply was lost. term pins the release to that lock.
+func (m *MasterElection) releaseStale(ctx context.Context, term int64) bool {
+	rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	defer cancel()
+	ok, err := scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, term)
+	if err != nil {
+		m.emitError(fmt.Errorf("release stale master lock: %w", err))
+		return false
+	}
+	if ok {
+		m.log.Info().Int64("term", term).Msg("released a lock left from an earlier mastership")
+	}
+	return ok
+}
+
+// contend runs the acquire script once. It returns the new mastership, or
+// nil and the delay before the next check.
+func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadership, time.Duration) {
+	if !ls.inElection {
+		ls.inElection = true
+		m.bus.emit(topicElectionStarted, payload{})
+	}
+	info, err := m.masterInfoJSON()
+	if err != nil {
+		m.emitError(err)
+		info = nil
+	}
+	sent := m.clock.Now()
+	actx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	res, err := scripts.Acquire(actx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			ls.mayHold = true
+			m.emitError(fmt.Errorf("acquire master lock: %w", err))
+		}
+		return nil, m.backoff(ls)
+	}
+	ls.errors = 0
+	if res.Term == 0 {
+		m.observeTerm(res.HolderTerm)
+		if res.Holder == m.cfg.NodeID {
+			return nil, 0 // ours from an earlier attempt: check sorts it out
+		}
+		if res.Garbage != "" {
+			m.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
+		}
+		m.complete(ls, false)
+		return nil, m.untilExpiry(res.TTL)
+	}
+
+	lctx, lcancel := context.WithCancel(ctx)
+	l := &leadership{term: res.Term, ctx: lctx, cancel: lcancel}
+	l.deadline.Store(int64(m.deadlineAfter(sent)))
+	ls.lastTerm, ls.mayHold = res.Term, true
+	m.observeTerm(res.Term)
+	m.lead.Store(l)
+	m.log.Info().Int64("term", res.Term).Msg("became master")
+	m.bus.emit(topicMasterAcquired, payload{term: res.Term, lead: l})
+	m.complete(ls, true)
+	return l, 0
+}
+
+// leadLoop is the master role: renew every HeartbeatInterval, retry failed
+// renewals quickly, and step down when the lock is lost, taken over, or the
+// self-fencing deadline passes. It returns when the mastership has ended or
+// ctx ends (Stop then resigns).
+func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leadership) {
+	renew := m.clock.NewTimer(m.cfg.HeartbeatInterval)
+	defer renew.Stop()
+	deadline := m.clock.NewTimer(m.remaining(l, m.clock.Now()))
+	defer deadline.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C():
+			if rest := m.remaining(l, m.clock.Now()); rest > 0 {
+				deadline.Reset(rest)
+				continue
+			}
+			m.endLeadership(l, "self-fencing deadline passed without a successful renewal")
+			return
+		case n := <-m.notices:
+			if n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
+				m.observeTerm(n.Term)
+				ls.mayHold = false
+				m.endLeadership(l, fmt.Sprintf("lock taken over by %s with term %d", n.NodeID, n.Term))
+				return
+			}
+		case <-renew.C():
+			sent := m.clock.Now()
+			rest := m.remaining(l, sent)
+			if rest <= 0 {
+				m.endLeadership(l, "self-fencing deadline passed without a successful renewal")
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, rest)
+			ok, err := scripts.Renew(rctx, m.client, m.keys, m.cfg.NodeID, l.term, m.cfg.LockTTL)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				m.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, err))
+				renew.Reset(min(m.backoff(ls), max(m.remaining(l, m.clock.Now()), 0)))
+			case !ok:
+				ls.mayHold = false
+				m.endLeadership(l, "lock no longer held by this node and term")
+				return
+			default:
+				ls.errors = 0
+				l.deadline.Store(int64(m.deadlineAfter(sent)))
+				deadline.Reset(m.remaining(l, m.clock.Now()))
+				renew.Reset(max(m.cfg.HeartbeatInterval-m.clock.Now().Sub(sent), 0))
+			}
+		}
+	}
+}
+
+// endLeadership ends mastership l: IsMaster turns false, l's ctx is
+// cancelled, master-lost is emitted. It does nothing if l already ended.
+func (m *MasterElection) endLeadership(l *leadership, reason string) {
+	if !m.lead.CompareAndSwap(l, nil) {
+		return
+	}
+	l.cancel()
+	m.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
+	m.bus.emit(topicMasterLost, payload{term: l.term})
+}
+
+// complete emits election-completed for the election in progress, and
+// resolves the first election.
+func (m *MasterElection) complete(ls *loopState, isMaster bool) {
+	if ls.inElection || ls.unresolved {
+		ls.inElection = false
+		m.bus.emit(topicElectionCompleted, payload{isMaster: isMaster})
+	}
+	if ls.unresolved {
+		ls.unresolved = false
+		close(m.resolved)
+	}
+}
+
+// resolveAsSlave completes an election in progress (or, for a process that
+// is not a candidate, the first one) as slave.
+func (m *MasterElection) resolveAsSlave(ls *loopState) {
+	if ls.unresolved && !ls.inElection {
+		ls.inElection = true
+		m.bus.emit(topicElectionStarted, payload{})
+	}
+	if ls.inElection {
+		m.complete(ls, false)
+	}
+}
+
+// deadlineAfter is the self-fencing deadline of a lock (re)written by a call
+// sent at sent, as an offset from m.base.
+func (m *MasterElection) deadlineAfter(sent time.Time) time.Duration {
+	return sent.Sub(m.base) + m.cfg.LockTTL - m.cfg.stepDownMargin()
+}
+
+func (m *MasterElection) remaining(l *leadership, now time.Time) time.Duration {
+	return time.Duration(l.deadline.Load()) - now.Sub(m.base)
+}
+
+// untilExpiry is when to look at a lock with remaining time ttl again: at
+// the next CheckInterval, or just after it expires if that comes first.
+func (m *MasterElection) untilExpiry(ttl time.Duration) time.Duration {
+	if ttl >= 0 && ttl < m.cfg.CheckInterval {
+		return ttl + time.Millisecond
+	}
+	return m.cfg.CheckInterval
+}
+
+func (m *MasterElection) jitter() time.Duration {
+	if m.cfg.ElectionJitter <= 0 {
+		return 0
+	}
+	return rand.N(m.cfg.ElectionJitter + 1)
+}
+
+// backoff returns the delay before retrying after a Redis error: doubling
+// from retryInterval up to maxRetryInterval.
+func (m *MasterElection) backoff(ls *loopState) time.Duration {
+	d := m.cfg.retryInterval() << min(ls.errors, 16)
+	ls.errors++
+	return min(d, m.cfg.maxRetryInterval())
+}

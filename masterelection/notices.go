@@ -1,0 +1,63 @@
+package masterelection
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+)
+
+// notice is a message on the election's events channel. The lock scripts
+// publish {"event":"acquired"|"released","nodeId":…,"term":…}; the registry
+// publishes other events on the same channel.
+type notice struct {
+	Event  string `json:"event"`
+	NodeID string `json:"nodeId"`
+	Term   int64  `json:"term"`
+	raw    []byte
+}
+
+const (
+	noticeAcquired = "acquired"
+	noticeReleased = "released"
+)
+
+func parseNotice(payload string) (notice, error) {
+	var n notice
+	if err := json.Unmarshal([]byte(payload), &n); err != nil {
+		return notice{}, fmt.Errorf("%w: notice %.64q on the events channel is not JSON: %v", ErrGarbage, payload, err)
+	}
+	if n.Event == "" {
+		return notice{}, fmt.Errorf("%w: notice %.64q on the events channel has no event", ErrGarbage, payload)
+	}
+	n.raw = []byte(payload)
+	return n, nil
+}
+
+// listen subscribes to the events channel and forwards its notices to
+// m.notices until the subscription is closed. A notice is dropped when the
+// loop is far behind: polling covers what notices only speed up. The
+// subscription is made before listen returns, so no notice published after
+// that is missed; go-redis reconnects and resubscribes by itself.
+func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeFn func()) {
+	ps := m.client.Subscribe(ctx, m.keys.Events)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for msg := range ps.Channel() {
+			n, err := parseNotice(msg.Payload)
+			if err != nil {
+				m.emitError(err)
+				continue
+			}
+			select {
+			case m.notices <- n:
+			case <-ctx.Done():
+				return
+			default:
+				m.log.Debug().Str("event", n.Event).Msg("election loop busy: notice dropped, polling will catch up")
+			}
+		}
+	}()
+	return func() { _ = ps.Close() }
+}

@@ -1,0 +1,103 @@
+package masterelection
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/herdkit/herd/registry"
+)
+
+// Every On… method registers a handler and returns the function that
+// removes it. The rules are the same for all of them:
+//
+//   - Handlers run on a goroutine of their own, one per registration, never
+//     on the election's loop: a slow or blocked handler never delays a
+//     renewal or a check, and never delays the other handlers.
+//   - One handler sees its events one at a time, in the order they
+//     happened. Handlers of different events run independently: to see
+//     several kinds of event in one order, use OnEvent. Events waiting for a slow handler are queued without bound,
+//     except error events, of which at most 1,024 wait per handler; further
+//     ones are dropped and counted (DroppedErrors).
+//   - A handler that panics is recovered; the panic is reported as an error
+//     event wrapping ErrHandlerPanic (a panic in an OnError handler is only
+//     logged).
+//   - Registering after Stop has no effect. Unsubscribing drops the events
+//     still queued for that handler.
+//   - Stop waits, bounded by its ctx, for every handler to finish the events
+//     already queued.
+
+// OnMasterAcquired registers fn for master-acquired: this process became
+// master with the given term. ctx is cancelled the moment the mastership
+// ends (lock lost, self-fencing deadline passed, or Stop), so fn may run the
+// master's work until ctx is done; Stop waits for fn to return before it
+// releases the lock.
+func (m *MasterElection) OnMasterAcquired(fn func(ctx context.Context, term int64)) (unsubscribe func()) {
+	return m.bus.subscribe(topicMasterAcquired, func(p payload) { fn(p.lead.ctx, p.term) })
+}
+
+// OnMasterLost registers fn for master-lost: this process is no longer
+// master. It follows every master-acquired exactly once.
+func (m *MasterElection) OnMasterLost(fn func()) (unsubscribe func()) {
+	return m.bus.subscribe(topicMasterLost, func(payload) { fn() })
+}
+
+// OnElectionStarted registers fn for election-started: this process is
+// about to contend for the lock (at Start, and whenever it found the lock
+// free while slave). A process with Candidate false emits it once, at Start.
+func (m *MasterElection) OnElectionStarted(fn func()) (unsubscribe func()) {
+	return m.bus.subscribe(topicElectionStarted, func(payload) { fn() })
+}
+
+// OnElectionCompleted registers fn for election-completed: the election
+// that election-started announced has resolved, with this process as master
+// (after master-acquired) or as slave.
+func (m *MasterElection) OnElectionCompleted(fn func(isMaster bool)) (unsubscribe func()) {
+	return m.bus.subscribe(topicElectionCompleted, func(p payload) { fn(p.isMaster) })
+}
+
+// OnSlaveRegistered registers fn for slave-registered, emitted on the master
+// when a slave joins. When this process becomes master it is emitted once
+// for every slave already registered, so a handler that builds its view
+// from these events alone starts from the full set.
+func (m *MasterElection) OnSlaveRegistered(fn func(registry.SlaveNode)) (unsubscribe func()) {
+	return m.bus.subscribe(topicSlaveRegistered, func(p payload) { fn(p.slave) })
+}
+
+// OnSlaveRemoved registers fn for slave-removed, emitted on the master when
+// a slave unregisters, stops heartbeating for longer than the slave timeout,
+// or its registry entry expires. Each leave is reported once per mastership.
+func (m *MasterElection) OnSlaveRemoved(fn func(nodeID string)) (unsubscribe func()) {
+	return m.bus.subscribe(topicSlaveRemoved, func(p payload) { fn(p.nodeID) })
+}
+
+// OnError registers fn for error events: Redis errors of the loops (which
+// keep retrying), unexpected values found in herd's keys, and handler
+// panics. Errors are wrapped with what was being done; use errors.Is.
+func (m *MasterElection) OnError(fn func(error)) (unsubscribe func()) {
+	return m.bus.subscribe(topicError, func(p payload) { fn(p.err) })
+}
+
+// OnEvent registers fn for every event of this election. Unlike handlers
+// registered per event, fn sees all of them in the one order they happened
+// (master-acquired before its election-completed, for example).
+func (m *MasterElection) OnEvent(fn func(Event)) (unsubscribe func()) {
+	return m.bus.subscribe(topicAll, func(p payload) {
+		fn(Event{Kind: EventKind(p.topic), Term: p.term, IsMaster: p.isMaster, Slave: p.slave, NodeID: p.nodeID, Err: p.err})
+	})
+}
+
+// DroppedErrors returns how many error events were dropped because a
+// handler had 1,024 of them waiting.
+func (m *MasterElection) DroppedErrors() uint64 { return m.bus.droppedErrors() }
+
+func (m *MasterElection) emitError(err error) {
+	m.log.Warn().Err(err).Msg("election error")
+	m.bus.emit(topicError, payload{err: err})
+}
+
+func (m *MasterElection) handlerPanicked(topic string, v any, stack []byte) {
+	m.log.Error().Str("event", topic).Interface("panic", v).Bytes("stack", stack).Msg("event handler panicked")
+	if topic != topicError {
+		m.bus.emit(topicError, payload{err: fmt.Errorf("%w: %s handler: %v", ErrHandlerPanic, topic, v)})
+	}
+}

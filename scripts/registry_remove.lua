@@ -1,0 +1,35 @@
+-- registry_remove: delete one process's entry and announce it. With a guard
+-- value it deletes only an entry that still holds that value, so the master's
+-- cleanup of a stale slave never deletes a heartbeat written after it looked.
+--
+-- KEYS[1] -> <prefix>:processes         (hash: process id -> ProcessInfo JSON)
+-- KEYS[2] -> <prefix>:processes:expiry  (sorted set: process id -> deadline ms;
+--                                        empty unless the backend is emulated)
+-- ARGV[1] -> process id (the hash field)
+-- ARGV[2] -> "1" to delete only when the entry holds exactly ARGV[3];
+--            "" to delete whatever it holds
+-- ARGV[3] -> the guard value (ignored unless ARGV[2] is "1")
+-- ARGV[4] -> reason put into the notice ("stale"), or "" when the process
+--            unregisters itself
+-- ARGV[5] -> events channel (<prefix>:events)
+-- Returns: 1 when a live entry was deleted and announced with
+--          {"event":"unregistered","nodeId":<id>[,"reason":<reason>]};
+--          0 when there was no live entry or it did not hold the guard value.
+local id = ARGV[1]
+local value = redis.call('HGET', KEYS[1], id)
+local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
+local live = value ~= false
+if live and deadline then
+  local t = redis.call('TIME')
+  live = deadline > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if live and ARGV[2] == '1' and value ~= ARGV[3] then return 0 end
+
+redis.call('HDEL', KEYS[1], id)
+redis.call('ZREM', KEYS[2], id)
+if not live then return 0 end
+
+local notice = '{"event":"unregistered","nodeId":"' .. id .. '"'
+if ARGV[4] ~= '' then notice = notice .. ',"reason":"' .. ARGV[4] .. '"' end
+redis.call('PUBLISH', ARGV[5], notice .. '}')
+return 1

@@ -1,0 +1,263 @@
+package scripts_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var now = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+func setup(t *testing.T) (*miniredis.Miniredis, *redis.Client, scripts.Keys) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	mr.SetTime(now)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return mr, c, scripts.NewKeys("svc", false)
+}
+
+func TestKeys(t *testing.T) {
+	k := scripts.NewKeys("master-election", false)
+	want := map[string]string{
+		k.Master: "master-election:master", k.Heartbeat: "master-election:heartbeat",
+		k.MasterProcess: "master-election:master_process", k.Processes: "master-election:processes",
+		k.Term: "master-election:term", k.Events: "master-election:events",
+	}
+	for got, w := range want {
+		if got != w {
+			t.Errorf("key %q, want %q", got, w)
+		}
+	}
+	c := scripts.NewKeys("svc", true)
+	for _, key := range []string{c.Master, c.Heartbeat, c.MasterProcess, c.Term, c.Processes, c.ProcessesExpiry} {
+		if !strings.HasPrefix(key, "{svc}:") {
+			t.Errorf("cluster key %q lacks the hash tag", key)
+		}
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		ok       bool
+	}{
+		{"uuid", "6f1c2d3e-aaaa-4bbb-8ccc-0123456789ab", true},
+		{"dotted", "svc.eu-1:7", true},
+		{"empty", "", false},
+		{"blank", "  ", false},
+		{"space", "a b", false},
+		{"tab", "a\tb", false},
+		{"star", "a*", false},
+		{"question", "a?", false},
+		{"bracket", "a[1]", false},
+		{"quote", `a"b`, false},
+		{"control", "a\x00b", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := scripts.ValidateName("NodeID", tc.in)
+			if (err == nil) != tc.ok {
+				t.Fatalf("ValidateName(%q) = %v, want ok=%v", tc.in, err, tc.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), "NodeID") {
+				t.Fatalf("error %q does not name the field", err)
+			}
+		})
+	}
+}
+
+func TestAcquireContract(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	sub := c.Subscribe(ctx, k.Events)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := scripts.Acquire(ctx, c, k, "n1", 5*time.Second, []byte(`{"processId":"n1","role":"master"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Term != now.UnixMilli() {
+		t.Fatalf("first term %d, want server time in ms %d", got.Term, now.UnixMilli())
+	}
+	if v, _ := mr.Get(k.Master); v != "n1" || mr.TTL(k.Master) != 5*time.Second {
+		t.Fatalf("lock %q ttl %v", v, mr.TTL(k.Master))
+	}
+	if v, _ := mr.Get(k.Heartbeat); v != "1772600767000" {
+		t.Fatalf("heartbeat %q, want server time in ms", v)
+	}
+	var info map[string]any
+	raw, _ := mr.Get(k.MasterProcess)
+	if err := json.Unmarshal([]byte(raw), &info); err != nil || info["term"] != float64(got.Term) || info["role"] != "master" {
+		t.Fatalf("master_process %q (%v)", raw, err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n struct {
+		Event, NodeID string
+		Term          int64
+	}
+	if err := json.Unmarshal([]byte(msg.Payload), &n); err != nil || n.Event != "acquired" || n.NodeID != "n1" || n.Term != got.Term {
+		t.Fatalf("notice %q", msg.Payload)
+	}
+
+	// Held: a second candidate learns who holds it and for how long.
+	other, err := scripts.Acquire(ctx, c, k, "n2", 5*time.Second, nil)
+	if err != nil || other.Term != 0 || other.Holder != "n1" || other.TTL != 5*time.Second || other.HolderTerm != got.Term {
+		t.Fatalf("second acquire = %+v, %v", other, err)
+	}
+
+	// Terms grow by one while the term key lives, even at the same instant.
+	if ok, _ := scripts.Release(ctx, c, k, "n1", got.Term); !ok {
+		t.Fatal("release refused")
+	}
+	again, err := scripts.Acquire(ctx, c, k, "n2", 5*time.Second, nil)
+	if err != nil || again.Term != got.Term+1 {
+		t.Fatalf("re-acquire = %+v, %v; want term %d", again, err, got.Term+1)
+	}
+	if mr.Exists(k.MasterProcess) {
+		t.Fatalf("master_process written for empty info")
+	}
+}
+
+func TestTermSurvivesDataLoss(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	first, err := scripts.Acquire(ctx, c, k, "n1", time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr.FlushAll() // a restart without persistence
+	mr.SetTime(now.Add(time.Millisecond))
+	second, err := scripts.Acquire(ctx, c, k, "n2", time.Second, nil)
+	if err != nil || second.Term <= first.Term {
+		t.Fatalf("term after data loss %d, before %d (%v)", second.Term, first.Term, err)
+	}
+}
+
+func TestGarbageTermCountsAsZero(t *testing.T) {
+	mr, c, k := setup(t)
+	mr.HSet(k.Term, "f", "v") // wrong type
+	got, err := scripts.Acquire(context.Background(), c, k, "n1", time.Second, nil)
+	if err != nil || got.Term != now.UnixMilli() {
+		t.Fatalf("acquire over a garbage term = %+v, %v", got, err)
+	}
+}
+
+func TestRenewContract(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, []byte(`{"processId":"n1"}`))
+	mr.FastForward(500 * time.Millisecond)
+
+	for _, tc := range []struct {
+		name string
+		node string
+		term int64
+		want bool
+	}{
+		{"other node", "n2", 0, false},
+		{"stale term", "n1", a.Term - 1, false},
+		{"node only", "n1", 0, true},
+		{"node and term", "n1", a.Term, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, err := scripts.Renew(ctx, c, k, tc.node, tc.term, 3*time.Second)
+			if err != nil || ok != tc.want {
+				t.Fatalf("renew = %v, %v; want %v", ok, err, tc.want)
+			}
+		})
+	}
+	for _, key := range []string{k.Master, k.Heartbeat, k.MasterProcess} {
+		if ttl := mr.TTL(key); ttl != 3*time.Second {
+			t.Errorf("%s ttl %v after renew, want 3s", key, ttl)
+		}
+	}
+	mr.HSet("svc:master2", "x", "y")
+	bad := k
+	bad.Master = "svc:master2"
+	if ok, err := scripts.Renew(ctx, c, bad, "n1", 0, time.Second); ok || err != nil {
+		t.Fatalf("renew over a hash lock = %v, %v; want a plain refusal", ok, err)
+	}
+}
+
+func TestReleaseContract(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, []byte(`{"processId":"n1"}`))
+	if ok, err := scripts.Release(ctx, c, k, "n2", 0); ok || err != nil {
+		t.Fatalf("release by another node = %v, %v", ok, err)
+	}
+	if ok, err := scripts.Release(ctx, c, k, "n1", a.Term+1); ok || err != nil {
+		t.Fatalf("release with another term = %v, %v", ok, err)
+	}
+	if !mr.Exists(k.Master) {
+		t.Fatal("a refused release deleted the lock")
+	}
+	if ok, err := scripts.Release(ctx, c, k, "n1", a.Term); !ok || err != nil {
+		t.Fatalf("release by the holder = %v, %v", ok, err)
+	}
+	for _, key := range []string{k.Master, k.Heartbeat, k.MasterProcess} {
+		if mr.Exists(key) {
+			t.Errorf("%s survives release", key)
+		}
+	}
+	if v, _ := mr.Get(k.Term); v == "" {
+		t.Error("release deleted the term key; terms must survive")
+	}
+}
+
+func TestCheckContract(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	st, err := scripts.Check(ctx, c, k)
+	if err != nil || st.Exists {
+		t.Fatalf("check with no master = %+v, %v", st, err)
+	}
+	a, _ := scripts.Acquire(ctx, c, k, "n1", 2*time.Second, nil)
+	mr.FastForward(500 * time.Millisecond)
+	st, err = scripts.Check(ctx, c, k)
+	if err != nil || !st.Exists || st.NodeID != "n1" || st.Term != a.Term || st.TTL != 1500*time.Millisecond || st.Garbage != "" {
+		t.Fatalf("check = %+v, %v", st, err)
+	}
+	mr.Set(k.Term, "banana")
+	if st, _ = scripts.Check(ctx, c, k); !strings.Contains(st.Garbage, "banana") {
+		t.Fatalf("garbage term not reported: %+v", st)
+	}
+	mr.Del(k.Master)
+	mr.HSet(k.Master, "a", "b")
+	if st, _ = scripts.Check(ctx, c, k); st.NodeID != "" || !strings.Contains(st.Garbage, k.Master) {
+		t.Fatalf("garbage lock not reported: %+v", st)
+	}
+}
+
+func TestAcquireRejectsNonObjectInfo(t *testing.T) {
+	_, c, k := setup(t)
+	if _, err := scripts.Acquire(context.Background(), c, k, "n1", time.Second, []byte(`[1]`)); err == nil {
+		t.Fatal("acquire accepted a JSON array as process info")
+	}
+}
+
+func TestRedisErrorsAreWrapped(t *testing.T) {
+	mr, c, k := setup(t)
+	mr.SetError("NOPERM this user has no permissions to run the 'evalsha' command")
+	_, err := scripts.Check(context.Background(), c, k)
+	if err == nil || !strings.Contains(err.Error(), "check script") || errors.Is(err, redis.Nil) {
+		t.Fatalf("error = %v", err)
+	}
+}
