@@ -1,0 +1,351 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/masterelection"
+)
+
+// fastConfig has timings short enough for failovers within a test.
+func fastConfig(lock, id string) masterelection.Config {
+	cfg := masterelection.DefaultConfig()
+	cfg.LockName = lock
+	cfg.NodeID = id
+	cfg.LockTTL = time.Second
+	cfg.HeartbeatInterval = 250 * time.Millisecond
+	cfg.CheckInterval = 200 * time.Millisecond
+	cfg.ElectionJitter = 50 * time.Millisecond
+	return cfg
+}
+
+func newElection(t *testing.T, c redis.UniversalClient, cfg masterelection.Config) *masterelection.MasterElection {
+	t.Helper()
+	m, err := masterelection.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = m.Stop(ctx)
+	})
+	return m
+}
+
+func start(t *testing.T, m *masterelection.MasterElection) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Start(ctx); err != nil {
+		t.Fatalf("start %s: %v", m.NodeID(), err)
+	}
+}
+
+func stop(t *testing.T, m *masterelection.MasterElection) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.Stop(ctx); err != nil {
+		t.Fatalf("stop %s: %v", m.NodeID(), err)
+	}
+}
+
+// masters returns the nodes that call themselves master now.
+func masters(nodes []*masterelection.MasterElection) []string {
+	var ids []string
+	for _, n := range nodes {
+		if n.IsMaster() {
+			ids = append(ids, n.NodeID())
+		}
+	}
+	return ids
+}
+
+func waitMaster(t *testing.T, nodes []*masterelection.MasterElection, within time.Duration) *masterelection.MasterElection {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		for _, n := range nodes {
+			if n.IsMaster() {
+				return n
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("no master within %v", within)
+	return nil
+}
+
+// overlapWatch samples IsMaster of every node as fast as it can and records
+// any instant at which two nodes both believed they were master. Node i read
+// true twice in a row, with node j read true between the two reads, is an
+// overlap: both held at j's read.
+type overlapWatch struct {
+	nodes    []*masterelection.MasterElection
+	stop     chan struct{}
+	done     chan struct{}
+	overlaps atomic.Int64
+	first    atomic.Value // string describing the first overlap
+	samples  atomic.Int64
+}
+
+func watchOverlaps(nodes []*masterelection.MasterElection) *overlapWatch {
+	w := &overlapWatch{nodes: nodes, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *overlapWatch) run() {
+	defer close(w.done)
+	n := len(w.nodes)
+	pass1, pass2 := make([]bool, n), make([]bool, n)
+	for {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		for i, m := range w.nodes {
+			pass1[i] = m.IsMaster()
+		}
+		for i, m := range w.nodes {
+			pass2[i] = m.IsMaster()
+		}
+		w.samples.Add(1)
+		for i := range n {
+			if !pass1[i] || !pass2[i] {
+				continue
+			}
+			for j := range n {
+				// j's read between i's two reads: pass1 when j > i, pass2 when j < i.
+				if (j > i && pass1[j]) || (j < i && pass2[j]) {
+					if w.overlaps.Add(1) == 1 {
+						w.first.Store(fmt.Sprintf("%s and %s", w.nodes[i].NodeID(), w.nodes[j].NodeID()))
+					}
+				}
+			}
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// check stops the watch and fails the test on any overlap.
+func (w *overlapWatch) check(t *testing.T) {
+	t.Helper()
+	close(w.stop)
+	<-w.done
+	if n := w.overlaps.Load(); n > 0 {
+		t.Fatalf("%d samples with two masters at once (first: %v) out of %d", n, w.first.Load(), w.samples.Load())
+	}
+	if w.samples.Load() == 0 {
+		t.Fatal("overlap watch took no sample")
+	}
+}
+
+func TestElectionRaceExactlyOneWins(t *testing.T) {
+	const rounds, candidates = 200, 8
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		c := inst.Client(t)
+		for round := range rounds {
+			lock := fmt.Sprintf("race-%d", round)
+			nodes := make([]*masterelection.MasterElection, candidates)
+			for i := range nodes {
+				nodes[i] = newElection(t, c, fastConfig(lock, fmt.Sprintf("r%d-n%d", round, i)))
+			}
+			var wg sync.WaitGroup
+			gate := make(chan struct{})
+			errs := make(chan error, candidates)
+			for _, n := range nodes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-gate
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					if err := n.Start(ctx); err != nil {
+						errs <- err
+					}
+				}()
+			}
+			close(gate)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			if got := masters(nodes); len(got) != 1 {
+				t.Fatalf("round %d: masters %v, want exactly one", round, got)
+			}
+			winner := masters(nodes)[0]
+			for _, n := range nodes {
+				id, _, err := n.Master(context.Background())
+				if err != nil || id != winner {
+					t.Fatalf("round %d: %s sees master %q (%v), want %q", round, n.NodeID(), id, err, winner)
+				}
+			}
+			for _, n := range nodes {
+				stop(t, n)
+			}
+		}
+	})
+}
+
+func TestGracefulHandover(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		c := inst.Client(t)
+		cfg := fastConfig("handover", "")
+		cfg.LockTTL, cfg.HeartbeatInterval, cfg.CheckInterval = 30*time.Second, 10*time.Second, 5*time.Second
+		var nodes []*masterelection.MasterElection
+		for i := range 3 {
+			cfg.NodeID = fmt.Sprintf("h%d", i)
+			n := newElection(t, c, cfg)
+			start(t, n)
+			nodes = append(nodes, n)
+		}
+		watch := watchOverlaps(nodes)
+		var lastTerm int64
+		for range 2 {
+			old := waitMaster(t, nodes, time.Second)
+			if old.Term() <= lastTerm {
+				t.Fatalf("term %d not above %d", old.Term(), lastTerm)
+			}
+			lastTerm = old.Term()
+			began := time.Now()
+			stop(t, old)
+			var rest []*masterelection.MasterElection
+			for _, n := range nodes {
+				if n != old {
+					rest = append(rest, n)
+				}
+			}
+			nodes = rest
+			// With LockTTL 30s and CheckInterval 5s, only the release notice
+			// can bring a take-over within this bound.
+			next := waitMaster(t, nodes, 2*time.Second)
+			t.Logf("handover %s -> %s in %v", old.NodeID(), next.NodeID(), time.Since(began))
+		}
+		watch.check(t)
+	})
+}
+
+func TestCrashedMasterIsReplacedAndFencesItself(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		// The master reaches Redis through a proxy that the test cuts: it can
+		// neither renew nor release, as if it had crashed, but it keeps
+		// running, so its self-fencing is observable.
+		px := newProxy(t, inst.Addr)
+		opts := inst.Options()
+		opts.Addr = px.Addr()
+		opts.MaxRetries = -1
+		cut := redis.NewClient(opts)
+		t.Cleanup(func() { _ = cut.Close() })
+
+		first := newElection(t, cut, fastConfig("crash", "first"))
+		start(t, first)
+		if !first.IsMaster() {
+			t.Fatal("first node is not master")
+		}
+		others := []*masterelection.MasterElection{
+			newElection(t, inst.Client(t), fastConfig("crash", "second")),
+			newElection(t, inst.Client(t), fastConfig("crash", "third")),
+		}
+		for _, n := range others {
+			start(t, n)
+		}
+		all := append([]*masterelection.MasterElection{first}, others...)
+		watch := watchOverlaps(all)
+		oldTerm := first.Term()
+		lost := make(chan time.Time, 1)
+		first.OnMasterLost(func() { lost <- time.Now() })
+
+		cutAt := time.Now()
+		px.Cut()
+		next := waitMaster(t, others, 3*time.Second)
+		took := time.Since(cutAt)
+		select {
+		case <-lost:
+		case <-time.After(3 * time.Second):
+			t.Fatal("cut-off master never reported master-lost")
+		}
+		watch.check(t)
+		if next.Term() <= oldTerm {
+			t.Fatalf("new term %d not above %d", next.Term(), oldTerm)
+		}
+		t.Logf("failover after the cut: %v (LockTTL 1s)", took)
+
+		// Healed, the old master follows the new one.
+		px.Heal()
+		time.Sleep(600 * time.Millisecond)
+		if first.IsMaster() {
+			t.Fatal("old master took back the lock from a live master")
+		}
+	})
+}
+
+func TestPausedRedisMasterStepsDownBeforeExpiry(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		nodes := []*masterelection.MasterElection{
+			newElection(t, inst.Client(t), fastConfig("pause", "p1")),
+			newElection(t, inst.Client(t), fastConfig("pause", "p2")),
+		}
+		for _, n := range nodes {
+			start(t, n)
+		}
+		master := waitMaster(t, nodes, time.Second)
+		watch := watchOverlaps(nodes)
+		inst.Pause(t)
+		deadline := time.Now().Add(3 * time.Second)
+		for master.IsMaster() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if master.IsMaster() {
+			t.Fatal("master still master 3s after Redis froze (LockTTL 1s)")
+		}
+		inst.Resume(t)
+		waitMaster(t, nodes, 3*time.Second)
+		watch.check(t)
+	})
+}
+
+func TestRedisRestartWithoutDataElectsLargerTerm(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		nodes := []*masterelection.MasterElection{
+			newElection(t, inst.Client(t), fastConfig("restart", "a")),
+			newElection(t, inst.Client(t), fastConfig("restart", "b")),
+		}
+		for _, n := range nodes {
+			start(t, n)
+		}
+		old := waitMaster(t, nodes, time.Second)
+		oldTerm := old.Term()
+		watch := watchOverlaps(nodes)
+		inst.Restart(t)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if m := masters(nodes); len(m) == 1 {
+				id, term, err := nodes[0].Master(context.Background())
+				if err == nil && id != "" && term > oldTerm {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no master with a term above %d after the restart", oldTerm)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		watch.check(t)
+	})
+}
