@@ -117,22 +117,19 @@ func (c Config) Validate() error {
 	if c.StepDownMargin < 0 {
 		errs = append(errs, fmt.Errorf("StepDownMargin must not be negative, got %v", c.StepDownMargin))
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	if c.HeartbeatInterval*3 > c.LockTTL {
+	if c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.HeartbeatInterval*3 > c.LockTTL {
 		errs = append(errs, fmt.Errorf("HeartbeatInterval (%v) times 3 must not exceed LockTTL (%v)", c.HeartbeatInterval, c.LockTTL))
 	}
-	if c.CheckInterval >= c.LockTTL {
+	if c.LockTTL > 0 && c.CheckInterval >= c.LockTTL {
 		errs = append(errs, fmt.Errorf("CheckInterval (%v) must be less than LockTTL (%v)", c.CheckInterval, c.LockTTL))
 	}
-	if c.ElectionJitter >= c.LockTTL {
+	if c.LockTTL > 0 && c.ElectionJitter >= c.LockTTL {
 		errs = append(errs, fmt.Errorf("ElectionJitter (%v) must be less than LockTTL (%v)", c.ElectionJitter, c.LockTTL))
 	}
-	if c.StepDownMargin >= c.LockTTL-c.HeartbeatInterval {
+	if c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.StepDownMargin > 0 && c.StepDownMargin >= c.LockTTL-c.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("StepDownMargin (%v) must be less than LockTTL (%v) minus HeartbeatInterval (%v)", c.StepDownMargin, c.LockTTL, c.HeartbeatInterval))
 	}
-	if c.LockTTL < time.Millisecond {
+	if c.LockTTL > 0 && c.LockTTL < time.Millisecond {
 		errs = append(errs, fmt.Errorf("LockTTL (%v) must be at least 1ms, the resolution of Redis expiry", c.LockTTL))
 	}
 	return errors.Join(errs...)

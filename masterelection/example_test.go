@@ -1,0 +1,68 @@
+package masterelection_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/masterelection"
+)
+
+// Two processes elect a master; when the master stops, the other takes over
+// at once because the release is announced.
+func Example() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	ctx := context.Background()
+
+	newNode := func(id string) *masterelection.MasterElection {
+		client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+		cfg := masterelection.DefaultConfig()
+		cfg.LockName = "example"
+		cfg.NodeID = id
+		m, err := masterelection.New(client, cfg)
+		if err != nil {
+			panic(err)
+		}
+		return m
+	}
+	a, b := newNode("a"), newNode("b")
+	promoted := make(chan struct{})
+	b.OnMasterAcquired(func(ctx context.Context, term int64) {
+		close(promoted)
+		<-ctx.Done() // the master's work runs until the mastership ends
+	})
+
+	_ = a.Start(ctx)
+	_ = b.Start(ctx)
+	fmt.Println("a is master:", a.IsMaster(), "- b is master:", b.IsMaster())
+
+	_ = a.Stop(ctx) // releases the lock and announces it
+	select {
+	case <-promoted:
+		fmt.Println("b took over:", b.IsMaster(), "- a is master:", a.IsMaster())
+	case <-time.After(5 * time.Second):
+		fmt.Println("no take-over")
+	}
+	_ = b.Stop(ctx)
+	// Output:
+	// a is master: true - b is master: false
+	// b took over: true - a is master: false
+}
+
+// Validate names every value that breaks a rule.
+func ExampleConfig_Validate() {
+	cfg := masterelection.DefaultConfig()
+	cfg.NodeID = "worker 1"
+	cfg.HeartbeatInterval = 15 * time.Second
+	fmt.Println(cfg.Validate())
+	// Output:
+	// NodeID "worker 1" contains whitespace or a control character
+	// HeartbeatInterval (15s) times 3 must not exceed LockTTL (30s)
+}
