@@ -1,4 +1,54 @@
 // Package registry is herd's process registry: every process of an election
 // announces itself (role, capabilities, last heartbeat) in one Redis hash and
-// stays listed only while it heartbeats.
+// stays listed only while it heartbeats; the master follows its slaves with
+// a SlaveTracker.
+//
+//	reg, err := registry.New(ctx, client, scripts.NewKeys("master-election", false), registry.Options{})
+//	...
+//	err = reg.Register(ctx, registry.ProcessInfo{ProcessID: id, Role: registry.RoleSlave})
+//	...
+//	err = reg.Heartbeat(ctx, id) // every few seconds, well within ProcessTTL
+//	...
+//	slaves, err := reg.Slaves(ctx)
+//
+// # Storage
+//
+// The registry is the hash Keys.Processes: field = process id, value =
+// ProcessInfo JSON in the specification's form (timestamps as JavaScript's
+// toISOString writes them), each entry with its own TTL (Options.ProcessTTL).
+// Slaves and channels are derived from it; there is no separate slaves or
+// channels hash. Three backends give entries their TTL, chosen once by New
+// by trying the commands: native HSETEX (Redis 8, Valkey 9), HSET + HPEXPIRE
+// (Redis 7.4+), or an emulation with a sorted set of deadlines (any server):
+// see Backend and docs/redis-versions.md. They behave the same: an entry is
+// gone from every read once its TTL has passed.
+//
+// Every write is one Lua script, so it is atomic and costs one round trip:
+// Register and a Heartbeat that finds the entry gone also publish
+// {"event":"registered","nodeId":id,"role":role,"process":info} on
+// Keys.Events, and Unregister publishes {"event":"unregistered","nodeId":id}
+// (with "reason":"stale" when the master removes a stale slave, and
+// "reason":"expired" when an emulated read removes an expired entry), beside
+// the lock scripts' "acquired" and "released" notices.
+//
+// # Slave events
+//
+// A SlaveTracker, run by the master while it is master, turns those notices
+// and a periodic sweep into OnJoin and OnLeave calls: when it starts it
+// reports every slave already registered, then each join and each leave
+// exactly once; it removes slaves whose lastSeen is older than SlaveTimeout.
+//
+// # Bad input
+//
+// Register refuses ids that would break a channel name, unknown roles and
+// metadata over MaxMetadataBytes. Reads skip an entry that is not a
+// ProcessInfo (not JSON, or the wrong shape) and report it once to
+// Options.OnError, naming its field; they never fail because of it.
+//
+// # Not guaranteed
+//
+// lastSeen is written with each process's clock and compared with the
+// master's, so SlaveTimeout must exceed the clock skew between hosts. The
+// registry is not durable: after Redis loses its data each process is listed
+// again at its next heartbeat, not before.
 package registry

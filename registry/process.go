@@ -2,6 +2,7 @@ package registry
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -108,11 +109,16 @@ func (p *ProcessInfo) UnmarshalJSON(b []byte) error {
 
 // SlaveNode is a slave as the master sees it (the specification's SlaveNode).
 type SlaveNode struct {
-	NodeID       string         `json:"nodeId"`
-	Identifier   string         `json:"identifier"`
-	RegisteredAt time.Time      `json:"registeredAt"`
-	LastSeen     time.Time      `json:"lastSeen"`
-	Metadata     map[string]any `json:"metadata,omitempty"`
+	// NodeID identifies the slave; in herd it is also its process id.
+	NodeID string `json:"nodeId"`
+	// Identifier is the slave's human-readable process name.
+	Identifier string `json:"identifier"`
+	// RegisteredAt is the time of the slave's first registration.
+	RegisteredAt time.Time `json:"registeredAt"`
+	// LastSeen is the time of the slave's last heartbeat.
+	LastSeen time.Time `json:"lastSeen"`
+	// Metadata is the slave's free-form application data.
+	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
 // Slave returns p as a SlaveNode.
@@ -124,6 +130,13 @@ func (p ProcessInfo) Slave() SlaveNode {
 type jsTime time.Time
 
 const jsLayout = "2006-01-02T15:04:05.000Z"
+
+// The range of timestamps in milliseconds since the epoch that jsTime reads:
+// the years 0000 to 9999.
+const (
+	minMillis = -62167219200000
+	maxMillis = 253402300799999
+)
 
 func (t jsTime) MarshalJSON() ([]byte, error) {
 	if time.Time(t).IsZero() {
@@ -143,6 +156,9 @@ func (t *jsTime) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &ms); err != nil {
 			return fmt.Errorf("timestamp %s is neither a string nor milliseconds", s)
 		}
+		if ms != ms || ms < minMillis || ms > maxMillis {
+			return fmt.Errorf("timestamp %s ms is outside the years 0000-9999", s)
+		}
 		*t = jsTime(time.UnixMilli(int64(ms)).UTC())
 		return nil
 	}
@@ -155,5 +171,94 @@ func (t *jsTime) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("timestamp %q is not RFC 3339", str)
 	}
 	*t = jsTime(v.UTC())
+	return t.check()
+}
+
+// check refuses times that toISOString would write with a six-digit year,
+// which RFC 3339 cannot read back.
+func (t jsTime) check() error {
+	if y := time.Time(t).Year(); y < 0 || y > 9999 {
+		return fmt.Errorf("timestamp year %d is outside 0000-9999", y)
+	}
 	return nil
+}
+
+// MaxMetadataBytes is the largest ProcessInfo.Metadata that Register accepts,
+// measured as its JSON encoding (16 KiB). Every heartbeat rewrites the whole
+// entry and every registration notice carries it, so it must stay small.
+const MaxMetadataBytes = 16 << 10
+
+// validate checks what Register needs to store p: an id that fits in a
+// channel name, a known role, and metadata that encodes to at most
+// MaxMetadataBytes. Errors wrap ErrInvalidProcess or ErrMetadataTooLarge.
+func (p ProcessInfo) validate() error {
+	if err := scripts.ValidateName("ProcessID", p.ProcessID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+	}
+	if p.NodeID != "" && p.NodeID != p.ProcessID {
+		if err := scripts.ValidateName("NodeID", p.NodeID); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+		}
+	}
+	if p.Role != RoleMaster && p.Role != RoleSlave {
+		return fmt.Errorf("%w: role %q of process %q is neither %q nor %q", ErrInvalidProcess, p.Role, p.ProcessID, RoleMaster, RoleSlave)
+	}
+	if p.Metadata != nil {
+		b, err := json.Marshal(p.Metadata)
+		if err != nil {
+			return fmt.Errorf("%w: metadata of process %q: %w", ErrInvalidProcess, p.ProcessID, err)
+		}
+		if len(b) > MaxMetadataBytes {
+			return fmt.Errorf("%w: metadata of process %q is %d bytes encoded, the limit is %d", ErrMetadataTooLarge, p.ProcessID, len(b), MaxMetadataBytes)
+		}
+	}
+	return nil
+}
+
+// decodeProcess reads a stored ProcessInfo leniently but checks its shape: a
+// JSON object with a processId (equal to field unless field is "") and a role
+// of master or slave. A missing nodeId means the processId, as in the
+// specification. The error describes what is wrong; callers wrap it with
+// ErrCorruptEntry and the place it was read from.
+func decodeProcess(field, value string) (ProcessInfo, error) {
+	var p ProcessInfo
+	if err := json.Unmarshal([]byte(value), &p); err != nil {
+		return ProcessInfo{}, err
+	}
+	switch {
+	case p.ProcessID == "":
+		return ProcessInfo{}, errors.New("no processId")
+	case field != "" && p.ProcessID != field:
+		return ProcessInfo{}, fmt.Errorf("processId %q differs from the field name", truncate(p.ProcessID))
+	case p.Role != RoleMaster && p.Role != RoleSlave:
+		return ProcessInfo{}, fmt.Errorf("role %q is neither %q nor %q", truncate(string(p.Role)), RoleMaster, RoleSlave)
+	}
+	if p.NodeID == "" {
+		p.NodeID = p.ProcessID
+	}
+	return p, nil
+}
+
+// copyMetadata returns a deep copy of m made through its JSON form, so that
+// the registry keeps no reference into the caller's maps. m must encode.
+func copyMetadata(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil
+	}
+	var out map[string]any
+	if json.Unmarshal(b, &out) != nil {
+		return nil
+	}
+	return out
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }

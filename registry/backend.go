@@ -1,0 +1,98 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// Backend names how the registry gives each entry its own TTL.
+type Backend string
+
+// The backends. All give the same observable behaviour; they differ in the
+// commands the server must run and in what a read costs (see
+// docs/redis-versions.md).
+const (
+	// BackendAuto picks the first backend the server runs, in the order
+	// native, hpexpire, emulated, by trying the commands once in New.
+	BackendAuto Backend = "auto"
+	// BackendNative writes entries with HSETEX ... PX (Redis 8.0+, Valkey 9.0+).
+	BackendNative Backend = "native"
+	// BackendHPExpire writes entries with HSET then HPEXPIRE in one script
+	// (Redis 7.4+).
+	BackendHPExpire Backend = "hpexpire"
+	// BackendEmulated keeps each entry's deadline (server TIME in ms) in the
+	// sorted set Keys.ProcessesExpiry; reads remove expired entries first, in
+	// the same script. It runs on every server with Lua scripting.
+	BackendEmulated Backend = "emulated"
+)
+
+// backend stores the registry's entries, each with its own TTL. Every method
+// is one round trip and safe for concurrent use.
+type backend interface {
+	// put writes the entry of p.ID and reports whether it was absent before.
+	put(ctx context.Context, p scripts.Put) (created bool, err error)
+	// remove deletes the entry of id (only while it holds *guard when guard
+	// is not nil) and reports whether a live entry was deleted.
+	remove(ctx context.Context, id string, guard *string, reason string) (bool, error)
+	// read returns the live entry of id, or all live entries when id is "",
+	// and the ids it removed because they had expired (emulated only).
+	read(ctx context.Context, id string) (entries map[string]string, removed []string, err error)
+}
+
+// pickBackend probes the server and returns the backend to use: want, when
+// the server runs it, or the best one it runs when want is BackendAuto.
+func pickBackend(ctx context.Context, c redis.UniversalClient, k scripts.Keys, want Backend) (Backend, error) {
+	native, hpexpire, err := scripts.RegistryProbe(ctx, c, k)
+	if err != nil {
+		return "", fmt.Errorf("probe the server for hash-field expiration: %w", err)
+	}
+	switch want {
+	case BackendAuto:
+		switch {
+		case native:
+			return BackendNative, nil
+		case hpexpire:
+			return BackendHPExpire, nil
+		}
+		return BackendEmulated, nil
+	case BackendNative:
+		if !native {
+			return "", fmt.Errorf("%w: %s needs HSETEX ... PX (Redis 8.0+, Valkey 9.0+)", ErrBackendUnsupported, want)
+		}
+	case BackendHPExpire:
+		if !hpexpire {
+			return "", fmt.Errorf("%w: %s needs HPEXPIRE (Redis 7.4+)", ErrBackendUnsupported, want)
+		}
+	}
+	return want, nil
+}
+
+func newBackend(b Backend, c redis.UniversalClient, k scripts.Keys) backend {
+	if b == BackendEmulated {
+		return emulated{c: c, k: k}
+	}
+	return fieldTTL{mode: string(b), c: c, k: k}
+}
+
+// parseBackend accepts the names of the constants, case-insensitively; "" is
+// BackendAuto.
+func parseBackend(b Backend) (Backend, error) {
+	switch s := Backend(strings.ToLower(string(b))); s {
+	case "", BackendAuto:
+		return BackendAuto, nil
+	case BackendNative, BackendHPExpire, BackendEmulated:
+		return s, nil
+	}
+	return "", fmt.Errorf("%w: unknown Backend %q (want auto, native, hpexpire or emulated)", ErrInvalidOptions, string(b))
+}
+
+// ttlOf is the TTL actually stored: whole milliseconds, at least one.
+func ttlOf(d time.Duration) time.Duration {
+	return max(d.Truncate(time.Millisecond), time.Millisecond)
+}

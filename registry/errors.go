@@ -1,0 +1,34 @@
+package registry
+
+import "errors"
+
+// The errors of the registry. Errors returned by this package wrap one of
+// them, or a Redis or context error, and can be tested with errors.Is.
+var (
+	// ErrNotFound: there is no live entry for the process id, or no master.
+	ErrNotFound = errors.New("registry: process not found")
+	// ErrNotRegistered: Heartbeat was called for a process id that was not
+	// registered through this Registry (or was unregistered since), so there
+	// is no last known info to renew the entry from.
+	ErrNotRegistered = errors.New("registry: process not registered through this registry")
+	// ErrInvalidProcess: Register was given info that cannot be stored (an id
+	// that would break a channel name, an unknown role, metadata that cannot
+	// be encoded as JSON).
+	ErrInvalidProcess = errors.New("registry: invalid process info")
+	// ErrMetadataTooLarge: the metadata is larger than MaxMetadataBytes once
+	// encoded as JSON.
+	ErrMetadataTooLarge = errors.New("registry: metadata too large")
+	// ErrCorruptEntry: a stored value is not a ProcessInfo JSON object (it is
+	// not JSON, or JSON of the wrong shape); something other than herd or a
+	// process following the specification wrote it.
+	ErrCorruptEntry = errors.New("registry: corrupt entry")
+	// ErrBackendUnsupported: Options.Backend names a backend whose commands
+	// the server does not run.
+	ErrBackendUnsupported = errors.New("registry: backend not supported by the server")
+	// ErrInvalidOptions: Options, TrackerOptions or the timings given to
+	// ValidateTimings are inconsistent; the message names the values.
+	ErrInvalidOptions = errors.New("registry: invalid options")
+	// ErrTrackerRunning: SlaveTracker.Run was called while another Run of the
+	// same tracker had not returned.
+	ErrTrackerRunning = errors.New("registry: slave tracker already running")
+)

@@ -1,0 +1,440 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/scripts"
+)
+
+// DefaultProcessTTL is the default Options.ProcessTTL, the specification's
+// PROCESS_TTL of 45 seconds.
+const DefaultProcessTTL = 45 * time.Second
+
+// Options configure a Registry. The zero value is usable; New fills in the
+// defaults and keeps its own copy.
+type Options struct {
+	// ProcessTTL is how long an entry stays listed after its last
+	// registration or heartbeat, stored in whole milliseconds. It must exceed
+	// twice the heartbeat interval (see ValidateTimings). Default: 45s; zero
+	// means the default, negative is an error.
+	ProcessTTL time.Duration
+	// Backend chooses how each entry gets its TTL. Default: BackendAuto, which
+	// tries the commands once in New.
+	Backend Backend
+	// Clock gives the lastSeen and registeredAt times written into entries.
+	// Default: the system clock.
+	Clock clock.Clock
+	// Logger receives the backend chosen, re-registrations and expired
+	// entries removed by reads. Default: the zero Logger, which logs nothing.
+	Logger zerolog.Logger
+	// OnError receives problems that do not fail the call that met them: a
+	// corrupt entry skipped by a read, once per field and value. It is called
+	// synchronously by the goroutine doing the read, possibly by several
+	// goroutines at once, so it must be safe for concurrent use and should
+	// return quickly. Default: nil, such problems are only logged.
+	OnError func(error)
+}
+
+// Registry is the process registry of one election: the hash
+// Keys.Processes, field = process id, value = ProcessInfo JSON, each entry
+// with its own TTL. It also reads the master's info from Keys.MasterProcess.
+//
+// A Registry is safe for concurrent use. It remembers the last info of every
+// process registered through it, which Heartbeat writes back; it starts no
+// goroutine and needs no Close.
+type Registry struct {
+	c    redis.UniversalClient
+	keys scripts.Keys
+	opts Options
+	kind Backend
+	be   backend
+
+	mu       sync.Mutex
+	own      map[string]*owned // processes registered through r, by process id
+	reported map[string]uint64 // corrupt fields already reported -> hash of the value
+}
+
+// owned is the last known info of a process registered through a Registry.
+type owned struct {
+	mu         sync.Mutex // held across each write, so one process's writes never overtake each other
+	info       ProcessInfo
+	registered bool // info has been stored once
+	gone       bool // Unregister was called
+}
+
+// New returns a Registry on client for the keys of one election. It probes
+// the server once, in one round trip, to choose the backend (or to check
+// that the server runs opts.Backend). The probe writes and deletes a field
+// of Keys.Processes within one script, so no reader ever sees it, and fails
+// when that key holds something other than a hash.
+//
+// Set ContextTimeoutEnabled on client: go-redis ignores context deadlines
+// otherwise.
+func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Options) (*Registry, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
+	}
+	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.Events == "" || keys.MasterProcess == "" {
+		return nil, fmt.Errorf("%w: keys are missing names; build them with scripts.NewKeys", ErrInvalidOptions)
+	}
+	switch {
+	case opts.ProcessTTL < 0:
+		return nil, fmt.Errorf("%w: ProcessTTL %s is negative", ErrInvalidOptions, opts.ProcessTTL)
+	case opts.ProcessTTL == 0:
+		opts.ProcessTTL = DefaultProcessTTL
+	}
+	opts.ProcessTTL = ttlOf(opts.ProcessTTL)
+	want, err := parseBackend(opts.Backend)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	kind, err := pickBackend(ctx, client, keys, want)
+	if err != nil {
+		return nil, err
+	}
+	opts.Backend = kind
+	r := &Registry{
+		c: client, keys: keys, opts: opts, kind: kind,
+		be:       newBackend(kind, client, keys),
+		own:      map[string]*owned{},
+		reported: map[string]uint64{},
+	}
+	r.opts.Logger.Info().Str("backend", string(kind)).Str("key", keys.Processes).Msg("process registry ready")
+	return r, nil
+}
+
+// Backend returns the backend in use; never BackendAuto.
+func (r *Registry) Backend() Backend { return r.kind }
+
+// ProcessTTL returns the TTL given to every entry written.
+func (r *Registry) ProcessTTL() time.Duration { return r.opts.ProcessTTL }
+
+// Register writes info as the entry of info.ProcessID with a fresh TTL and
+// announces it on Keys.Events, in one round trip; the specification's
+// registerProcess. Call it again whenever the role or the info changes.
+//
+// LastSeen is set to the clock's time. RegisteredAt, when zero, keeps the
+// value of an earlier registration of the same process through r, or is the
+// clock's time. NodeID, when empty, is ProcessID. The info is remembered for
+// Heartbeat. Errors wrap ErrInvalidProcess or ErrMetadataTooLarge when info
+// cannot be stored.
+func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
+	if err := info.validate(); err != nil {
+		return err
+	}
+	if info.NodeID == "" {
+		info.NodeID = info.ProcessID
+	}
+	info.Metadata = copyMetadata(info.Metadata)
+
+	var o *owned
+	for {
+		o = r.claim(info.ProcessID)
+		o.mu.Lock()
+		if !o.gone {
+			break
+		}
+		o.mu.Unlock() // unregistered meanwhile: claim a new record
+	}
+	defer o.mu.Unlock()
+	now := r.opts.Clock.Now()
+	if info.RegisteredAt.IsZero() {
+		info.RegisteredAt = now
+		if o.registered && !o.info.RegisteredAt.IsZero() {
+			info.RegisteredAt = o.info.RegisteredAt
+		}
+	}
+	info.LastSeen = now
+	if _, err := r.write(ctx, info, false); err != nil {
+		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
+	}
+	o.info, o.registered = info, true
+	return nil
+}
+
+// Heartbeat renews the entry of processID: a new lastSeen and a fresh TTL,
+// atomically, in one round trip; the specification's updateProcessHeartbeat.
+// When the entry is gone (it expired, the master removed it as stale, or
+// Redis lost its data) Heartbeat writes it again from the last info given to
+// Register and announces the registration, so the registry rebuilds itself
+// from live heartbeats.
+//
+// It returns ErrNotRegistered for a process that was not registered through
+// r, or was unregistered since.
+func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
+	r.mu.Lock()
+	o := r.own[processID]
+	r.mu.Unlock()
+	if o == nil {
+		return fmt.Errorf("heartbeat %q: %w", processID, ErrNotRegistered)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.gone || !o.registered {
+		return fmt.Errorf("heartbeat %q: %w", processID, ErrNotRegistered)
+	}
+	info := o.info
+	info.LastSeen = r.opts.Clock.Now()
+	created, err := r.write(ctx, info, true)
+	if err != nil {
+		return fmt.Errorf("heartbeat %q: %w", processID, err)
+	}
+	o.info.LastSeen = info.LastSeen
+	if created {
+		r.opts.Logger.Info().Str("process", processID).Msg("entry was gone; heartbeat registered it again")
+	}
+	return nil
+}
+
+// Unregister deletes the entry of processID and, when there was a live one,
+// announces it on Keys.Events. Heartbeat then refuses processID until it is
+// registered again. Unregistering an absent process is not an error.
+func (r *Registry) Unregister(ctx context.Context, processID string) error {
+	if err := scripts.ValidateName("process id", processID); err != nil {
+		return fmt.Errorf("unregister: %w: %w", ErrInvalidProcess, err)
+	}
+	r.mu.Lock()
+	o := r.own[processID]
+	delete(r.own, processID)
+	r.mu.Unlock()
+	if o != nil {
+		// Wait for a write in flight, and stop later heartbeats of o.
+		o.mu.Lock()
+		o.gone = true
+		defer o.mu.Unlock()
+	}
+	if _, err := r.be.remove(ctx, processID, nil, ""); err != nil {
+		return fmt.Errorf("unregister %q: %w", processID, err)
+	}
+	return nil
+}
+
+// Processes returns every live entry, sorted by process id; the
+// specification's getAllProcesses. Corrupt entries are skipped and reported
+// to Options.OnError.
+func (r *Registry) Processes(ctx context.Context) ([]ProcessInfo, error) {
+	entries, _, err := r.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ProcessInfo, len(entries))
+	for i, e := range entries {
+		out[i] = e.info
+	}
+	return out, nil
+}
+
+// Process returns the live entry of processID, ErrNotFound when there is
+// none, or an error wrapping ErrCorruptEntry when it cannot be read.
+func (r *Registry) Process(ctx context.Context, processID string) (ProcessInfo, error) {
+	if err := scripts.ValidateName("process id", processID); err != nil {
+		return ProcessInfo{}, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+	}
+	m, _, err := r.be.read(ctx, processID)
+	if err != nil {
+		return ProcessInfo{}, fmt.Errorf("read process %q: %w", processID, err)
+	}
+	raw, ok := m[processID]
+	if !ok {
+		return ProcessInfo{}, fmt.Errorf("process %q: %w", processID, ErrNotFound)
+	}
+	p, err := decodeProcess(processID, raw)
+	if err != nil {
+		return ProcessInfo{}, r.corrupt(processID, err)
+	}
+	return p, nil
+}
+
+// ProcessesByRole returns the live entries whose role is role, sorted by
+// process id; the specification's getProcessesByRole.
+func (r *Registry) ProcessesByRole(ctx context.Context, role Role) ([]ProcessInfo, error) {
+	if role != RoleMaster && role != RoleSlave {
+		return nil, fmt.Errorf("%w: role %q is neither %q nor %q", ErrInvalidProcess, role, RoleMaster, RoleSlave)
+	}
+	all, err := r.Processes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, p := range all {
+		if p.Role == role {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// MasterProcess returns the master's info from Keys.MasterProcess, written
+// by the lock scripts with the lock's TTL and a "term" member; the
+// specification's getMasterProcess. It returns ErrNotFound when there is no
+// master, and an error wrapping ErrCorruptEntry naming the key when the
+// value is not a ProcessInfo.
+func (r *Registry) MasterProcess(ctx context.Context) (ProcessInfo, error) {
+	v, err := r.c.Get(ctx, r.keys.MasterProcess).Result()
+	if errors.Is(err, redis.Nil) {
+		return ProcessInfo{}, fmt.Errorf("master process: %w", ErrNotFound)
+	}
+	if err != nil {
+		return ProcessInfo{}, fmt.Errorf("read master process: %w", err)
+	}
+	p, err := decodeProcess("", v)
+	if err != nil {
+		return ProcessInfo{}, fmt.Errorf("%w: key %q: %w", ErrCorruptEntry, r.keys.MasterProcess, err)
+	}
+	return p, nil
+}
+
+// Slaves returns every live slave, sorted by node id; the specification's
+// getSlaves.
+func (r *Registry) Slaves(ctx context.Context) ([]SlaveNode, error) {
+	ps, err := r.ProcessesByRole(ctx, RoleSlave)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SlaveNode, len(ps))
+	for i, p := range ps {
+		out[i] = p.Slave()
+	}
+	return out, nil
+}
+
+// Slave returns the live slave nodeID, or ErrNotFound when there is no live
+// entry for it or it is not a slave; the specification's getSlave.
+func (r *Registry) Slave(ctx context.Context, nodeID string) (SlaveNode, error) {
+	p, err := r.Process(ctx, nodeID)
+	if err != nil {
+		return SlaveNode{}, err
+	}
+	if p.Role != RoleSlave {
+		return SlaveNode{}, fmt.Errorf("slave %q: it is the %s: %w", nodeID, p.Role, ErrNotFound)
+	}
+	return p.Slave(), nil
+}
+
+// SlaveCount returns the number of live slaves; the specification's
+// getSlaveCount. It reads the whole registry.
+func (r *Registry) SlaveCount(ctx context.Context) (int, error) {
+	ps, err := r.ProcessesByRole(ctx, RoleSlave)
+	return len(ps), err
+}
+
+// ProcessChannel returns the routing channel of the live process processID,
+// "worker:slave:<processID>", or ErrNotFound when it is not registered.
+func (r *Registry) ProcessChannel(ctx context.Context, processID string) (string, error) {
+	p, err := r.Process(ctx, processID)
+	if err != nil {
+		return "", err
+	}
+	return p.Channel(), nil
+}
+
+// entry is a decoded entry with the raw value it was read from.
+type entry struct {
+	info ProcessInfo
+	raw  string
+}
+
+// load reads every live entry, sorted by process id, skipping and reporting
+// corrupt ones, and returns the ids the read removed as expired.
+func (r *Registry) load(ctx context.Context) ([]entry, []string, error) {
+	m, removed, err := r.be.read(ctx, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
+	}
+	if len(removed) > 0 {
+		r.opts.Logger.Debug().Strs("processes", removed).Msg("removed expired registry entries")
+	}
+	out := make([]entry, 0, len(m))
+	bad := map[string]uint64{}
+	for field, raw := range m {
+		p, err := decodeProcess(field, raw)
+		if err != nil {
+			bad[field] = hashOf(raw)
+			r.reportOnce(field, bad[field], err)
+			continue
+		}
+		out = append(out, entry{info: p, raw: raw})
+	}
+	r.mu.Lock()
+	for f := range r.reported {
+		if _, ok := bad[f]; !ok {
+			delete(r.reported, f)
+		}
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].info.ProcessID < out[j].info.ProcessID })
+	return out, removed, nil
+}
+
+// reportOnce hands the corrupt field to OnError unless the same value of
+// the same field has been reported already.
+func (r *Registry) reportOnce(field string, h uint64, err error) {
+	r.mu.Lock()
+	seen, ok := r.reported[field]
+	r.reported[field] = h
+	r.mu.Unlock()
+	if ok && seen == h {
+		return
+	}
+	cerr := r.corrupt(field, err)
+	r.opts.Logger.Warn().Err(cerr).Msg("skipped a corrupt registry entry")
+	if r.opts.OnError != nil {
+		r.opts.OnError(cerr)
+	}
+}
+
+func (r *Registry) corrupt(field string, err error) error {
+	return fmt.Errorf("%w: field %q of %q: %w", ErrCorruptEntry, truncate(field), r.keys.Processes, err)
+}
+
+// removeStale deletes e's entry if it still holds the value e was read from.
+func (r *Registry) removeStale(ctx context.Context, e entry) (bool, error) {
+	ok, err := r.be.remove(ctx, e.info.ProcessID, &e.raw, "stale")
+	if err != nil {
+		return false, fmt.Errorf("remove stale process %q: %w", e.info.ProcessID, err)
+	}
+	return ok, nil
+}
+
+func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool) (bool, error) {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+	}
+	return r.be.put(ctx, scripts.Put{
+		ID: info.ProcessID, Value: b, Role: string(info.Role),
+		TTL: r.opts.ProcessTTL, Heartbeat: heartbeat,
+	})
+}
+
+// claim returns the owned record of id, creating it when needed.
+func (r *Registry) claim(id string) *owned {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.own[id]
+	if o == nil {
+		o = &owned{}
+		r.own[id] = o
+	}
+	return o
+}
+
+func hashOf(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}

@@ -1,0 +1,512 @@
+package registry
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// TestRegistry runs the registry suite on miniredis, with each backend
+// miniredis runs. The integration tests run the same suite on real servers.
+func TestRegistry(t *testing.T) {
+	for _, tg := range miniTargets {
+		t.Run(tg.name, func(t *testing.T) { registrySuite(t, tg) })
+	}
+}
+
+// registrySuite is the behaviour every backend must have, on every server.
+func registrySuite(t *testing.T, tg target) {
+	t.Run("register and read", func(t *testing.T) { testRegisterAndRead(t, tg) })
+	t.Run("notices", func(t *testing.T) { testNotices(t, tg) })
+	t.Run("heartbeat renews", func(t *testing.T) { testHeartbeatRenews(t, tg) })
+	t.Run("heartbeat re-registers", func(t *testing.T) { testHeartbeatReregisters(t, tg) })
+	t.Run("heartbeat refused", func(t *testing.T) { testHeartbeatRefused(t, tg) })
+	t.Run("role change", func(t *testing.T) { testRoleChange(t, tg) })
+	t.Run("invalid input", func(t *testing.T) { testInvalidInput(t, tg) })
+	t.Run("corrupt entries", func(t *testing.T) { testCorruptEntries(t, tg) })
+	t.Run("master process", func(t *testing.T) { testMasterProcess(t, tg) })
+	t.Run("concurrent use", func(t *testing.T) { testConcurrent(t, tg) })
+}
+
+func testRegisterAndRead(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	s1 := slave("s1")
+	s1.Metadata = map[string]any{"zone": "eu-1", "weight": 1.5, "tags": []any{"a", "b"}}
+	m := ProcessInfo{ProcessID: "m1", Role: RoleMaster, Identifier: "svc", Term: 7}
+	e.register(s1, m)
+
+	wantS1 := s1
+	wantS1.NodeID, wantS1.LastSeen, wantS1.RegisteredAt = "s1", start, start
+	wantM := m
+	wantM.NodeID, wantM.LastSeen, wantM.RegisteredAt = "m1", start, start
+
+	all, err := e.reg.Processes(e.ctx)
+	if err != nil || !reflect.DeepEqual(all, []ProcessInfo{wantM, wantS1}) {
+		t.Fatalf("Processes = %+v, %v; want %+v", all, err, []ProcessInfo{wantM, wantS1})
+	}
+	got, err := e.reg.Process(e.ctx, "s1")
+	if err != nil || !reflect.DeepEqual(got, wantS1) {
+		t.Errorf("Process(s1) = %+v, %v; want %+v", got, err, wantS1)
+	}
+	masters, err := e.reg.ProcessesByRole(e.ctx, RoleMaster)
+	if err != nil || !reflect.DeepEqual(masters, []ProcessInfo{wantM}) {
+		t.Errorf("ProcessesByRole(master) = %+v, %v", masters, err)
+	}
+	slaves, err := e.reg.Slaves(e.ctx)
+	if err != nil || !reflect.DeepEqual(slaves, []SlaveNode{wantS1.Slave()}) {
+		t.Errorf("Slaves = %+v, %v", slaves, err)
+	}
+	sn, err := e.reg.Slave(e.ctx, "s1")
+	if err != nil || !reflect.DeepEqual(sn, wantS1.Slave()) {
+		t.Errorf("Slave(s1) = %+v, %v", sn, err)
+	}
+	if n, err := e.reg.SlaveCount(e.ctx); n != 1 || err != nil {
+		t.Errorf("SlaveCount = %d, %v; want 1", n, err)
+	}
+	if ch, err := e.reg.ProcessChannel(e.ctx, "s1"); ch != "worker:slave:s1" || err != nil {
+		t.Errorf("ProcessChannel(s1) = %q, %v", ch, err)
+	}
+
+	for name, err := range map[string]error{
+		"Process(absent)":        second(e.reg.Process(e.ctx, "absent")),
+		"Slave(absent)":          second(e.reg.Slave(e.ctx, "absent")),
+		"Slave(m1), the master":  second(e.reg.Slave(e.ctx, "m1")),
+		"ProcessChannel(absent)": second(e.reg.ProcessChannel(e.ctx, "absent")),
+	} {
+		if !isNotFound(err) {
+			t.Errorf("%s: %v, want ErrNotFound", name, err)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func testNotices(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	ch := e.events()
+
+	e.register(slave("a"))
+	v := expectNotice(t, ch, "registered", "a")
+	p, _ := v["process"].(map[string]any)
+	if v["role"] != "slave" || p["processId"] != "a" || p["lastSeen"] != "2026-03-04T05:06:07.000Z" {
+		t.Errorf("registered notice %v lacks the role or the process", v)
+	}
+	e.heartbeat("a") // the entry is live: no notice
+	if err := e.reg.Unregister(e.ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	expectNotice(t, ch, "unregistered", "a")
+	if err := e.reg.Unregister(e.ctx, "a"); err != nil { // absent: no notice
+		t.Fatal(err)
+	}
+	e.register(ProcessInfo{ProcessID: "b", Role: RoleMaster})
+	if v := expectNotice(t, ch, "registered", "b"); v["role"] != "master" {
+		t.Errorf("notice %v, want role master", v)
+	}
+}
+
+func testHeartbeatRenews(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	e.register(slave("a"), slave("b"))
+	half := e.ttl * 6 / 10
+	e.pass(half)
+	e.heartbeat("a")
+	p, err := e.reg.Process(e.ctx, "a")
+	if err != nil || !p.LastSeen.Equal(start.Add(half)) || !p.RegisteredAt.Equal(start) {
+		t.Fatalf("after a heartbeat: %+v, %v; want lastSeen %s, registeredAt %s", p, err, start.Add(half), start)
+	}
+	e.pass(half) // 1.2 TTL after registering: b expired, a renewed
+	if got := e.ids(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("Processes after 1.2 TTL lists %v, want [a]", got)
+	}
+	if _, err := e.reg.Process(e.ctx, "b"); !isNotFound(err) {
+		t.Errorf("Process(b) after its TTL: %v, want ErrNotFound", err)
+	}
+	e.pass(e.ttl)
+	if got := e.ids(); len(got) != 0 {
+		t.Errorf("Processes after every TTL lists %v", got)
+	}
+	if n, err := e.reg.SlaveCount(e.ctx); n != 0 || err != nil {
+		t.Errorf("SlaveCount = %d, %v; want 0", n, err)
+	}
+}
+
+func testHeartbeatReregisters(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	ch := e.events()
+	e.register(slave("a"), slave("b"))
+	expectNotice(t, ch, "registered", "a")
+	expectNotice(t, ch, "registered", "b")
+
+	// The data is lost, as in a restart without persistence.
+	if err := e.c.Del(e.ctx, e.keys.Processes, e.keys.ProcessesExpiry).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.pass(time.Second)
+	e.heartbeat("a")
+	expectNotice(t, ch, "registered", "a")
+	p, err := e.reg.Process(e.ctx, "a")
+	if err != nil || !p.RegisteredAt.Equal(start) || !p.LastSeen.Equal(start.Add(time.Second)) || p.Identifier != "worker-a" {
+		t.Fatalf("re-registered entry %+v, %v; want the last info with a new lastSeen", p, err)
+	}
+
+	// The entry expired: the heartbeat writes it again.
+	e.pass(e.ttl + time.Second)
+	e.heartbeat("b")
+	expectNotice(t, ch, "registered", "b")
+	if got := e.ids(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("Processes lists %v, want [b]", got)
+	}
+}
+
+func testHeartbeatRefused(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	if err := e.reg.Heartbeat(e.ctx, "never"); !errors.Is(err, ErrNotRegistered) {
+		t.Errorf("Heartbeat(never registered) = %v, want ErrNotRegistered", err)
+	}
+	e.register(slave("a"))
+	if err := e.reg.Unregister(e.ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reg.Heartbeat(e.ctx, "a"); !errors.Is(err, ErrNotRegistered) {
+		t.Errorf("Heartbeat(unregistered) = %v, want ErrNotRegistered", err)
+	}
+	if got := e.ids(); len(got) != 0 {
+		t.Errorf("Processes lists %v after Unregister and a refused heartbeat", got)
+	}
+	e.register(slave("a"))
+	e.heartbeat("a")
+}
+
+func testRoleChange(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	e.register(slave("a"))
+	e.pass(time.Second)
+	e.register(ProcessInfo{ProcessID: "a", Role: RoleMaster, Identifier: "worker-a"})
+	p, err := e.reg.Process(e.ctx, "a")
+	if err != nil || p.Role != RoleMaster || !p.RegisteredAt.Equal(start) || !p.LastSeen.Equal(start.Add(time.Second)) {
+		t.Fatalf("after the role change: %+v, %v", p, err)
+	}
+	if n, err := e.reg.SlaveCount(e.ctx); n != 0 || err != nil {
+		t.Errorf("SlaveCount = %d, %v; want 0", n, err)
+	}
+	// A heartbeat writes the latest info, not the first.
+	e.pass(time.Second)
+	e.heartbeat("a")
+	if p, err := e.reg.Process(e.ctx, "a"); err != nil || p.Role != RoleMaster {
+		t.Errorf("after a heartbeat: %+v, %v; want role master", p, err)
+	}
+}
+
+func testInvalidInput(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	big := strings.Repeat("x", MaxMetadataBytes)
+	for _, tc := range []struct {
+		name string
+		info ProcessInfo
+		want error
+	}{
+		{"empty id", ProcessInfo{Role: RoleSlave}, ErrInvalidProcess},
+		{"id with a space", ProcessInfo{ProcessID: "a b", Role: RoleSlave}, ErrInvalidProcess},
+		{"id with a glob", ProcessInfo{ProcessID: "a*", Role: RoleSlave}, ErrInvalidProcess},
+		{"id with a quote", ProcessInfo{ProcessID: `a"`, Role: RoleSlave}, ErrInvalidProcess},
+		{"node id with a newline", ProcessInfo{ProcessID: "a", NodeID: "a\nb", Role: RoleSlave}, ErrInvalidProcess},
+		{"no role", ProcessInfo{ProcessID: "a"}, ErrInvalidProcess},
+		{"unknown role", ProcessInfo{ProcessID: "a", Role: "leader"}, ErrInvalidProcess},
+		{"metadata that is not JSON", ProcessInfo{ProcessID: "a", Role: RoleSlave, Metadata: map[string]any{"f": func() {}}}, ErrInvalidProcess},
+		{"metadata too large", ProcessInfo{ProcessID: "a", Role: RoleSlave, Metadata: map[string]any{"x": big}}, ErrMetadataTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := e.reg.Register(e.ctx, tc.info); !errors.Is(err, tc.want) {
+				t.Errorf("Register = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if got := e.ids(); len(got) != 0 {
+		t.Errorf("refused registrations wrote %v", got)
+	}
+	fits := map[string]any{"x": strings.Repeat("x", MaxMetadataBytes-8)} // {"x":"…"} is 8 bytes more
+	e.register(ProcessInfo{ProcessID: "a", Role: RoleSlave, Metadata: fits})
+
+	for name, err := range map[string]error{
+		"Process(bad id)":         second(e.reg.Process(e.ctx, "a b")),
+		"Process(empty id)":       second(e.reg.Process(e.ctx, "")),
+		"Unregister(bad id)":      e.reg.Unregister(e.ctx, "a*"),
+		"ProcessesByRole(leader)": second(e.reg.ProcessesByRole(e.ctx, "leader")),
+	} {
+		if !errors.Is(err, ErrInvalidProcess) {
+			t.Errorf("%s = %v, want ErrInvalidProcess", name, err)
+		}
+	}
+}
+
+func testCorruptEntries(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	e.register(slave("good"))
+	garbage := map[string]string{
+		"not-json":    "{oops",
+		"array":       `[1,2]`,
+		"string":      `"hello"`,
+		"no-id":       `{"role":"slave"}`,
+		"other-id":    `{"processId":"someone","role":"slave"}`,
+		"bad-role":    `{"processId":"bad-role","role":"boss"}`,
+		"bad-time":    `{"processId":"bad-time","role":"slave","lastSeen":"yesterday"}`,
+		"bad-caps":    `{"processId":"bad-caps","role":"slave","capabilities":"all"}`,
+		"bad-meta":    `{"processId":"bad-meta","role":"slave","metadata":[1]}`,
+		"future-year": `{"processId":"future-year","role":"slave","lastSeen":1e20}`,
+	}
+	for f, v := range garbage {
+		if err := e.c.HSet(e.ctx, e.keys.Processes, f, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A spec-following writer's entry, without herd's extensions: read.
+	spec := `{"processId":"js","nodeId":"js","role":"slave","lastSeen":"2026-03-04T05:06:07.123Z",` +
+		`"capabilities":{"canProcessDetections":false,"maxSubscriptions":3,"preferredWorkload":10}}`
+	if err := e.c.HSet(e.ctx, e.keys.Processes, "js", spec).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	for round := 0; round < 2; round++ {
+		if got := e.ids(); !slices.Equal(got, []string{"good", "js"}) {
+			t.Fatalf("Processes lists %v, want [good js]", got)
+		}
+		errs := e.errs.take()
+		if round == 1 {
+			if len(errs) != 0 {
+				t.Fatalf("the second read reported again: %v", errs)
+			}
+			break
+		}
+		reported := map[string]bool{}
+		for _, err := range errs {
+			if !errors.Is(err, ErrCorruptEntry) {
+				t.Errorf("reported %v, want ErrCorruptEntry", err)
+			}
+			for f := range garbage {
+				if strings.Contains(err.Error(), `field "`+f+`"`) {
+					reported[f] = true
+				}
+			}
+		}
+		if len(errs) != len(garbage) || len(reported) != len(garbage) {
+			t.Fatalf("reported %d errors naming %d fields, want one per field (%d): %v", len(errs), len(reported), len(garbage), errs)
+		}
+	}
+	// A new value in the same field is reported again.
+	if err := e.c.HSet(e.ctx, e.keys.Processes, "array", `[3]`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.reg.SlaveCount(e.ctx); n != 2 || err != nil {
+		t.Fatalf("SlaveCount = %d, %v; want 2", n, err)
+	}
+	if errs := e.errs.take(); len(errs) != 1 || !strings.Contains(errs[0].Error(), `"array"`) {
+		t.Errorf("after a new value: %v, want one error naming the field", errs)
+	}
+	if _, err := e.reg.Process(e.ctx, "not-json"); !errors.Is(err, ErrCorruptEntry) || !strings.Contains(err.Error(), "not-json") {
+		t.Errorf("Process(corrupt) = %v, want ErrCorruptEntry naming it", err)
+	}
+	js, err := e.reg.Process(e.ctx, "js")
+	if err != nil || js.Capabilities.MaxSubscriptions != 3 || js.LastSeen.Nanosecond() != 123e6 {
+		t.Errorf("Process(js) = %+v, %v", js, err)
+	}
+}
+
+func testMasterProcess(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	if _, err := e.reg.MasterProcess(e.ctx); !isNotFound(err) {
+		t.Errorf("MasterProcess with no master = %v, want ErrNotFound", err)
+	}
+	info := ProcessInfo{ProcessID: "m", NodeID: "m", Role: RoleMaster, Identifier: "svc", LastSeen: start, RegisteredAt: start}
+	b, err := info.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := scripts.Acquire(e.ctx, e.c, e.keys, "m", time.Minute, b)
+	if err != nil || got.Term == 0 {
+		t.Fatalf("Acquire = %+v, %v", got, err)
+	}
+	mp, err := e.reg.MasterProcess(e.ctx)
+	info.Term = got.Term
+	if err != nil || !reflect.DeepEqual(mp, info) {
+		t.Errorf("MasterProcess = %+v, %v; want %+v", mp, err, info)
+	}
+	if err := e.c.Set(e.ctx, e.keys.MasterProcess, "garbage", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.MasterProcess(e.ctx); !errors.Is(err, ErrCorruptEntry) || !strings.Contains(err.Error(), e.keys.MasterProcess) {
+		t.Errorf("MasterProcess on garbage = %v, want ErrCorruptEntry naming the key", err)
+	}
+}
+
+// testConcurrent runs every operation from several goroutines at once (for
+// the race detector) and checks the outcome.
+func testConcurrent(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	var wg sync.WaitGroup
+	ids := []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}
+	for i, id := range ids {
+		wg.Go(func() {
+			for round := range 10 {
+				if err := e.reg.Register(e.ctx, slave(id)); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := e.reg.Heartbeat(e.ctx, id); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := e.reg.Processes(e.ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%2 == 1 && round == 9 {
+					if err := e.reg.Unregister(e.ctx, id); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := e.ids(); !slices.Equal(got, []string{"p0", "p2", "p4", "p6"}) {
+		t.Errorf("Processes lists %v, want the four processes that did not unregister", got)
+	}
+}
+
+func TestEmulatedReadRemovesExpired(t *testing.T) {
+	e := newEnv(t, miniTarget(BackendEmulated), Options{})
+	ch := e.events()
+	e.register(slave("a"), slave("b"))
+	expectNotice(t, ch, "registered", "a")
+	expectNotice(t, ch, "registered", "b")
+	e.pass(e.ttl / 2)
+	e.heartbeat("b")
+	e.pass(e.ttl / 2) // a's deadline is now
+	entries, removed, err := e.reg.be.read(e.ctx, "")
+	if err != nil || !slices.Equal(removed, []string{"a"}) || len(entries) != 1 {
+		t.Fatalf("read = %v, removed %v, %v; want b, removed [a]", entries, removed, err)
+	}
+	if v := expectNotice(t, ch, "unregistered", "a"); v["reason"] != "expired" {
+		t.Errorf("notice %v, want reason expired", v)
+	}
+	if n := e.c.ZCard(e.ctx, e.keys.ProcessesExpiry).Val(); n != 1 {
+		t.Errorf("the expiry set holds %d ids, want 1", n)
+	}
+	if n := e.c.HLen(e.ctx, e.keys.Processes).Val(); n != 1 {
+		t.Errorf("the hash holds %d entries, want 1", n)
+	}
+}
+
+func TestStaleRemovalIsGuarded(t *testing.T) {
+	for _, tg := range miniTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			e := newEnv(t, tg, Options{})
+			e.register(slave("a"))
+			entries, _, err := e.reg.load(e.ctx)
+			if err != nil || len(entries) != 1 {
+				t.Fatalf("load = %v, %v", entries, err)
+			}
+			e.pass(time.Second)
+			e.heartbeat("a") // written after the read: the removal must not delete it
+			if ok, err := e.reg.removeStale(e.ctx, entries[0]); ok || err != nil {
+				t.Fatalf("removeStale of a rewritten entry = %v, %v; want false", ok, err)
+			}
+			entries, _, _ = e.reg.load(e.ctx)
+			if ok, err := e.reg.removeStale(e.ctx, entries[0]); !ok || err != nil {
+				t.Fatalf("removeStale of an unchanged entry = %v, %v; want true", ok, err)
+			}
+			if got := e.ids(); len(got) != 0 {
+				t.Errorf("Processes lists %v after the removal", got)
+			}
+		})
+	}
+}
+
+func TestNew(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+	keys := scripts.NewKeys("new-test", false)
+
+	for _, tc := range []struct {
+		name string
+		keys scripts.Keys
+		opts Options
+		want Backend
+		err  error
+	}{
+		{"auto picks native on miniredis", keys, Options{}, BackendNative, nil},
+		{"auto by name", keys, Options{Backend: "AUTO"}, BackendNative, nil},
+		{"native", keys, Options{Backend: BackendNative}, BackendNative, nil},
+		{"emulated", keys, Options{Backend: BackendEmulated}, BackendEmulated, nil},
+		{"hpexpire is not run by miniredis", keys, Options{Backend: BackendHPExpire}, "", ErrBackendUnsupported},
+		{"unknown backend", keys, Options{Backend: "fast"}, "", ErrInvalidOptions},
+		{"negative TTL", keys, Options{ProcessTTL: -time.Second}, "", ErrInvalidOptions},
+		{"zero keys", scripts.Keys{}, Options{}, "", ErrInvalidOptions},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg, err := New(ctx, c, tc.keys, tc.opts)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("New = %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil || reg.Backend() != tc.want || reg.ProcessTTL() != DefaultProcessTTL {
+				t.Fatalf("New = %v (%v, TTL %v); want %s, TTL %s", err, reg, reg.ProcessTTL(), tc.want, DefaultProcessTTL)
+			}
+		})
+	}
+	if n := c.Exists(ctx, keys.Processes).Val(); n != 0 {
+		t.Errorf("the probe left the registry hash behind")
+	}
+
+	// A registry key of the wrong type is an error, not a fallback.
+	if err := c.Set(ctx, keys.Processes, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, c, keys, Options{}); err == nil || !strings.Contains(err.Error(), "not a hash") {
+		t.Errorf("New on a string key = %v, want an error saying it is not a hash", err)
+	}
+	if _, err := New(ctx, nil, keys, Options{}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New(nil client) = %v, want ErrInvalidOptions", err)
+	}
+}
+
+func TestValidateTimings(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		ttl, beat, slaveLimit time.Duration
+		want                  string // part of the error, "" for none
+	}{
+		{"defaults", 45 * time.Second, 10 * time.Second, 15 * time.Second, ""},
+		{"slave interval", 45 * time.Second, 5 * time.Second, 15 * time.Second, ""},
+		{"ttl twice the heartbeat", 20 * time.Second, 10 * time.Second, 15 * time.Second, "ProcessTTL 20s must exceed twice the heartbeat interval 10s"},
+		{"ttl below the heartbeat", 5 * time.Second, 10 * time.Second, 15 * time.Second, "ProcessTTL 5s"},
+		{"slave timeout equal to the heartbeat", 45 * time.Second, 10 * time.Second, 10 * time.Second, "SlaveTimeout 10s must exceed the heartbeat interval 10s"},
+		{"zero ttl", 0, time.Second, time.Second, "ProcessTTL 0s must be positive"},
+		{"zero heartbeat", time.Second, 0, time.Second, "heartbeat interval 0s must be positive"},
+		{"negative slave timeout", time.Minute, time.Second, -time.Second, "SlaveTimeout -1s must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidateTimings(tc.ttl, tc.beat, tc.slaveLimit)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("ValidateTimings = %v, want nil", err)
+			case tc.want != "" && (!errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("ValidateTimings = %v, want ErrInvalidOptions with %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,316 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/herdkit/herd/internal/clock"
+)
+
+// Defaults of TrackerOptions, the specification's values.
+const (
+	// DefaultSlaveTimeout is the specification's SLAVE_TIMEOUT_MS, 15s.
+	DefaultSlaveTimeout = 15 * time.Second
+	// DefaultSweepInterval is the slaves' default CheckInterval, 5s, so a
+	// stale slave is reported within SlaveTimeout + one sweep interval.
+	DefaultSweepInterval = 5 * time.Second
+)
+
+// noticeQueue is how many notices Notice buffers before it drops them.
+const noticeQueue = 1024
+
+// TrackerOptions configure a SlaveTracker. The zero value is usable.
+type TrackerOptions struct {
+	// SlaveTimeout is how old a slave's lastSeen may get before the master
+	// removes its entry and reports it gone (the specification's
+	// cleanupStaleSlaves). lastSeen is written with the slave's clock and
+	// compared with Clock, so it must also exceed the clock skew between
+	// hosts. Default: 15s; negative is an error.
+	SlaveTimeout time.Duration
+	// SweepInterval is the period of the sweep that reads the whole registry,
+	// removes stale slaves and catches every change a notice did not report.
+	// Default: 5s; negative is an error.
+	SweepInterval time.Duration
+	// Clock drives the sweeps and the staleness test. Default: the
+	// registry's clock.
+	Clock clock.Clock
+	// Self is the process id of the master running the tracker; that entry
+	// is never reported, whatever its role. Default: "" (none).
+	Self string
+	// OnJoin is called when a slave joins. Default: nil.
+	OnJoin func(SlaveNode)
+	// OnLeave is called with the node id of a slave that left: it
+	// unregistered, became master, expired, or went stale and was removed.
+	// Default: nil.
+	OnLeave func(nodeID string)
+	// OnError receives the errors of sweeps and malformed notices; the
+	// tracker goes on. Default: the registry's Options.OnError.
+	OnError func(error)
+}
+
+// SlaveTracker is the master's view of its slaves: it reports each slave
+// joining and leaving, exactly once per transition, from two sources that it
+// reconciles in one goroutine: the notices the registry scripts publish on
+// Keys.Events (fast), fed in through Notice, and a periodic sweep of the
+// registry (the fallback for lost notices, and the only source for entries
+// that expired or went stale).
+//
+// Run it while the process is master, with a ctx cancelled when the
+// mastership ends. Each Run starts from nothing and first reports OnJoin for
+// every live slave already registered, so a consumer built on the callbacks
+// alone starts from the full set; within one Run a slave is reported joined
+// only when it was not, and left only when it was, so a notice and a sweep
+// seeing the same change yield one callback. A slave removed as stale that
+// heartbeats again re-registers and is reported joined again.
+//
+// OnJoin, OnLeave and OnError are called from the goroutine running Run, one
+// at a time, in order. They may block; while they do, notices queue up (up to
+// 1024), then are dropped and counted by Dropped, and the tracker sweeps as
+// soon as it can to catch up. Notice never blocks.
+//
+// Not guaranteed: a slave that joins and leaves between two sweeps while its
+// notices are dropped is never reported; a Redis restart that loses the data
+// reports every slave as left, then as joined again as each heartbeats.
+type SlaveTracker struct {
+	reg  *Registry
+	opts TrackerOptions
+
+	notices chan []byte   // queued notices, consumed by Run
+	resync  chan struct{} // a notice was dropped: sweep soon (capacity 1)
+	dropped atomic.Uint64
+	running atomic.Bool
+
+	afterSweep func() // test hook, called by Run after each sweep; nil otherwise
+}
+
+// NewSlaveTracker returns a tracker of reg's slaves. It does no I/O.
+func NewSlaveTracker(reg *Registry, opts TrackerOptions) (*SlaveTracker, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: nil registry", ErrInvalidOptions)
+	}
+	switch {
+	case opts.SlaveTimeout < 0:
+		return nil, fmt.Errorf("%w: SlaveTimeout %s is negative", ErrInvalidOptions, opts.SlaveTimeout)
+	case opts.SweepInterval < 0:
+		return nil, fmt.Errorf("%w: SweepInterval %s is negative", ErrInvalidOptions, opts.SweepInterval)
+	}
+	if opts.SlaveTimeout == 0 {
+		opts.SlaveTimeout = DefaultSlaveTimeout
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	if opts.Clock == nil {
+		opts.Clock = reg.opts.Clock
+	}
+	if opts.OnError == nil {
+		opts.OnError = reg.opts.OnError
+	}
+	return &SlaveTracker{
+		reg: reg, opts: opts,
+		notices: make(chan []byte, noticeQueue),
+		resync:  make(chan struct{}, 1),
+	}, nil
+}
+
+// Notice hands the tracker a message received on Keys.Events. It never
+// blocks: when the queue is full the notice is dropped, counted, and the
+// tracker sweeps soon instead. Messages other than the registry's
+// "registered" and "unregistered" notices (such as the lock scripts'
+// "acquired" and "released") are ignored, so the subscriber may forward
+// everything. Safe for concurrent use, also while Run is not running (the
+// next Run discards what queued up meanwhile).
+func (t *SlaveTracker) Notice(payload []byte) {
+	select {
+	case t.notices <- append([]byte(nil), payload...):
+	default:
+		t.dropped.Add(1)
+		select {
+		case t.resync <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Dropped returns how many notices were dropped because the queue was full.
+func (t *SlaveTracker) Dropped() uint64 { return t.dropped.Load() }
+
+// Run tracks the slaves until ctx is done, then returns nil; it calls no
+// callback after ctx is done. It returns ErrTrackerRunning at once when
+// another Run of t has not returned. Sweep errors go to OnError and the next
+// sweep retries.
+func (t *SlaveTracker) Run(ctx context.Context) error {
+	if !t.running.CompareAndSwap(false, true) {
+		return ErrTrackerRunning
+	}
+	defer t.running.Store(false)
+	t.discardQueued()
+
+	s := &trackerState{t: t, known: map[string]SlaveNode{}}
+	timer := t.opts.Clock.NewTimer(t.opts.SweepInterval)
+	defer timer.Stop()
+	s.sweep(ctx)
+	t.swept()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case p := <-t.notices:
+			s.notice(ctx, p)
+			continue
+		case <-t.resync:
+		case <-timer.C():
+		}
+		s.sweep(ctx)
+		timer.Reset(t.opts.SweepInterval)
+		t.swept()
+	}
+}
+
+func (t *SlaveTracker) discardQueued() {
+	for {
+		select {
+		case <-t.notices:
+		case <-t.resync:
+		default:
+			return
+		}
+	}
+}
+
+func (t *SlaveTracker) swept() {
+	if t.afterSweep != nil {
+		t.afterSweep()
+	}
+}
+
+// trackerState is the state of one Run, owned by its goroutine.
+type trackerState struct {
+	t     *SlaveTracker
+	known map[string]SlaveNode // reported joined and not yet left, by process id
+}
+
+// notice is the JSON the registry scripts publish on Keys.Events.
+type notice struct {
+	Event   string          `json:"event"`
+	NodeID  string          `json:"nodeId"`
+	Role    Role            `json:"role"`
+	Process json.RawMessage `json:"process"`
+	Reason  string          `json:"reason"`
+}
+
+func (s *trackerState) notice(ctx context.Context, payload []byte) {
+	var n notice
+	if err := json.Unmarshal(payload, &n); err != nil {
+		s.fail(ctx, fmt.Errorf("events notice %q is not JSON: %w", truncate(string(payload)), err))
+		return
+	}
+	switch n.Event {
+	case "registered":
+		p, err := decodeProcess(n.NodeID, string(n.Process))
+		if err != nil {
+			s.fail(ctx, fmt.Errorf("registered notice for %q: %w: %w", truncate(n.NodeID), ErrCorruptEntry, err))
+			return
+		}
+		if p.Role == RoleSlave {
+			s.join(ctx, p)
+		} else {
+			s.leave(ctx, p.ProcessID)
+		}
+	case "unregistered":
+		s.leave(ctx, n.NodeID)
+	}
+}
+
+// sweep reads the registry, removes the stale slaves and reconciles known
+// with what is left: leaves first, then joins, each in process id order.
+func (s *trackerState) sweep(ctx context.Context) {
+	t := s.t
+	entries, _, err := t.reg.load(ctx)
+	if err != nil {
+		s.fail(ctx, fmt.Errorf("sweep slaves: %w", err))
+		return
+	}
+	now := t.opts.Clock.Now()
+	present := map[string]ProcessInfo{}
+	for _, e := range entries {
+		id := e.info.ProcessID
+		if e.info.Role != RoleSlave || id == t.opts.Self {
+			continue
+		}
+		if now.Sub(e.info.LastSeen) <= t.opts.SlaveTimeout {
+			present[id] = e.info
+			continue
+		}
+		removed, err := t.reg.removeStale(ctx, e)
+		switch {
+		case err != nil:
+			s.fail(ctx, err)
+			fallthrough
+		case !removed:
+			// Not removed, or rewritten since the read: leave it as it is
+			// until the next sweep decides.
+			if _, ok := s.known[id]; ok {
+				present[id] = e.info
+			}
+		default:
+			t.reg.opts.Logger.Info().Str("process", id).Time("lastSeen", e.info.LastSeen).
+				Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
+		}
+	}
+	for _, id := range sortedKeys(s.known) {
+		if _, ok := present[id]; !ok {
+			s.leave(ctx, id)
+		}
+	}
+	for _, id := range sortedKeys(present) {
+		s.join(ctx, present[id])
+	}
+}
+
+// join reports p unless it is known (or is the tracker's own process).
+func (s *trackerState) join(ctx context.Context, p ProcessInfo) {
+	if _, ok := s.known[p.ProcessID]; ok || p.ProcessID == s.t.opts.Self || ctx.Err() != nil {
+		return
+	}
+	node := p.Slave()
+	s.known[p.ProcessID] = node
+	if s.t.opts.OnJoin != nil {
+		s.t.opts.OnJoin(node)
+	}
+}
+
+// leave reports id if it is known.
+func (s *trackerState) leave(ctx context.Context, id string) {
+	node, ok := s.known[id]
+	if !ok || ctx.Err() != nil {
+		return
+	}
+	delete(s.known, id)
+	if s.t.opts.OnLeave != nil {
+		s.t.opts.OnLeave(node.NodeID)
+	}
+}
+
+func (s *trackerState) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // the run is over; the error is its cancellation
+	}
+	s.t.reg.opts.Logger.Warn().Err(err).Msg("slave tracker")
+	if s.t.opts.OnError != nil {
+		s.t.opts.OnError(err)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,330 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const (
+	testSlaveTimeout  = 15 * time.Second
+	testSweepInterval = 5 * time.Second
+)
+
+// trackerEnv runs a SlaveTracker on an env, feeding it the events channel
+// the way the election loop does, and records its callbacks in order.
+type trackerEnv struct {
+	*env
+	tr     *SlaveTracker
+	got    chan string // "join:<id>", "leave:<id>", "error"
+	sweeps chan struct{}
+	joined chan SlaveNode
+	cancel context.CancelFunc
+	done   chan error
+	seq    atomic.Int64
+}
+
+// startTracker starts a tracker on e; with feed it forwards every message of
+// the events channel to Notice.
+func startTracker(t *testing.T, e *env, opts TrackerOptions, feed bool) *trackerEnv {
+	t.Helper()
+	te := newTracker(t, e, opts)
+	if feed {
+		ps := e.c.Subscribe(e.ctx, e.keys.Events)
+		if _, err := ps.Receive(e.ctx); err != nil {
+			t.Fatalf("subscribe: %v", err)
+		}
+		fwd := make(chan struct{})
+		go func() {
+			defer close(fwd)
+			for m := range ps.Channel() {
+				te.tr.Notice([]byte(m.Payload))
+			}
+		}()
+		t.Cleanup(func() { _ = ps.Close(); <-fwd })
+	}
+	te.run(t)
+	te.waitSweep(t) // the initial sweep
+	return te
+}
+
+func newTracker(t *testing.T, e *env, opts TrackerOptions) *trackerEnv {
+	t.Helper()
+	te := &trackerEnv{env: e, got: make(chan string, 4096), sweeps: make(chan struct{}, 64), joined: make(chan SlaveNode, 4096)}
+	if opts.SlaveTimeout == 0 {
+		opts.SlaveTimeout = testSlaveTimeout
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = testSweepInterval
+	}
+	opts.OnJoin = func(n SlaveNode) { te.joined <- n; te.got <- "join:" + n.NodeID }
+	opts.OnLeave = func(id string) { te.got <- "leave:" + id }
+	opts.OnError = func(error) { te.got <- "error" }
+	tr, err := NewSlaveTracker(e.reg, opts)
+	if err != nil {
+		t.Fatalf("NewSlaveTracker: %v", err)
+	}
+	tr.afterSweep = func() { te.sweeps <- struct{}{} }
+	te.tr = tr
+	return te
+}
+
+// run starts Run in a goroutine stopped and waited for by a t.Cleanup.
+func (te *trackerEnv) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(te.ctx)
+	te.cancel, te.done = cancel, make(chan error, 1)
+	go func() { te.done <- te.tr.Run(ctx) }()
+	t.Cleanup(func() { _ = te.stop() })
+}
+
+// stop ends the running Run and returns its error.
+func (te *trackerEnv) stop() error {
+	if te.cancel == nil {
+		return nil
+	}
+	te.cancel()
+	te.cancel = nil
+	return <-te.done
+}
+
+func (te *trackerEnv) waitSweep(t *testing.T) {
+	t.Helper()
+	select {
+	case <-te.sweeps:
+	case <-time.After(hang):
+		t.Fatal("no sweep")
+	}
+}
+
+// sweep moves time on by one sweep interval and waits for the sweep.
+func (te *trackerEnv) sweep(t *testing.T) {
+	t.Helper()
+	te.pass(testSweepInterval)
+	te.waitSweep(t)
+}
+
+// expect reads the next callbacks and compares them with want.
+func (te *trackerEnv) expect(t *testing.T, want ...string) {
+	t.Helper()
+	var got []string
+	for range want {
+		select {
+		case g := <-te.got:
+			got = append(got, g)
+		case <-time.After(hang):
+			t.Fatalf("callbacks %v, want %v", got, want)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("callbacks %v, want %v", got, want)
+	}
+}
+
+// settle publishes a message the tracker reports as an error and waits for
+// it: every notice published before has then been handled. It fails if any
+// other callback came first.
+func (te *trackerEnv) settle(t *testing.T) {
+	t.Helper()
+	if err := te.c.Publish(te.ctx, te.keys.Events, fmt.Sprintf("barrier %d", te.seq.Add(1))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	te.expect(t, "error")
+}
+
+func TestTracker(t *testing.T) {
+	for _, tg := range miniTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			e := newEnv(t, tg, Options{})
+			e.register(slave("old"))
+			e.pass(testSlaveTimeout + time.Second)
+			e.register(slave("s2"), slave("s1"), ProcessInfo{ProcessID: "m", Role: RoleSlave}, ProcessInfo{ProcessID: "x", Role: RoleMaster})
+
+			te := startTracker(t, e, TrackerOptions{Self: "m"}, true)
+			// Every live slave already registered, in order; not the master's
+			// own entry; not the stale one, which is removed.
+			te.expect(t, "join:s1", "join:s2")
+			if n := <-te.joined; n.Identifier != "worker-s1" || !n.RegisteredAt.Equal(e.clk.Now()) {
+				t.Errorf("joined %+v, want worker-s1 registered now", n)
+			}
+			if _, err := e.reg.Process(e.ctx, "old"); !isNotFound(err) {
+				t.Errorf("the stale slave is still registered: %v", err)
+			}
+			te.settle(t) // the stale removal's notice is not reported
+
+			// A join by notice, not reported again by the sweep.
+			e.register(slave("s3"))
+			te.expect(t, "join:s3")
+			te.sweep(t)
+			te.settle(t)
+
+			// A leave by notice, not reported again by the sweep.
+			if err := e.reg.Unregister(e.ctx, "s1"); err != nil {
+				t.Fatal(err)
+			}
+			te.expect(t, "leave:s1")
+			te.sweep(t)
+			te.settle(t)
+
+			// s2 stops heartbeating: removed and reported once when its
+			// lastSeen is older than SlaveTimeout.
+			e.heartbeat("s2")
+			for i := 0; i < 3; i++ { // up to 15s after s2's last heartbeat
+				e.heartbeat("s3")
+				te.sweep(t)
+			}
+			te.settle(t)
+			e.heartbeat("s3")
+			te.sweep(t) // 20s after s2's last heartbeat
+			te.expect(t, "leave:s2")
+			if _, err := e.reg.Process(e.ctx, "s2"); !isNotFound(err) {
+				t.Errorf("the stale slave is still registered: %v", err)
+			}
+			te.sweep(t)
+			te.settle(t)
+
+			// s2 was alive after all: its next heartbeat registers it again.
+			e.heartbeat("s2")
+			te.expect(t, "join:s2")
+
+			// A slave that becomes master leaves the slaves.
+			e.register(ProcessInfo{ProcessID: "s3", Role: RoleMaster})
+			te.expect(t, "leave:s3")
+			te.sweep(t)
+			te.settle(t)
+			if te.tr.Dropped() != 0 {
+				t.Errorf("Dropped = %d", te.tr.Dropped())
+			}
+		})
+	}
+}
+
+// TestTrackerExpiry: an entry that expires (no notice on the native
+// backends) is reported gone once.
+func TestTrackerExpiry(t *testing.T) {
+	for _, tg := range miniTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			e := newEnv(t, tg, Options{ProcessTTL: 10 * time.Second})
+			e.register(slave("a"), slave("b"))
+			te := startTracker(t, e, TrackerOptions{}, true)
+			te.expect(t, "join:a", "join:b")
+			te.sweep(t)
+			e.heartbeat("b")
+			te.sweep(t) // a's TTL has passed, its lastSeen is 10s old
+			te.expect(t, "leave:a")
+			te.settle(t)
+			e.heartbeat("b")
+			te.sweep(t)
+			te.settle(t)
+		})
+	}
+}
+
+// TestTrackerWithoutNotices: the sweep alone reports every change.
+func TestTrackerWithoutNotices(t *testing.T) {
+	for _, tg := range miniTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			e := newEnv(t, tg, Options{})
+			te := startTracker(t, e, TrackerOptions{}, false)
+			e.register(slave("a"))
+			te.sweep(t)
+			te.expect(t, "join:a")
+			if err := e.reg.Unregister(e.ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			te.sweep(t)
+			te.expect(t, "leave:a")
+		})
+	}
+}
+
+func TestTrackerNotices(t *testing.T) {
+	e := newEnv(t, miniTarget(BackendNative), Options{})
+	te := newTracker(t, e, TrackerOptions{})
+	// Queued while no Run is running, and more than the queue holds: the
+	// overflow is counted, and Run discards the queue and sweeps instead.
+	ghost := []byte(`{"event":"registered","nodeId":"ghost","role":"slave","process":{"processId":"ghost","role":"slave"}}`)
+	for range noticeQueue + 1 {
+		te.tr.Notice(ghost)
+	}
+	if d := te.tr.Dropped(); d != 1 {
+		t.Errorf("Dropped = %d, want 1", d)
+	}
+	te.run(t)
+	te.waitSweep(t)
+
+	for _, tc := range []struct {
+		name    string
+		payload string
+		want    []string
+	}{
+		{"not JSON", `{"event":`, []string{"error"}},
+		{"corrupt process", `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"b","role":"slave"}}`, []string{"error"}},
+		{"no process", `{"event":"registered","nodeId":"a","role":"slave"}`, []string{"error"}},
+		{"lock notice", `{"event":"acquired","nodeId":"m","term":3}`, nil},
+		{"unknown event", `{"event":"rebalanced"}`, nil},
+		{"unregistered unknown slave", `{"event":"unregistered","nodeId":"zz"}`, nil},
+		{"registered master", `{"event":"registered","nodeId":"m","role":"master","process":{"processId":"m","role":"master"}}`, nil},
+		{"registered slave", `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"a","role":"slave"}}`, []string{"join:a"}},
+		{"registered again", `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"a","role":"slave"}}`, nil},
+		{"unregistered", `{"event":"unregistered","nodeId":"a","reason":"stale"}`, []string{"leave:a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			te.tr.Notice([]byte(tc.payload))
+			te.tr.Notice([]byte("end")) // reported as an error after tc's callbacks
+			te.expect(t, append(tc.want, "error")...)
+		})
+	}
+	if d := te.tr.Dropped(); d != 1 {
+		t.Errorf("Dropped = %d, want still 1", d)
+	}
+}
+
+func TestTrackerRuns(t *testing.T) {
+	e := newEnv(t, miniTarget(BackendNative), Options{})
+	e.register(slave("a"))
+	te := startTracker(t, e, TrackerOptions{}, false)
+	te.expect(t, "join:a")
+	if err := te.tr.Run(e.ctx); !errors.Is(err, ErrTrackerRunning) {
+		t.Errorf("a second Run = %v, want ErrTrackerRunning", err)
+	}
+	if err := te.stop(); err != nil {
+		t.Errorf("Run returned %v after its ctx ended, want nil", err)
+	}
+	// A new run starts from nothing: a is reported again.
+	te.run(t)
+	te.waitSweep(t)
+	te.expect(t, "join:a")
+	if err := te.stop(); err != nil {
+		t.Errorf("Run returned %v after its ctx ended, want nil", err)
+	}
+}
+
+func TestNewSlaveTracker(t *testing.T) {
+	e := newEnv(t, miniTarget(BackendNative), Options{})
+	for _, tc := range []struct {
+		name string
+		reg  *Registry
+		opts TrackerOptions
+		want string
+	}{
+		{"nil registry", nil, TrackerOptions{}, "nil registry"},
+		{"negative timeout", e.reg, TrackerOptions{SlaveTimeout: -1}, "SlaveTimeout"},
+		{"negative interval", e.reg, TrackerOptions{SweepInterval: -1}, "SweepInterval"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewSlaveTracker(tc.reg, tc.opts)
+			if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("NewSlaveTracker = %v, want ErrInvalidOptions naming %s", err, tc.want)
+			}
+		})
+	}
+	tr, err := NewSlaveTracker(e.reg, TrackerOptions{})
+	if err != nil || tr.opts.SlaveTimeout != DefaultSlaveTimeout || tr.opts.SweepInterval != DefaultSweepInterval || tr.opts.Clock != e.clk {
+		t.Errorf("defaults: %+v, %v", tr.opts, err)
+	}
+}
