@@ -1,0 +1,167 @@
+package pubsub
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/scripts"
+)
+
+// DefaultLockName is the lock name of the specification; the events channel
+// and the master inbox derive from it ("master-election:events",
+// "master-election:master-inbox").
+const DefaultLockName = "master-election"
+
+// Config configures a Router, Subscriber or Inbox. The zero value of every
+// field means its default; DefaultConfig returns them filled in. The
+// constructors copy the Config, so changing it afterwards has no effect.
+type Config struct {
+	// LockName is the election's lock name, from which the events channel
+	// and the master inbox channel are derived (scripts.NewKeys). It must be
+	// the one the election uses. Default: DefaultLockName.
+	LockName string
+	// Cluster wraps the lock name in a Redis Cluster hash tag, as the
+	// election does with the same setting. Default: false.
+	Cluster bool
+	// SlavePrefix is the prefix of the per-process channels; a process with
+	// id X listens on SlavePrefix+X. Default: scripts.DefaultSlavePrefix
+	// ("worker:slave:").
+	SlavePrefix string
+	// OnError receives the errors of a Subscriber's or Inbox's loop: stale
+	// messages (*StaleTermError), undeliverable ones (*MessageError) and
+	// connection problems (ErrConnection). It is called on the loop
+	// goroutine, one call at a time, in the order the problems occur; it
+	// must not block, since the loop waits for it, and must not call Close.
+	// Default: nil, errors are dropped (Rejected still counts stale ones).
+	OnError func(error)
+	// PingInterval is how long the loop waits for traffic before it sends
+	// PING; when the next interval passes without any reply either, the
+	// connection is replaced. Detects silently dead connections within
+	// 2 × PingInterval. Default: 15s.
+	PingInterval time.Duration
+	// MaxRetryDelay caps the wait between attempts to reconnect after a
+	// receive error; the wait starts at 10ms and doubles. Default: 1s.
+	MaxRetryDelay time.Duration
+	// Clock stamps sentAt and times the loop's waits. Default: the real clock.
+	Clock clock.Clock
+	// Terms, when set, is read by a Subscriber before it judges each routed
+	// message, and its term raised into the fence: pass the election
+	// (*masterelection.MasterElection implements it) so that the terms its
+	// lock checks see fence messages too. Used by Subscriber only.
+	// Default: nil.
+	Terms TermSource
+}
+
+// TermSource tells the highest master term this process has observed by
+// other means than the routing connection. It must be safe for concurrent
+// use and cheap: it is called once per routed message.
+type TermSource interface {
+	ObservedTerm() int64
+}
+
+// Default values of Config.
+const (
+	DefaultPingInterval  = 15 * time.Second
+	DefaultMaxRetryDelay = time.Second
+	minRetryDelay        = 10 * time.Millisecond
+)
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		LockName:      DefaultLockName,
+		SlavePrefix:   scripts.DefaultSlavePrefix,
+		PingInterval:  DefaultPingInterval,
+		MaxRetryDelay: DefaultMaxRetryDelay,
+		Clock:         clock.Real{},
+	}
+}
+
+// Validate reports the first field that cannot be used, with its value.
+// Zero values are valid: they mean the default.
+func (c Config) Validate() error {
+	if c.LockName != "" {
+		if err := checkName("LockName", c.LockName); err != nil {
+			return err
+		}
+	}
+	if c.SlavePrefix != "" {
+		if err := checkName("SlavePrefix", c.SlavePrefix); err != nil {
+			return err
+		}
+	}
+	if c.PingInterval < 0 {
+		return fmt.Errorf("pubsub: PingInterval (%s) is negative", c.PingInterval)
+	}
+	if c.PingInterval > 0 && c.PingInterval < 10*time.Millisecond {
+		return fmt.Errorf("pubsub: PingInterval (%s) is below the minimum of 10ms", c.PingInterval)
+	}
+	if c.MaxRetryDelay < 0 {
+		return fmt.Errorf("pubsub: MaxRetryDelay (%s) is negative", c.MaxRetryDelay)
+	}
+	if c.MaxRetryDelay > 0 && c.MaxRetryDelay < minRetryDelay {
+		return fmt.Errorf("pubsub: MaxRetryDelay (%s) is below the first retry delay (%s)", c.MaxRetryDelay, minRetryDelay)
+	}
+	return nil
+}
+
+// withDefaults validates c and fills in its zero fields.
+func (c Config) withDefaults() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	d := DefaultConfig()
+	if c.LockName == "" {
+		c.LockName = d.LockName
+	}
+	if c.SlavePrefix == "" {
+		c.SlavePrefix = d.SlavePrefix
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = d.PingInterval
+	}
+	if c.MaxRetryDelay == 0 {
+		c.MaxRetryDelay = d.MaxRetryDelay
+	}
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	return c, nil
+}
+
+func (c Config) keys() scripts.Keys { return scripts.NewKeys(c.LockName, c.Cluster) }
+
+// SlaveChannel returns the channel of the process processID under the
+// default prefix: "worker:slave:<processID>", the specification's name.
+// It does not validate processID; Router.Send and NewSubscriber do.
+func SlaveChannel(processID string) string { return scripts.DefaultSlavePrefix + processID }
+
+// SlaveChannel returns the channel of processID under c's prefix (the
+// default prefix when c.SlavePrefix is empty).
+func (c Config) SlaveChannel(processID string) string {
+	if c.SlavePrefix == "" {
+		return SlaveChannel(processID)
+	}
+	return c.SlavePrefix + processID
+}
+
+// MasterInbox returns the channel on which slaves report to the master:
+// "<lock name>:master-inbox" (with the defaults applied to empty fields).
+func (c Config) MasterInbox() string {
+	if c.LockName == "" {
+		c.LockName = DefaultLockName
+	}
+	return c.keys().MasterInbox
+}
+
+// checkName validates one name that ends up in a channel or an envelope.
+func checkName(what, s string) error {
+	if len(s) > MaxNameLen {
+		return fmt.Errorf("%w: %s is %d bytes long, the limit is %d", ErrInvalidName, what, len(s), MaxNameLen)
+	}
+	if err := scripts.ValidateName(what, s); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidName, err)
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package pubsub
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Errors returned or reported by this package. Match them with errors.Is;
+// the typed errors below (NoSubscriberError, StaleTermError, MessageError)
+// match their sentinel too.
+var (
+	// ErrNotMaster is returned by Router.Send and Router.Broadcast when this
+	// process is not the master, or its mastership has no live term.
+	ErrNotMaster = errors.New("pubsub: not master")
+	// ErrNoSubscriber is matched by a *NoSubscriberError: PUBLISH reached no
+	// subscriber, so nobody received the message.
+	ErrNoSubscriber = errors.New("pubsub: no subscriber")
+	// ErrStaleTerm is matched by a *StaleTermError: a message carried a term
+	// lower than the highest master term the subscriber has seen.
+	ErrStaleTerm = errors.New("pubsub: stale term")
+	// ErrInvalidName wraps the reason a slave id, node id, message type,
+	// lock name or channel prefix cannot be used.
+	ErrInvalidName = errors.New("pubsub: invalid name")
+	// ErrInvalidPayload wraps the reason a payload cannot be encoded as JSON.
+	ErrInvalidPayload = errors.New("pubsub: invalid payload")
+	// ErrPayloadTooLarge is returned when a payload exceeds MaxPayloadSize,
+	// and reported when a received envelope does.
+	ErrPayloadTooLarge = errors.New("pubsub: payload too large")
+	// ErrMalformedEnvelope wraps the reason a received message is not a valid
+	// envelope.
+	ErrMalformedEnvelope = errors.New("pubsub: malformed envelope")
+	// ErrUnknownType is reported when a message's type has no handler and no
+	// default handler is registered.
+	ErrUnknownType = errors.New("pubsub: unknown message type")
+	// ErrHandlerPanic is reported when a handler panicked; the loop goes on.
+	ErrHandlerPanic = errors.New("pubsub: handler panicked")
+	// ErrStarted is returned by Start when the loop is already running.
+	ErrStarted = errors.New("pubsub: already started")
+	// ErrClosed is returned by Start after Close.
+	ErrClosed = errors.New("pubsub: closed")
+	// ErrConnection wraps receive and reconnect failures reported while the
+	// loop keeps retrying; messages published meanwhile are lost.
+	ErrConnection = errors.New("pubsub: connection problem")
+)
+
+// NoSubscriberError is returned by Router.Send (and joined into the error of
+// Router.Broadcast) when PUBLISH to a slave's channel reached no subscriber:
+// the slave is gone or not listening, and the message is lost. The caller
+// should reassign the slave's work (see docs/routing.md).
+type NoSubscriberError struct {
+	// SlaveID is the process id of the slave that did not receive the message.
+	SlaveID string
+}
+
+func (e *NoSubscriberError) Error() string {
+	return fmt.Sprintf("pubsub: no subscriber on the channel of slave %q", e.SlaveID)
+}
+
+// Is reports whether target is ErrNoSubscriber.
+func (e *NoSubscriberError) Is(target error) bool { return target == ErrNoSubscriber }
+
+// NoSubscribers returns the slave ids of every *NoSubscriberError in err's
+// tree, in order: for Broadcast, the slaves that received nothing.
+func NoSubscribers(err error) []string {
+	var ids []string
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *NoSubscriberError:
+			ids = append(ids, e.SlaveID)
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return ids
+}
+
+// StaleTermError is reported by a Subscriber for each message it rejects
+// because its term is lower than the highest master term seen: the sender
+// was master once but has been superseded.
+type StaleTermError struct {
+	// Term is the term the message carried.
+	Term int64
+	// Highest is the highest master term the subscriber had seen.
+	Highest int64
+	// From is the node id of the sender.
+	From string
+	// ID and Type identify the rejected message.
+	ID, Type string
+}
+
+func (e *StaleTermError) Error() string {
+	return "pubsub: rejected message " + strconv.Quote(e.ID) + " of type " + strconv.Quote(e.Type) +
+		" from " + strconv.Quote(e.From) + ": term " + strconv.FormatInt(e.Term, 10) +
+		" is older than term " + strconv.FormatInt(e.Highest, 10)
+}
+
+// Is reports whether target is ErrStaleTerm.
+func (e *StaleTermError) Is(target error) bool { return target == ErrStaleTerm }
+
+// MessageError is reported when one received message could not be
+// delivered: it was malformed or oversized, its type had no handler, or its
+// handler returned an error or panicked. Err says which, and matches one of
+// ErrMalformedEnvelope, ErrPayloadTooLarge, ErrUnknownType, ErrHandlerPanic,
+// ErrNotMaster (an inbox report while not master) or the handler's own error.
+type MessageError struct {
+	// Channel is the channel the message arrived on.
+	Channel string
+	// ID, Type and From are copied from the envelope when it could be
+	// decoded, and empty otherwise.
+	ID, Type, From string
+	// Err is the reason.
+	Err error
+}
+
+func (e *MessageError) Error() string {
+	if e.ID == "" {
+		return fmt.Sprintf("message on %q: %v", e.Channel, e.Err)
+	}
+	return fmt.Sprintf("message %q of type %q from %q on %q: %v", e.ID, e.Type, e.From, e.Channel, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *MessageError) Unwrap() error { return e.Err }

@@ -1,0 +1,151 @@
+package pubsub_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/pubsub"
+)
+
+// staticLeader stands in for *masterelection.MasterElection in the examples.
+type staticLeader struct {
+	id   string
+	term int64
+}
+
+func (l staticLeader) NodeID() string { return l.id }
+func (l staticLeader) IsMaster() bool { return l.term > 0 }
+func (l staticLeader) Term() int64    { return l.term }
+
+// exampleRedis starts an in-process Redis for the examples.
+func exampleRedis() (*miniredis.Miniredis, *redis.Client) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	opts := clientOptions(mr.Addr())
+	return mr, redis.NewClient(opts)
+}
+
+func ExampleSlaveChannel() {
+	fmt.Println(pubsub.SlaveChannel("backend-7f3a"))
+	fmt.Println(pubsub.Config{}.MasterInbox())
+	// Output:
+	// worker:slave:backend-7f3a
+	// master-election:master-inbox
+}
+
+// The master routes a command to one slave; the slave handles it by type.
+func ExampleRouter_Send() {
+	mr, client := exampleRedis()
+	defer mr.Close()
+	defer client.Close()
+	ctx := context.Background()
+
+	// Slave side.
+	slave, err := pubsub.NewSubscriber(client, "slave-1", pubsub.Config{})
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	_ = slave.Handle("assign-camera", func(ctx context.Context, m pubsub.Message) error {
+		var cam struct{ Camera string }
+		if err := m.Decode(&cam); err != nil {
+			return err
+		}
+		fmt.Printf("%s from %s (term %d): camera %s\n", m.Type, m.From, m.Term, cam.Camera)
+		close(done)
+		return nil
+	})
+	if err := slave.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer slave.Close()
+
+	// Master side.
+	router, err := pubsub.NewRouter(client, staticLeader{"master-1", 1763770000123}, nil, pubsub.Config{})
+	if err != nil {
+		panic(err)
+	}
+	if err := router.Send(ctx, "slave-1", "assign-camera", map[string]string{"camera": "lobby"}); err != nil {
+		panic(err)
+	}
+	<-done
+	// Output:
+	// assign-camera from master-1 (term 1763770000123): camera lobby
+}
+
+// When no process listens on the slave's channel, Send says so and the
+// master can hand the work to another slave.
+func ExampleNoSubscriberError() {
+	mr, client := exampleRedis()
+	defer mr.Close()
+	defer client.Close()
+
+	router, _ := pubsub.NewRouter(client, staticLeader{"master-1", 5}, nil, pubsub.Config{})
+	err := router.Send(context.Background(), "slave-gone", "assign-camera", nil)
+	var nse *pubsub.NoSubscriberError
+	if errors.As(err, &nse) {
+		fmt.Println("reassign the work of", nse.SlaveID)
+	}
+	// Output:
+	// reassign the work of slave-gone
+}
+
+// A slave rejects messages from a master whose term has been superseded.
+func ExampleSubscriber_ObserveTerm() {
+	mr, client := exampleRedis()
+	defer mr.Close()
+	defer client.Close()
+	ctx := context.Background()
+
+	rejected := make(chan struct{})
+	slave, _ := pubsub.NewSubscriber(client, "slave-1", pubsub.Config{
+		OnError: func(err error) {
+			var se *pubsub.StaleTermError
+			if errors.As(err, &se) {
+				fmt.Printf("refused %s from %s: term %d < %d\n", se.Type, se.From, se.Term, se.Highest)
+				close(rejected)
+			}
+		},
+	})
+	_ = slave.Start(ctx)
+	defer slave.Close()
+
+	// The election's check says term 8 exists; the old master still has 7.
+	slave.ObserveTerm(8)
+	stale, _ := pubsub.NewRouter(client, staticLeader{"old-master", 7}, nil, pubsub.Config{})
+	_ = stale.Send(ctx, "slave-1", "stop-camera", nil) // Redis delivers it...
+	<-rejected                                         // ...and the slave refuses it.
+	fmt.Println("rejected:", slave.Rejected())
+	// Output:
+	// refused stop-camera from old-master: term 7 < 8
+	// rejected: 1
+}
+
+// A slave reports to the master's inbox; the handler learns the sender.
+func ExampleSubscriber_ReportToMaster() {
+	mr, client := exampleRedis()
+	defer mr.Close()
+	defer client.Close()
+	ctx := context.Background()
+
+	inbox, _ := pubsub.NewInbox(client, staticLeader{"master-1", 3}, pubsub.Config{})
+	got := make(chan pubsub.Message, 1)
+	_ = inbox.Handle("load", pubsub.Chan(got))
+	_ = inbox.Start(ctx)
+	defer inbox.Close()
+
+	slave, _ := pubsub.NewSubscriber(client, "slave-1", pubsub.Config{})
+	if err := slave.ReportToMaster(ctx, "load", map[string]int{"percent": 40}); err != nil {
+		panic(err)
+	}
+	m := <-got
+	fmt.Println(m.From, m.Type, string(m.Payload))
+	// Output:
+	// slave-1 load {"percent":40}
+}

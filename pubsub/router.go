@@ -1,0 +1,170 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/registry"
+)
+
+// Leader is what the Router needs to know about this process's mastership.
+// *masterelection.MasterElection implements it. Implementations must be safe
+// for concurrent use.
+type Leader interface {
+	// NodeID is this process's node id; it is the envelope's "from".
+	NodeID() string
+	// IsMaster reports whether this process holds the master lock.
+	IsMaster() bool
+	// Term is the fencing term of the current mastership, or 0 when this
+	// process is not master (or no longer sure it is).
+	Term() int64
+}
+
+// SlaveLister lists the live slaves for Router.Broadcast.
+// *registry.Registry implements it.
+type SlaveLister interface {
+	Slaves(ctx context.Context) ([]registry.SlaveNode, error)
+}
+
+// Router is the master's side of routing: it publishes envelopes stamped with
+// the current term to the slaves' channels. It starts no goroutine and keeps
+// no connection of its own; it is safe for concurrent use.
+type Router struct {
+	client redis.UniversalClient
+	leader Leader
+	slaves SlaveLister
+	cfg    Config
+}
+
+// NewRouter returns a Router publishing through client on behalf of leader.
+// slaves is used by Broadcast only and may be nil when Broadcast is not used.
+func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, cfg Config) (*Router, error) {
+	if client == nil {
+		return nil, errors.New("pubsub: NewRouter: client is nil")
+	}
+	if leader == nil {
+		return nil, errors.New("pubsub: NewRouter: leader is nil")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkName("leader NodeID", leader.NodeID()); err != nil {
+		return nil, err
+	}
+	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg}, nil
+}
+
+// Send publishes one message of type msgType to the channel of slaveID,
+// stamped with the current term, with one PUBLISH. payload is encoded as
+// described on Message: json.RawMessage as it is, anything else through
+// json.Marshal.
+//
+// It returns ErrNotMaster when this process is not master (IsMaster is false
+// or Term is 0), a *NoSubscriberError (errors.Is ErrNoSubscriber) when no
+// process is subscribed to the channel, and an error matching
+// ErrInvalidName, ErrInvalidPayload or ErrPayloadTooLarge for bad input. A
+// nil error means Redis handed the message to at least one subscriber's
+// connection; it does not mean the slave processed it.
+func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any) error {
+	if err := checkName("slave id", slaveID); err != nil {
+		return err
+	}
+	data, _, err := r.envelope(msgType, payload)
+	if err != nil {
+		return err
+	}
+	n, err := r.client.Publish(ctx, r.cfg.SlaveChannel(slaveID), data).Result()
+	if err != nil {
+		return fmt.Errorf("publish to slave %q: %w", slaveID, err)
+	}
+	if n == 0 {
+		return &NoSubscriberError{SlaveID: slaveID}
+	}
+	return nil
+}
+
+// Broadcast sends one message (one id, one term) to every live slave the
+// SlaveLister returns, except this process, in one pipelined round trip.
+// delivered counts the slaves whose PUBLISH reached a subscriber. err joins
+// a *NoSubscriberError for each slave that had none (list them with
+// NoSubscribers) and the errors of single PUBLISH commands; it is
+// ErrNotMaster, and nothing is sent, when this process is not master before
+// or after listing the slaves.
+func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (delivered int, err error) {
+	if r.slaves == nil {
+		return 0, errors.New("pubsub: Broadcast: the Router has no SlaveLister")
+	}
+	data, term, err := r.envelope(msgType, payload)
+	if err != nil {
+		return 0, err
+	}
+	nodes, err := r.slaves.Slaves(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list slaves: %w", err)
+	}
+	// Listing took a round trip: do not publish for a mastership that ended meanwhile.
+	if !r.leader.IsMaster() || r.leader.Term() != term {
+		return 0, ErrNotMaster
+	}
+	self := r.leader.NodeID()
+	seen := make(map[string]bool, len(nodes))
+	var ids []string
+	var errs []error
+	for _, n := range nodes {
+		if n.NodeID == self || seen[n.NodeID] {
+			continue
+		}
+		seen[n.NodeID] = true
+		if err := checkName("slave id", n.NodeID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ids = append(ids, n.NodeID)
+	}
+	if len(ids) == 0 {
+		return 0, errors.Join(errs...)
+	}
+	pipe := r.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.Publish(ctx, r.cfg.SlaveChannel(id), data)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	for i, c := range cmds {
+		n, err := c.Result()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("publish to slave %q: %w", ids[i], err))
+		case n == 0:
+			errs = append(errs, &NoSubscriberError{SlaveID: ids[i]})
+		default:
+			delivered++
+		}
+	}
+	return delivered, errors.Join(errs...)
+}
+
+// envelope validates the input, reads the term once and encodes.
+func (r *Router) envelope(msgType string, payload any) ([]byte, int64, error) {
+	if err := checkName("message type", msgType); err != nil {
+		return nil, 0, err
+	}
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !r.leader.IsMaster() {
+		return nil, 0, ErrNotMaster
+	}
+	term := r.leader.Term()
+	if term <= 0 {
+		return nil, 0, ErrNotMaster
+	}
+	data, err := encode(uuid.NewString(), r.leader.NodeID(), term, msgType, raw, r.cfg.Clock.Now())
+	return data, term, err
+}

@@ -1,0 +1,228 @@
+package pubsub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// Subscriber is a slave's side of routing: it receives the messages routed
+// to its own channel, rejects those from superseded masters, and hands the
+// others to handlers, in order. It also sends reports to the master.
+//
+// It listens to its channel and to the election's events channel on ONE
+// connection, so a takeover notice and the messages around it arrive in the
+// order Redis executed the PUBLISH commands. Its only goroutine is the loop
+// started by Start and stopped (and waited for) by Close. All methods are
+// safe for concurrent use.
+type Subscriber struct {
+	client    redis.UniversalClient
+	processID string
+	channel   string
+	keys      scripts.Keys
+	cfg       Config
+	mux       mux
+	recv      receiver
+
+	highest  atomic.Int64  // highest master term seen
+	rejected atomic.Uint64 // messages rejected for a stale term
+}
+
+// NewSubscriber returns a Subscriber for the process processID (its node id),
+// listening on cfg.SlaveChannel(processID). It does not touch Redis until
+// Start.
+func NewSubscriber(client redis.UniversalClient, processID string, cfg Config) (*Subscriber, error) {
+	if client == nil {
+		return nil, errors.New("pubsub: NewSubscriber: client is nil")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkName("process id", processID); err != nil {
+		return nil, err
+	}
+	s := &Subscriber{client: client, processID: processID, channel: cfg.SlaveChannel(processID), keys: cfg.keys(), cfg: cfg}
+	s.recv = receiver{
+		client:       client,
+		channels:     []string{s.channel, s.keys.Events},
+		cfg:          cfg,
+		onMessage:    s.onMessage,
+		onSubscribed: s.onSubscribed,
+	}
+	return s, nil
+}
+
+// Channel returns the channel this Subscriber listens on.
+func (s *Subscriber) Channel() string { return s.channel }
+
+// Handle registers h for messages of type msgType, replacing any previous
+// one; a nil h removes it. It may be called before or after Start.
+func (s *Subscriber) Handle(msgType string, h Handler) error { return s.mux.handle(msgType, h) }
+
+// HandleDefault registers h for messages whose type has no handler of its
+// own (nil removes it). Without one, such messages are reported as
+// ErrUnknownType and dropped.
+func (s *Subscriber) HandleDefault(h Handler) { s.mux.handleDefault(h) }
+
+// Start subscribes to the slave channel and the events channel, waits until
+// Redis confirms both, reads the last minted term from Redis (so that a
+// stale master is fenced from the first message), and starts the loop. ctx
+// bounds these steps; the loop runs until Close. Handlers registered after
+// Start see only later messages.
+func (s *Subscriber) Start(ctx context.Context) error { return s.recv.start(ctx) }
+
+// Close stops the loop and waits for it to return; the handler running at
+// that moment sees its ctx cancelled. Close is idempotent and must not be
+// called from a handler or OnError.
+func (s *Subscriber) Close() error { return s.recv.close() }
+
+// ObserveTerm tells the Subscriber that a master term exists, for example
+// the term the election's check script returned; messages with a lower term
+// are rejected from then on. Terms lower than one already seen are ignored.
+// (Config.Terms does the same by polling, once per message.)
+func (s *Subscriber) ObserveTerm(term int64) {
+	for {
+		h := s.highest.Load()
+		if term <= h || s.highest.CompareAndSwap(h, term) {
+			return
+		}
+	}
+}
+
+// HighestTerm returns the highest master term seen so far (0: none yet).
+func (s *Subscriber) HighestTerm() int64 { return s.highest.Load() }
+
+// Rejected returns how many messages were rejected for a stale term.
+func (s *Subscriber) Rejected() uint64 { return s.rejected.Load() }
+
+// ReportToMaster publishes a report of type msgType to the master inbox
+// (cfg.MasterInbox()), from this process with term 0. It returns an error
+// matching ErrNoSubscriber when no Inbox is listening. It does not need
+// Start.
+func (s *Subscriber) ReportToMaster(ctx context.Context, msgType string, payload any) error {
+	if err := checkName("message type", msgType); err != nil {
+		return err
+	}
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return err
+	}
+	data, err := encode(uuid.NewString(), s.processID, 0, msgType, raw, s.cfg.Clock.Now())
+	if err != nil {
+		return err
+	}
+	n, err := s.client.Publish(ctx, s.keys.MasterInbox, data).Result()
+	if err != nil {
+		return fmt.Errorf("report to master: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("report to master on %q: %w", s.keys.MasterInbox, ErrNoSubscriber)
+	}
+	return nil
+}
+
+// onSubscribed reads the last minted term whenever the events channel is
+// (re)subscribed: notices published while the connection was down are lost,
+// but the term key remembers them.
+func (s *Subscriber) onSubscribed(ctx context.Context, channel string) {
+	if channel != s.keys.Events {
+		return
+	}
+	raw, err := s.client.Get(ctx, s.keys.Term).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return // no term minted yet, or lost with the data
+	case err != nil:
+		s.recv.report(fmt.Errorf("%w: read the last term from %q: %w", ErrConnection, s.keys.Term, err))
+		return
+	}
+	term, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || term < 0 {
+		s.recv.report(fmt.Errorf("pubsub: key %q holds %q, not a term", s.keys.Term, truncate(raw)))
+		return
+	}
+	s.ObserveTerm(term)
+}
+
+func (s *Subscriber) onMessage(ctx context.Context, rm *redis.Message) {
+	switch rm.Channel {
+	case s.keys.Events:
+		s.onNotice(rm.Payload)
+	case s.channel:
+		s.onRouted(ctx, rm.Payload)
+	}
+}
+
+// notice is the part of an events-channel notice the Subscriber reads.
+type notice struct {
+	Event  string          `json:"event"`
+	NodeID string          `json:"nodeId"`
+	Term   json.RawMessage `json:"term"`
+}
+
+// onNotice raises the highest term on "acquired" and "released" notices and
+// ignores every other event.
+func (s *Subscriber) onNotice(payload string) {
+	var n notice
+	if err := json.Unmarshal([]byte(payload), &n); err != nil {
+		s.recv.report(&MessageError{Channel: s.keys.Events, Err: fmt.Errorf("%w: notice %s: %w", ErrMalformedEnvelope, excerpt([]byte(payload)), err)})
+		return
+	}
+	if n.Event != "acquired" && n.Event != "released" {
+		return
+	}
+	term, err := strconv.ParseInt(string(n.Term), 10, 64)
+	if err != nil || term <= 0 {
+		s.recv.report(&MessageError{Channel: s.keys.Events, Err: fmt.Errorf("%w: %q notice of node %q has the term %s", ErrMalformedEnvelope, n.Event, n.NodeID, excerpt(n.Term))})
+		return
+	}
+	s.ObserveTerm(term)
+}
+
+// onRouted validates, fences and dispatches one routed message.
+func (s *Subscriber) onRouted(ctx context.Context, payload string) {
+	m, err := ParseMessage([]byte(payload))
+	if err != nil {
+		s.recv.report(&MessageError{Channel: s.channel, Err: err})
+		return
+	}
+	if m.Term <= 0 {
+		s.recv.report(&MessageError{Channel: s.channel, ID: m.ID, Type: m.Type, From: m.From,
+			Err: fmt.Errorf("%w: term %d on a slave channel; a master's term is positive", ErrMalformedEnvelope, m.Term)})
+		return
+	}
+	if s.cfg.Terms != nil {
+		s.ObserveTerm(s.cfg.Terms.ObservedTerm())
+	}
+	if h, ok := s.fence(m.Term); !ok {
+		s.rejected.Add(1)
+		s.recv.report(&StaleTermError{Term: m.Term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
+		return
+	}
+	if err := s.mux.dispatch(ctx, m); err != nil {
+		s.recv.report(&MessageError{Channel: s.channel, ID: m.ID, Type: m.Type, From: m.From, Err: err})
+	}
+}
+
+// fence accepts term when it is not lower than the highest seen, raising
+// the highest to it. It returns the highest term it compared with.
+func (s *Subscriber) fence(term int64) (int64, bool) {
+	for {
+		h := s.highest.Load()
+		if term < h {
+			return h, false
+		}
+		if term == h || s.highest.CompareAndSwap(h, term) {
+			return h, true
+		}
+	}
+}
