@@ -10,6 +10,7 @@ import (
 	"github.com/herdkit/herd/internal/redistest"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -173,10 +174,11 @@ func BenchmarkSend(b *testing.B) {
 	<-done
 }
 
-// The real election satisfies the interfaces the package asks for.
+// The real election and registry satisfy the interfaces the package asks for.
 var (
-	_ pubsub.Leader     = (*masterelection.MasterElection)(nil)
-	_ pubsub.TermSource = (*masterelection.MasterElection)(nil)
+	_ pubsub.Leader      = (*masterelection.MasterElection)(nil)
+	_ pubsub.TermSource  = (*masterelection.MasterElection)(nil)
+	_ pubsub.SlaveLister = (*registry.Registry)(nil)
 )
 
 // TestIntegrationWithElection routes with real elections as Leader: the
