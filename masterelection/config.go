@@ -68,6 +68,14 @@ type Config struct {
 	// master. Default true.
 	Candidate bool
 
+	// Standalone makes this process master at Start, for good, without
+	// Redis: New accepts a nil client and nothing is read or written. It is
+	// for single-instance deployments that run the same code as clustered
+	// ones. There is no coordination at all: two standalone processes are
+	// two masters. Term is a timestamp in milliseconds taken at Start.
+	// Default false.
+	Standalone bool
+
 	// Logger receives the election's diagnostic logs. Default: silent.
 	Logger zerolog.Logger
 }

@@ -36,7 +36,8 @@ type MasterElection struct {
 	observedTerm atomic.Int64               // highest term seen on this lock name
 	candidate    atomic.Bool
 
-	notices chan notice // lock notices from the events channel, read by run
+	notices   chan notice   // lock notices from the events channel, read by run
+	candidacy chan struct{} // signals run that Candidate changed
 
 	mu       sync.Mutex
 	metadata map[string]any
@@ -81,7 +82,7 @@ func New(client redis.UniversalClient, cfg Config) (*MasterElection, error) {
 }
 
 func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*MasterElection, error) {
-	if client == nil {
+	if client == nil && !cfg.Standalone {
 		return nil, ErrNilClient
 	}
 	if cfg.NodeID == "" {
@@ -95,19 +96,23 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 	}
 	_, cluster := client.(*redis.ClusterClient)
 	m := &MasterElection{
-		client:   client,
-		cfg:      cfg,
-		keys:     scripts.NewKeys(cfg.LockName, cluster),
-		clock:    clk,
-		base:     clk.Now(),
-		log:      cfg.Logger.With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
-		notices:  make(chan notice, 64),
-		resolved: make(chan struct{}),
-		done:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		client:    client,
+		cfg:       cfg,
+		keys:      scripts.NewKeys(cfg.LockName, cluster),
+		clock:     clk,
+		base:      clk.Now(),
+		log:       cfg.Logger.With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
+		notices:   make(chan notice, 64),
+		candidacy: make(chan struct{}, 1),
+		resolved:  make(chan struct{}),
+		done:      make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
 	m.candidate.Store(cfg.Candidate)
 	m.bus = newBus(m.handlerPanicked)
+	if cfg.Standalone {
+		m.log.Warn().Msg("standalone mode: always master, no coordination with any other process")
+	}
 	if c, ok := client.(*redis.Client); ok && !c.Options().ContextTimeoutEnabled {
 		m.log.Warn().Msg("redis client has ContextTimeoutEnabled off: a call to an unreachable Redis can outlast the self-fencing deadline")
 	}
@@ -175,12 +180,15 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 	var errs []error
 	if wasStarted {
 		m.cancel()
+		if m.cfg.Standalone {
+			m.stopStandalone(ctx)
+		}
 		select {
 		case <-m.done:
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
 		}
-		if l := m.lead.Load(); l != nil {
+		if l := m.lead.Load(); l != nil && !m.cfg.Standalone {
 			errs = append(errs, m.resign(ctx, l))
 		}
 	} else {
@@ -282,8 +290,15 @@ func (m *MasterElection) LockName() string { return m.cfg.LockName }
 func (m *MasterElection) Keys() scripts.Keys { return m.keys }
 
 // Master asks Redis who is master now and under which term. nodeID is ""
-// when no process holds the lock.
+// when no process holds the lock. In standalone mode it answers without
+// Redis: this process, while started.
 func (m *MasterElection) Master(ctx context.Context) (nodeID string, term int64, err error) {
+	if m.cfg.Standalone {
+		if t := m.Term(); t != 0 {
+			return m.cfg.NodeID, t, nil
+		}
+		return "", 0, nil
+	}
 	st, err := scripts.Check(ctx, m.client, m.keys)
 	if err != nil {
 		return "", 0, fmt.Errorf("masterelection: check master: %w", err)

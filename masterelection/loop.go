@@ -24,6 +24,10 @@ type loopState struct {
 // (master) until ctx ends.
 func (m *MasterElection) run(ctx context.Context) {
 	defer close(m.done)
+	if m.cfg.Standalone {
+		m.runStandalone(ctx)
+		return
+	}
 	var wg sync.WaitGroup
 	closeNotices := m.listen(ctx, &wg)
 	defer wg.Wait()
@@ -49,6 +53,11 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-m.candidacy:
+			if m.candidate.Load() {
+				contend = false
+				timer.Reset(0) // look at the lock now; contend if it is free
+			}
 		case n := <-m.notices:
 			switch {
 			case n.Event == noticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
@@ -199,6 +208,11 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 			}
 			m.endLeadership(l, "self-fencing deadline passed without a successful renewal")
 			return
+		case <-m.candidacy:
+			if !m.candidate.Load() {
+				m.handOver(ctx, ls, l)
+				return
+			}
 		case n := <-m.notices:
 			if n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
 				m.observeTerm(n.Term)
@@ -234,6 +248,36 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 			}
 		}
 	}
+}
+
+// handOver ends mastership l gracefully while the election goes on (the
+// process stopped being a candidate): the handlers' ctx is cancelled and
+// they get until the next renewal would be due to return, then the lock is
+// released, which makes a slave take over at once.
+func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leadership) {
+	l.cancel()
+	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), 0))
+	handlersDone := make(chan struct{})
+	go func() { l.handlers.Wait(); close(handlersDone) }()
+	timer := m.clock.NewTimer(wait)
+	select {
+	case <-handlersDone:
+	case <-timer.C():
+		m.log.Warn().Msg("OnMasterAcquired handlers still running at hand-over; releasing anyway")
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	rctx, cancel := m.cleanupContext(ctx)
+	ok, err := scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, l.term)
+	cancel()
+	if err != nil {
+		m.emitError(fmt.Errorf("release master lock on hand-over: %w", err))
+	}
+	ls.mayHold = err != nil
+	if ok {
+		ls.mayHold = false
+	}
+	m.endLeadership(l, "no longer a candidate: handed over")
 }
 
 // endLeadership ends mastership l: IsMaster turns false, l's ctx is
