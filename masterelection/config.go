@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -68,6 +69,27 @@ type Config struct {
 	// master. Default true.
 	Candidate bool
 
+	// Capabilities are what this process offers for work assignment,
+	// published with its registry entry. Default: the zero value.
+	Capabilities registry.Capabilities
+
+	// ProcessTTL is how long this process's registry entry lives without a
+	// heartbeat. It must exceed twice the longer of HeartbeatInterval and
+	// CheckInterval (the intervals of the master's and the slaves'
+	// heartbeats). Default 45s.
+	ProcessTTL time.Duration
+
+	// SlaveTimeout is how old a slave's last heartbeat may get before the
+	// master removes it from the registry and emits slave-removed. It must
+	// exceed the longer heartbeat interval and the clock skew between hosts.
+	// Default 15s.
+	SlaveTimeout time.Duration
+
+	// RegistryBackend chooses how registry entries get their TTL; see
+	// registry.Backend. Default registry.BackendAuto: picked by trying the
+	// commands once at Start.
+	RegistryBackend registry.Backend
+
 	// Standalone makes this process master at Start, for good, without
 	// Redis: New accepts a nil client and nothing is read or written. It is
 	// for single-instance deployments that run the same code as clustered
@@ -89,6 +111,9 @@ func DefaultConfig() Config {
 		HeartbeatInterval: 10 * time.Second,
 		CheckInterval:     5 * time.Second,
 		ElectionJitter:    2 * time.Second,
+		ProcessTTL:        registry.DefaultProcessTTL,
+		SlaveTimeout:      registry.DefaultSlaveTimeout,
+		RegistryBackend:   registry.BackendAuto,
 		Candidate:         true,
 		Logger:            zerolog.Nop(),
 	}
@@ -136,6 +161,11 @@ func (c Config) Validate() error {
 	}
 	if c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.StepDownMargin > 0 && c.StepDownMargin >= c.LockTTL-c.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("StepDownMargin (%v) must be less than LockTTL (%v) minus HeartbeatInterval (%v)", c.StepDownMargin, c.LockTTL, c.HeartbeatInterval))
+	}
+	if c.HeartbeatInterval > 0 && c.CheckInterval > 0 {
+		if err := registry.ValidateTimings(c.ProcessTTL, max(c.HeartbeatInterval, c.CheckInterval), c.SlaveTimeout); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.LockTTL > 0 && c.LockTTL < time.Millisecond {
 		errs = append(errs, fmt.Errorf("LockTTL (%v) must be at least 1ms, the resolution of Redis expiry", c.LockTTL))

@@ -36,17 +36,24 @@ type MasterElection struct {
 	observedTerm atomic.Int64               // highest term seen on this lock name
 	candidate    atomic.Bool
 
-	notices   chan notice   // lock notices from the events channel, read by run
-	candidacy chan struct{} // signals run that Candidate changed
+	notices   chan notice     // lock notices from the events channel, read by run
+	candidacy chan struct{}   // signals run that Candidate changed
+	roles     chan roleChange // the latest role, for the membership loop
+
+	reg     *registry.Registry                    // set by Start before run; nil in standalone mode (read under mu)
+	tracker atomic.Pointer[registry.SlaveTracker] // the running slave tracker while master
+	trackMu sync.Mutex                            // orders slave events before master-lost
+	bg      sync.WaitGroup                        // membership and slave tracking goroutines
 
 	mu       sync.Mutex
 	metadata map[string]any
 	state    lifecycle
 	cancel   context.CancelFunc // ends run; set by Start
 	resolved chan struct{}      // closed when the first election has resolved
-	done     chan struct{}      // closed when run has returned
-	stopped  chan struct{}      // closed when Stop has finished
-	stopErr  error              // Stop's result; written before stopped closes
+	done     chan struct{}      // closed when run has returned (or will never run)
+	doneOnce sync.Once
+	stopped  chan struct{} // closed when Stop has finished
+	stopErr  error         // Stop's result; written before stopped closes
 }
 
 type lifecycle int
@@ -104,6 +111,7 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 		log:       cfg.Logger.With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
 		notices:   make(chan notice, 64),
 		candidacy: make(chan struct{}, 1),
+		roles:     make(chan roleChange, 1),
 		resolved:  make(chan struct{}),
 		done:      make(chan struct{}),
 		stopped:   make(chan struct{}),
@@ -140,6 +148,30 @@ func (m *MasterElection) Start(ctx context.Context) error {
 	m.cancel = cancel
 	m.mu.Unlock()
 
+	if !m.cfg.Standalone {
+		// The registry is opened first: membership and slave tracking
+		// need it from the first election on.
+		openCtx, stopOpen := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-runCtx.Done(): // Stop while Start waits
+				stopOpen()
+			case <-openCtx.Done():
+			}
+		}()
+		reg, err := m.openRegistry(openCtx)
+		stopOpen()
+		if err != nil {
+			m.closeDone()
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
+			defer cancel()
+			_ = m.Stop(stopCtx)
+			return fmt.Errorf("masterelection: start: %w", err)
+		}
+		m.mu.Lock()
+		m.reg = reg
+		m.mu.Unlock()
+	}
 	go m.run(runCtx)
 
 	select {
@@ -191,8 +223,15 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 		if l := m.lead.Load(); l != nil && !m.cfg.Standalone {
 			errs = append(errs, m.resign(ctx, l))
 		}
+		if reg := m.Registry(); reg != nil {
+			rctx, cancel := m.cleanupContext(ctx)
+			if err := reg.Unregister(rctx, m.cfg.NodeID); err != nil {
+				errs = append(errs, fmt.Errorf("unregister process: %w", err))
+			}
+			cancel()
+		}
 	} else {
-		close(m.done)
+		m.closeDone()
 	}
 	errs = append(errs, m.bus.close(ctx))
 	m.stopErr = errors.Join(errs...)
@@ -202,6 +241,8 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 	close(m.stopped)
 	return m.stopErr
 }
+
+func (m *MasterElection) closeDone() { m.doneOnce.Do(func() { close(m.done) }) }
 
 // resign ends mastership l on Stop: cancel, wait for handlers, release, master-lost.
 func (m *MasterElection) resign(ctx context.Context, l *leadership) error {
@@ -333,6 +374,7 @@ func (m *MasterElection) processInfo(role registry.Role) registry.ProcessInfo {
 		NodeID:       m.cfg.NodeID,
 		Role:         role,
 		LastSeen:     now,
+		Capabilities: m.cfg.Capabilities,
 		Identifier:   m.cfg.Identifier,
 		RegisteredAt: m.base,
 		Metadata:     m.Metadata(),

@@ -322,3 +322,30 @@ func TestLockWithoutTTLIsReported(t *testing.T) {
 		return false
 	})
 }
+
+func TestDataLossWaitsOutEarlierMasters(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.node(testConfig("a")), w.node(testConfig("b"))
+	w.start(a)
+	w.start(b)
+	b.rec.waitEvents(t, "started", "completed:slave")
+	oldTerm := a.Term()
+	w.mr.FlushAll() // Redis restarted without its data
+	// a is frozen (it believes it is master until its deadline); b must not
+	// take the free lock before a's belief has certainly ended.
+	took := w.until(b.IsMaster, 10*time.Second, 50*time.Millisecond, "b becomes master", b)
+	if took < a.cfg.LockTTL {
+		t.Fatalf("b took the lock %v after the data loss, before LockTTL (%v)", took, a.cfg.LockTTL)
+	}
+	if b.Term() <= oldTerm {
+		t.Fatalf("term after the loss %d, before %d", b.Term(), oldTerm)
+	}
+	waitFor(t, "data loss reported", func() bool {
+		for _, err := range b.rec.errors() {
+			if errors.Is(err, ErrDataLoss) {
+				return true
+			}
+		}
+		return false
+	})
+}

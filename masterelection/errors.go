@@ -19,6 +19,13 @@ var (
 	// is held under this process's NodeID by a mastership this process never
 	// had: another process runs with the same NodeID.
 	ErrDuplicateNodeID = errors.New("masterelection: another process holds the lock under this node id")
+	// ErrDataLoss is wrapped by the error event emitted when the term key,
+	// which is never deleted, is found missing: Redis lost its data (a restart
+	// without persistence, a fail-over to a replica that had not received the
+	// lock, a FLUSHALL). A master elected before the loss may still believe it
+	// is master until its self-fencing deadline, so this process waits LockTTL
+	// before it contends.
+	ErrDataLoss = errors.New("masterelection: redis lost the election's data")
 	// ErrHandlerPanic is wrapped by the error event emitted when an event
 	// handler panics.
 	ErrHandlerPanic = errors.New("masterelection: event handler panicked")

@@ -60,9 +60,9 @@ func Example() {
 func ExampleConfig_Validate() {
 	cfg := masterelection.DefaultConfig()
 	cfg.NodeID = "worker 1"
-	cfg.HeartbeatInterval = 15 * time.Second
+	cfg.HeartbeatInterval = 11 * time.Second
 	fmt.Println(cfg.Validate())
 	// Output:
 	// NodeID "worker 1" contains whitespace or a control character
-	// HeartbeatInterval (15s) times 3 must not exceed LockTTL (30s)
+	// HeartbeatInterval (11s) times 3 must not exceed LockTTL (30s)
 }

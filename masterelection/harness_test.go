@@ -2,6 +2,7 @@ package masterelection
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,20 +170,22 @@ func record(m *MasterElection) *recorder {
 			r.errs = append(r.errs, e.Err)
 			r.mu.Unlock()
 			add("error")
-		default:
-			add(string(e.Kind))
+		case EventSlaveRegistered:
+			add(string(e.Kind) + ":" + e.Slave.NodeID)
+		case EventSlaveRemoved:
+			add(string(e.Kind) + ":" + e.NodeID)
 		}
 	})
 	return r
 }
 
-// roleEvents returns the events except errors.
+// roleEvents returns the election's own events: no errors, no slave events.
 func (r *recorder) roleEvents() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for _, e := range r.events {
-		if e != "error" {
+		if e != "error" && !strings.HasPrefix(e, "slave-") {
 			out = append(out, e)
 		}
 	}
@@ -247,4 +250,17 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// slaveEvents returns the slave-registered and slave-removed events.
+func (r *recorder) slaveEvents() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		if strings.HasPrefix(e, "slave-") {
+			out = append(out, e)
+		}
+	}
+	return out
 }

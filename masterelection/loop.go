@@ -7,27 +7,35 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
 // loopState is owned by the run goroutine.
 type loopState struct {
-	unresolved bool  // the first election has not resolved yet
-	inElection bool  // election-started was emitted and its election-completed not yet
-	mayHold    bool  // the lock may be ours without us being master (a reply lost, a step-down on the deadline)
-	lastTerm   int64 // term of our last mastership
-	errors     int   // consecutive Redis errors, for the backoff
+	unresolved bool      // the first election has not resolved yet
+	inElection bool      // election-started was emitted and its election-completed not yet
+	mayHold    bool      // the lock may be ours without us being master (a reply lost, a step-down on the deadline)
+	lastTerm   int64     // term of our last mastership
+	lossWait   time.Time // after a data loss: do not contend before this instant
+	errors     int       // consecutive Redis errors, for the backoff
 }
 
 // run is the election's single loop: it owns the role, the timers and every
 // Redis call of the election, alternating between follow (slave) and lead
 // (master) until ctx ends.
 func (m *MasterElection) run(ctx context.Context) {
-	defer close(m.done)
+	defer m.closeDone()
 	if m.cfg.Standalone {
 		m.runStandalone(ctx)
 		return
 	}
+	defer m.bg.Wait()
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		m.membership(ctx)
+	}()
 	var wg sync.WaitGroup
 	closeNotices := m.listen(ctx, &wg)
 	defer wg.Wait()
@@ -99,8 +107,14 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		return ls.inElection && m.candidate.Load(), m.backoff(ls)
 	}
 	ls.errors = 0
+	if !st.TermMissing {
+		ls.lossWait = time.Time{}
+	}
 	if !st.Exists {
 		ls.mayHold = false
+		if wait := m.dataLossWait(ls, st.TermMissing); wait > 0 {
+			return false, wait
+		}
 		if m.candidate.Load() {
 			return true, m.jitter()
 		}
@@ -121,6 +135,28 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 	}
 	m.resolveAsSlave(ls)
 	return false, m.untilExpiry(st.TTL)
+}
+
+// dataLossWait returns how long to hold back before contending when the
+// term key is missing although this process has seen a term on the lock
+// name: Redis lost its data, and a master elected before may still believe
+// it is master for up to LockTTL after its last renewal, which came before
+// the loss. Waiting LockTTL from the first sight of the loss outlasts every
+// such belief. 0 means contend now.
+func (m *MasterElection) dataLossWait(ls *loopState, termMissing bool) time.Duration {
+	if !termMissing || m.ObservedTerm() == 0 {
+		return 0
+	}
+	now := m.clock.Now()
+	if ls.lossWait.IsZero() {
+		ls.lossWait = now.Add(m.cfg.LockTTL)
+		m.emitError(fmt.Errorf("%w: key %q is gone; contending after LockTTL (%v), when every earlier master has fenced itself",
+			ErrDataLoss, m.keys.Term, m.cfg.LockTTL))
+	}
+	if rest := ls.lossWait.Sub(now); rest > 0 {
+		return min(rest, m.cfg.CheckInterval)
+	}
+	return 0
 }
 
 // releaseStale deletes a lock that carries our node id but that we are not
@@ -185,6 +221,9 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	m.log.Info().Int64("term", res.Term).Msg("became master")
 	m.bus.emit(topicMasterAcquired, payload{term: res.Term, lead: l})
 	m.complete(ls, true)
+	m.setRole(registry.RoleMaster, res.Term)
+	m.bg.Add(1)
+	go m.trackSlaves(l)
 	return l, 0
 }
 
@@ -286,9 +325,12 @@ func (m *MasterElection) endLeadership(l *leadership, reason string) {
 	if !m.lead.CompareAndSwap(l, nil) {
 		return
 	}
+	m.trackMu.Lock()
 	l.cancel()
 	m.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
 	m.bus.emit(topicMasterLost, payload{term: l.term})
+	m.trackMu.Unlock()
+	m.setRole(registry.RoleSlave, 0)
 }
 
 // complete emits election-completed for the election in progress, and
@@ -301,6 +343,9 @@ func (m *MasterElection) complete(ls *loopState, isMaster bool) {
 	if ls.unresolved {
 		ls.unresolved = false
 		close(m.resolved)
+		if !isMaster {
+			m.setRole(registry.RoleSlave, 0)
+		}
 	}
 }
 

@@ -50,6 +50,12 @@ func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeF
 				m.emitError(err)
 				continue
 			}
+			if n.Event != noticeAcquired && n.Event != noticeReleased {
+				if t := m.tracker.Load(); t != nil {
+					t.Notice(n.raw)
+				}
+				continue
+			}
 			select {
 			case m.notices <- n:
 			case <-ctx.Done():

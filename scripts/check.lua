@@ -3,13 +3,12 @@
 --
 -- KEYS[1] -> <prefix>:master  (string: bare node id of the master)
 -- KEYS[2] -> <prefix>:term    (string: last minted term)
--- Returns: {} when no master holds the lock;
---          {holder, term, pttl} otherwise: holder is the master's node id ("" when
---          the key holds something that is not a string), term the raw content of
---          the term key ("" when missing or not a string), pttl the lock's remaining
---          time to live in milliseconds (-1: the key has no TTL).
+-- Returns: {holder, term, pttl}: holder is the master's node id ("" when no
+--          master holds the lock, or when the key holds something that is not a
+--          string), term the raw content of the term key ("" when it is missing
+--          or not a string), pttl the lock's remaining time to live in
+--          milliseconds (-2: there is no lock; -1: the lock has no TTL).
 local holder = redis.pcall('GET', KEYS[1])
-if holder == false then return {} end
 if type(holder) ~= 'string' then holder = '' end
 local term = redis.pcall('GET', KEYS[2])
 if type(term) ~= 'string' then term = '' end

@@ -135,6 +135,11 @@ type MasterState struct {
 	// (a non-string lock, a term that is not an integer, a lock without TTL);
 	// "" when all is well.
 	Garbage string
+	// TermMissing is true when the term key does not exist. The key has no
+	// TTL and is never deleted, so once a term was minted on the lock name,
+	// its absence means Redis lost its data (a restart without persistence, a
+	// fail-over to a replica that had not received it, a FLUSHALL).
+	TermMissing bool
 }
 
 // Check runs check.lua.
@@ -144,11 +149,8 @@ func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
 		return MasterState{}, err
 	}
 	arr, ok := reply.([]any)
-	if !ok || (len(arr) != 0 && len(arr) != 3) {
+	if !ok || len(arr) != 3 {
 		return MasterState{}, unexpected("check", reply)
-	}
-	if len(arr) == 0 {
-		return MasterState{}, nil
 	}
 	holder, ok1 := arr[0].(string)
 	rawTerm, ok2 := arr[1].(string)
@@ -156,7 +158,10 @@ func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
 	if !ok1 || !ok2 || !ok3 {
 		return MasterState{}, unexpected("check", reply)
 	}
-	st := MasterState{Exists: true, NodeID: holder, TTL: pttlDuration(pttl), Garbage: lockGarbage(k, holder, pttl)}
+	st := MasterState{TermMissing: rawTerm == ""}
+	if pttl != -2 {
+		st.Exists, st.NodeID, st.TTL, st.Garbage = true, holder, pttlDuration(pttl), lockGarbage(k, holder, pttl)
+	}
 	if rawTerm != "" {
 		t, err := strconv.ParseInt(rawTerm, 10, 64)
 		if err != nil || t < 0 {

@@ -226,13 +226,20 @@ func TestCheckContract(t *testing.T) {
 	mr, c, k := setup(t)
 	ctx := context.Background()
 	st, err := scripts.Check(ctx, c, k)
-	if err != nil || st.Exists {
-		t.Fatalf("check with no master = %+v, %v", st, err)
+	if err != nil || st.Exists || !st.TermMissing {
+		t.Fatalf("check on a new lock name = %+v, %v", st, err)
 	}
 	a, _ := scripts.Acquire(ctx, c, k, "n1", 2*time.Second, nil)
+	if ok, _ := scripts.Release(ctx, c, k, "n1", a.Term); !ok {
+		t.Fatal("release refused")
+	}
+	if st, err = scripts.Check(ctx, c, k); err != nil || st.Exists || st.TermMissing {
+		t.Fatalf("check after a release = %+v, %v; the term key must remain", st, err)
+	}
+	a, _ = scripts.Acquire(ctx, c, k, "n1", 2*time.Second, nil)
 	mr.FastForward(500 * time.Millisecond)
 	st, err = scripts.Check(ctx, c, k)
-	if err != nil || !st.Exists || st.NodeID != "n1" || st.Term != a.Term || st.TTL != 1500*time.Millisecond || st.Garbage != "" {
+	if err != nil || !st.Exists || st.NodeID != "n1" || st.Term != a.Term || st.TTL != 1500*time.Millisecond || st.Garbage != "" || st.TermMissing {
 		t.Fatalf("check = %+v, %v", st, err)
 	}
 	mr.Set(k.Term, "banana")

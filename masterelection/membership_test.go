@@ -1,0 +1,148 @@
+package masterelection
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/herdkit/herd/registry"
+)
+
+func roles(t *testing.T, m *MasterElection) map[string]registry.Role {
+	t.Helper()
+	ps, err := m.Processes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]registry.Role{}
+	for _, p := range ps {
+		out[p.ProcessID] = p.Role
+	}
+	return out
+}
+
+func TestProcessesFollowRoles(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig("a")
+	cfg.Capabilities = registry.Capabilities{CanProcessDetections: true, MaxSubscriptions: 40, PreferredWorkload: 80}
+	a, b := w.node(cfg), w.node(testConfig("b"))
+	w.start(a)
+	w.start(b)
+	waitFor(t, "both registered with their roles", func() bool {
+		r := roles(t, a.MasterElection)
+		return r["a"] == registry.RoleMaster && r["b"] == registry.RoleSlave
+	})
+	p, err := a.Process(context.Background(), "a")
+	if err != nil || p.Term != a.Term() || p.Capabilities.MaxSubscriptions != 40 || p.Identifier != "test-a" {
+		t.Fatalf("a's entry = %+v, %v", p, err)
+	}
+	mp, err := b.MasterProcess(context.Background())
+	if err != nil || mp.ProcessID != "a" || mp.Term != a.Term() {
+		t.Fatalf("MasterProcess = %+v, %v", mp, err)
+	}
+	if n, err := a.SlaveCount(context.Background()); err != nil || n != 1 {
+		t.Fatalf("SlaveCount = %d, %v", n, err)
+	}
+	if ch, err := a.ProcessChannel(context.Background(), "b"); err != nil || ch != "worker:slave:b" {
+		t.Fatalf("ProcessChannel = %q, %v", ch, err)
+	}
+
+	// Handover: roles swap in the registry; the stopped node leaves it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b registered as master, a gone", func() bool {
+		r := roles(t, b.MasterElection)
+		_, aListed := r["a"]
+		return r["b"] == registry.RoleMaster && !aListed
+	})
+}
+
+func TestSlaveEventsOnTheMaster(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.node(testConfig("a")), w.node(testConfig("b"))
+	w.start(a)
+	w.start(b)
+	// b registers after a became master: a learns it from b's notice.
+	waitFor(t, "b reported joined", func() bool {
+		return slices.Equal(a.rec.slaveEvents(), []string{"slave-registered:b"})
+	})
+	c := w.node(testConfig("c"))
+	w.start(c)
+	waitFor(t, "c reported joined", func() bool {
+		return slices.Equal(a.rec.slaveEvents(), []string{"slave-registered:b", "slave-registered:c"})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c reported removed", func() bool {
+		return slices.Equal(a.rec.slaveEvents(), []string{"slave-registered:b", "slave-registered:c", "slave-removed:c"})
+	})
+	if got := b.rec.slaveEvents(); len(got) != 0 {
+		t.Fatalf("slave events on a slave: %v", got)
+	}
+
+	// A new master starts from the full set of slaves.
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b master", b.IsMaster)
+	d := w.node(testConfig("d"))
+	w.start(d)
+	waitFor(t, "b reports d", func() bool {
+		return slices.Contains(b.rec.slaveEvents(), "slave-registered:d")
+	})
+	// Several sweeps later nothing is reported twice.
+	w.advance(3*time.Second, 250*time.Millisecond, b, d)
+	if got := b.rec.slaveEvents(); !slices.Equal(got, []string{"slave-registered:d"}) {
+		t.Fatalf("b's slave events %v", got)
+	}
+}
+
+func TestStaleSlaveIsRemovedOnce(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig("a")
+	cfg.SlaveTimeout = 2 * time.Second
+	a, b := w.node(cfg), w.node(testConfig("b"))
+	w.start(a)
+	w.start(b)
+	waitFor(t, "b joined", func() bool { return slices.Contains(a.rec.slaveEvents(), "slave-registered:b") })
+	// b's clock is frozen: it stops heartbeating but its entry's TTL (45s)
+	// has not run out; the master removes it once lastSeen is 2s old.
+	w.advance(4*time.Second, 100*time.Millisecond, a)
+	waitFor(t, "b removed as stale", func() bool {
+		return slices.Equal(a.rec.slaveEvents(), []string{"slave-registered:b", "slave-removed:b"})
+	})
+	// b wakes up (its clock, like a real one, moved on while it was paused)
+	// and heartbeats: it registers again and is reported again.
+	b.clk.Advance(4 * time.Second)
+	w.advance(time.Second, 100*time.Millisecond, a, b)
+	waitFor(t, "b back", func() bool {
+		return slices.Equal(a.rec.slaveEvents(), []string{"slave-registered:b", "slave-removed:b", "slave-registered:b"})
+	})
+}
+
+func TestRegistryMethodsNeedStart(t *testing.T) {
+	w := newWorld(t)
+	a := w.node(testConfig("a"))
+	if _, err := a.Processes(context.Background()); !errors.Is(err, ErrNoRegistry) {
+		t.Fatalf("Processes before Start = %v", err)
+	}
+	if a.Registry() != nil {
+		t.Fatal("registry before Start")
+	}
+}
+
+func TestValidateRegistryTimings(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ProcessTTL = 15 * time.Second // not more than twice the 10s heartbeat
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("ProcessTTL of 15s accepted with a 10s heartbeat")
+	}
+}
