@@ -24,6 +24,19 @@
 // a graceful Stop of the master is followed by a take-over in about one
 // round trip, and a master whose lock was taken steps down at once.
 //
+// # Process registry and slave events
+//
+// Start also opens the process registry (package registry) on the same
+// Redis: this process registers itself as soon as its role is known, again
+// on every change of role, heartbeats its entry (every HeartbeatInterval as
+// master, every CheckInterval as slave) and unregisters on Stop. While it is
+// master it runs a registry.SlaveTracker, which turns the registry's notices
+// on <LockName>:events and a periodic sweep into slave-registered and
+// slave-removed events, and removes slaves silent for longer than
+// SlaveTimeout. The registry's reads are exposed here with the
+// specification's meaning: Processes, Process, ProcessesByRole,
+// MasterProcess, Slaves, Slave, SlaveCount, ProcessChannel.
+//
 // # The fencing term
 //
 // Every acquisition mints a term: an integer greater than every term minted
@@ -61,9 +74,16 @@
 // loses its mastership; code that acts as master must check IsMaster or use
 // the ctx of OnMasterAcquired right before acting, and fence with the term.
 //
+// After a data loss (the term key, which has no TTL, is found missing) a
+// process that has seen a term waits LockTTL before it contends, so that a
+// master elected before the loss has fenced itself first; ErrDataLoss is
+// reported. A process that never saw a term cannot tell a data loss from a
+// new lock name and contends at once.
+//
 // # Goroutines
 //
 // Start runs one loop goroutine that owns every timer and Redis call of the
-// election, one goroutine that reads the events channel, and two goroutines
-// per event handler (see the On… methods). Stop ends them all.
+// election, one goroutine that reads the events channel, one for the
+// registry entry (membership), one for the slave tracker while master, and
+// two goroutines per event handler (see the On… methods). Stop ends them all.
 package masterelection

@@ -121,10 +121,22 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 	if cfg.Standalone {
 		m.log.Warn().Msg("standalone mode: always master, no coordination with any other process")
 	}
-	if c, ok := client.(*redis.Client); ok && !c.Options().ContextTimeoutEnabled {
+	if !contextTimeoutEnabled(client) {
 		m.log.Warn().Msg("redis client has ContextTimeoutEnabled off: a call to an unreachable Redis can outlast the self-fencing deadline")
 	}
 	return m, nil
+}
+
+// contextTimeoutEnabled reports whether client honours context deadlines,
+// as far as can be seen: true when the client's type does not tell.
+func contextTimeoutEnabled(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // Start begins taking part in the election. It returns once the first
