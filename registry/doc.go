@@ -36,7 +36,11 @@
 // A SlaveTracker, run by the master while it is master, turns those notices
 // and a periodic sweep into OnJoin and OnLeave calls: when it starts it
 // reports every slave already registered, then each join and each leave
-// exactly once; it removes slaves whose lastSeen is older than SlaveTimeout.
+// exactly once. A slave leaves at once when it unregisters or becomes
+// master, and otherwise when its lastSeen gets older than SlaveTimeout: the
+// master then removes its entry (the specification's cleanupStaleSlaves), or
+// finds it already gone (expired, or lost with Redis's data). A slave that
+// heartbeats again is registered, and reported, again.
 //
 // # Bad input
 //

@@ -1,11 +1,13 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +37,7 @@ func registrySuite(t *testing.T, tg target) {
 	t.Run("corrupt entries", func(t *testing.T) { testCorruptEntries(t, tg) })
 	t.Run("master process", func(t *testing.T) { testMasterProcess(t, tg) })
 	t.Run("concurrent use", func(t *testing.T) { testConcurrent(t, tg) })
+	t.Run("round trips", func(t *testing.T) { testRoundTrips(t, tg) })
 }
 
 func testRegisterAndRead(t *testing.T, tg target) {
@@ -508,5 +511,63 @@ func TestValidateTimings(t *testing.T) {
 				t.Errorf("ValidateTimings = %v, want ErrInvalidOptions with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// testRoundTrips counts the commands each operation sends once the scripts
+// are cached on the server: every operation is one round trip.
+func testRoundTrips(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	var n counter
+	e.c.AddHook(&n)
+	ops := []struct {
+		name string
+		op   func() error
+	}{
+		{"Register", func() error { return e.reg.Register(e.ctx, slave("a")) }},
+		{"Heartbeat", func() error { return e.reg.Heartbeat(e.ctx, "a") }},
+		{"Processes", func() error { return second(e.reg.Processes(e.ctx)) }},
+		{"Process", func() error { return second(e.reg.Process(e.ctx, "a")) }},
+		{"SlaveCount", func() error { return second(e.reg.SlaveCount(e.ctx)) }},
+		{"MasterProcess", func() error {
+			if _, err := e.reg.MasterProcess(e.ctx); !isNotFound(err) {
+				return err
+			}
+			return nil
+		}},
+		{"Unregister", func() error { return e.reg.Unregister(e.ctx, "a") }},
+	}
+	for _, warm := range []bool{true, false} {
+		for _, o := range ops {
+			n.reset()
+			if err := o.op(); err != nil {
+				t.Fatalf("%s: %v", o.name, err)
+			}
+			if got := n.get(); !warm && got != 1 {
+				t.Errorf("%s took %d round trips, want 1", o.name, got)
+			}
+		}
+	}
+}
+
+// counter is a go-redis hook that counts round trips.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) reset()     { c.n.Store(0) }
+func (c *counter) get() int64 { return c.n.Load() }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
 	}
 }

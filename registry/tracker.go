@@ -23,6 +23,9 @@ const (
 // noticeQueue is how many notices Notice buffers before it drops them.
 const noticeQueue = 1024
 
+// reasonExpired is the reason of the notices registry_read.lua publishes.
+const reasonExpired = "expired"
+
 // TrackerOptions configure a SlaveTracker. The zero value is usable.
 type TrackerOptions struct {
 	// SlaveTimeout is how old a slave's lastSeen may get before the master
@@ -43,8 +46,13 @@ type TrackerOptions struct {
 	Self string
 	// OnJoin is called when a slave joins. Default: nil.
 	OnJoin func(SlaveNode)
-	// OnLeave is called with the node id of a slave that left: it
-	// unregistered, became master, expired, or went stale and was removed.
+	// OnLeave is called with the node id of a slave that left:
+	//   - at once when it unregisters or becomes master (when the notice
+	//     arrives; a lost notice leaves it to the last rule);
+	//   - when its lastSeen gets older than SlaveTimeout: the master then
+	//     removes its entry;
+	//   - when its entry vanished without a notice (it expired, or Redis lost
+	//     its data) and the last lastSeen read is older than SlaveTimeout.
 	// Default: nil.
 	OnLeave func(nodeID string)
 	// OnError receives the errors of sweeps and malformed notices; the
@@ -72,9 +80,13 @@ type TrackerOptions struct {
 // 1024), then are dropped and counted by Dropped, and the tracker sweeps as
 // soon as it can to catch up. Notice never blocks.
 //
+// An entry that vanishes without a notice is not reported at once: the
+// slave leaves only if it stays away until its lastSeen is older than
+// SlaveTimeout. So a Redis restart that loses the data reports nothing for
+// the slaves whose next heartbeat succeeds before their lastSeen is
+// SlaveTimeout old (ValidateTimings makes room for one heartbeat interval).
 // Not guaranteed: a slave that joins and leaves between two sweeps while its
-// notices are dropped is never reported; a Redis restart that loses the data
-// reports every slave as left, then as joined again as each heartbeats.
+// notices are dropped is never reported.
 type SlaveTracker struct {
 	reg  *Registry
 	opts TrackerOptions
@@ -222,6 +234,11 @@ func (s *trackerState) notice(ctx context.Context, payload []byte) {
 			s.leave(ctx, p.ProcessID)
 		}
 	case "unregistered":
+		if n.Reason == reasonExpired {
+			// An emulated read removed an expired entry. The native backends
+			// announce no expiry, so the sweep decides for all three alike.
+			return
+		}
 		s.leave(ctx, n.NodeID)
 	}
 }
@@ -247,23 +264,29 @@ func (s *trackerState) sweep(ctx context.Context) {
 			continue
 		}
 		removed, err := t.reg.removeStale(ctx, e)
-		switch {
-		case err != nil:
+		if err != nil {
 			s.fail(ctx, err)
-			fallthrough
-		case !removed:
-			// Not removed, or rewritten since the read: leave it as it is
-			// until the next sweep decides.
+		}
+		if !removed {
+			// Not removed (an error), or rewritten or removed by someone else
+			// since the read: keep it as it is; the next sweep decides.
 			if _, ok := s.known[id]; ok {
 				present[id] = e.info
 			}
-		default:
-			t.reg.opts.Logger.Info().Str("process", id).Time("lastSeen", e.info.LastSeen).
-				Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
+			continue
 		}
+		t.reg.opts.Logger.Info().Str("process", id).Time("lastSeen", e.info.LastSeen).
+			Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
 	}
 	for _, id := range sortedKeys(s.known) {
-		if _, ok := present[id]; !ok {
+		if p, ok := present[id]; ok {
+			s.known[id] = p.Slave() // keep its lastSeen current
+			continue
+		}
+		// Gone without a notice: expired, or lost with the data. It leaves
+		// when it has not been seen for SlaveTimeout, as a stale slave does;
+		// until then a heartbeat may bring it back unreported.
+		if now.Sub(s.known[id].LastSeen) > t.opts.SlaveTimeout {
 			s.leave(ctx, id)
 		}
 	}

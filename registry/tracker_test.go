@@ -203,20 +203,36 @@ func TestTracker(t *testing.T) {
 	}
 }
 
-// TestTrackerExpiry: an entry that expires (no notice on the native
-// backends) is reported gone once.
-func TestTrackerExpiry(t *testing.T) {
+// TestTrackerVanished: an entry that vanishes without a notice (it expired,
+// or the data was lost) is reported gone once its lastSeen is older than
+// SlaveTimeout, on every backend alike, and not at all if it comes back
+// before.
+func TestTrackerVanished(t *testing.T) {
 	for _, tg := range miniTargets {
 		t.Run(tg.name, func(t *testing.T) {
 			e := newEnv(t, tg, Options{ProcessTTL: 10 * time.Second})
-			e.register(slave("a"), slave("b"))
+			e.register(slave("a"), slave("b"), slave("c"))
 			te := startTracker(t, e, TrackerOptions{}, true)
-			te.expect(t, "join:a", "join:b")
-			te.sweep(t)
+			te.expect(t, "join:a", "join:b", "join:c")
+
+			// The data is lost; b and c heartbeat again, a stays away.
+			if err := e.c.Del(e.ctx, e.keys.Processes, e.keys.ProcessesExpiry).Err(); err != nil {
+				t.Fatal(err)
+			}
+			te.sweep(t) // 5s
+			e.heartbeat("b", "c")
+			te.sweep(t) // 10s
+			te.settle(t)
 			e.heartbeat("b")
-			te.sweep(t) // a's TTL has passed, its lastSeen is 10s old
+			te.sweep(t) // 15s: a's lastSeen is 15s old, not older
+			te.settle(t)
+			e.heartbeat("b")
+			te.sweep(t) // 20s: c expired at 15s (TTL 10s), last seen 15s ago
 			te.expect(t, "leave:a")
 			te.settle(t)
+			e.heartbeat("b")
+			te.sweep(t) // 25s: c's lastSeen is older than SlaveTimeout
+			te.expect(t, "leave:c")
 			e.heartbeat("b")
 			te.sweep(t)
 			te.settle(t)
@@ -224,7 +240,9 @@ func TestTrackerExpiry(t *testing.T) {
 	}
 }
 
-// TestTrackerWithoutNotices: the sweep alone reports every change.
+// TestTrackerWithoutNotices: the sweep alone reports every change; a slave
+// whose "unregistered" notice is lost leaves once it has not been seen for
+// SlaveTimeout.
 func TestTrackerWithoutNotices(t *testing.T) {
 	for _, tg := range miniTargets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -236,6 +254,11 @@ func TestTrackerWithoutNotices(t *testing.T) {
 			if err := e.reg.Unregister(e.ctx, "a"); err != nil {
 				t.Fatal(err)
 			}
+			for range testSlaveTimeout/testSweepInterval - 1 {
+				te.sweep(t) // 10s, 15s after a's registration
+			}
+			te.tr.Notice([]byte("end"))
+			te.expect(t, "error")
 			te.sweep(t)
 			te.expect(t, "leave:a")
 		})
