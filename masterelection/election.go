@@ -36,9 +36,10 @@ type MasterElection struct {
 	observedTerm atomic.Int64               // highest term seen on this lock name
 	candidate    atomic.Bool
 
-	notices   chan notice     // lock notices from the events channel, read by run
-	candidacy chan struct{}   // signals run that Candidate changed
-	roles     chan roleChange // the latest role, for the membership loop
+	notices     chan notice     // lock notices from the events channel, read by run
+	candidacy   chan struct{}   // signals run that Candidate changed
+	roles       chan roleChange // the latest role, for the membership loop
+	infoChanged chan struct{}   // metadata changed: the membership loop registers again
 
 	reg     *registry.Registry                    // set by Start before run; nil in standalone mode (read under mu)
 	tracker atomic.Pointer[registry.SlaveTracker] // the running slave tracker while master
@@ -103,18 +104,19 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 	}
 	_, cluster := client.(*redis.ClusterClient)
 	m := &MasterElection{
-		client:    client,
-		cfg:       cfg,
-		keys:      scripts.NewKeys(cfg.LockName, cluster),
-		clock:     clk,
-		base:      clk.Now(),
-		log:       cfg.Logger.With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
-		notices:   make(chan notice, 64),
-		candidacy: make(chan struct{}, 1),
-		roles:     make(chan roleChange, 1),
-		resolved:  make(chan struct{}),
-		done:      make(chan struct{}),
-		stopped:   make(chan struct{}),
+		client:      client,
+		cfg:         cfg,
+		keys:        scripts.NewKeys(cfg.LockName, cluster),
+		clock:       clk,
+		base:        clk.Now(),
+		log:         cfg.Logger.With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
+		notices:     make(chan notice, 64),
+		candidacy:   make(chan struct{}, 1),
+		roles:       make(chan roleChange, 1),
+		infoChanged: make(chan struct{}, 1),
+		resolved:    make(chan struct{}),
+		done:        make(chan struct{}),
+		stopped:     make(chan struct{}),
 	}
 	m.candidate.Store(cfg.Candidate)
 	m.bus = newBus(m.handlerPanicked)
@@ -363,12 +365,17 @@ func (m *MasterElection) Master(ctx context.Context) (nodeID string, term int64,
 	return st.NodeID, st.Term, nil
 }
 
-// SetMetadata replaces this process's metadata (a copy of md is kept). It is
-// published with the process's info at the next acquisition or registration.
+// SetMetadata replaces this process's metadata (a copy of md is kept). The
+// registry entry is written again with it at once; master_process gets it
+// at the next acquisition.
 func (m *MasterElection) SetMetadata(md map[string]any) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.metadata = maps.Clone(md)
+	m.mu.Unlock()
+	select {
+	case m.infoChanged <- struct{}{}:
+	default: // a refresh is already pending
+	}
 }
 
 // Metadata returns a copy of this process's metadata.

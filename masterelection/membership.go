@@ -87,6 +87,8 @@ func (m *MasterElection) membership(ctx context.Context) {
 			return
 		case rc := <-m.roles:
 			role, term, pending = rc.role, rc.term, true
+		case <-m.infoChanged:
+			pending = role != ""
 		case <-timer.C():
 		}
 		rctx, cancel := context.WithTimeout(ctx, m.opTimeout())

@@ -146,3 +146,14 @@ func TestValidateRegistryTimings(t *testing.T) {
 		t.Fatal("ProcessTTL of 15s accepted with a 10s heartbeat")
 	}
 }
+
+func TestSetMetadataReachesTheRegistry(t *testing.T) {
+	w := newWorld(t)
+	a := w.node(testConfig("a"))
+	w.start(a)
+	a.SetMetadata(map[string]any{"zone": "eu-1"})
+	waitFor(t, "metadata in the registry", func() bool {
+		p, err := a.Process(context.Background(), "a")
+		return err == nil && p.Metadata["zone"] == "eu-1" && p.Role == registry.RoleMaster
+	})
+}
