@@ -1,0 +1,101 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func fired(tm Timer) (time.Time, bool) {
+	select {
+	case at := <-tm.C():
+		return at, true
+	default:
+		return time.Time{}, false
+	}
+}
+
+func TestFakeFiresInOrderAtTheirTimes(t *testing.T) {
+	f := NewFake(t0)
+	late, early := f.NewTimer(3*time.Second), f.NewTimer(time.Second)
+	f.Advance(999 * time.Millisecond)
+	if _, ok := fired(early); ok {
+		t.Fatal("timer fired early")
+	}
+	f.Advance(5 * time.Second)
+	at, ok := fired(early)
+	if !ok || !at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("early fired %v at %v", ok, at)
+	}
+	at, ok = fired(late)
+	if !ok || !at.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("late fired %v at %v", ok, at)
+	}
+	if got := f.Now(); !got.Equal(t0.Add(5999 * time.Millisecond)) {
+		t.Fatalf("Now %v", got)
+	}
+	if f.Timers() != 0 {
+		t.Fatalf("%d timers pending after firing", f.Timers())
+	}
+}
+
+func TestFakeZeroTimerFiresAtOnce(t *testing.T) {
+	f := NewFake(t0)
+	if _, ok := fired(f.NewTimer(0)); !ok {
+		t.Fatal("a zero timer did not fire at once")
+	}
+	tm := f.NewTimer(time.Hour)
+	tm.Reset(-time.Second)
+	if _, ok := fired(tm); !ok {
+		t.Fatal("a timer reset to a negative duration did not fire at once")
+	}
+}
+
+func TestFakeStopAndReset(t *testing.T) {
+	f := NewFake(t0)
+	tm := f.NewTimer(time.Second)
+	if !tm.Stop() {
+		t.Fatal("Stop of a pending timer returned false")
+	}
+	f.Advance(2 * time.Second)
+	if _, ok := fired(tm); ok {
+		t.Fatal("a stopped timer fired")
+	}
+	if tm.Reset(time.Second) {
+		t.Fatal("Reset of a stopped timer reported it active")
+	}
+	if d, ok := f.NextDeadline(); !ok || !d.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("NextDeadline %v %v", d, ok)
+	}
+	// A fire not yet received is discarded by Reset, as time.Timer does.
+	f.Advance(time.Second)
+	tm.Reset(time.Second)
+	if _, ok := fired(tm); ok {
+		t.Fatal("a stale fire survived Reset")
+	}
+}
+
+func TestFakeChangedSignalsTimerChanges(t *testing.T) {
+	f := NewFake(t0)
+	ch := f.Changed()
+	f.NewTimer(time.Second)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Changed not closed by NewTimer")
+	}
+}
+
+func TestRealTimer(t *testing.T) {
+	var c Clock = Real{}
+	tm := c.NewTimer(time.Millisecond)
+	select {
+	case <-tm.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("real timer did not fire")
+	}
+	if c.Now().IsZero() {
+		t.Fatal("zero Now")
+	}
+}
