@@ -1,0 +1,286 @@
+package faults
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const ms = int64(time.Millisecond)
+
+var testParams = Params{
+	LockTTL:        time.Second,
+	ElectionJitter: 50 * time.Millisecond,
+	CheckInterval:  200 * time.Millisecond,
+	SlaveTimeout:   time.Second,
+	Slack:          500 * time.Millisecond,
+}
+
+// history builds synthetic histories for the checker tests.
+type history []Record
+
+func (h history) with(rs ...Record) history { return append(append(history(nil), h...), rs...) }
+
+func start(proc string, at int64) Record {
+	return Record{T: at * ms, Proc: proc, Node: proc, Kind: KindStart, LockTTL: int64(time.Second), Margin: 100 * ms}
+}
+
+func call(proc string, at int64) Record {
+	return Record{T: at * ms, Proc: proc, Node: proc, Kind: KindLockCall, Detail: "renew"}
+}
+
+func acquired(proc string, term, at int64) Record {
+	return Record{T: at * ms, Proc: proc, Node: proc, Kind: KindAcquired, Term: term}
+}
+
+func lost(proc string, term, at int64) Record {
+	return Record{T: at * ms, Begin: at*ms - 1000, Seen: at*ms + ms, Proc: proc, Node: proc, Kind: KindLost, Term: term}
+}
+
+func harness(kind Kind, seq int64, detail, peer string, at int64) Record {
+	return Record{T: at * ms, Proc: HarnessNode, Kind: kind, Seq: seq, Detail: detail, Peer: peer, Node: peer}
+}
+
+func rec(proc string, kind Kind, term, seq int64, peer string, at int64) Record {
+	return Record{T: at * ms, Proc: proc, Node: proc, Kind: kind, Term: term, Seq: seq, Peer: peer, Highest: term}
+}
+
+// base is a clean history: a is master with term 10 from 2 to 900 ms
+// (renewing every 250 ms), b takes over with term 11 at 1200 ms and stays
+// until 5000 ms.
+var base = func() history {
+	h := history{start("a", 0), start("b", 0),
+		call("a", 1), acquired("a", 10, 2), call("a", 250), call("a", 500), call("a", 750), lost("a", 10, 900),
+		call("b", 1190), acquired("b", 11, 1200)}
+	for at := int64(1450); at < 5000; at += 250 {
+		h = append(h, call("b", at))
+	}
+	return append(h, lost("b", 11, 5000))
+}()
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name  string
+		h     history
+		wants []string // substrings of the violations, in any order; none: must pass
+		check func(t *testing.T, r Report)
+	}{
+		{name: "clean handover", h: base, check: func(t *testing.T, r Report) {
+			if len(r.Masterships) != 2 || r.Masterships[0].End != 900*ms || r.Masterships[1].Start != 1200*ms {
+				t.Errorf("masterships %+v", r.Masterships)
+			}
+		}},
+		{
+			name:  "overlap",
+			h:     base.with(start("c", 0), call("c", 700), acquired("c", 12, 800), call("c", 1000), lost("c", 12, 1300)),
+			wants: []string{"overlap: a (term 10, lost) and c (term 12)", "overlap: c (term 12, lost) and b (term 11)", "terms: b started term 11 after c started term 12"},
+		},
+		{
+			name: "overlap after Redis lost its data is counted, not forbidden",
+			h:    base.with(start("c", 0), harness(KindRedisDown, 1, "", "", 500), call("c", 599), acquired("c", 12, 600), lost("c", 12, 700)),
+			check: func(t *testing.T, r Report) {
+				if len(r.Overlaps) != 1 || !r.Overlaps[0].DataLoss || r.Overlaps[0].Duration != 100*time.Millisecond || r.ForbiddenOverlaps() != 0 {
+					t.Errorf("overlaps %+v", r.Overlaps)
+				}
+			},
+			wants: []string{"terms: b started term 11 after c started term 12"},
+		},
+		{
+			name:  "observation past the self-fencing deadline",
+			h:     history{start("a", 0), call("a", 0), acquired("a", 10, 1), lost("a", 10, 950)},
+			wants: []string{"self-fencing: a observed term 10 (lost) 49.999ms after its deadline bound"},
+		},
+		{
+			name:  "sent record past the deadline",
+			h:     history{start("a", 0), call("a", 0), acquired("a", 10, 1), {T: 905 * ms, Begin: 904 * ms, Proc: "a", Kind: KindSent, Term: 10, Seq: 1}, lost("a", 10, 800)},
+			wants: []string{"self-fencing: a observed term 10 (sent) 4ms after"},
+		},
+		{
+			name:  "term reused by another process",
+			h:     history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), lost("a", 10, 500), call("b", 600), acquired("b", 10, 601), lost("b", 10, 700)},
+			wants: []string{"terms: term 10 held by both a and b", "terms: b started term 10 after a started term 10"},
+		},
+		{
+			name: "failover within the bound",
+			h:    base.with(harness(KindFault, 1, FaultKillMaster, "a", 850)),
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 1 || r.Failovers[0].Duration != 350*time.Millisecond || r.Faults[FaultKillMaster] != 1 {
+					t.Errorf("failovers %+v faults %v", r.Failovers, r.Faults)
+				}
+			},
+		},
+		{
+			name:  "failover too slow",
+			h:     history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultPauseMaster, "a", 100), lost("a", 10, 101), call("b", 2000), acquired("b", 11, 2001), lost("b", 11, 2100)},
+			wants: []string{"failover: fault 1 (pause-master): next master after 1.901s, bound 1.75s"},
+		},
+		{
+			name:  "no failover at all",
+			h:     history{start("a", 0), call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultKillMaster, "a", 100), harness(KindNote, 0, "", "", 5000)},
+			wants: []string{"failover: no new master after fault 1 (kill-master)"},
+		},
+		{
+			name: "blackhole of the master's replies only is not a crash",
+			h:    history{start("a", 0), call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultBlackhole, "a", 100), harness(KindNote, 0, "", "", 5000)},
+		},
+		{
+			name:  "blackhole of the master's requests is a crash",
+			h:     history{start("a", 0), call("a", 0), acquired("a", 10, 1), {T: 100 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 1, Detail: FaultBlackhole, Peer: "a", Highest: 1}, harness(KindNote, 0, "", "", 5000)},
+			wants: []string{"failover: no new master after fault 1 (blackhole)"},
+		},
+		{
+			name: "after a Redis fault, a master still acting counts at once",
+			h:    base.with(harness(KindFault, 1, FaultRedisPause, "", 1300), harness(KindHeal, 1, FaultRedisPause, "", 1400)),
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 1 || r.Failovers[0].Duration != 0 {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
+			name: "killed master ends when reaped",
+			h:    history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), harness(KindDead, 0, "signal: killed", "a", 300), call("b", 1300), acquired("b", 11, 1301), lost("b", 11, 1400)},
+			check: func(t *testing.T, r Report) {
+				if m := r.Masterships[0]; m.How != "dead" || m.End != 300*ms {
+					t.Errorf("mastership %+v", m)
+				}
+			},
+		},
+		{
+			name: "messages accepted in order",
+			h: base.with(rec("a", KindSent, 10, 1, "", 100), rec("a", KindPublish, 10, 1, "c", 101), rec("c", KindAccepted, 10, 1, "a", 102),
+				rec("b", KindPublish, 11, 1, "c", 1300), rec("c", KindAccepted, 11, 1, "b", 1301)),
+			check: func(t *testing.T, r Report) {
+				if r.Accepted != 2 || r.StaleAccepted != 0 || r.LatePublishes != 0 {
+					t.Errorf("report %+v", r)
+				}
+			},
+		},
+		{
+			name:  "lower term accepted after a higher one",
+			h:     base.with(rec("c", KindAccepted, 11, 1, "b", 1300), rec("c", KindAccepted, 10, 7, "a", 1301)),
+			wants: []string{"fencing: c accepted message 7 from a with term 10 after accepting term 11"},
+		},
+		{
+			name:  "accepted below the receiver's highest term",
+			h:     base.with(Record{T: 500 * ms, Proc: "c", Node: "c", Kind: KindAccepted, Term: 10, Seq: 3, Peer: "a", Highest: 11}),
+			wants: []string{"fencing: c accepted message 3 from a with term 10 while its highest term was 11"},
+		},
+		{
+			name:  "late publish accepted",
+			h:     base.with(rec("a", KindPublish, 10, 9, "c", 1250), rec("c", KindAccepted, 10, 9, "a", 1251)),
+			wants: []string{"fencing: c accepted message 9 of a with term 10, published 50ms after b began term 11"},
+		},
+		{
+			name: "late publish rejected",
+			h:    base.with(rec("a", KindPublish, 10, 9, "c", 1250), Record{T: 1251 * ms, Proc: "c", Kind: KindRejected, Term: 10, Highest: 11, Peer: "a"}),
+			check: func(t *testing.T, r Report) {
+				if r.LatePublishes != 1 || r.Rejected != 1 || r.StaleAccepted != 0 {
+					t.Errorf("report %+v", r)
+				}
+			},
+		},
+		{
+			name:  "join reported twice",
+			h:     base.with(rec("b", KindSlaveJoined, 11, 0, "c", 1300), rec("b", KindSlaveJoined, 11, 0, "c", 1400)),
+			wants: []string{"membership: b (term 11) reported slave-joined of c twice in a row"},
+		},
+		{
+			name:  "leave without join",
+			h:     base.with(rec("b", KindSlaveLeft, 11, 0, "c", 1300)),
+			wants: []string{"membership: b (term 11) reported slave-left of c, never reported joined"},
+		},
+		{
+			name:  "leave of an ended process never reported",
+			h:     base.with(rec("b", KindSlaveJoined, 11, 0, "c", 1300), harness(KindDead, 0, "exited 0", "c", 1350)),
+			wants: []string{"membership: b (term 11) never reported the leave of c"},
+		},
+		{
+			name: "paused slave reported gone once and back once",
+			h: base.with(rec("b", KindSlaveJoined, 11, 0, "c", 1210), harness(KindFault, 1, FaultPauseSlave, "c", 1220),
+				rec("b", KindSlaveLeft, 11, 0, "c", 2300), harness(KindHeal, 1, FaultPauseSlave, "c", 2700)).
+				with(rec("b", KindSlaveJoined, 11, 0, "c", 2800)),
+		},
+		{
+			name:  "paused slave never reported gone",
+			h:     base.with(rec("b", KindSlaveJoined, 11, 0, "c", 1210), harness(KindFault, 1, FaultPauseSlave, "c", 1220), harness(KindHeal, 1, FaultPauseSlave, "c", 2700)),
+			wants: []string{"membership: slave c paused for 1.48s: b (term 11) reported 0 leaves and 0 joins, want 1 and 1"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Check(tt.h, testParams)
+			var got []string
+			for _, v := range r.Violations {
+				got = append(got, v.String())
+			}
+			for _, w := range tt.wants {
+				found := false
+				for i, g := range got {
+					if strings.Contains(g, w) {
+						got = append(got[:i], got[i+1:]...)
+						found = true
+						break
+					}
+				}
+				if !found {
+					t.Errorf("no violation %q", w)
+				}
+			}
+			for _, g := range got {
+				t.Errorf("unexpected violation %q", g)
+			}
+			if tt.check != nil {
+				tt.check(t, r)
+			}
+		})
+	}
+}
+
+func TestParseRecord(t *testing.T) {
+	tests := []struct {
+		name, line, err string
+	}{
+		{"valid", `{"t":5,"proc":"n1","kind":"acquired","term":3}`, ""},
+		{"torn line", `{"t":5,"proc":"n1","ki`, "unexpected end of JSON input"},
+		{"no kind", `{"t":5,"proc":"n1"}`, "has no kind or proc"},
+		{"no proc", `{"t":5,"kind":"lost"}`, "has no kind or proc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := ParseRecord([]byte(tt.line))
+			if tt.err == "" {
+				if err != nil || r.Kind != KindAcquired || r.Term != 3 || r.T != 5 {
+					t.Fatalf("got %+v, %v", r, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("error %v, want one containing %q", err, tt.err)
+			}
+		})
+	}
+}
+
+func TestNowIsMonotonic(t *testing.T) {
+	a := Now()
+	time.Sleep(time.Millisecond)
+	if b := Now(); b-a < int64(time.Millisecond) {
+		t.Fatalf("Now advanced %v over a 1ms sleep", time.Duration(b-a))
+	}
+}
+
+func TestWriteTimeline(t *testing.T) {
+	var full, short strings.Builder
+	h := history{acquired("a", 10, 2), rec("c", KindAccepted, 10, 1, "a", 3), harness(KindFault, 1, FaultKillMaster, "a", 1)}
+	WriteTimeline(&full, h, true)
+	WriteTimeline(&short, h, false)
+	want := "       0.000  harness  fault        seq=1 peer=a kill-master\n" +
+		"       1.000  a        acquired     term=10\n"
+	if short.String() != want {
+		t.Errorf("condensed timeline:\n%s\nwant:\n%s", short.String(), want)
+	}
+	if !strings.Contains(full.String(), "accepted     term=10 seq=1 peer=a highest=10") {
+		t.Errorf("full timeline lacks the accepted record:\n%s", full.String())
+	}
+}

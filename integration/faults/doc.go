@@ -1,0 +1,22 @@
+// Package faults is herd's fault-injection suite: it runs real node
+// processes (integration/node) against real Redis servers, breaks things
+// from a seeded random schedule (kill -9, SIGSTOP of the master and of a
+// slave, Redis restarted without data or paused, latency, blackholes and
+// resets between one node and Redis through toxiproxy, graceful stops and
+// restarts), collects every process's records into one history on the
+// system-wide CLOCK_MONOTONIC, and checks the history (Check): no two
+// masters act at the same instant, a crashed master is replaced within its
+// bound, terms only grow, stale messages are rejected, and membership
+// changes are reported once.
+//
+// The package's non-test code is the record format shared with the node
+// program (Record, Now) and the checkers (Check, WriteTimeline); the
+// harness and the schedules are in its tests:
+//
+//	go test ./integration/faults/                       # one tour of every fault kind
+//	HERD_FAULTS_SEED=42 go test ./integration/faults/   # replay a schedule
+//	make soak SOAK_SCHEDULES=50                         # random schedules and a summary table
+//
+// docs/safety.md states the guarantees these tests check and why the
+// measurement is sound.
+package faults

@@ -1,0 +1,196 @@
+//go:build linux
+
+package faults
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/herdkit/herd/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	code := 0
+	func() {
+		defer removeNodeBinary()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines running before the tests:", err)
+			code = 1
+			return
+		}
+		code = m.Run()
+		if code == 0 {
+			if err := goleak.Find(); err != nil {
+				fmt.Fprintln(os.Stderr, "goleak:", err)
+				code = 1
+			}
+		}
+	}()
+	os.Exit(code)
+}
+
+// seed returns HERD_FAULTS_SEED, or a fresh seed.
+func seed(t *testing.T) uint64 {
+	t.Helper()
+	if s := os.Getenv("HERD_FAULTS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("HERD_FAULTS_SEED=%q: %v", s, err)
+		}
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// TestFaults plays one schedule with every fault kind once, in an order
+// drawn from the seed, against three nodes on the default server.
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault tour takes about 40s")
+	}
+	s := tourSchedule(seed(t), redistest.Default(t), fastTiming)
+	rep := s.run(t, 3, fastTiming)
+	t.Logf("seed %d: %d masterships, max failover %v (LockTTL %v), %d overlaps after data loss, messages sent %d refused %d accepted %d rejected %d (late publishes %d)",
+		s.seed, len(rep.Masterships), rep.MaxFailover(), fastTiming.ttl, len(rep.Overlaps)-rep.ForbiddenOverlaps(),
+		rep.Sent, rep.Refused, rep.Accepted, rep.Rejected, rep.LatePublishes)
+	// The tour must have exercised what it is for.
+	if len(rep.Failovers) == 0 {
+		t.Error("no failover was measured")
+	}
+	for _, k := range FaultKinds {
+		if rep.Faults[k] == 0 {
+			t.Errorf("fault %s was not injected", k)
+		}
+	}
+	if rep.Accepted == 0 {
+		t.Error("no message was accepted")
+	}
+}
+
+// TestSoak plays HERD_SOAK_SCHEDULES random schedules (make soak), rotating
+// over the server matrix, and prints a summary table.
+func TestSoak(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("HERD_SOAK_SCHEDULES"))
+	if n <= 0 {
+		t.Skip("set HERD_SOAK_SCHEDULES (make soak) to run the soak")
+	}
+	faultsPer := 6
+	if v, err := strconv.Atoi(os.Getenv("HERD_SOAK_FAULTS")); err == nil && v > 0 {
+		faultsPer = v
+	}
+	servers := redistest.Servers(t)
+	base := seed(t)
+	sum := newSummary()
+	for i := range n {
+		s := randomSchedule(base+uint64(i), servers[i%len(servers)], fastTiming, faultsPer)
+		var rep Report
+		ok := t.Run(fmt.Sprintf("%04d-seed-%d-%s", i, s.seed, s.server.Name), func(t *testing.T) {
+			rep = s.run(t, 3, fastTiming)
+		})
+		sum.add(s, rep, ok)
+	}
+	table := sum.table(fastTiming.ttl)
+	fmt.Print(table)
+	if out := os.Getenv("HERD_SOAK_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
+			t.Errorf("write %s: %v", out, err)
+		}
+	}
+}
+
+// summary accumulates the reports of a soak.
+type summary struct {
+	schedules, failed       int
+	servers                 map[string]int
+	faults                  map[string]int
+	masters                 int
+	failovers               int
+	maxFailover             time.Duration
+	overlaps, lossOverlaps  int
+	maxLossOverlap          time.Duration
+	sent, refused, accepted int
+	rejected, late, stale   int
+	joins, leaves, lost     int
+	violations              int
+	failedSeeds             []uint64
+}
+
+func newSummary() *summary {
+	return &summary{servers: map[string]int{}, faults: map[string]int{}}
+}
+
+func (s *summary) add(sc schedule, rep Report, ok bool) {
+	s.schedules++
+	s.servers[sc.server.Name]++
+	if !ok {
+		s.failed++
+		s.failedSeeds = append(s.failedSeeds, sc.seed)
+	}
+	for k, v := range rep.Faults {
+		s.faults[k] += v
+	}
+	s.masters += len(rep.Masterships)
+	s.failovers += len(rep.Failovers)
+	s.maxFailover = max(s.maxFailover, rep.MaxFailover())
+	for _, o := range rep.Overlaps {
+		if o.DataLoss {
+			s.lossOverlaps++
+			s.maxLossOverlap = max(s.maxLossOverlap, o.Duration)
+		} else {
+			s.overlaps++
+		}
+	}
+	s.sent += rep.Sent
+	s.refused += rep.Refused
+	s.accepted += rep.Accepted
+	s.rejected += rep.Rejected
+	s.late += rep.LatePublishes
+	s.stale += rep.StaleAccepted
+	s.joins += rep.Joins
+	s.leaves += rep.Leaves
+	s.lost += rep.Lost
+	s.violations += len(rep.Violations)
+}
+
+func (s *summary) table(ttl time.Duration) string {
+	var b strings.Builder
+	row := func(k string, v any) { fmt.Fprintf(&b, "| %-44s | %v |\n", k, v) }
+	b.WriteString("| soak | |\n|---|---|\n")
+	row("schedules (failed)", fmt.Sprintf("%d (%d)", s.schedules, s.failed))
+	var servers []string
+	for k, v := range s.servers {
+		servers = append(servers, fmt.Sprintf("%s %d", k, v))
+	}
+	row("schedules per server", strings.Join(slices.Sorted(slices.Values(servers)), ", "))
+	total := 0
+	for _, k := range FaultKinds {
+		total += s.faults[k]
+	}
+	row("faults injected", total)
+	for _, k := range FaultKinds {
+		row("  "+k, s.faults[k])
+	}
+	row("masterships (masters elected)", s.masters)
+	row("failovers measured", s.failovers)
+	row("max failover / LockTTL", fmt.Sprintf("%.2f (%v / %v)", float64(s.maxFailover)/float64(ttl), s.maxFailover.Round(time.Millisecond), ttl))
+	row("overlapping masterships (must be 0)", s.overlaps)
+	row("overlaps after Redis lost its data", fmt.Sprintf("%d (longest %v)", s.lossOverlaps, s.maxLossOverlap.Round(time.Millisecond)))
+	row("messages sent / refused by the sender's fence", fmt.Sprintf("%d / %d", s.sent, s.refused))
+	row("deliveries accepted / rejected as stale", fmt.Sprintf("%d / %d", s.accepted, s.rejected))
+	row("publishes after a newer master began", s.late)
+	row("stale messages accepted (must be 0)", s.stale)
+	row("slave joins / leaves reported", fmt.Sprintf("%d / %d", s.joins, s.leaves))
+	row("live processes not listed (must be 0)", s.lost)
+	row("violations (must be 0)", s.violations)
+	if len(s.failedSeeds) > 0 {
+		row("failed seeds", fmt.Sprint(s.failedSeeds))
+	}
+	return b.String()
+}

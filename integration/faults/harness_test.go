@@ -1,0 +1,525 @@
+//go:build linux
+
+package faults
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// timing is what every node of a run is started with.
+type timing struct {
+	ttl, heartbeat, check, jitter, margin time.Duration
+	processTTL, slaveTimeout              time.Duration
+	send, publishDelay                    time.Duration
+	// slack is the allowance for process scheduling on a busy machine (the
+	// tests share two cores with other test packages).
+	slack time.Duration
+}
+
+// fastTiming keeps failovers around a second.
+var fastTiming = timing{
+	ttl:          time.Second,
+	heartbeat:    250 * time.Millisecond,
+	check:        200 * time.Millisecond,
+	jitter:       50 * time.Millisecond,
+	margin:       100 * time.Millisecond,
+	processTTL:   2 * time.Second,
+	slaveTimeout: time.Second,
+	send:         20 * time.Millisecond,
+	publishDelay: 2 * time.Millisecond,
+	slack:        time.Second,
+}
+
+func (tm timing) params() Params {
+	return Params{LockTTL: tm.ttl, ElectionJitter: tm.jitter, CheckInterval: tm.check, SlaveTimeout: tm.slaveTimeout, Slack: tm.slack}
+}
+
+func (tm timing) args() []string {
+	return []string{
+		"-ttl", tm.ttl.String(), "-heartbeat", tm.heartbeat.String(), "-check", tm.check.String(),
+		"-jitter", tm.jitter.String(), "-margin", tm.margin.String(),
+		"-process-ttl", tm.processTTL.String(), "-slave-timeout", tm.slaveTimeout.String(),
+		"-send", tm.send.String(), "-publish-delay", tm.publishDelay.String(),
+	}
+}
+
+// The node binary is built once per test binary run, into a directory that
+// TestMain removes.
+var nodeBin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func nodeBinary(t testing.TB) string {
+	t.Helper()
+	nodeBin.once.Do(func() {
+		nodeBin.dir, nodeBin.err = os.MkdirTemp("", "herd-faults-")
+		if nodeBin.err != nil {
+			return
+		}
+		path := filepath.Join(nodeBin.dir, "node")
+		args := []string{"build", "-o", path}
+		if os.Getenv("HERD_FAULTS_NODE_RACE") == "1" {
+			args = append(args, "-race")
+		}
+		args = append(args, "github.com/herdkit/herd/integration/node")
+		out, err := exec.Command("go", args...).CombinedOutput()
+		if err != nil {
+			nodeBin.err = fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+			return
+		}
+		nodeBin.path = path
+	})
+	if nodeBin.err != nil {
+		t.Fatalf("build the node program: %v", nodeBin.err)
+	}
+	return nodeBin.path
+}
+
+func removeNodeBinary() {
+	if nodeBin.dir != "" {
+		_ = os.RemoveAll(nodeBin.dir)
+	}
+}
+
+// cluster is one run: a Redis, one toxiproxy proxy per node slot, and the
+// node processes, with the merged history of all of them.
+type cluster struct {
+	t     testing.TB
+	rng   *rand.Rand
+	tm    timing
+	lock  string
+	bin   string
+	redis *redistest.Instance
+	admin *redis.Client
+	toxi  *toxiproxy.ApiServer
+	slots []*slot
+	procs []*process // every process ever spawned
+	keys  scripts.Keys
+
+	mu         sync.Mutex
+	recs       []Record
+	violations []Violation // found by the harness while running
+	unlisted   int         // live processes missing from the registry
+}
+
+// slot is one place for a node: its proxy stays, its process is replaced
+// by a new incarnation (new label, new node id) when restarted.
+type slot struct {
+	idx   int
+	proxy *toxiproxy.Proxy
+	inc   int
+	cur   *process // nil while no process runs in the slot
+}
+
+// process is one node process.
+type process struct {
+	label  string // also its node id
+	slot   *slot
+	cmd    *exec.Cmd
+	done   chan struct{} // closed once reaped and its output read
+	stderr tail
+	master atomic.Int64 // term while its records say it is master
+	ready  atomic.Bool
+	paused atomic.Bool
+}
+
+func (p *process) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// newCluster starts Redis on server s, the proxies and n nodes, and waits
+// until they have elected a master.
+func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Rand) *cluster {
+	t.Helper()
+	c := &cluster{t: t, rng: rng, tm: tm, lock: "faults", bin: nodeBinary(t)}
+	c.keys = scripts.NewKeys(c.lock, false)
+	c.redis = redistest.Start(t, s)
+	c.admin = c.redis.Client(t)
+	c.toxi = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	t.Cleanup(c.close)
+	for i := range n {
+		px := toxiproxy.NewProxy(c.toxi, fmt.Sprintf("slot%d", i), "127.0.0.1:0", c.redis.Addr)
+		if err := px.Start(); err != nil {
+			t.Fatalf("start proxy %d: %v", i, err)
+		}
+		c.slots = append(c.slots, &slot{idx: i, proxy: px})
+	}
+	for _, sl := range c.slots {
+		c.spawn(sl)
+	}
+	return c
+}
+
+// close kills every process still running and stops the proxies.
+func (c *cluster) close() {
+	for _, sl := range c.slots {
+		if p := sl.cur; p != nil && p.alive() {
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+	}
+	for _, sl := range c.slots {
+		sl.proxy.Stop()
+	}
+}
+
+func (c *cluster) add(r Record) {
+	if r.T == 0 {
+		r.T = Now()
+	}
+	if r.Proc == "" {
+		r.Proc = HarnessNode
+	}
+	c.mu.Lock()
+	c.recs = append(c.recs, r)
+	c.mu.Unlock()
+}
+
+func (c *cluster) violate(check, format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.violations = append(c.violations, Violation{Check: check, T: Now(), Text: fmt.Sprintf(format, args...)})
+}
+
+func (c *cluster) records() []Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Record(nil), c.recs...)
+}
+
+// spawn starts a new incarnation of a node in slot sl.
+func (c *cluster) spawn(sl *slot) *process {
+	c.t.Helper()
+	sl.inc++
+	p := &process{label: fmt.Sprintf("n%d.%d", sl.idx+1, sl.inc), slot: sl, done: make(chan struct{})}
+	args := append([]string{"-redis", sl.proxy.Listen, "-lock", c.lock, "-id", p.label, "-proc", p.label}, c.tm.args()...)
+	p.cmd = exec.Command(c.bin, args...)
+	p.cmd.Stderr = &p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		c.t.Fatalf("spawn %s: %v", p.label, err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		c.t.Fatalf("spawn %s: %v", p.label, err)
+	}
+	c.add(Record{Kind: KindSpawn, Peer: p.label, Node: p.label, Pid: p.cmd.Process.Pid})
+	sl.cur = p
+	c.procs = append(c.procs, p)
+	go c.collect(p, stdout)
+	return p
+}
+
+// collect reads a node's records until its stdout closes, then reaps it.
+func (c *cluster) collect(p *process, stdout interface{ Read([]byte) (int, error) }) {
+	defer close(p.done)
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		r, err := ParseRecord(sc.Bytes())
+		if err != nil {
+			// A process killed in the middle of a write leaves a torn line.
+			c.add(Record{Kind: KindNote, Peer: p.label, Detail: err.Error()})
+			continue
+		}
+		switch r.Kind {
+		case KindAcquired:
+			p.master.Store(r.Term)
+		case KindLost:
+			p.master.CompareAndSwap(r.Term, 0)
+		case KindReady:
+			p.ready.Store(true)
+		}
+		c.add(r)
+	}
+	err := p.cmd.Wait()
+	how := "exited 0"
+	if err != nil {
+		how = err.Error()
+	}
+	c.add(Record{Kind: KindDead, Peer: p.label, Node: p.label, Detail: how})
+}
+
+// live returns the running processes.
+func (c *cluster) live() []*process {
+	var ps []*process
+	for _, sl := range c.slots {
+		if p := sl.cur; p != nil && p.alive() {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// stableMaster returns the master when the cluster is settled: every slot
+// runs a ready, unpaused process, exactly one of them says it is master,
+// and Redis agrees on its node id and term.
+func (c *cluster) stableMaster(ctx context.Context) (*process, error) {
+	var master *process
+	for _, sl := range c.slots {
+		p := sl.cur
+		switch {
+		case p == nil || !p.alive():
+			return nil, fmt.Errorf("slot %d has no process", sl.idx+1)
+		case !p.ready.Load():
+			return nil, fmt.Errorf("%s is not ready", p.label)
+		case p.paused.Load():
+			return nil, fmt.Errorf("%s is paused", p.label)
+		case p.master.Load() != 0 && master != nil:
+			return nil, fmt.Errorf("%s and %s both say they are master", master.label, p.label)
+		case p.master.Load() != 0:
+			master = p
+		}
+	}
+	if master == nil {
+		return nil, errors.New("no process says it is master")
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := scripts.Check(cctx, c.admin, c.keys)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("check the lock: %w", err)
+	case !st.Exists || st.NodeID != master.label || st.Term != master.master.Load():
+		return nil, fmt.Errorf("%s says it is master with term %d, Redis says %q with term %d", master.label, master.master.Load(), st.NodeID, st.Term)
+	}
+	return master, nil
+}
+
+// waitStable waits until stableMaster succeeds and every live process is
+// listed in the registry. Not getting there within the bound is a
+// violation of liveness (failover) or membership (a process not listed).
+func (c *cluster) waitStable(what string) *process {
+	c.t.Helper()
+	ctx := context.Background()
+	bound := 3*c.tm.params().FailoverBound() + c.tm.processTTL
+	deadline := time.Now().Add(bound)
+	var err error
+	for time.Now().Before(deadline) {
+		var m *process
+		if m, err = c.stableMaster(ctx); err == nil {
+			if err = c.waitListed(ctx, deadline); err == nil {
+				return m
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.violate("liveness", "%s: not settled within %v: %v", what, bound, err)
+	return nil
+}
+
+// waitListed waits until the registry lists every live process, which
+// heartbeats; one missing at the deadline is counted as lost.
+func (c *cluster) waitListed(ctx context.Context, deadline time.Time) error {
+	reg, err := registry.New(ctx, c.admin, c.keys, registry.Options{})
+	if err != nil {
+		return fmt.Errorf("open the registry: %w", err)
+	}
+	var missing []string
+	for {
+		missing = missing[:0]
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		procs, err := reg.Processes(lctx)
+		cancel()
+		if err == nil {
+			listed := map[string]bool{}
+			for _, p := range procs {
+				listed[p.ProcessID] = true
+			}
+			for _, p := range c.live() {
+				if !listed[p.label] {
+					missing = append(missing, p.label)
+				}
+			}
+			if len(missing) == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			c.mu.Lock()
+			c.unlisted += len(missing)
+			c.mu.Unlock()
+			c.violate("membership", "live processes %v not listed in the registry (last error: %v)", missing, err)
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// slaves returns the live processes other than m.
+func (c *cluster) slaves(m *process) []*process {
+	var out []*process
+	for _, p := range c.live() {
+		if p != m {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// kill sends SIGKILL and waits until the process is reaped.
+func (c *cluster) kill(p *process) {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// terminate sends SIGTERM and waits for a graceful exit.
+func (c *cluster) terminate(p *process) {
+	c.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		c.violate("stop", "%s did not exit within 10s of SIGTERM", p.label)
+		c.kill(p)
+	}
+}
+
+// pause stops p with SIGSTOP and returns once the kernel reports it stopped.
+func (c *cluster) pause(p *process) {
+	c.t.Helper()
+	p.paused.Store(true)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("SIGSTOP %s: %v", p.label, err)
+	}
+	if err := waitState(p.cmd.Process.Pid, true); err != nil {
+		c.t.Fatalf("SIGSTOP %s: %v", p.label, err)
+	}
+}
+
+func (c *cluster) resume(p *process) {
+	c.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		c.t.Fatalf("SIGCONT %s: %v", p.label, err)
+	}
+	if err := waitState(p.cmd.Process.Pid, false); err != nil {
+		c.t.Fatalf("SIGCONT %s: %v", p.label, err)
+	}
+	p.paused.Store(false)
+}
+
+// waitState waits until /proc reports pid stopped (state T) or not.
+func waitState(pid int, stopped bool) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return err
+		}
+		j := bytes.LastIndexByte(b, ')')
+		if j < 0 || j+2 >= len(b) {
+			return fmt.Errorf("malformed /proc/%d/stat", pid)
+		}
+		if (b[j+2] == 'T') == stopped {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d in state %c, want stopped=%v", pid, b[j+2], stopped)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// toxic adds a toxic of kind to the proxy of p on the given streams and
+// returns the function that removes it.
+func (c *cluster) toxic(p *process, name, kind string, streams []string, attrs string) func() {
+	c.t.Helper()
+	var names []string
+	for _, s := range streams {
+		n := name + "-" + s
+		js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, n, kind, s, attrs)
+		if _, err := p.slot.proxy.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			c.t.Fatalf("add toxic %s: %v", js, err)
+		}
+		names = append(names, n)
+	}
+	return func() {
+		for _, n := range names {
+			if err := p.slot.proxy.Toxics.RemoveToxic(context.Background(), n); err != nil {
+				c.t.Fatalf("remove toxic %s: %v", n, err)
+			}
+		}
+	}
+}
+
+// shutdown stops every node gracefully, the slaves first.
+func (c *cluster) shutdown() {
+	var master *process
+	for _, p := range c.live() {
+		if p.master.Load() != 0 {
+			master = p
+			continue
+		}
+		c.terminate(p)
+	}
+	if master != nil {
+		// Leave the master time to see its slaves leave.
+		time.Sleep(2 * c.tm.check)
+		c.terminate(master)
+	}
+}
+
+// stderrTails returns the end of every process's stderr.
+func (c *cluster) stderrTails() string {
+	var b strings.Builder
+	for _, p := range c.procs {
+		if s := p.stderr.String(); s != "" {
+			fmt.Fprintf(&b, "--- %s stderr ---\n%s\n", p.label, s)
+		}
+	}
+	return b.String()
+}
+
+// tail keeps the last 16 KiB written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - 16<<10; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

@@ -1,0 +1,139 @@
+package faults
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Now returns the system's CLOCK_MONOTONIC in nanoseconds. Every process of
+// a run (the harness and each node) stamps its records with it, so instants
+// taken in different processes on one machine can be compared. Go's own
+// monotonic readings (time.Now) are offsets from the start of each process
+// and cannot be compared across processes; clock_gettime can.
+//
+// It is also the clock masterelection's self-fencing deadline runs on: on
+// Linux the Go runtime reads CLOCK_MONOTONIC for time.Now's monotonic part.
+func Now() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		// CLOCK_MONOTONIC exists on every Linux; failing to read it means
+		// the records cannot be trusted at all.
+		panic(fmt.Sprintf("faults: clock_gettime(CLOCK_MONOTONIC): %v", err))
+	}
+	return ts.Nano()
+}
+
+// Kind names a record.
+type Kind string
+
+// Records written by a node (integration/node). T is always the moment the
+// fact held, on the CLOCK_MONOTONIC of Now.
+const (
+	// KindStart: the node process began; Pid, LockTTL and Margin are set.
+	KindStart Kind = "start"
+	// KindReady: the election's Start returned; Detail is "master" or "slave".
+	KindReady Kind = "ready"
+	// KindAcquired: the first observation in which Term returned Term. T is
+	// the instant just before that call (Begin of the observation), so the
+	// mastership cannot have been acted on before T.
+	KindAcquired Kind = "acquired"
+	// KindLost: the mastership Term ended. T is the instant just after the
+	// last call that still returned Term (the end of the last "true"
+	// observation), Begin the instant just before it, and Seen the instant
+	// just before the first call that returned something else.
+	KindLost Kind = "lost"
+	// KindLockCall: the node sent the acquire or renew script (Detail). T is
+	// taken in a go-redis hook, after the library read its own clock for the
+	// self-fencing deadline, so the deadline is at most T + LockTTL - Margin.
+	KindLockCall Kind = "lock-call"
+	// KindObserved: ObservedTerm rose to Term.
+	KindObserved Kind = "observed"
+	// KindGap: the poller did not run from Begin to T (the process was
+	// stopped or starved). Informational.
+	KindGap Kind = "gap"
+	// KindEvent: an election event (Detail is its kind; Term, Peer as given).
+	KindEvent Kind = "event"
+	// KindError: an error event or a failed call; Detail is the text.
+	KindError Kind = "error"
+	// KindSent: the master decided to send message Seq under Term; Begin and
+	// T bracket the Term call that returned it.
+	KindSent Kind = "sent"
+	// KindPublish: the PUBLISH of message Seq (term Term) to Peer's channel
+	// is about to leave the process (taken in a go-redis hook).
+	KindPublish Kind = "publish"
+	// KindRefused: sending message Seq to Peer failed with
+	// pubsub.ErrNotMaster (the mastership ended after the decision, or
+	// Redis refused the message: send-side fencing).
+	KindRefused Kind = "refused"
+	// KindAccepted: message Seq from Peer with Term was handed to the
+	// handler; Highest is the subscriber's highest term at that moment.
+	KindAccepted Kind = "accepted"
+	// KindRejected: a message from Peer with Term was rejected as stale;
+	// Highest is the term it was compared with.
+	KindRejected Kind = "rejected"
+	// KindSlaveJoined and KindSlaveLeft: the master reported slave Peer
+	// registered or removed, during mastership Term.
+	KindSlaveJoined Kind = "slave-joined"
+	KindSlaveLeft   Kind = "slave-left"
+	// KindStopping: the node got SIGTERM and is stopping gracefully.
+	KindStopping Kind = "stopping"
+	// KindExit: the node is about to exit; Detail is the outcome.
+	KindExit Kind = "exit"
+)
+
+// Records written by the harness (Node is HarnessNode).
+const (
+	// KindSpawn: process Proc (node id Peer) was started with Pid.
+	KindSpawn Kind = "spawn"
+	// KindDead: process Proc has exited and been reaped; Detail is how.
+	KindDead Kind = "dead"
+	// KindFault: fault number Seq of kind Detail was injected on Peer (a
+	// process label, "redis", or "").
+	KindFault Kind = "fault"
+	// KindHeal: fault number Seq was undone.
+	KindHeal Kind = "heal"
+	// KindRedisDown: Redis lost its data (restart without persistence).
+	KindRedisDown Kind = "redis-down"
+	// KindNote: anything else worth seeing in the timeline.
+	KindNote Kind = "note"
+)
+
+// HarnessNode is the Node of the records the harness writes.
+const HarnessNode = "harness"
+
+// Record is one line of a node's or the harness's log: one fact with the
+// CLOCK_MONOTONIC instant it held. Which fields are set depends on Kind.
+type Record struct {
+	T       int64  `json:"t"`
+	Proc    string `json:"proc"`           // process label, unique per process in a run
+	Node    string `json:"node,omitempty"` // election node id (two processes may share one)
+	Kind    Kind   `json:"kind"`
+	Term    int64  `json:"term,omitempty"`
+	Begin   int64  `json:"begin,omitempty"`
+	Seen    int64  `json:"seen,omitempty"`
+	Seq     int64  `json:"seq,omitempty"`
+	Peer    string `json:"peer,omitempty"`
+	Highest int64  `json:"highest,omitempty"`
+	Pid     int    `json:"pid,omitempty"`
+	LockTTL int64  `json:"lockTtl,omitempty"` // ns
+	Margin  int64  `json:"margin,omitempty"`  // ns, the effective StepDownMargin
+	Detail  string `json:"detail,omitempty"`
+}
+
+// ParseRecord decodes one JSON line.
+func ParseRecord(line []byte) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(line, &r); err != nil {
+		return Record{}, fmt.Errorf("faults: record %.80q: %w", line, err)
+	}
+	if r.Kind == "" || r.Proc == "" {
+		return Record{}, fmt.Errorf("faults: record %.80q has no kind or proc", line)
+	}
+	return r, nil
+}
+
+// Duration converts a difference of two Now readings.
+func Duration(ns int64) time.Duration { return time.Duration(ns) }

@@ -1,0 +1,185 @@
+//go:build linux
+
+package faults
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herdkit/herd/internal/redistest"
+)
+
+// fault is one step of a schedule: what to break, for how long, and how
+// long to let the cluster run once it has settled again.
+type fault struct {
+	kind    string
+	target  string   // network faults: "master" or "slave"
+	streams []string // network faults: "upstream" (requests), "downstream" (replies) or both
+	latency time.Duration
+	hold    time.Duration
+	settle  time.Duration
+}
+
+func (f fault) String() string {
+	s := fmt.Sprintf("%s hold=%v", f.kind, f.hold.Round(time.Millisecond))
+	if f.target != "" {
+		s += fmt.Sprintf(" target=%s streams=%s", f.target, strings.Join(f.streams, "+"))
+	}
+	if f.latency > 0 {
+		s += fmt.Sprintf(" latency=%v", f.latency.Round(time.Millisecond))
+	}
+	return s
+}
+
+// between returns a random duration in [lo, hi].
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+}
+
+// newFault draws the parameters of one fault of kind.
+func newFault(rng *rand.Rand, kind string, tm timing) fault {
+	f := fault{kind: kind, settle: between(rng, 100*time.Millisecond, 600*time.Millisecond)}
+	switch kind {
+	case FaultKillMaster, FaultKillSlave:
+		// Sometimes back before the lock expires, sometimes after.
+		f.hold = between(rng, tm.ttl/2, tm.ttl+tm.slaveTimeout+500*time.Millisecond)
+	case FaultPauseMaster:
+		// Longer than LockTTL: the classic stop-the-world pause.
+		f.hold = between(rng, tm.ttl+200*time.Millisecond, 2*tm.ttl+500*time.Millisecond)
+	case FaultPauseSlave:
+		// Past SlaveTimeout: the slave must be reported removed, then back.
+		f.hold = between(rng, tm.slaveTimeout+3*tm.check, tm.slaveTimeout+tm.ttl+500*time.Millisecond)
+	case FaultStopMaster, FaultRestartSlave:
+		f.hold = between(rng, 100*time.Millisecond, tm.ttl)
+	case FaultRedisRestart:
+	case FaultRedisPause:
+		f.hold = between(rng, tm.ttl/2, 2*tm.ttl)
+	case FaultLatency, FaultBlackhole, FaultResetPeer:
+		f.target = []string{"master", "slave"}[rng.IntN(2)]
+		f.streams = [][]string{{"upstream"}, {"downstream"}, {"upstream", "downstream"}}[rng.IntN(3)]
+		f.hold = between(rng, tm.ttl/2, 2*tm.ttl+500*time.Millisecond)
+		if kind == FaultLatency {
+			f.latency = between(rng, 50*time.Millisecond, tm.ttl+500*time.Millisecond)
+		}
+	}
+	return f
+}
+
+// schedule is a seeded list of faults on one server.
+type schedule struct {
+	seed   uint64
+	server redistest.Server
+	faults []fault
+}
+
+func (s schedule) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d on %s:\n", s.seed, s.server.Name)
+	for i, f := range s.faults {
+		fmt.Fprintf(&b, "  %2d. %s\n", i+1, f)
+	}
+	return b.String()
+}
+
+// tourSchedule has every fault kind once, in a random order.
+func tourSchedule(seed uint64, server redistest.Server, tm timing) schedule {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	kinds := append([]string(nil), FaultKinds...)
+	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	s := schedule{seed: seed, server: server}
+	for _, k := range kinds {
+		s.faults = append(s.faults, newFault(rng, k, tm))
+	}
+	return s
+}
+
+// randomSchedule has n faults of random kinds.
+func randomSchedule(seed uint64, server redistest.Server, tm timing, n int) schedule {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	s := schedule{seed: seed, server: server}
+	for range n {
+		s.faults = append(s.faults, newFault(rng, FaultKinds[rng.IntN(len(FaultKinds))], tm))
+	}
+	return s
+}
+
+// run plays schedule s on a fresh cluster of n nodes and judges the
+// history. On any violation it fails t with the seed, the violations and
+// the timeline, and writes the whole history to integration/failures/.
+func (s schedule) run(t *testing.T, n int, tm timing) Report {
+	t.Helper()
+	t.Logf("schedule %s", s)
+	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)))
+	c.waitStable("start")
+	for i, f := range s.faults {
+		c.inject(i+1, f)
+		c.waitStable(fmt.Sprintf("fault %d (%s)", i+1, f.kind))
+		time.Sleep(f.settle)
+	}
+	c.shutdown()
+	recs := c.records()
+	rep := Check(recs, tm.params())
+	c.mu.Lock()
+	rep.Violations = append(rep.Violations, c.violations...)
+	unlisted := c.unlisted
+	c.mu.Unlock()
+	rep.Lost += unlisted
+	if !rep.OK() {
+		s.fail(t, c, recs, rep)
+	}
+	if path := os.Getenv("HERD_FAULTS_TIMELINE"); path != "" {
+		var b strings.Builder
+		b.WriteString(s.String())
+		WriteTimeline(&b, recs, true)
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Errorf("HERD_FAULTS_TIMELINE: %v", err)
+		}
+	}
+	return rep
+}
+
+// fail reports a failed schedule so that it can be replayed.
+func (s schedule) fail(t *testing.T, c *cluster, recs []Record, rep Report) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "replay with HERD_FAULTS_SEED=%d (server %s)\n%s\nviolations:\n", s.seed, s.server.Name, s)
+	for _, v := range rep.Violations {
+		fmt.Fprintf(&b, "  %s\n", v)
+	}
+	var full strings.Builder
+	full.WriteString(b.String())
+	full.WriteString("\ntimeline (every record):\n")
+	WriteTimeline(&full, recs, true)
+	full.WriteString("\n" + c.stderrTails())
+	path := failureFile(t, s.seed)
+	if err := os.WriteFile(path, []byte(full.String()), 0o644); err != nil {
+		t.Logf("write %s: %v", path, err)
+	} else {
+		fmt.Fprintf(&b, "whole history written to %s\n", path)
+	}
+	b.WriteString("\ntimeline (without per-message records):\n")
+	WriteTimeline(&b, recs, false)
+	t.Errorf("%s", b.String())
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// failureFile is where a failed schedule's history goes: the gitignored
+// integration/failures/ when it can be created, else the test's temp dir.
+func failureFile(t *testing.T, seed uint64) string {
+	name := fmt.Sprintf("%s-seed-%d.txt", unsafeName.ReplaceAllString(t.Name(), "_"), seed)
+	dir := filepath.Join("..", "failures")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		dir = t.TempDir()
+	}
+	return filepath.Join(dir, name)
+}

@@ -1,0 +1,584 @@
+// Command node runs one herd process for the fault-injection suite
+// (integration/faults): an election on the Redis at -redis, with the timings
+// given by flags, a subscriber for routed messages, and, while master, a
+// stream of messages to every slave. It writes every fact the checkers need
+// as JSON lines (faults.Record) on stdout, each stamped with the system-wide
+// CLOCK_MONOTONIC, and stops gracefully on SIGTERM or SIGINT.
+//
+// What counts as "this process believed it was master" is what it acted on:
+// the node acts as master only right after a call to Term that returned a
+// term, and it times each such call with a clock reading just before and
+// just after. A poller does this every -poll; the sender does it before each
+// message. A call whose two readings are further apart than -max-bracket
+// (the process was stopped or starved in between) is not acted on, since its
+// instant is uncertain. See docs/safety.md for why this measures the
+// property exactly.
+//
+//	node -redis 127.0.0.1:6379 -id n1 -proc n1 -ttl 1s -heartbeat 250ms -check 200ms
+package main
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/herdkit/herd/integration/faults"
+	"github.com/herdkit/herd/masterelection"
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/scripts"
+)
+
+// msgType is the type of the messages the master sends.
+const msgType = "work"
+
+// options are the node's flags.
+type options struct {
+	redis        string
+	lock         string
+	id           string
+	proc         string
+	ttl          time.Duration
+	heartbeat    time.Duration
+	check        time.Duration
+	jitter       time.Duration
+	margin       time.Duration
+	processTTL   time.Duration
+	slaveTimeout time.Duration
+	poll         time.Duration
+	maxBracket   time.Duration
+	send         time.Duration
+	publishDelay time.Duration
+	rawEvery     int
+	ping         time.Duration
+	candidate    bool
+}
+
+func parseFlags(args []string, errOut io.Writer) (options, error) {
+	d := masterelection.DefaultConfig()
+	o := options{}
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.StringVar(&o.redis, "redis", "", "Redis address host:port (required)")
+	fs.StringVar(&o.lock, "lock", "faults", "election lock name")
+	fs.StringVar(&o.id, "id", "", "election node id (required)")
+	fs.StringVar(&o.proc, "proc", "", "process label written on every record (default: the node id)")
+	fs.DurationVar(&o.ttl, "ttl", time.Second, "LockTTL")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 250*time.Millisecond, "HeartbeatInterval")
+	fs.DurationVar(&o.check, "check", 200*time.Millisecond, "CheckInterval")
+	fs.DurationVar(&o.jitter, "jitter", 50*time.Millisecond, "ElectionJitter")
+	fs.DurationVar(&o.margin, "margin", 0, "StepDownMargin (0: LockTTL/10)")
+	fs.DurationVar(&o.processTTL, "process-ttl", 2*time.Second, "ProcessTTL of the registry entry")
+	fs.DurationVar(&o.slaveTimeout, "slave-timeout", time.Second, "SlaveTimeout")
+	fs.DurationVar(&o.poll, "poll", 200*time.Microsecond, "interval between two observations of Term")
+	fs.DurationVar(&o.maxBracket, "max-bracket", time.Millisecond, "an observation whose clock readings are further apart is not acted on")
+	fs.DurationVar(&o.send, "send", 20*time.Millisecond, "interval between two messages from the master to each slave (0: none)")
+	fs.DurationVar(&o.publishDelay, "publish-delay", 0, "work done between deciding to send and the PUBLISH leaving the process")
+	fs.IntVar(&o.rawEvery, "raw-every", 2, "send every n-th message with a plain PUBLISH, fenced by the receivers only (0: never)")
+	fs.DurationVar(&o.ping, "ping", 500*time.Millisecond, "PingInterval of the subscriber")
+	fs.BoolVar(&o.candidate, "candidate", d.Candidate, "contend for mastership")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case o.redis == "":
+		return o, errors.New("node: -redis is required")
+	case o.id == "":
+		return o, errors.New("node: -id is required")
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("node: unexpected arguments %q", fs.Args())
+	}
+	if o.proc == "" {
+		o.proc = o.id
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	out := &recorder{w: os.Stdout, proc: o.proc, node: o.id}
+	if err := run(ctx, o, out); err != nil {
+		out.write(faults.Record{Kind: faults.KindExit, Detail: "error: " + err.Error()})
+		fmt.Fprintln(os.Stderr, "node:", err)
+		os.Exit(1)
+	}
+	out.write(faults.Record{Kind: faults.KindExit, Detail: "ok"})
+}
+
+// recorder writes records as JSON lines, one write each, so a line is never
+// interleaved with another and a killed process loses at most the line
+// being written.
+type recorder struct {
+	mu   sync.Mutex
+	w    io.Writer
+	proc string
+	node string
+}
+
+func (r *recorder) write(rec faults.Record) {
+	if rec.T == 0 {
+		rec.T = faults.Now()
+	}
+	rec.Proc, rec.Node = r.proc, r.node
+	b, err := json.Marshal(rec)
+	if err != nil {
+		b, _ = json.Marshal(faults.Record{T: rec.T, Proc: r.proc, Node: r.node, Kind: faults.KindError, Detail: "encode record: " + err.Error()})
+	}
+	b = append(b, '\n')
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _ = r.w.Write(b)
+}
+
+func (r *recorder) error(what string, err error) {
+	r.write(faults.Record{Kind: faults.KindError, Detail: what + ": " + err.Error()})
+}
+
+// run is the node: election, subscriber, poller and sender until ctx ends,
+// then a graceful stop.
+func run(ctx context.Context, o options, out *recorder) error {
+	cfg := masterelection.DefaultConfig()
+	cfg.LockName = o.lock
+	cfg.NodeID = o.id
+	cfg.Identifier = o.proc
+	cfg.LockTTL = o.ttl
+	cfg.HeartbeatInterval = o.heartbeat
+	cfg.CheckInterval = o.check
+	cfg.ElectionJitter = o.jitter
+	cfg.StepDownMargin = o.margin
+	cfg.ProcessTTL = o.processTTL
+	cfg.SlaveTimeout = o.slaveTimeout
+	cfg.Candidate = o.candidate
+	margin := o.margin
+	if margin == 0 {
+		margin = o.ttl / 10
+	}
+
+	client := redis.NewClient(&redis.Options{
+		Addr:                  o.redis,
+		DialTimeout:           time.Second,
+		ReadTimeout:           2 * time.Second,
+		WriteTimeout:          2 * time.Second,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeDisabled,
+		},
+	})
+	defer client.Close()
+	client.AddHook(&hook{out: out, publishDelay: o.publishDelay})
+
+	out.write(faults.Record{Kind: faults.KindStart, Pid: os.Getpid(), LockTTL: int64(o.ttl), Margin: int64(margin),
+		Detail: fmt.Sprintf("ttl=%v heartbeat=%v check=%v jitter=%v margin=%v candidate=%v", o.ttl, o.heartbeat, o.check, o.jitter, margin, o.candidate)})
+
+	m, err := masterelection.New(client, cfg)
+	if err != nil {
+		return err
+	}
+	er := &eventRecorder{out: out, m: m}
+	m.OnEvent(er.record)
+
+	sub, err := pubsub.NewSubscriber(client, o.id, pubsub.Config{
+		LockName:     o.lock,
+		PingInterval: o.ping,
+		Terms:        m,
+		OnError: func(err error) {
+			var stale *pubsub.StaleTermError
+			if errors.As(err, &stale) {
+				out.write(faults.Record{Kind: faults.KindRejected, Peer: stale.From, Term: stale.Term, Highest: stale.Highest})
+				return
+			}
+			out.error("subscriber", err)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := sub.Handle(msgType, func(_ context.Context, msg pubsub.Message) error {
+		var p payload
+		if err := msg.Decode(&p); err != nil {
+			return err
+		}
+		out.write(faults.Record{Kind: faults.KindAccepted, Peer: msg.From, Term: msg.Term, Seq: p.Seq, Highest: sub.HighestTerm()})
+		return nil
+	}); err != nil {
+		return err
+	}
+	router, err := pubsub.NewRouter(client, m, nil, pubsub.Config{LockName: o.lock})
+	if err != nil {
+		return err
+	}
+
+	// The poller runs from before Start until after Stop, so it sees every
+	// transition, including the release in Stop.
+	pollCtx, stopPoll := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		poll(pollCtx, m, o, out)
+	}()
+	defer func() {
+		stopPoll()
+		wg.Wait()
+	}()
+
+	if err := startSubscriber(ctx, sub, out); err != nil {
+		return err
+	}
+	defer sub.Close()
+
+	if err := m.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before the first election resolved
+		}
+		return err
+	}
+	role := "slave"
+	if m.IsMaster() {
+		role = "master"
+	}
+	out.write(faults.Record{Kind: faults.KindReady, Detail: role})
+
+	if o.send > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sendLoop(ctx, m, client, router, o, out)
+		}()
+	}
+
+	<-ctx.Done()
+	out.write(faults.Record{Kind: faults.KindStopping})
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.Stop(stopCtx); err != nil {
+		return err
+	}
+	// Give the poller a moment past Stop so it records the release even if
+	// it was sleeping: IsMaster is already false.
+	time.Sleep(2 * o.poll)
+	return nil
+}
+
+// startSubscriber starts sub, retrying while Redis cannot be reached.
+func startSubscriber(ctx context.Context, sub *pubsub.Subscriber, out *recorder) error {
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := sub.Start(sctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		out.error("start subscriber", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// eventRecorder turns election events into records. Slave events are
+// attributed to the mastership in whose master-acquired ... master-lost
+// span they were delivered: OnEvent delivers events in the order they were
+// emitted, so this is the mastership that emitted them, even when the
+// handler runs after that mastership has ended. Detail notes "fenced" when
+// Term no longer returned that term by the time the handler ran.
+type eventRecorder struct {
+	out  *recorder
+	m    *masterelection.MasterElection
+	term int64 // of the mastership in progress in event order; owned by the OnEvent goroutine
+}
+
+func (er *eventRecorder) record(e masterelection.Event) {
+	switch e.Kind {
+	case masterelection.EventMasterAcquired:
+		er.term = e.Term
+	case masterelection.EventMasterLost:
+		defer func() { er.term = 0 }()
+	}
+	switch e.Kind {
+	case masterelection.EventError:
+		er.out.write(faults.Record{Kind: faults.KindError, Detail: "election: " + e.Err.Error()})
+	case masterelection.EventSlaveRegistered, masterelection.EventSlaveRemoved:
+		r := faults.Record{Kind: faults.KindSlaveJoined, Peer: e.Slave.NodeID, Term: er.term}
+		if e.Kind == masterelection.EventSlaveRemoved {
+			r.Kind, r.Peer = faults.KindSlaveLeft, e.NodeID
+		}
+		if er.m.Term() != er.term {
+			r.Detail = "fenced"
+		}
+		er.out.write(r)
+	default:
+		detail := string(e.Kind)
+		if e.Kind == masterelection.EventElectionCompleted {
+			detail += fmt.Sprintf(" master=%v", e.IsMaster)
+		}
+		er.out.write(faults.Record{Kind: faults.KindEvent, Term: e.Term, Detail: detail})
+	}
+}
+
+// observation is one timed call of Term.
+type observation struct {
+	begin, end int64 // Now just before and just after the call
+	term       int64
+}
+
+// observe calls Term between two clock readings. ok is false when the
+// readings are further apart than maxBracket: the process was stopped or
+// descheduled during the call, so its instant is uncertain and the node
+// does not act on it.
+func observe(m *masterelection.MasterElection, maxBracket time.Duration) (observation, bool) {
+	begin := faults.Now()
+	term := m.Term()
+	end := faults.Now()
+	return observation{begin: begin, end: end, term: term}, time.Duration(end-begin) <= maxBracket
+}
+
+// poll observes Term every o.poll and records every change of role, the
+// observed term, and the gaps in which it did not run.
+func poll(ctx context.Context, m *masterelection.MasterElection, o options, out *recorder) {
+	var (
+		cur      int64 // term of the mastership in progress, 0 when slave
+		lastTrue observation
+		prevEnd  int64
+		observed int64
+	)
+	gapLimit := max(50*time.Millisecond, 100*o.poll)
+	for ctx.Err() == nil {
+		ob, ok := observe(m, o.maxBracket)
+		if !ok {
+			continue
+		}
+		if prevEnd != 0 && time.Duration(ob.begin-prevEnd) > gapLimit {
+			out.write(faults.Record{Kind: faults.KindGap, Begin: prevEnd, T: ob.begin})
+		}
+		prevEnd = ob.end
+		if ob.term != cur {
+			if cur != 0 {
+				out.write(faults.Record{Kind: faults.KindLost, Term: cur, T: lastTrue.end, Begin: lastTrue.begin, Seen: ob.begin})
+			}
+			if ob.term != 0 {
+				out.write(faults.Record{Kind: faults.KindAcquired, Term: ob.term, T: ob.begin})
+			}
+			cur = ob.term
+		}
+		if ob.term != 0 {
+			lastTrue = ob
+		}
+		if t := m.ObservedTerm(); t > observed {
+			observed = t
+			out.write(faults.Record{Kind: faults.KindObserved, Term: t})
+		}
+		time.Sleep(o.poll)
+	}
+	if cur != 0 {
+		// Still master when the poller was told to stop (it is stopped
+		// only after Stop, so this means Stop failed): the mastership's
+		// end is not known beyond the last observation.
+		out.write(faults.Record{Kind: faults.KindLost, Term: cur, T: lastTrue.end, Begin: lastTrue.begin, Detail: "poller stopped while master"})
+	}
+}
+
+// payload is the body of the master's messages.
+type payload struct {
+	Seq int64 `json:"seq"`
+}
+
+// sendLoop sends, while master, one message to every slave every o.send.
+func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *redis.Client, router *pubsub.Router, o options, out *recorder) {
+	ticker := time.NewTicker(o.send)
+	defer ticker.Stop()
+	var seq int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		ob, ok := observe(m, o.maxBracket)
+		if !ok || ob.term == 0 {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, o.ttl)
+		slaves, err := m.Slaves(lctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				out.error("list slaves", err)
+			}
+			continue
+		}
+		// The decision to send is taken on a fresh observation, after the
+		// listing (which took a round trip).
+		ob, ok = observe(m, o.maxBracket)
+		if !ok || ob.term == 0 {
+			continue
+		}
+		seq++
+		out.write(faults.Record{Kind: faults.KindSent, Term: ob.term, Seq: seq, Begin: ob.begin, T: ob.end})
+		raw := o.rawEvery > 0 && seq%int64(o.rawEvery) == 0
+		for _, s := range slaves {
+			if s.NodeID == o.id {
+				continue
+			}
+			sctx, cancel := context.WithTimeout(ctx, o.ttl)
+			var err error
+			if raw {
+				err = publishRaw(sctx, client, o.id, ob.term, s.NodeID, seq)
+			} else {
+				err = router.Send(sctx, s.NodeID, msgType, payload{Seq: seq})
+			}
+			cancel()
+			var gone *pubsub.NoSubscriberError
+			switch {
+			case err == nil, errors.As(err, &gone):
+			case errors.Is(err, pubsub.ErrNotMaster):
+				// Mastership ended between the observation and the send,
+				// or Redis refused it (send-side fencing).
+				out.write(faults.Record{Kind: faults.KindRefused, Term: ob.term, Seq: seq, Peer: s.NodeID, Detail: err.Error()})
+			case ctx.Err() == nil:
+				out.error("send to "+s.NodeID, err)
+			}
+		}
+	}
+}
+
+// publishRaw sends message seq to slave with a plain PUBLISH of the
+// envelope docs/routing.md specifies, as a sender without the router's
+// send-side fencing would: only the receivers' fencing stands between a
+// late message and its handler.
+func publishRaw(ctx context.Context, client *redis.Client, from string, term int64, slave string, seq int64) error {
+	body, err := json.Marshal(payload{Seq: seq})
+	if err != nil {
+		return err
+	}
+	env, err := json.Marshal(pubsub.Message{ID: uuid.NewString(), From: from, Term: term, Type: msgType, Payload: body, SentAt: time.Now()})
+	if err != nil {
+		return err
+	}
+	return client.Publish(ctx, pubsub.SlaveChannel(slave), env).Err()
+}
+
+// hook stamps the lock calls and the PUBLISH of routed messages as they
+// leave the process.
+type hook struct {
+	out          *recorder
+	publishDelay time.Duration
+}
+
+var (
+	acquireSHA = scripts.AcquireScript.Hash()
+	renewSHA   = scripts.RenewScript.Hash()
+)
+
+func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch name := cmd.Name(); name {
+		case "evalsha", "eval":
+			if which := lockScript(name, cmd.Args()); which != "" {
+				h.out.write(faults.Record{Kind: faults.KindLockCall, Detail: which})
+			} else {
+				h.publish(cmd.Args())
+			}
+		case "publish":
+			h.publish(cmd.Args())
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// lockScript names the lock script an EVAL or EVALSHA runs, or "".
+func lockScript(name string, args []any) string {
+	if len(args) < 2 {
+		return ""
+	}
+	s, _ := args[1].(string)
+	if name == "eval" {
+		sum := sha1.Sum([]byte(s))
+		s = hex.EncodeToString(sum[:])
+	}
+	switch s {
+	case acquireSHA:
+		return "acquire"
+	case renewSHA:
+		return "renew"
+	}
+	return ""
+}
+
+// publish records a routed message about to leave the process, whether as
+// a PUBLISH or inside a script that publishes it (the router's send-side
+// fencing), once per slave channel, after the configured delay: work
+// between the decision and the write, so that a process stopped during it
+// publishes late, with its old term.
+func (h *hook) publish(args []any) {
+	var (
+		msg      pubsub.Message
+		found    bool
+		channels []string
+	)
+	for _, a := range args[1:] {
+		var s string
+		switch v := a.(type) {
+		case string:
+			s = v
+		case []byte:
+			s = string(v)
+		default:
+			continue
+		}
+		switch {
+		case strings.HasPrefix(s, scripts.DefaultSlavePrefix):
+			channels = append(channels, strings.TrimPrefix(s, scripts.DefaultSlavePrefix))
+		case !found && strings.HasPrefix(s, "{"):
+			if m, err := pubsub.ParseMessage([]byte(s)); err == nil {
+				msg, found = m, true
+			}
+		}
+	}
+	if !found || len(channels) == 0 {
+		return
+	}
+	var p payload
+	if err := msg.Decode(&p); err != nil {
+		return
+	}
+	if h.publishDelay > 0 {
+		time.Sleep(h.publishDelay)
+	}
+	t := faults.Now()
+	for _, ch := range channels {
+		h.out.write(faults.Record{T: t, Kind: faults.KindPublish, Term: msg.Term, Seq: p.Seq, Peer: ch})
+	}
+}
