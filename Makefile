@@ -30,13 +30,13 @@ vet:
 demo:
 	$(GO) run ./examples/cluster
 
-## bench: run the benchmarks, if any exist yet.
+## bench: measure herd against the PING round trip of a redis-server it starts
+## itself (REDIS_ADDR=host:port to use another; HERD_REDIS_SERVERS adds servers
+## for the registry backends), print one table and write it to
+## docs/performance.md. The Go benchmarks alone, for benchstat:
+##   go test -run '^$' -bench . -benchmem -count 10 ./bench
 bench:
-	@if grep -rqs --exclude-dir=.git --include='*_test.go' '^func Benchmark' .; then \
-		$(GO) test -run '^$$' -bench . -benchmem $(PKGS); \
-	else \
-		echo "bench: no benchmarks yet; the benchmark suite is tracked in the performance issue."; \
-	fi
+	$(GO) run ./bench/cmd/herdbench -out docs/performance.md
 
 ## soak: run the long-running soak tests, if any exist yet.
 soak:
@@ -46,6 +46,10 @@ soak:
 		echo "soak: no soak tests yet; the soak suite is tracked in the performance issue."; \
 	fi
 
-## test-topologies: placeholder for tests against Sentinel and Cluster topologies.
+## test-topologies: herd on Redis Cluster and Sentinel deployments that the
+## tests build from the server binaries (build tag topologies; a few minutes).
+## Packages run one at a time (-p 1): failovers are timed by the servers.
+TOPOLOGY_PKGS ?= ./integration/topologies/ ./internal/redistest/
 test-topologies:
-	@echo "test-topologies: not implemented yet; topology tests (Sentinel, Cluster) are still to be written."
+	$(GO) vet -tags topologies $(TOPOLOGY_PKGS)
+	$(GO) test -race -count=1 -p 1 -timeout 30m -tags topologies $(TOPOLOGY_PKGS)

@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CommandStats maps a command name as INFO commandstats spells it ("get",
+// "evalsha", "client|setinfo") to its number of calls.
+type CommandStats map[string]int64
+
+// ParseCommandStats reads the calls of every command from an INFO
+// commandstats reply. Lines it does not understand are skipped.
+func ParseCommandStats(info string) CommandStats {
+	out := CommandStats{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k != "calls" {
+				continue
+			}
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return out
+}
+
+// Sub returns the calls made between before and s, leaving out commands
+// with no new calls.
+func (s CommandStats) Sub(before CommandStats) CommandStats {
+	out := CommandStats{}
+	for name, n := range s {
+		if d := n - before[name]; d > 0 {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// Total is the sum of the calls of every command except those named in
+// except.
+func (s CommandStats) Total(except ...string) int64 {
+	var t int64
+	for name, n := range s {
+		if !contains(except, name) {
+			t += n
+		}
+	}
+	return t
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// InfoField returns the value of field in an INFO reply.
+func InfoField(info, field string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && k == field {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// ServerCPU returns the CPU time the server has used, in seconds: the sum
+// of used_cpu_sys and used_cpu_user from an INFO cpu reply.
+func ServerCPU(info string) (float64, error) {
+	var total float64
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, ok := InfoField(info, f)
+		if !ok {
+			return 0, fmt.Errorf("INFO cpu has no %s", f)
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu %s=%q: %w", f, v, err)
+		}
+		total += x
+	}
+	return total, nil
+}
+
+// ServerVersion names the server behind c from INFO server: "valkey-9.1.2"
+// for Valkey (which also reports a redis_version for compatibility),
+// "redis-7.0.15" for Redis.
+func ServerVersion(ctx context.Context, c redis.UniversalClient) (string, error) {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "", fmt.Errorf("INFO server: %w", err)
+	}
+	return serverVersion(info), nil
+}
+
+func serverVersion(info string) string {
+	if v, ok := InfoField(info, "valkey_version"); ok {
+		return "valkey-" + v
+	}
+	name, ok := InfoField(info, "server_name")
+	if !ok || name == "" {
+		name = "redis"
+	}
+	if v, ok := InfoField(info, "redis_version"); ok {
+		return name + "-" + v
+	}
+	return name + "-unknown"
+}
+
+// commandStats reads INFO commandstats from c.
+func commandStats(ctx context.Context, c redis.UniversalClient) (CommandStats, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	return ParseCommandStats(info), nil
+}
+
+// serverCPU reads the server's CPU time (seconds) from c.
+func serverCPU(ctx context.Context, c redis.UniversalClient) (float64, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("INFO cpu: %w", err)
+	}
+	return ServerCPU(info)
+}
