@@ -63,25 +63,3 @@ func (m *MasterElection) runStandalone(ctx context.Context) {
 	close(m.resolved)
 	<-ctx.Done()
 }
-
-// stopStandalone ends the standalone mastership on Stop: cancel, wait for
-// the handlers (bounded by ctx), master-lost.
-func (m *MasterElection) stopStandalone(ctx context.Context) {
-	select {
-	case <-m.done:
-	case <-ctx.Done():
-		return
-	}
-	l := m.lead.Load()
-	if l == nil {
-		return
-	}
-	l.cancel()
-	handlersDone := make(chan struct{})
-	go func() { l.handlers.Wait(); close(handlersDone) }()
-	select {
-	case <-handlersDone:
-	case <-ctx.Done():
-	}
-	m.endLeadership(l, "stopped")
-}

@@ -226,16 +226,14 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 	var errs []error
 	if wasStarted {
 		m.cancel()
-		if m.cfg.Standalone {
-			m.stopStandalone(ctx)
-		}
 		select {
 		case <-m.done:
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
 		}
-		if l := m.lead.Load(); l != nil && !m.cfg.Standalone {
-			errs = append(errs, m.resign(ctx, l))
+		if l := m.lead.Load(); l != nil {
+			_, err := m.resign(ctx, l, 0, "stopped")
+			errs = append(errs, err)
 		}
 		if reg := m.Registry(); reg != nil {
 			rctx, cancel := m.cleanupContext(ctx)
@@ -258,24 +256,36 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 
 func (m *MasterElection) closeDone() { m.doneOnce.Do(func() { close(m.done) }) }
 
-// resign ends mastership l on Stop: cancel, wait for handlers, release, master-lost.
-func (m *MasterElection) resign(ctx context.Context, l *leadership) error {
+// resign ends mastership l gracefully: it cancels the ctx of l's
+// OnMasterAcquired handlers, waits for them to return (bounded by ctx and,
+// when positive, by handlerWait), releases the lock (the release is
+// announced, so a slave takes over at once; not in standalone mode) and
+// emits master-lost. released tells whether the lock was released.
+func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait time.Duration, reason string) (released bool, err error) {
 	l.cancel()
+	var errs []error
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if handlerWait > 0 {
+		wctx, cancel = context.WithTimeout(ctx, handlerWait)
+	}
 	handlersDone := make(chan struct{})
 	go func() { l.handlers.Wait(); close(handlersDone) }()
-	var errs []error
 	select {
 	case <-handlersDone:
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("OnMasterAcquired handlers still running: %w", ctx.Err()))
+	case <-wctx.Done():
+		errs = append(errs, fmt.Errorf("OnMasterAcquired handlers still running: %w", wctx.Err()))
 	}
-	rctx, cancel := m.cleanupContext(ctx)
-	defer cancel()
-	if _, err := scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, l.term); err != nil {
-		errs = append(errs, fmt.Errorf("release master lock: %w", err))
+	cancel()
+	if !m.cfg.Standalone {
+		rctx, cancel := m.cleanupContext(ctx)
+		released, err = scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, l.term)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("release master lock: %w", err))
+		}
 	}
-	m.endLeadership(l, "stopped")
-	return errors.Join(errs...)
+	m.endLeadership(l, reason)
+	return released, errors.Join(errs...)
 }
 
 // cleanupContext returns ctx when it is still live, or a fresh context

@@ -290,33 +290,15 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 }
 
 // handOver ends mastership l gracefully while the election goes on (the
-// process stopped being a candidate): the handlers' ctx is cancelled and
-// they get until the next renewal would be due to return, then the lock is
-// released, which makes a slave take over at once.
+// process stopped being a candidate): the handlers get until the next
+// renewal would be due to return, then the lock is released.
 func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leadership) {
-	l.cancel()
-	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), 0))
-	handlersDone := make(chan struct{})
-	go func() { l.handlers.Wait(); close(handlersDone) }()
-	timer := m.clock.NewTimer(wait)
-	select {
-	case <-handlersDone:
-	case <-timer.C():
-		m.log.Warn().Msg("OnMasterAcquired handlers still running at hand-over; releasing anyway")
-	case <-ctx.Done():
-	}
-	timer.Stop()
-	rctx, cancel := m.cleanupContext(ctx)
-	ok, err := scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, l.term)
-	cancel()
+	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
+	released, err := m.resign(ctx, l, wait, "no longer a candidate: handed over")
 	if err != nil {
-		m.emitError(fmt.Errorf("release master lock on hand-over: %w", err))
+		m.emitError(fmt.Errorf("hand over: %w", err))
 	}
-	ls.mayHold = err != nil
-	if ok {
-		ls.mayHold = false
-	}
-	m.endLeadership(l, "no longer a candidate: handed over")
+	ls.mayHold = !released
 }
 
 // endLeadership ends mastership l: IsMaster turns false, l's ctx is
