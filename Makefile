@@ -46,6 +46,10 @@ soak:
 		echo "soak: no soak tests yet; the soak suite is tracked in the performance issue."; \
 	fi
 
-## test-topologies: placeholder for tests against Sentinel and Cluster topologies.
+## test-topologies: herd on Redis Cluster and Sentinel deployments that the
+## tests build from the server binaries (build tag topologies; a few minutes).
+## Packages run one at a time (-p 1): failovers are timed by the servers.
+TOPOLOGY_PKGS ?= ./integration/topologies/ ./internal/redistest/
 test-topologies:
-	@echo "test-topologies: not implemented yet; topology tests (Sentinel, Cluster) are still to be written."
+	$(GO) vet -tags topologies $(TOPOLOGY_PKGS)
+	$(GO) test -race -count=1 -p 1 -timeout 30m -tags topologies $(TOPOLOGY_PKGS)
