@@ -1,59 +1,98 @@
-// Command cluster is herd's demo: several processes' worth of nodes elect a
-// master on one Redis, the master crashes and is replaced when its lock
-// expires, and the new master hands over gracefully, all printed as a
-// timeline with the measured times.
+// Command cluster is herd's demo (make demo). Several nodes elect a master on
+// one Redis; the master spreads 40 camera subscriptions over the slaves by
+// their capabilities and routes each slave its list; a slave is killed and
+// its cameras move to the others; the master crashes and a slave takes over
+// when its lock expires; the old master comes back and its stale messages
+// are refused and rejected by term; a graceful handover follows. Everything
+// is printed as a timeline, and a summary table ends the run.
 //
-// It runs on an embedded miniredis, or on the Redis at REDIS_ADDR
-// (host:port or a redis:// URL) when that is set:
+// It runs on an embedded miniredis, or on the Redis given by -redis or
+// REDIS_ADDR (host:port or a redis:// URL), and takes a few seconds:
 //
 //	go run ./examples/cluster
-//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/cluster -nodes 5
+//	go run ./examples/cluster -redis redis://127.0.0.1:6379 -nodes 6 -lock-ttl 2s
+//	go run ./examples/cluster -quiet
+//
+// The nodes run in one process, each with its own Redis client as separate
+// processes would have. On a real Redis the demo deletes its keys at the end.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/herdkit/herd/scripts"
 )
 
 func main() {
 	o := defaultOptions()
-	flag.IntVar(&o.Nodes, "nodes", o.Nodes, "number of nodes (at least 3)")
-	flag.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; the other timings follow the default ratios")
-	flag.BoolVar(&o.Quiet, "quiet", o.Quiet, "print only the summary")
-	flag.Parse()
+	fs := flag.NewFlagSet("cluster", flag.ExitOnError)
+	addr := fs.String("redis", os.Getenv("REDIS_ADDR"), "Redis to run on, host:port or redis:// URL (default: $REDIS_ADDR, else an embedded miniredis)")
+	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of nodes (at least 4)")
+	fs.IntVar(&o.Cameras, "cameras", o.Cameras, "number of camera subscriptions to assign")
+	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; HeartbeatInterval, CheckInterval and ElectionJitter follow the specification's ratios (1/3, 1/6, 1/15)")
+	fs.DurationVar(&o.SlaveTimeout, "slave-timeout", 0, "how long a slave may miss heartbeats before the master removes it (default: the lock TTL); ProcessTTL is twice it, at least the lock TTL")
+	fs.BoolVar(&o.Quiet, "quiet", false, "print only the summary")
+	colorFlag := fs.String("color", "auto", "colour the timeline: auto (when stdout is a terminal and NO_COLOR is unset), always, never")
+	_ = fs.Parse(os.Args[1:])
 
+	switch *colorFlag {
+	case "auto":
+		o.Color = isTerminal(os.Stdout) && os.Getenv("NO_COLOR") == ""
+	case "always":
+		o.Color = true
+	case "never":
+	default:
+		fmt.Fprintf(os.Stderr, "cluster: -color %q: want auto, always or never\n", *colorFlag)
+		os.Exit(2)
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	o.Color = isTerminal(os.Stdout)
-	if err := demo(ctx, o, os.Getenv("REDIS_ADDR"), os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
+	if _, err := demo(ctx, o, *addr, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
 		os.Exit(1)
 	}
 }
 
 // demo connects to addr (or starts an embedded miniredis when addr is "")
-// and runs the scenario.
-func demo(ctx context.Context, o options, addr string, out io.Writer) error {
+// and runs the scenario, bounded by a minute whatever happens.
+func demo(ctx context.Context, o options, addr string, out io.Writer) (summary, error) {
+	if err := o.validate(); err != nil {
+		return summary{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	newClient, where, cleanup, err := connect(addr)
 	if err != nil {
-		return err
+		return summary{}, err
 	}
 	defer cleanup()
-	fmt.Fprintf(out, "herd demo: %d nodes on %s, LockTTL %v\n", o.Nodes, where, o.LockTTL)
-	s, err := runScenario(ctx, o, newClient, out)
+	lock := fmt.Sprintf("herd-demo-%d", time.Now().UnixNano())
+	if addr != "" {
+		defer deleteKeys(newClient, lock)
+	}
+	tl := newTimeline(out, o.Quiet, o.Color)
+	cfg := o.config(lock, 1)
+	tl.printf("herd demo: %d nodes, %d cameras, on %s\n", o.Nodes, o.Cameras, where)
+	tl.printf("timings: LockTTL %v, HeartbeatInterval %v, CheckInterval %v, ElectionJitter %v, StepDownMargin %v, SlaveTimeout %v, ProcessTTL %v\n\n",
+		cfg.LockTTL, cfg.HeartbeatInterval, cfg.CheckInterval, cfg.ElectionJitter, cfg.LockTTL/10, cfg.SlaveTimeout, cfg.ProcessTTL)
+	s, err := runScenario(ctx, o, lock, newClient, tl)
 	if err != nil {
-		return err
+		return s, err
 	}
 	s.print(out)
-	return nil
+	return s, nil
 }
 
 // connect returns a factory of clients, one per node as separate processes
@@ -68,18 +107,39 @@ func connect(addr string) (newClient func() *redis.Client, where string, cleanup
 			return nil, "", nil, fmt.Errorf("start embedded miniredis: %w", err)
 		}
 		mr.ClockTTL(true) // TTLs follow the wall clock, as on a real server
-		opts, where, cleanup = &redis.Options{Addr: mr.Addr()}, "embedded miniredis "+mr.Addr(), mr.Close
+		opts, where, cleanup = &redis.Options{Addr: mr.Addr()}, "an embedded miniredis ("+mr.Addr()+")", mr.Close
 	case strings.Contains(addr, "://"):
 		if opts, err = redis.ParseURL(addr); err != nil {
-			return nil, "", nil, fmt.Errorf("REDIS_ADDR: %w", err)
+			return nil, "", nil, fmt.Errorf("-redis %q: %w", addr, err)
 		}
 		where = addr
 	default:
 		opts, where = &redis.Options{Addr: addr}, addr
 	}
 	opts.ContextTimeoutEnabled = true
-	opts.DisableIdentity = true
+	opts.DisableIdentity = true // no CLIENT SETINFO: not every server has it
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	probe := redis.NewClient(opts)
+	defer probe.Close()
+	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := probe.Ping(pctx).Err(); err != nil {
+		cleanup()
+		return nil, "", nil, fmt.Errorf("cannot reach Redis at %s: %w", where, err)
+	}
 	return func() *redis.Client { return redis.NewClient(opts) }, where, cleanup, nil
+}
+
+// deleteKeys removes the demo's keys from a real Redis (best effort).
+func deleteKeys(newClient func() *redis.Client, lock string) {
+	c := newClient()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	k := scripts.NewKeys(lock, false)
+	if err := c.Del(ctx, k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Processes, k.ProcessesExpiry).Err(); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "cluster: delete the demo's keys: %v\n", err)
+	}
 }
 
 func isTerminal(f *os.File) bool {
