@@ -130,7 +130,7 @@ func TestOptionsValidate(t *testing.T) {
 		want string // "" for valid
 	}{
 		{"defaults", func(*options) {}, ""},
-		{"many nodes, slow timings", func(o *options) { o.Nodes, o.LockTTL = 8, 3 * time.Second }, ""},
+		{"many nodes, slow timings", func(o *options) { o.Nodes, o.LockTTL = 8, 3*time.Second }, ""},
 		{"too few nodes", func(o *options) { o.Nodes = 3 }, "-nodes 3"},
 		{"too many nodes", func(o *options) { o.Nodes = 51 }, "-nodes 51"},
 		{"no cameras", func(o *options) { o.Cameras = 0 }, "-cameras 0"},
