@@ -38,13 +38,20 @@ demo:
 bench:
 	$(GO) run ./bench/cmd/herdbench -out docs/performance.md
 
-## soak: run the long-running soak tests, if any exist yet.
+## soak: the fault-injection soak (integration/faults): SOAK_SCHEDULES random
+## schedules of SOAK_FAULTS faults each (about 20 s per schedule) on three node
+## processes, rotating over the server matrix (HERD_REDIS_SERVERS adds servers),
+## one progress line per schedule, then a summary table, also written to
+## SOAK_OUT when set. Fewer: make soak SOAK_SCHEDULES=50. A failed schedule
+## prints its seed and timeline and is written to integration/failures/;
+## replay it with HERD_FAULTS_SEED=<seed> go test -run TestFaults ./integration/faults/
+## (a tour) or make soak SOAK_SCHEDULES=1 HERD_FAULTS_SEED=<seed>.
+SOAK_SCHEDULES ?= 1000
+SOAK_FAULTS    ?= 6
+SOAK_OUT       ?=
 soak:
-	@if grep -rqs --exclude-dir=.git --include='*_test.go' '^func TestSoak' .; then \
-		$(GO) test -race -count=1 -timeout 60m -run '^TestSoak' $(PKGS); \
-	else \
-		echo "soak: no soak tests yet; the soak suite is tracked in the performance issue."; \
-	fi
+	cd integration/faults && HERD_SOAK_SCHEDULES=$(SOAK_SCHEDULES) HERD_SOAK_FAULTS=$(SOAK_FAULTS) \
+		HERD_SOAK_OUT=$(abspath $(SOAK_OUT)) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$'
 
 ## test-topologies: herd on Redis Cluster and Sentinel deployments that the
 ## tests build from the server binaries (build tag topologies; a few minutes).

@@ -26,8 +26,16 @@ func TestMain(m *testing.M) {
 			return
 		}
 		code = m.Run()
+		// toxiproxy's link goroutines end a moment after their proxy is
+		// stopped (a latency toxic finishes its sleep first): wait up to
+		// about five seconds for them.
 		if code == 0 {
-			if err := goleak.Find(); err != nil {
+			err := goleak.Find()
+			for i := 0; err != nil && i < 10; i++ {
+				time.Sleep(500 * time.Millisecond)
+				err = goleak.Find()
+			}
+			if err != nil {
 				fmt.Fprintln(os.Stderr, "goleak:", err)
 				code = 1
 			}
@@ -56,6 +64,7 @@ func TestFaults(t *testing.T) {
 		t.Skip("the fault tour takes about 40s")
 	}
 	s := tourSchedule(seed(t), redistest.Default(t), fastTiming)
+	s.replay = fmt.Sprintf("HERD_FAULTS_SEED=%d go test -run '^TestFaults$' ./integration/faults/", s.seed)
 	rep := s.run(t, 3, fastTiming)
 	t.Logf("seed %d: %d masterships, max failover %v (LockTTL %v), %d overlaps after data loss, messages sent %d refused %d accepted %d rejected %d (late publishes %d)",
 		s.seed, len(rep.Masterships), rep.MaxFailover(), fastTiming.ttl, len(rep.Overlaps)-rep.ForbiddenOverlaps(),
@@ -89,12 +98,22 @@ func TestSoak(t *testing.T) {
 	base := seed(t)
 	sum := newSummary()
 	for i := range n {
-		s := randomSchedule(base+uint64(i), servers[i%len(servers)], fastTiming, faultsPer)
+		sd := base + uint64(i)
+		s := randomSchedule(sd, servers[sd%uint64(len(servers))], fastTiming, faultsPer)
+		s.replay = fmt.Sprintf("make soak SOAK_SCHEDULES=1 SOAK_FAULTS=%d HERD_FAULTS_SEED=%d", faultsPer, sd)
 		var rep Report
+		began := time.Now()
 		ok := t.Run(fmt.Sprintf("%04d-seed-%d-%s", i, s.seed, s.server.Name), func(t *testing.T) {
 			rep = s.run(t, 3, fastTiming)
 		})
 		sum.add(s, rep, ok)
+		outcome := "ok"
+		if !ok {
+			outcome = "FAILED"
+		}
+		fmt.Printf("soak %d/%d seed %d on %s: %s in %v: %d masterships, max failover %v, %d violations\n",
+			i+1, n, sd, s.server.Name, outcome, time.Since(began).Round(time.Second), len(rep.Masterships),
+			rep.MaxFailover().Round(time.Millisecond), len(rep.Violations))
 	}
 	table := sum.table(fastTiming.ttl)
 	fmt.Print(table)

@@ -79,6 +79,7 @@ type schedule struct {
 	seed   uint64
 	server redistest.Server
 	faults []fault
+	replay string // the command that plays it again
 }
 
 func (s schedule) String() string {
@@ -151,7 +152,7 @@ func (s schedule) run(t *testing.T, n int, tm timing) Report {
 func (s schedule) fail(t *testing.T, c *cluster, recs []Record, rep Report) {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "replay with HERD_FAULTS_SEED=%d (server %s)\n%s\nviolations:\n", s.seed, s.server.Name, s)
+	fmt.Fprintf(&b, "seed %d; replay with: %s\n%s\nviolations:\n", s.seed, s.replay, s)
 	for _, v := range rep.Violations {
 		fmt.Fprintf(&b, "  %s\n", v)
 	}
