@@ -41,8 +41,8 @@ func main() {
 	addr := fs.String("redis", os.Getenv("REDIS_ADDR"), "Redis to run on, host:port or redis:// URL (default: $REDIS_ADDR, else an embedded miniredis)")
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of nodes (at least 4)")
 	fs.IntVar(&o.Cameras, "cameras", o.Cameras, "number of camera subscriptions to assign")
-	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; HeartbeatInterval, CheckInterval and ElectionJitter follow the specification's ratios (1/3, 1/6, 1/15)")
-	fs.DurationVar(&o.SlaveTimeout, "slave-timeout", 0, "how long a slave may miss heartbeats before the master removes it (default: the lock TTL); ProcessTTL is twice it, at least the lock TTL")
+	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; the other timings follow the specification's ratios (see docs/tuning.md)")
+	fs.DurationVar(&o.SlaveTimeout, "slave-timeout", 0, "how long a slave may miss heartbeats before the master removes it (default: half the lock TTL); ProcessTTL is three times it, at least 1.5 × the lock TTL")
 	fs.BoolVar(&o.Quiet, "quiet", false, "print only the summary")
 	colorFlag := fs.String("color", "auto", "colour the timeline: auto (when stdout is a terminal and NO_COLOR is unset), always, never")
 	_ = fs.Parse(os.Args[1:])
@@ -85,8 +85,11 @@ func demo(ctx context.Context, o options, addr string, out io.Writer) (summary, 
 	tl := newTimeline(out, o.Quiet, o.Color)
 	cfg := o.config(lock, 1)
 	tl.printf("herd demo: %d nodes, %d cameras, on %s\n", o.Nodes, o.Cameras, where)
-	tl.printf("timings: LockTTL %v, HeartbeatInterval %v, CheckInterval %v, ElectionJitter %v, StepDownMargin %v, SlaveTimeout %v, ProcessTTL %v\n\n",
-		cfg.LockTTL, cfg.HeartbeatInterval, cfg.CheckInterval, cfg.ElectionJitter, cfg.LockTTL/10, cfg.SlaveTimeout, cfg.ProcessTTL)
+	tl.printf("timings: LockTTL %v, HeartbeatInterval %v, CheckInterval %v, ElectionJitter %v, StepDownMargin %v, SlaveTimeout %v, ProcessTTL %v\n",
+		cfg.LockTTL, cfg.HeartbeatInterval, cfg.CheckInterval, cfg.ElectionJitter, cfg.StepDownMargin, cfg.SlaveTimeout, cfg.ProcessTTL)
+	if !o.Quiet {
+		tl.printf("\n")
+	}
 	s, err := runScenario(ctx, o, lock, newClient, tl)
 	if err != nil {
 		return s, err

@@ -70,8 +70,10 @@ var profiles = []registry.Capabilities{
 }
 
 // config derives node i's configuration from the LockTTL with the
-// specification's ratios (30s : 10s : 5s : 2s), a SlaveTimeout of LockTTL
-// (or -slave-timeout) and a ProcessTTL of twice that (at least LockTTL).
+// specification's ratios (LockTTL 30s, HeartbeatInterval 10s, CheckInterval
+// 5s, ElectionJitter 2s, SlaveTimeout 15s, ProcessTTL 45s), and a
+// StepDownMargin of LockTTL/10. -slave-timeout overrides SlaveTimeout;
+// ProcessTTL is then three times it, at least 1.5 × LockTTL.
 func (o options) config(lock string, i int) masterelection.Config {
 	cfg := masterelection.DefaultConfig()
 	cfg.LockName = lock
@@ -82,11 +84,11 @@ func (o options) config(lock string, i int) masterelection.Config {
 	cfg.CheckInterval = (o.LockTTL / 6).Truncate(time.Millisecond)
 	cfg.ElectionJitter = (o.LockTTL / 15).Truncate(time.Millisecond)
 	cfg.StepDownMargin = (o.LockTTL / 10).Truncate(time.Millisecond)
-	cfg.SlaveTimeout = o.LockTTL
+	cfg.SlaveTimeout = o.LockTTL / 2
 	if o.SlaveTimeout > 0 {
 		cfg.SlaveTimeout = o.SlaveTimeout
 	}
-	cfg.ProcessTTL = max(2*cfg.SlaveTimeout, o.LockTTL)
+	cfg.ProcessTTL = max(3*cfg.SlaveTimeout, o.LockTTL*3/2)
 	cfg.Capabilities = profiles[(i-1)%len(profiles)]
 	return cfg
 }

@@ -1,0 +1,261 @@
+// Command cron runs a job every -every on the master only: start it in
+// several terminals and exactly one of them runs the job; stop that one
+// and another takes over.
+//
+//	go run ./examples/cron -redis redis://127.0.0.1:6379 -id a -every 2s
+//	go run ./examples/cron -redis redis://127.0.0.1:6379 -id b -every 2s
+//	go run ./examples/cron -standalone -every 2s   # one instance, no Redis
+//
+// Two mechanisms keep the job on the master alone:
+//
+//   - The schedule runs inside OnMasterAcquired, whose ctx is cancelled the
+//     moment the mastership ends (lock lost, self-fencing, Stop): the loop
+//     stops then, and so does a run in progress that honours its ctx.
+//   - Each run goes through MasterElection.RunIfMaster, which checks the
+//     mastership right before calling the job and gives it a ctx that ends
+//     with the mastership.
+//
+// A master that was paused past its lock can still act late, so the job
+// also fences its one write by term: it appends its run to a Redis stream
+// with a script that refuses a term lower than the highest already
+// recorded. The stream (<lock>:cron:runs) is the job's history.
+//
+// -standalone runs the same code without Redis: always master, no
+// coordination, for single-instance deployments.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/herdkit/herd/masterelection"
+	"github.com/herdkit/herd/scripts"
+)
+
+type options struct {
+	Redis      string
+	ID         string
+	Lock       string
+	LockTTL    time.Duration
+	Every      time.Duration
+	Standalone bool
+}
+
+func main() {
+	host, _ := os.Hostname()
+	o := options{}
+	fs := flag.NewFlagSet("cron", flag.ExitOnError)
+	fs.StringVar(&o.Redis, "redis", envOr("REDIS_ADDR", "redis://127.0.0.1:6379"), "Redis URL or host:port; default $REDIS_ADDR or redis://127.0.0.1:6379")
+	fs.StringVar(&o.ID, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the cluster")
+	fs.StringVar(&o.Lock, "lock", "herd-cron-example", "lock name")
+	fs.DurationVar(&o.LockTTL, "lock-ttl", 6*time.Second, "master lock TTL; the other timings follow the specification's ratios")
+	fs.DurationVar(&o.Every, "every", 2*time.Second, "how often the job runs")
+	fs.BoolVar(&o.Standalone, "standalone", false, "single instance without Redis: always master, no coordination")
+	_ = fs.Parse(os.Args[1:])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := newCron(o, os.Stdout)
+	if err == nil {
+		err = c.run(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cron:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// recordRun appends one run to the history stream, fenced by term.
+//
+// KEYS[1] -> <lock>:cron:runs      (stream of runs: term, node)
+// KEYS[2] -> <lock>:cron:max-term  (string: the highest term that recorded a run)
+// ARGV[1] -> the recording master's term
+// ARGV[2] -> its node id
+// Returns: the stream entry id, or -1 (nothing written) when a run of a
+// higher term is already recorded: the caller is a stale master.
+var recordRun = redis.NewScript(`
+local max = tonumber(redis.call('GET', KEYS[2]) or '0')
+local term = tonumber(ARGV[1])
+if term < max then
+  return -1
+end
+redis.call('SET', KEYS[2], ARGV[1])
+return redis.call('XADD', KEYS[1], 'MAXLEN', '~', '1000', '*', 'term', ARGV[1], 'node', ARGV[2])
+`)
+
+// errStale is returned by the job when its write was fenced off.
+var errStale = errors.New("cron: a newer master has recorded runs: this run was fenced off")
+
+// cron is one process of the example.
+type cron struct {
+	o      options
+	out    io.Writer
+	outMu  sync.Mutex
+	client *redis.Client // nil in standalone mode
+	m      *masterelection.MasterElection
+	runs   atomic.Int64 // runs of the job in this process
+}
+
+func newCron(o options, out io.Writer) (*cron, error) {
+	if o.Every <= 0 {
+		return nil, fmt.Errorf("-every %v: must be positive", o.Every)
+	}
+	c := &cron{o: o, out: out}
+	cfg := masterelection.DefaultConfig()
+	cfg.LockName, cfg.NodeID, cfg.Identifier = o.Lock, o.ID, o.ID
+	cfg.LockTTL = o.LockTTL
+	cfg.HeartbeatInterval = o.LockTTL / 3
+	cfg.CheckInterval = o.LockTTL / 6
+	cfg.ElectionJitter = o.LockTTL / 15
+	cfg.SlaveTimeout = o.LockTTL / 2
+	cfg.ProcessTTL = o.LockTTL * 3 / 2
+	cfg.Standalone = o.Standalone
+	if !o.Standalone {
+		opts, err := clientOptions(o.Redis)
+		if err != nil {
+			return nil, err
+		}
+		c.client = redis.NewClient(opts)
+	}
+	var client redis.UniversalClient
+	if c.client != nil {
+		client = c.client
+	}
+	m, err := masterelection.New(client, cfg)
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	c.m = m
+	m.OnMasterAcquired(c.schedule)
+	m.OnEvent(func(e masterelection.Event) {
+		switch e.Kind {
+		case masterelection.EventMasterAcquired:
+			c.printf("MASTER with term %d: the job runs here every %v", e.Term, o.Every)
+		case masterelection.EventMasterLost:
+			c.printf("no longer master (term %d)", e.Term)
+		case masterelection.EventElectionCompleted:
+			if !e.IsMaster {
+				c.printf("slave: the job runs elsewhere")
+			}
+		case masterelection.EventError:
+			c.printf("error: %v", e.Err)
+		}
+	})
+	return c, nil
+}
+
+func clientOptions(addr string) (*redis.Options, error) {
+	var opts *redis.Options
+	if strings.Contains(addr, "://") {
+		var err error
+		if opts, err = redis.ParseURL(addr); err != nil {
+			return nil, fmt.Errorf("-redis %q: %w", addr, err)
+		}
+	} else {
+		opts = &redis.Options{Addr: addr}
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return opts, nil
+}
+
+// run takes part in the election until ctx ends, then leaves it.
+func (c *cron) run(ctx context.Context) error {
+	defer c.close()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := c.m.Start(sctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.m.Stop(stopCtx) // waits for a run in progress, then releases the lock
+}
+
+func (c *cron) close() {
+	if c.client != nil {
+		_ = c.client.Close()
+	}
+}
+
+func (c *cron) printf(format string, args ...any) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	fmt.Fprintf(c.out, "%s %-10s %s\n", time.Now().Format("15:04:05.000"), c.o.ID, fmt.Sprintf(format, args...))
+}
+
+// schedule is the OnMasterAcquired handler: it runs the job every -every
+// until ctx, the mastership's, ends.
+func (c *cron) schedule(ctx context.Context, term int64) {
+	t := time.NewTicker(c.o.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.printf("schedule of term %d stopped: mastership over", term)
+			return
+		case <-t.C:
+		}
+		ran, err := c.m.RunIfMaster(ctx, c.job)
+		switch {
+		case !ran:
+			c.printf("skipped: %v", err) // the mastership ended a moment ago
+		case err != nil:
+			c.printf("run failed: %v", err)
+		}
+	}
+}
+
+// job is the work: here, record the run, fenced by term, and print it.
+// ctx ends when the mastership does.
+func (c *cron) job(ctx context.Context, term int64) error {
+	n := c.runs.Add(1)
+	if c.client == nil {
+		c.printf("run #%d (standalone)", n)
+		return nil
+	}
+	k := keys(c.o.Lock)
+	id, err := recordRun.Run(ctx, c.client, []string{k.runs, k.maxTerm}, term, c.o.ID).Result()
+	if err != nil {
+		return fmt.Errorf("record run: %w", err)
+	}
+	if v, ok := id.(int64); ok && v == -1 {
+		return errStale
+	}
+	c.printf("run #%d, recorded as %v (term %d)", n, id, term)
+	return nil
+}
+
+type cronKeys struct{ runs, maxTerm string }
+
+// keys names the example's own keys under the election's prefix (which
+// scripts.NewKeys makes a hash tag under Redis Cluster, so that the script
+// could also read the election's keys).
+func keys(lock string) cronKeys {
+	p := scripts.NewKeys(lock, false).Prefix
+	return cronKeys{runs: p + ":cron:runs", maxTerm: p + ":cron:max-term"}
+}

@@ -1,0 +1,335 @@
+// Command node is one herd process, to run in several terminals against a
+// real Redis and watch the election from the inside:
+//
+//	go run ./examples/node -redis redis://127.0.0.1:6379 -id a
+//	go run ./examples/node -redis redis://127.0.0.1:6379 -id b
+//	go run ./examples/node -redis redis://127.0.0.1:6379 -id c
+//
+// One process becomes master. Every -every it broadcasts a job to every
+// slave over the slave channels (stamped with its term); each slave prints
+// the job and reports "done" to the master inbox, where the master prints
+// it. The master prints slaves joining and leaving.
+//
+// Press Ctrl+C on the master: it releases the lock and a slave takes over at
+// once (graceful handover). Kill it with kill -9 instead: the others take
+// over when its lock expires (-lock-ttl). Type "pause" and Enter on the
+// master: it stops being a candidate and hands over, but keeps running as a
+// slave; "resume" makes it a candidate again. "status" prints the role.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/herdkit/herd/masterelection"
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/registry"
+)
+
+// options are the flags.
+type options struct {
+	Redis     string
+	ID        string
+	Lock      string
+	LockTTL   time.Duration
+	Every     time.Duration
+	MaxSubs   int
+	Workload  int
+	Candidate bool
+}
+
+func main() {
+	host, _ := os.Hostname()
+	o := options{}
+	fs := flag.NewFlagSet("node", flag.ExitOnError)
+	fs.StringVar(&o.Redis, "redis", envOr("REDIS_ADDR", "redis://127.0.0.1:6379"), "Redis URL (redis://host:port/db) or host:port; default $REDIS_ADDR or redis://127.0.0.1:6379")
+	fs.StringVar(&o.ID, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the cluster")
+	fs.StringVar(&o.Lock, "lock", "herd-node-example", "lock name: the processes with the same one elect one master")
+	fs.DurationVar(&o.LockTTL, "lock-ttl", 6*time.Second, "master lock TTL; the other timings follow the specification's ratios (see docs/tuning.md)")
+	fs.DurationVar(&o.Every, "every", 2*time.Second, "how often the master broadcasts a job")
+	fs.IntVar(&o.MaxSubs, "max-subscriptions", 50, "capability published in the registry")
+	fs.IntVar(&o.Workload, "workload", 80, "preferred workload in percent, published in the registry")
+	fs.BoolVar(&o.Candidate, "candidate", true, "contend for mastership (false: follow as a slave only)")
+	_ = fs.Parse(os.Args[1:])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "node:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// run runs the node until ctx ends (Ctrl+C), then leaves the election
+// gracefully. Commands are read from in, one per line.
+func run(ctx context.Context, o options, in io.Reader, out io.Writer) error {
+	n, err := newNode(o, out)
+	if err != nil {
+		return err
+	}
+	return n.run(ctx, in)
+}
+
+// run is the node's life: start, serve until ctx ends, stop, close. The
+// command reader it starts ends when in does (at EOF; os.Stdin ends with
+// the process).
+func (n *node) run(ctx context.Context, in io.Reader) error {
+	defer n.close()
+	if err := n.start(ctx); err != nil {
+		return err
+	}
+	go n.commands(ctx, in)
+	<-ctx.Done()
+	n.printf("stopping: leaving the election (a master releases its lock and a slave takes over at once)")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return n.stop(sctx)
+}
+
+// node is the process: election, subscriber, inbox and router on one client.
+type node struct {
+	o      options
+	out    io.Writer
+	outMu  sync.Mutex
+	client *redis.Client
+	m      *masterelection.MasterElection
+	sub    *pubsub.Subscriber
+	inbox  *pubsub.Inbox
+	router *pubsub.Router
+
+	jobs    atomic.Int64 // jobs received as a slave
+	reports atomic.Int64 // reports received as master
+	sent    atomic.Int64 // jobs broadcast as master
+}
+
+// job is the payload of the "job" message.
+type job struct {
+	Seq int64 `json:"seq"`
+}
+
+func clientOptions(addr string) (*redis.Options, error) {
+	var opts *redis.Options
+	if strings.Contains(addr, "://") {
+		var err error
+		if opts, err = redis.ParseURL(addr); err != nil {
+			return nil, fmt.Errorf("-redis %q: %w", addr, err)
+		}
+	} else {
+		opts = &redis.Options{Addr: addr}
+	}
+	opts.ContextTimeoutEnabled = true // herd's deadlines only hold with it
+	opts.DisableIdentity = true       // no CLIENT SETINFO: not every server has it
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return opts, nil
+}
+
+// config returns the election's configuration: every timing scales with
+// LockTTL in the specification's ratios (30s : 10s : 5s : 2s, slave
+// timeout 15s, process TTL 45s).
+func config(o options) masterelection.Config {
+	cfg := masterelection.DefaultConfig()
+	cfg.LockName = o.Lock
+	cfg.NodeID = o.ID
+	cfg.Identifier = o.ID
+	cfg.Candidate = o.Candidate
+	cfg.LockTTL = o.LockTTL
+	cfg.HeartbeatInterval = o.LockTTL / 3
+	cfg.CheckInterval = o.LockTTL / 6
+	cfg.ElectionJitter = o.LockTTL / 15
+	cfg.SlaveTimeout = o.LockTTL / 2
+	cfg.ProcessTTL = o.LockTTL * 3 / 2
+	cfg.Capabilities = registry.Capabilities{CanProcessDetections: true, MaxSubscriptions: o.MaxSubs, PreferredWorkload: o.Workload}
+	return cfg
+}
+
+func newNode(o options, out io.Writer) (*node, error) {
+	if o.Every <= 0 {
+		return nil, fmt.Errorf("-every %v: must be positive", o.Every)
+	}
+	opts, err := clientOptions(o.Redis)
+	if err != nil {
+		return nil, err
+	}
+	n := &node{o: o, out: out, client: redis.NewClient(opts)}
+	if n.m, err = masterelection.New(n.client, config(o)); err != nil {
+		_ = n.client.Close()
+		return nil, err
+	}
+	pcfg := pubsub.Config{LockName: o.Lock}
+	scfg := pcfg
+	scfg.Terms = n.m
+	scfg.OnError = func(err error) { n.printf("routing: %v", err) }
+	if n.sub, err = pubsub.NewSubscriber(n.client, o.ID, scfg); err != nil {
+		_ = n.client.Close()
+		return nil, err
+	}
+	icfg := pcfg
+	icfg.OnError = func(err error) {
+		if !errors.Is(err, pubsub.ErrNotMaster) { // reports reaching a slave's inbox are expected
+			n.printf("inbox: %v", err)
+		}
+	}
+	if n.inbox, err = pubsub.NewInbox(n.client, n.m, icfg); err != nil {
+		_ = n.client.Close()
+		return nil, err
+	}
+	// The election lists the live slaves, so it is the Router's SlaveLister.
+	if n.router, err = pubsub.NewRouter(n.client, n.m, n.m, pcfg); err != nil {
+		_ = n.client.Close()
+		return nil, err
+	}
+	_ = n.sub.Handle("job", n.onJob)
+	_ = n.inbox.Handle("done", n.onReport)
+	n.m.OnMasterAcquired(n.lead)
+	n.m.OnEvent(n.onEvent)
+	return n, nil
+}
+
+func (n *node) start(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := n.sub.Start(sctx); err != nil {
+		return fmt.Errorf("subscribe on %s: %w", n.o.Redis, err)
+	}
+	if err := n.inbox.Start(sctx); err != nil {
+		return fmt.Errorf("listen on the master inbox: %w", err)
+	}
+	n.printf("joining %q on %s (LockTTL %v)", n.o.Lock, n.o.Redis, n.o.LockTTL)
+	if err := n.m.Start(sctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (n *node) stop(ctx context.Context) error {
+	err := n.m.Stop(ctx)
+	n.printf("stopped")
+	return err
+}
+
+func (n *node) close() {
+	_ = n.sub.Close()
+	_ = n.inbox.Close()
+	_ = n.client.Close()
+}
+
+func (n *node) printf(format string, args ...any) {
+	n.outMu.Lock()
+	defer n.outMu.Unlock()
+	fmt.Fprintf(n.out, "%s %-10s %s\n", time.Now().Format("15:04:05.000"), n.o.ID, fmt.Sprintf(format, args...))
+}
+
+func (n *node) onEvent(e masterelection.Event) {
+	switch e.Kind {
+	case masterelection.EventMasterAcquired:
+		n.printf("MASTER with term %d", e.Term)
+	case masterelection.EventMasterLost:
+		n.printf("no longer master (term %d)", e.Term)
+	case masterelection.EventElectionCompleted:
+		if !e.IsMaster {
+			n.printf("slave")
+		}
+	case masterelection.EventSlaveRegistered:
+		n.printf("slave joined: %s", e.Slave.NodeID)
+	case masterelection.EventSlaveRemoved:
+		n.printf("slave left: %s", e.NodeID)
+	case masterelection.EventError:
+		n.printf("error: %v", e.Err)
+	}
+}
+
+// lead is the master's work: broadcast a job every -every until the
+// mastership ends (ctx is cancelled at that moment).
+func (n *node) lead(ctx context.Context, term int64) {
+	t := time.NewTicker(n.o.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			n.printf("mastership of term %d over: job broadcasts stopped", term)
+			return
+		case <-t.C:
+		}
+		seq := n.sent.Add(1)
+		delivered, err := n.router.Broadcast(ctx, "job", job{Seq: seq})
+		switch {
+		case errors.Is(err, pubsub.ErrNotMaster):
+			continue // the mastership just ended; ctx is about to say so
+		case err != nil:
+			n.printf("-> job #%d reached %s; not delivered: %v", seq, slaves(delivered), err)
+		default:
+			n.printf("-> job #%d to %s", seq, slaves(delivered))
+		}
+	}
+}
+
+// onJob is a slave handling a routed job: it reports back to the master.
+func (n *node) onJob(ctx context.Context, msg pubsub.Message) error {
+	var j job
+	if err := msg.Decode(&j); err != nil {
+		return err
+	}
+	n.jobs.Add(1)
+	n.printf("<- job #%d from %s (term %d)", j.Seq, msg.From, msg.Term)
+	return n.sub.ReportToMaster(ctx, "done", j)
+}
+
+// onReport is the master reading a slave's report.
+func (n *node) onReport(_ context.Context, msg pubsub.Message) error {
+	var j job
+	if err := msg.Decode(&j); err != nil {
+		return err
+	}
+	n.reports.Add(1)
+	n.printf("<- done #%d from %s", j.Seq, msg.From)
+	return nil
+}
+
+// commands reads pause, resume and status lines until ctx ends or in
+// closes.
+func (n *node) commands(ctx context.Context, in io.Reader) {
+	lines := bufio.NewScanner(in)
+	for lines.Scan() && ctx.Err() == nil {
+		switch cmd := strings.TrimSpace(lines.Text()); cmd {
+		case "pause":
+			n.m.SetCandidate(false)
+			n.printf("paused: no longer a candidate (a master hands over)")
+		case "resume":
+			n.m.SetCandidate(true)
+			n.printf("resumed: a candidate again")
+		case "status":
+			n.printf("master: %v, term %d, candidate: %v", n.m.IsMaster(), n.m.Term(), n.m.Candidate())
+		case "":
+		default:
+			n.printf("unknown command %q: pause, resume or status", cmd)
+		}
+	}
+}
+
+func slaves(n int) string {
+	if n == 1 {
+		return "1 slave"
+	}
+	return fmt.Sprintf("%d slaves", n)
+}
