@@ -16,7 +16,6 @@ import (
 	"github.com/herdkit/herd/examples/rebalance"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // msgCameras is the type of the assignment message: the full list of
@@ -71,8 +70,9 @@ type stats struct {
 	mu            sync.Mutex
 	terms         []int64
 	routed        int                  // assignment messages Redis delivered
-	refusedLocal  int                  // sends refused with ErrNotMaster by the node itself
-	refusedRedis  int                  // sends refused with ErrNotMaster by the route script
+	refusedLocal  int                  // stale sends refused with ErrNotMaster by the old master itself
+	refusedRedis  int                  // stale sends refused with ErrNotMaster by the route script
+	refusedLate   int                  // assignments refused because the mastership ended while planning
 	rejected      int                  // messages a slave rejected by term
 	errors        int                  // error events of live nodes
 	expected      int                  // error events of killed or cut-off nodes
@@ -391,13 +391,7 @@ func (c *coordinator) route(ctx context.Context) (retry bool) {
 			c.sent[id] = items
 			c.n.env.stats.add(func(s *stats) { s.routed++ })
 		case errors.Is(err, pubsub.ErrNotMaster):
-			c.n.env.stats.add(func(s *stats) {
-				if errors.Is(err, scripts.ErrFenced) {
-					s.refusedRedis++
-				} else {
-					s.refusedLocal++
-				}
-			})
+			c.n.env.stats.add(func(s *stats) { s.refusedLate++ })
 			tl.event(c.n.id, "-> "+id+": refused, no longer master: "+err.Error(), kindReject)
 			return false
 		case errors.As(err, &gone):

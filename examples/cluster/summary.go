@@ -41,6 +41,9 @@ func (s summary) print(out io.Writer) {
 	row("assignment messages routed", strconv.Itoa(s.Routed), "")
 	row("stale sends refused by the old master", strconv.Itoa(s.RefusedLocal), "1 (ErrNotMaster: it had fenced itself)")
 	row("stale sends refused by Redis", strconv.Itoa(s.RefusedRedis), "1 (ErrNotMaster from the route script)")
+	if s.RefusedLate > 0 {
+		row("assignments refused, mastership over", strconv.Itoa(s.RefusedLate), "0 unless a master lost its lock while routing")
+	}
 	row("stale messages rejected by term", strconv.Itoa(s.Rejected), "1 (the in-flight message)")
 	row("error events", strconv.Itoa(s.Errors), fmt.Sprintf("0 (and %d on the killed and crashed nodes, whose client is closed)", s.Expected))
 	_ = w.Flush()
