@@ -118,7 +118,7 @@ func TestSubscriberReplacesSilentConnection(t *testing.T) {
 	viaProxy := redis.NewClient(opts)
 	t.Cleanup(func() { _ = viaProxy.Close() })
 
-	r := newRouter(t, direct, newLeader("m", 2), nil, pubsub.Config{})
+	r := newRouter(t, direct, newMaster(t, direct, "m", pubsub.Config{}), nil, pubsub.Config{})
 	_, got, log := startSubscriber(t, viaProxy, "s1", pubsub.Config{PingInterval: 50 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
 	mustSend(t, r, "s1", "t", "before")
 	receive(t, got)

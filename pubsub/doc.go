@@ -1,10 +1,11 @@
 // Package pubsub routes messages from the master to its slaves over Redis
 // pub/sub, and reports from the slaves back to the master, with every routed
-// message fenced by the master's term.
+// message fenced by the master's term twice: when it is sent and when it is
+// received.
 //
 // Channels (names built by scripts.NewKeys and Config):
 //
-//	worker:slave:<processId>      master -> one slave   (Router.Send, Router.Broadcast)
+//	worker:slave:<processId>      master -> one slave   (Router.Send, Router.Broadcast, via route.lua)
 //	<lockName>:master-inbox       slaves -> master      (Subscriber.ReportToMaster, Inbox)
 //	<lockName>:events             election notices      (read by Subscriber for terms)
 //
@@ -23,7 +24,10 @@
 //
 // Slave side:
 //
-//	sub, _ := pubsub.NewSubscriber(client, election.NodeID(), pubsub.Config{OnError: logErr})
+//	sub, _ := pubsub.NewSubscriber(client, election.NodeID(), pubsub.Config{
+//		Terms:   election, // the terms the election sees fence messages too
+//		OnError: logErr,
+//	})
 //	sub.Handle("assign-camera", func(ctx context.Context, m pubsub.Message) error { ... })
 //	if err := sub.Start(ctx); err != nil { ... }
 //	defer sub.Close()
@@ -33,13 +37,28 @@
 //   - Order: a Subscriber hands messages to its handlers one at a time, in
 //     the order Redis executed the PUBLISH commands. Messages from one
 //     Router, sent one after another, arrive in the order sent.
-//   - Fencing: a Subscriber rejects every message whose term is lower than
+//   - Send-side fencing: Router.Send and Router.Broadcast publish through
+//     the route script (scripts.Route), which compares the lock's holder and
+//     term with this process's node id and the term stamped on the message
+//     and publishes only when both match: the check and the PUBLISH are one
+//     atomic step on the server, in one round trip (one script call for a
+//     whole Broadcast). A master that lost its lock without knowing it
+//     (expired, taken over, elected again under a newer term, lost with
+//     Redis's data) publishes nothing, and gets an error matching both
+//     ErrNotMaster and scripts.ErrFenced.
+//   - Receive-side fencing, for what still gets past the route script (a
+//     message already on its way when the slave learnt a newer term, a Redis
+//     that lost the new master's writes or still takes the old master's
+//     calls during a fail-over, a sender that bypasses herd with a plain
+//     PUBLISH): a Subscriber rejects every message whose term is lower than
 //     the highest master term it has seen (from messages, from "acquired"
 //     and "released" notices on the events channel, from the term key read
-//     at Start and after each reconnect, and from ObserveTerm). The notices
-//     share the connection of the messages, so a message published after a
-//     takeover notice is judged against the new term. Rejections are counted
-//     (Rejected) and reported (*StaleTermError).
+//     at Start and after each reconnect, from ObserveTerm, and from
+//     Config.Terms, which *masterelection.MasterElection implements with
+//     ObservedTerm). The notices share the connection of the messages, so a
+//     message published after a takeover notice is judged against the new
+//     term. Rejections are counted (Rejected) and reported
+//     (*StaleTermError).
 //   - A bad message (malformed, oversized, unknown type, failing or panicking
 //     handler) is reported through Config.OnError and skipped; it never
 //     stops the loop. Bad input to the senders is refused with an error
@@ -55,12 +74,14 @@
 //     client-output-buffer-limit) is lost, and a nil error from Send does not
 //     mean the slave handled it. Work that must not be lost needs an
 //     acknowledgement (for example a report back) and a retry by the master.
-//   - Fencing is on the receiving side only: Redis accepts the PUBLISH of a
-//     stale master, and a slave that has not yet seen the new term (it was
-//     disconnected when the notice went out and has not reconnected) accepts
-//     the stale message.
-//   - No ordering across publishers, and none between a Router's messages
-//     and the same master's Broadcast pipeline sent concurrently.
+//   - The route script trusts the Redis it runs on: where that Redis lacks
+//     the new master's writes, the stale master publishes, and only slaves
+//     that have seen the newer term reject it. A slave that has not (it was
+//     disconnected when the notice went out, has not reconnected, and its
+//     Config.Terms has not seen it either) accepts a stale message that got
+//     past the route script.
+//   - No ordering across publishers, and none between calls of one Router
+//     made concurrently.
 //
 // # Goroutines
 //

@@ -11,7 +11,9 @@ import (
 // match their sentinel too.
 var (
 	// ErrNotMaster is returned by Router.Send and Router.Broadcast when this
-	// process is not the master, or its mastership has no live term.
+	// process is not the master, or its mastership has no live term; and,
+	// wrapped together with scripts.ErrFenced, when the route script found
+	// that Redis's lock is no longer this process's under that term.
 	ErrNotMaster = errors.New("pubsub: not master")
 	// ErrNoSubscriber is matched by a *NoSubscriberError: PUBLISH reached no
 	// subscriber, so nobody received the message.

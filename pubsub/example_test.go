@@ -2,16 +2,21 @@ package pubsub_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/scripts"
 )
 
 // staticLeader stands in for *masterelection.MasterElection in the examples.
+// One that sends must hold the lock in Redis under its term (exampleMaster),
+// or the route script refuses its messages.
 type staticLeader struct {
 	id   string
 	term int64
@@ -21,14 +26,26 @@ func (l staticLeader) NodeID() string { return l.id }
 func (l staticLeader) IsMaster() bool { return l.term > 0 }
 func (l staticLeader) Term() int64    { return l.term }
 
-// exampleRedis starts an in-process Redis for the examples.
+// exampleRedis starts an in-process Redis for the examples. Its clock is
+// fixed, so the terms acquire.lua mints from it are too.
 func exampleRedis() (*miniredis.Miniredis, *redis.Client) {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		panic(err)
 	}
+	mr.SetTime(time.Date(2025, 11, 22, 0, 6, 40, 123e6, time.UTC))
 	opts := clientOptions(mr.Addr())
 	return mr, redis.NewClient(opts)
+}
+
+// exampleMaster makes id master as the election does, with acquire.lua,
+// and returns a stand-in for the election with the term it minted.
+func exampleMaster(ctx context.Context, client *redis.Client, id string) staticLeader {
+	a, err := scripts.Acquire(ctx, client, scripts.NewKeys(pubsub.DefaultLockName, false), id, time.Minute, nil)
+	if err != nil || a.Term == 0 {
+		panic(fmt.Sprintf("%s acquires: %+v, %v", id, a, err))
+	}
+	return staticLeader{id, a.Term}
 }
 
 func ExampleSlaveChannel() {
@@ -66,8 +83,8 @@ func ExampleRouter_Send() {
 	}
 	defer slave.Close()
 
-	// Master side.
-	router, err := pubsub.NewRouter(client, staticLeader{"master-1", 1763770000123}, nil, pubsub.Config{})
+	// Master side (the lock is taken at 2025-11-22T00:06:40.123Z: that is the term).
+	router, err := pubsub.NewRouter(client, exampleMaster(ctx, client, "master-1"), nil, pubsub.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -86,8 +103,10 @@ func ExampleNoSubscriberError() {
 	defer mr.Close()
 	defer client.Close()
 
-	router, _ := pubsub.NewRouter(client, staticLeader{"master-1", 5}, nil, pubsub.Config{})
-	err := router.Send(context.Background(), "slave-gone", "assign-camera", nil)
+	ctx := context.Background()
+
+	router, _ := pubsub.NewRouter(client, exampleMaster(ctx, client, "master-1"), nil, pubsub.Config{})
+	err := router.Send(ctx, "slave-gone", "assign-camera", nil)
 	var nse *pubsub.NoSubscriberError
 	if errors.As(err, &nse) {
 		fmt.Println("reassign the work of", nse.SlaveID)
@@ -96,7 +115,32 @@ func ExampleNoSubscriberError() {
 	// reassign the work of slave-gone
 }
 
-// A slave rejects messages from a master whose term has been superseded.
+// A master that lost its lock without knowing it cannot send: the route
+// script checks the lock and the term atomically with the PUBLISH.
+func ExampleRouter_Send_fenced() {
+	mr, client := exampleRedis()
+	defer mr.Close()
+	defer client.Close()
+	ctx := context.Background()
+
+	old := exampleMaster(ctx, client, "master-1")
+	router, _ := pubsub.NewRouter(client, old, nil, pubsub.Config{})
+
+	// master-1's lock expires during a long pause; master-2 is elected.
+	mr.FastForward(2 * time.Minute)
+	exampleMaster(ctx, client, "master-2")
+
+	err := router.Send(ctx, "slave-1", "stop-camera", nil) // old still says it is master
+	fmt.Println("not master:", errors.Is(err, pubsub.ErrNotMaster))
+	fmt.Println("fenced by the route script:", errors.Is(err, scripts.ErrFenced))
+	// Output:
+	// not master: true
+	// fenced by the route script: true
+}
+
+// A slave rejects messages from a master whose term has been superseded:
+// the fence for what gets past the route script (a message already on its
+// way, a sender that does not use it).
 func ExampleSubscriber_ObserveTerm() {
 	mr, client := exampleRedis()
 	defer mr.Close()
@@ -116,11 +160,12 @@ func ExampleSubscriber_ObserveTerm() {
 	_ = slave.Start(ctx)
 	defer slave.Close()
 
-	// The election's check says term 8 exists; the old master still has 7.
+	// The election's check says term 8 exists; the old master still has 7,
+	// and publishes without the route script.
 	slave.ObserveTerm(8)
-	stale, _ := pubsub.NewRouter(client, staticLeader{"old-master", 7}, nil, pubsub.Config{})
-	_ = stale.Send(ctx, "slave-1", "stop-camera", nil) // Redis delivers it...
-	<-rejected                                         // ...and the slave refuses it.
+	stale, _ := json.Marshal(pubsub.Message{ID: "m-1", From: "old-master", Term: 7, Type: "stop-camera"})
+	_ = client.Publish(ctx, pubsub.SlaveChannel("slave-1"), stale) // Redis delivers it...
+	<-rejected                                                     // ...and the slave refuses it.
 	fmt.Println("rejected:", slave.Rejected())
 	// Output:
 	// refused stop-camera from old-master: term 7 < 8

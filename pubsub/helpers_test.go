@@ -2,6 +2,7 @@ package pubsub_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -9,11 +10,13 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 // waitLimit bounds every wait in these tests: it turns a hang into a
@@ -50,7 +53,11 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// fakeLeader is a Leader whose answers the test sets.
+// fakeLeader is a Leader whose answers the test sets. It holds no lock of
+// its own: since the route script publishes only for the holder of the lock
+// under its term, a fakeLeader whose Router sends is made by newMaster, which
+// takes the lock in Redis for real. newLeader alone serves where nothing is
+// sent (Inbox, constructor errors).
 type fakeLeader struct {
 	id     string
 	master atomic.Bool
@@ -76,6 +83,79 @@ func (l *fakeLeader) Term() int64 {
 		return 0
 	}
 	return l.term.Load()
+}
+
+// testLockTTL is the TTL of the locks the tests take. Nothing renews them;
+// it only has to outlast a test.
+const testLockTTL = time.Minute
+
+// lockKeys returns the election's key names for cfg, as the Router builds them.
+func lockKeys(cfg pubsub.Config) scripts.Keys {
+	name := cfg.LockName
+	if name == "" {
+		name = pubsub.DefaultLockName
+	}
+	return scripts.NewKeys(name, cfg.Cluster)
+}
+
+// acquire makes id the master of cfg's election with acquire.lua, as the
+// election does, and returns the term it minted. It fails the test when the
+// lock is held.
+func acquire(t testing.TB, c redis.UniversalClient, cfg pubsub.Config, id string) int64 {
+	t.Helper()
+	a, err := scripts.Acquire(testCtx(t), c, lockKeys(cfg), id, testLockTTL, nil)
+	if err != nil || a.Term <= 0 {
+		t.Fatalf("%s acquires the lock: %+v, %v", id, a, err)
+	}
+	return a.Term
+}
+
+// newMaster returns a fakeLeader that holds the lock of cfg's election in
+// Redis for real, under the term acquire.lua minted for it.
+func newMaster(t testing.TB, c redis.UniversalClient, id string, cfg pubsub.Config) *fakeLeader {
+	t.Helper()
+	return newLeader(id, acquire(t, c, cfg, id))
+}
+
+// takeOver moves the lock of cfg's election to id as an expiry followed by
+// an election would: the lock key goes away, and id acquires a new term.
+// The previous holder is not told; its Router is fenced from then on.
+func takeOver(t testing.TB, c redis.UniversalClient, cfg pubsub.Config, id string) int64 {
+	t.Helper()
+	if err := c.Del(testCtx(t), lockKeys(cfg).Master).Err(); err != nil {
+		t.Fatalf("expire the lock: %v", err)
+	}
+	return acquire(t, c, cfg, id)
+}
+
+// bypass PUBLISHes m straight to channel, as a sender that skips the route
+// script does: a stale master's message already on its way, or a process
+// not written with herd. The send-side fence never sees it; only the
+// receivers' term fence stands in its way. An empty m.ID gets a fresh one.
+func bypass(t testing.TB, c redis.UniversalClient, channel string, m pubsub.Message) {
+	t.Helper()
+	if m.ID == "" {
+		m.ID = uuid.NewString()
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatalf("encode %+v: %v", m, err)
+	}
+	if err := c.Publish(testCtx(t), channel, data).Err(); err != nil {
+		t.Fatalf("publish to %q: %v", channel, err)
+	}
+}
+
+// assertFenced checks that err is what a Router returns when the route
+// script refused: both ErrNotMaster and scripts.ErrFenced, and nothing else.
+func assertFenced(t testing.TB, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, pubsub.ErrNotMaster) || !errors.Is(err, scripts.ErrFenced) {
+		t.Errorf("%s: %v; want an error matching both ErrNotMaster and scripts.ErrFenced", what, err)
+	}
+	if errors.Is(err, pubsub.ErrNoSubscriber) {
+		t.Errorf("%s: %v also claims no subscriber; nothing was published", what, err)
+	}
 }
 
 // slaveList is a SlaveLister over a fixed list; before runs inside Slaves.

@@ -20,7 +20,7 @@ import (
 func TestIntegrationOrderedDelivery(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		c := redistest.Start(t, srv).Client(t)
-		r := newRouter(t, c, newLeader("master", 11), nil, pubsub.Config{})
+		r := newRouter(t, c, newMaster(t, c, "master", pubsub.Config{}), nil, pubsub.Config{})
 		s, got, log := startSubscriber(t, c, "slave-1", pubsub.Config{})
 		const n = 10000
 		for i := range n {
@@ -41,7 +41,7 @@ func TestIntegrationOrderedDelivery(t *testing.T) {
 func TestIntegrationNoSubscriber(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		c := redistest.Start(t, srv).Client(t)
-		r := newRouter(t, c, newLeader("master", 11), nil, pubsub.Config{})
+		r := newRouter(t, c, newMaster(t, c, "master", pubsub.Config{}), nil, pubsub.Config{})
 		var nse *pubsub.NoSubscriberError
 		if err := r.Send(testCtx(t), "never-there", "t", nil); !errors.As(err, &nse) || nse.SlaveID != "never-there" {
 			t.Fatalf("unknown slave: %v", err)
@@ -67,6 +67,16 @@ func TestIntegrationNoSubscriber(t *testing.T) {
 	})
 }
 
+// TestIntegrationSendFenced: send-side fencing on every server: a master
+// that lost its lock in any way publishes nothing.
+func TestIntegrationSendFenced(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
+		testSendFenced(t, redistest.Start(t, srv).Client(t))
+	})
+}
+
+// TestIntegrationStaleMasterTakeover: both layers of fencing on every
+// server, with the lock expired by the server itself.
 func TestIntegrationStaleMasterTakeover(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		c := redistest.Start(t, srv).Client(t)
@@ -90,14 +100,14 @@ func TestIntegrationStaleMasterTakeover(t *testing.T) {
 func TestIntegrationResumeAfterRestart(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		inst := redistest.Start(t, srv)
-		testResumeAfterRestart(t, inst.Client(t), func() { inst.Restart(t) })
+		testResumeAfterRestart(t, inst.Client(t), func() { inst.Restart(t) }, true) // Restart empties the server
 	})
 }
 
 func TestIntegrationBroadcastAndInbox(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		c := redistest.Start(t, srv).Client(t)
-		leader := newLeader("master", 21)
+		leader := newMaster(t, c, "master", pubsub.Config{})
 		ids := []string{"s0", "s1", "s2", "master", "gone"}
 		r := newRouter(t, c, leader, slaveList{ids: ids}, pubsub.Config{})
 		in, err := pubsub.NewInbox(c, leader, pubsub.Config{})
@@ -123,7 +133,7 @@ func TestIntegrationBroadcastAndInbox(t *testing.T) {
 		}
 		for i, s := range subs {
 			m := receive(t, gots[i])
-			if m.Type != "reload" || m.Term != 21 {
+			if m.Type != "reload" || m.Term != leader.Term() {
 				t.Errorf("%s got %+v", ids[i], m)
 			}
 			if err := s.ReportToMaster(testCtx(t), "reloaded", m.ID); err != nil {
@@ -142,10 +152,11 @@ func TestIntegrationBroadcastAndInbox(t *testing.T) {
 }
 
 // BenchmarkSend measures Send with delivery to one subscribed slave on the
-// default server: each iteration is one PUBLISH round trip.
+// default server: each iteration is one round trip, an EVALSHA of the route
+// script (the lock check and the PUBLISH).
 func BenchmarkSend(b *testing.B) {
 	c := redistest.Start(b, redistest.Default(b)).Client(b)
-	r := newRouter(b, c, newLeader("master", 1), nil, pubsub.Config{})
+	r := newRouter(b, c, newMaster(b, c, "master", pubsub.Config{}), nil, pubsub.Config{})
 	s, err := pubsub.NewSubscriber(c, "slave-1", pubsub.Config{})
 	if err != nil {
 		b.Fatal(err)

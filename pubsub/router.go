@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 // Leader is what the Router needs to know about this process's mastership.
@@ -60,12 +61,16 @@ func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, 
 }
 
 // Send publishes one message of type msgType to the channel of slaveID,
-// stamped with the current term, with one PUBLISH. payload is encoded as
+// stamped with the current term, in one round trip: the route script
+// publishes only while this process still holds the lock under that term
+// (send-side fencing; receivers fence again by term). payload is encoded as
 // described on Message: json.RawMessage as it is, anything else through
 // json.Marshal.
 //
 // It returns ErrNotMaster when this process is not master (IsMaster is false
-// or Term is 0), a *NoSubscriberError (errors.Is ErrNoSubscriber) when no
+// or Term is 0), an error matching both ErrNotMaster and scripts.ErrFenced
+// when Redis's lock is not this process's under that term (nothing was
+// published), a *NoSubscriberError (errors.Is ErrNoSubscriber) when no
 // process is subscribed to the channel, and an error matching
 // ErrInvalidName, ErrInvalidPayload or ErrPayloadTooLarge for bad input. A
 // nil error means Redis handed the message to at least one subscriber's
@@ -74,27 +79,42 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 	if err := checkName("slave id", slaveID); err != nil {
 		return err
 	}
-	data, _, err := r.envelope(msgType, payload)
+	data, term, err := r.envelope(msgType, payload)
 	if err != nil {
 		return err
 	}
-	n, err := r.client.Publish(ctx, r.cfg.SlaveChannel(slaveID), data).Result()
+	counts, err := r.route(ctx, term, data, r.cfg.SlaveChannel(slaveID))
 	if err != nil {
-		return fmt.Errorf("publish to slave %q: %w", slaveID, err)
+		return fmt.Errorf("send to slave %q: %w", slaveID, err)
 	}
-	if n == 0 {
+	if counts[0] == 0 {
 		return &NoSubscriberError{SlaveID: slaveID}
 	}
 	return nil
 }
 
+// route publishes data through the route script, which refuses when this
+// process no longer holds the lock under term: the check and the PUBLISH
+// are one atomic step on the server, in one round trip.
+func (r *Router) route(ctx context.Context, term int64, data []byte, channels ...string) ([]int64, error) {
+	counts, err := scripts.Route(ctx, r.client, r.cfg.keys(), r.leader.NodeID(), term, data, channels...)
+	if errors.Is(err, scripts.ErrFenced) {
+		return nil, fmt.Errorf("%w: %w", ErrNotMaster, err)
+	}
+	return counts, err
+}
+
 // Broadcast sends one message (one id, one term) to every live slave the
-// SlaveLister returns, except this process, in one pipelined round trip.
+// SlaveLister returns, except this process, in one round trip through the
+// route script (fenced like Send).
 // delivered counts the slaves whose PUBLISH reached a subscriber. err joins
 // a *NoSubscriberError for each slave that had none (list them with
-// NoSubscribers) and the errors of single PUBLISH commands; it is
-// ErrNotMaster, and nothing is sent, when this process is not master before
-// or after listing the slaves.
+// NoSubscribers), an ErrInvalidName error for each listed id that cannot be
+// a channel name, and the error of the script call. It is ErrNotMaster, and
+// nothing is sent, when this process is not master before or after listing
+// the slaves; and it matches both ErrNotMaster and scripts.ErrFenced, with
+// nothing sent, when the route script finds that the lock is no longer this
+// process's under that term.
 func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (delivered int, err error) {
 	if r.slaves == nil {
 		return 0, errors.New("pubsub: Broadcast: the Router has no SlaveLister")
@@ -129,20 +149,18 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 	if len(ids) == 0 {
 		return 0, errors.Join(errs...)
 	}
-	pipe := r.client.Pipeline()
-	cmds := make([]*redis.IntCmd, len(ids))
+	channels := make([]string, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.Publish(ctx, r.cfg.SlaveChannel(id), data)
+		channels[i] = r.cfg.SlaveChannel(id)
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
-	for i, c := range cmds {
-		n, err := c.Result()
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("publish to slave %q: %w", ids[i], err))
-		case n == 0:
+	counts, err := r.route(ctx, term, data, channels...)
+	if err != nil {
+		return 0, errors.Join(append(errs, fmt.Errorf("broadcast: %w", err))...)
+	}
+	for i, n := range counts {
+		if n == 0 {
 			errs = append(errs, &NoSubscriberError{SlaveID: ids[i]})
-		default:
+		} else {
 			delivered++
 		}
 	}

@@ -18,7 +18,7 @@ import (
 
 // rawSubscribe subscribes a plain go-redis PubSub to channel and waits for
 // the confirmation, so that the test sees exactly what was published.
-func rawSubscribe(t *testing.T, c *redis.Client, channel string) *redis.PubSub {
+func rawSubscribe(t testing.TB, c redis.UniversalClient, channel string) *redis.PubSub {
 	t.Helper()
 	ps := c.Subscribe(testCtx(t), channel)
 	t.Cleanup(func() { _ = ps.Close() })
@@ -28,7 +28,7 @@ func rawSubscribe(t *testing.T, c *redis.Client, channel string) *redis.PubSub {
 	return ps
 }
 
-func rawReceive(t *testing.T, ps *redis.PubSub) *redis.Message {
+func rawReceive(t testing.TB, ps *redis.PubSub) *redis.Message {
 	t.Helper()
 	m, err := ps.ReceiveTimeout(testCtx(t), waitLimit)
 	if err != nil {
@@ -42,9 +42,11 @@ func rawReceive(t *testing.T, ps *redis.PubSub) *redis.Message {
 }
 
 func TestSendEnvelope(t *testing.T) {
-	_, c := newMini(t)
-	fc := clock.NewFake(time.Date(2025, 11, 22, 0, 6, 40, 123456789, time.UTC))
-	r := newRouter(t, c, newLeader("master-1", 1763770000123), nil, pubsub.Config{Clock: fc})
+	mr, c := newMini(t)
+	now := time.Date(2025, 11, 22, 0, 6, 40, 123456789, time.UTC)
+	mr.SetTime(now) // acquire.lua mints the server's TIME in ms: 1763770000123
+	fc := clock.NewFake(now)
+	r := newRouter(t, c, newMaster(t, c, "master-1", pubsub.Config{}), nil, pubsub.Config{Clock: fc})
 	ps := rawSubscribe(t, c, "worker:slave:s1")
 
 	mustSend(t, r, "s1", "assign", map[string]int{"camera": 3})
@@ -79,7 +81,7 @@ func TestSendEnvelope(t *testing.T) {
 		t.Errorf("nil payload: %+v, %v", m, err)
 	}
 
-	custom := newRouter(t, c, newLeader("master-1", 5), nil, pubsub.Config{SlavePrefix: "jobs:"})
+	custom := newRouter(t, c, newMaster(t, c, "master-1", pubsub.Config{LockName: "jobs"}), nil, pubsub.Config{LockName: "jobs", SlavePrefix: "jobs:"})
 	ps2 := rawSubscribe(t, c, "jobs:s1")
 	mustSend(t, custom, "s1", "t", 1)
 	if m := rawReceive(t, ps2); m.Channel != "jobs:s1" {
@@ -89,13 +91,16 @@ func TestSendEnvelope(t *testing.T) {
 
 func TestSendErrors(t *testing.T) {
 	_, c := newMini(t)
-	leader := newLeader("master-1", 9)
+	leader := newMaster(t, c, "master-1", pubsub.Config{})
+	term := leader.Term()
 	r := newRouter(t, c, leader, nil, pubsub.Config{})
 	rawSubscribe(t, c, "worker:slave:s1")
 
+	// term is 0 where the leader says it is not master, and the term it holds
+	// the lock under everywhere else.
 	tests := []struct {
 		name    string
-		term    int64 // 0: not master
+		term    int64
 		slave   string
 		typ     string
 		payload any
@@ -103,18 +108,18 @@ func TestSendErrors(t *testing.T) {
 		errHas  string
 	}{
 		{name: "not master", term: 0, slave: "s1", typ: "t", want: pubsub.ErrNotMaster},
-		{name: "no subscriber", term: 9, slave: "gone", typ: "t", want: pubsub.ErrNoSubscriber, errHas: `"gone"`},
-		{name: "slave id with a glob character", term: 9, slave: "s*", typ: "t", want: pubsub.ErrInvalidName, errHas: "glob character '*'"},
-		{name: "slave id with a bracket", term: 9, slave: "s[1]", typ: "t", want: pubsub.ErrInvalidName, errHas: "glob"},
-		{name: "empty slave id", term: 9, slave: "", typ: "t", want: pubsub.ErrInvalidName, errHas: "slave id is empty"},
-		{name: "slave id too long", term: 9, slave: strings.Repeat("s", 300), typ: "t", want: pubsub.ErrInvalidName, errHas: "300 bytes"},
-		{name: "empty type", term: 9, slave: "s1", typ: "", want: pubsub.ErrInvalidName, errHas: "message type is empty"},
-		{name: "type with a question mark", term: 9, slave: "s1", typ: "what?", want: pubsub.ErrInvalidName, errHas: "glob"},
-		{name: "payload too large", term: 9, slave: "s1", typ: "t", payload: strings.Repeat("x", pubsub.MaxPayloadSize), want: pubsub.ErrPayloadTooLarge, errHas: "1048578 bytes"},
-		{name: "raw payload too large", term: 9, slave: "s1", typ: "t", payload: json.RawMessage(`"` + strings.Repeat("x", pubsub.MaxPayloadSize) + `"`), want: pubsub.ErrPayloadTooLarge},
-		{name: "raw payload not JSON", term: 9, slave: "s1", typ: "t", payload: json.RawMessage(`{oops`), want: pubsub.ErrInvalidPayload, errHas: "{oops"},
-		{name: "payload json cannot encode", term: 9, slave: "s1", typ: "t", payload: math.Inf(1), want: pubsub.ErrInvalidPayload},
-		{name: "payload of a func", term: 9, slave: "s1", typ: "t", payload: func() {}, want: pubsub.ErrInvalidPayload},
+		{name: "no subscriber", term: term, slave: "gone", typ: "t", want: pubsub.ErrNoSubscriber, errHas: `"gone"`},
+		{name: "slave id with a glob character", term: term, slave: "s*", typ: "t", want: pubsub.ErrInvalidName, errHas: "glob character '*'"},
+		{name: "slave id with a bracket", term: term, slave: "s[1]", typ: "t", want: pubsub.ErrInvalidName, errHas: "glob"},
+		{name: "empty slave id", term: term, slave: "", typ: "t", want: pubsub.ErrInvalidName, errHas: "slave id is empty"},
+		{name: "slave id too long", term: term, slave: strings.Repeat("s", 300), typ: "t", want: pubsub.ErrInvalidName, errHas: "300 bytes"},
+		{name: "empty type", term: term, slave: "s1", typ: "", want: pubsub.ErrInvalidName, errHas: "message type is empty"},
+		{name: "type with a question mark", term: term, slave: "s1", typ: "what?", want: pubsub.ErrInvalidName, errHas: "glob"},
+		{name: "payload too large", term: term, slave: "s1", typ: "t", payload: strings.Repeat("x", pubsub.MaxPayloadSize), want: pubsub.ErrPayloadTooLarge, errHas: "1048578 bytes"},
+		{name: "raw payload too large", term: term, slave: "s1", typ: "t", payload: json.RawMessage(`"` + strings.Repeat("x", pubsub.MaxPayloadSize) + `"`), want: pubsub.ErrPayloadTooLarge},
+		{name: "raw payload not JSON", term: term, slave: "s1", typ: "t", payload: json.RawMessage(`{oops`), want: pubsub.ErrInvalidPayload, errHas: "{oops"},
+		{name: "payload json cannot encode", term: term, slave: "s1", typ: "t", payload: math.Inf(1), want: pubsub.ErrInvalidPayload},
+		{name: "payload of a func", term: term, slave: "s1", typ: "t", payload: func() {}, want: pubsub.ErrInvalidPayload},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,7 +134,7 @@ func TestSendErrors(t *testing.T) {
 		})
 	}
 
-	leader.set(9)
+	leader.set(term)
 	var nse *pubsub.NoSubscriberError
 	if err := r.Send(testCtx(t), "gone", "t", nil); !errors.As(err, &nse) || nse.SlaveID != "gone" {
 		t.Errorf("errors.As NoSubscriberError: %v", err)
@@ -143,7 +148,7 @@ func TestSendErrors(t *testing.T) {
 	}
 
 	// A Redis error is wrapped, not swallowed.
-	leader.set(9)
+	leader.set(term)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := r.Send(ctx, "s1", "t", nil); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `"s1"`) {
@@ -177,7 +182,8 @@ func TestNewRouterErrors(t *testing.T) {
 
 func TestBroadcast(t *testing.T) {
 	_, c := newMini(t)
-	leader := newLeader("master-1", 4)
+	leader := newMaster(t, c, "master-1", pubsub.Config{})
+	term := leader.Term()
 	lister := &slaveList{ids: []string{"s1", "master-1", "s2", "s1", "gone", "bad*id", "gone2"}}
 	r := newRouter(t, c, leader, lister, pubsub.Config{})
 	ps1 := rawSubscribe(t, c, "worker:slave:s1")
@@ -196,7 +202,7 @@ func TestBroadcast(t *testing.T) {
 	}
 	m1, _ := pubsub.ParseMessage([]byte(rawReceive(t, ps1).Payload))
 	m2, _ := pubsub.ParseMessage([]byte(rawReceive(t, ps2).Payload))
-	if m1.ID == "" || m1.ID != m2.ID || m1.Term != 4 || m1.Type != "reload" {
+	if m1.ID == "" || m1.ID != m2.ID || m1.Term != term || m1.Type != "reload" {
 		t.Errorf("broadcast envelopes %+v and %+v", m1, m2)
 	}
 	// Nothing reached the master's own channel, and s1 got one copy only:
@@ -210,13 +216,13 @@ func TestBroadcast(t *testing.T) {
 
 	t.Run("not master", func(t *testing.T) {
 		leader.set(0)
-		defer leader.set(4)
+		defer leader.set(term)
 		if n, err := r.Broadcast(testCtx(t), "t", nil); n != 0 || !errors.Is(err, pubsub.ErrNotMaster) {
 			t.Errorf("got %d, %v", n, err)
 		}
 	})
 	t.Run("mastership lost while listing", func(t *testing.T) {
-		defer leader.set(4)
+		defer leader.set(term)
 		lost := &slaveList{ids: []string{"s1"}, before: func() { leader.set(0) }}
 		r := newRouter(t, c, leader, lost, pubsub.Config{})
 		if n, err := r.Broadcast(testCtx(t), "t", nil); n != 0 || !errors.Is(err, pubsub.ErrNotMaster) {
@@ -224,8 +230,8 @@ func TestBroadcast(t *testing.T) {
 		}
 	})
 	t.Run("new term while listing", func(t *testing.T) {
-		defer leader.set(4)
-		moved := &slaveList{ids: []string{"s1"}, before: func() { leader.set(5) }}
+		defer leader.set(term)
+		moved := &slaveList{ids: []string{"s1"}, before: func() { leader.set(term + 1) }}
 		r := newRouter(t, c, leader, moved, pubsub.Config{})
 		if n, err := r.Broadcast(testCtx(t), "t", nil); n != 0 || !errors.Is(err, pubsub.ErrNotMaster) {
 			t.Errorf("got %d, %v", n, err)

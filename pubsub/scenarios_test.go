@@ -1,6 +1,7 @@
 package pubsub_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -15,9 +16,18 @@ import (
 // The scenarios below run on miniredis and on every real server.
 
 // testStaleMasterTakeover: A acquires and sends; its lock expires (expire
-// makes it so) and B acquires; A, unaware, goes on sending. Every slave must
-// deliver A's messages from before the takeover and B's, and reject every
-// message A sent after it.
+// makes it so) and B acquires; A, unaware, goes on sending. Both layers of
+// fencing are exercised:
+//   - send side: every Send of A after the takeover fails with an error
+//     matching ErrNotMaster and scripts.ErrFenced, and Redis publishes none
+//     of them (a plain subscriber on slave-0's channel sees what Redis
+//     published);
+//   - receive side: messages of A that bypass the route script (published
+//     straight to the channels, as one already on its way or a sender not
+//     written with herd would be) reach the slaves, which reject every one.
+//
+// Every slave delivers A's messages from before the takeover, then B's, in
+// order, and nothing else.
 func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func()) {
 	keys := scripts.NewKeys(pubsub.DefaultLockName, false)
 	ctx := testCtx(t)
@@ -39,6 +49,7 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 		s, got, log := startSubscriber(t, c, fmt.Sprintf("slave-%d", i), pubsub.Config{})
 		ss = append(ss, slave{s, got, log})
 	}
+	observer := rawSubscribe(t, c, pubsub.SlaveChannel("slave-0"))
 	send := func(r *pubsub.Router, prefix string, n int) {
 		for i := range n {
 			for j := range slaves {
@@ -56,9 +67,45 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 	if !leaderA.IsMaster() || leaderA.Term() != a.Term {
 		t.Fatal("stale leader changed")
 	}
-	send(routerA, "a-after", after) // PUBLISH succeeds: Redis does not know terms
+	// Send side: the route script refuses A, whatever A believes.
+	for i := range after {
+		for j := range slaves {
+			err := routerA.Send(ctx, fmt.Sprintf("slave-%d", j), "work", fmt.Sprintf("a-fenced-%d", i))
+			assertFenced(t, fmt.Sprintf("A's Send %d to slave-%d", i, j), err)
+		}
+	}
+	// Receive side: what gets past the route script is rejected by term.
+	for i := range after {
+		for j := range slaves {
+			payload, _ := json.Marshal(fmt.Sprintf("a-inflight-%d", i))
+			bypass(t, c, pubsub.SlaveChannel(fmt.Sprintf("slave-%d", j)),
+				pubsub.Message{From: "node-a", Term: a.Term, Type: "work", Payload: payload, SentAt: time.Now()})
+		}
+	}
 	routerB := newRouter(t, c, newLeader("node-b", b.Term), nil, pubsub.Config{})
 	send(routerB, "b", 5)
+
+	// What Redis published on slave-0's channel: nothing of the fenced Sends.
+	var published []string
+	for i := range before {
+		published = append(published, fmt.Sprintf("a-before-%d@%d", i, a.Term))
+	}
+	for i := range after {
+		published = append(published, fmt.Sprintf("a-inflight-%d@%d", i, a.Term))
+	}
+	for i := range 5 {
+		published = append(published, fmt.Sprintf("b-%d@%d", i, b.Term))
+	}
+	for i, w := range published {
+		m, err := pubsub.ParseMessage([]byte(rawReceive(t, observer).Payload))
+		var p string
+		if err == nil {
+			err = m.Decode(&p)
+		}
+		if got := fmt.Sprintf("%s@%d", p, m.Term); err != nil || got != w {
+			t.Fatalf("message %d published on slave-0's channel: %s (%v), want %s", i, got, err, w)
+		}
+	}
 
 	for j, sl := range ss {
 		var want []string
@@ -88,7 +135,7 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 				t.Errorf("slave %d unexpected error: %v", j, err)
 				continue
 			}
-			if se.Term != a.Term || se.Highest != b.Term || se.From != "node-a" {
+			if se.Term != a.Term || se.Highest != b.Term || se.From != "node-a" || se.Type != "work" {
 				t.Errorf("slave %d: %v", j, se)
 			}
 			n++
@@ -101,8 +148,14 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 
 // testResumeAfterRestart: a subscriber receives, the server restarts
 // (restart), and delivery resumes on the same Subscriber.
-func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func()) {
-	r := newRouter(t, c, newLeader("m", 7), nil, pubsub.Config{})
+//
+// dataLost says whether the restart empties the server. Then the lock is
+// gone with the data, so the Router is fenced until its process takes the
+// lock again, as the election does, under a new, higher term.
+func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func(), dataLost bool) {
+	leader := newMaster(t, c, "m", pubsub.Config{})
+	oldTerm := leader.Term()
+	r := newRouter(t, c, leader, nil, pubsub.Config{})
 	s, got, log := startSubscriber(t, c, "s1", pubsub.Config{MaxRetryDelay: 50 * time.Millisecond})
 	mustSend(t, r, "s1", "t", "before")
 	if m := receive(t, got); string(m.Payload) != `"before"` {
@@ -114,6 +167,7 @@ func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func(
 	// Until go-redis has redialled and resubscribed, the channel has no
 	// subscriber (or the router's own pooled connection is broken): retry.
 	ctx := testCtx(t)
+	fenced := false
 	for {
 		err := r.Send(ctx, "s1", "t", "probe")
 		if err == nil {
@@ -122,7 +176,21 @@ func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func(
 		if ctx.Err() != nil {
 			t.Fatalf("delivery did not resume: %v", err)
 		}
+		if errors.Is(err, scripts.ErrFenced) {
+			fenced = true
+			a, err := scripts.Acquire(ctx, c, lockKeys(pubsub.Config{}), "m", testLockTTL, nil)
+			if err == nil && a.Term > 0 {
+				leader.set(a.Term)
+			}
+			continue
+		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if fenced != dataLost {
+		t.Errorf("Send fenced after the restart: %v; the restart lost the data: %v", fenced, dataLost)
+	}
+	if dataLost && leader.Term() <= oldTerm {
+		t.Errorf("term after the restart %d, before %d", leader.Term(), oldTerm)
 	}
 	const n = 100
 	for i := range n {

@@ -16,7 +16,9 @@ import (
 
 func TestSubscriberDeliversInOrderByType(t *testing.T) {
 	_, c := newMini(t)
-	r := newRouter(t, c, newLeader("m", 3), nil, pubsub.Config{})
+	leader := newMaster(t, c, "m", pubsub.Config{})
+	term := leader.Term()
+	r := newRouter(t, c, leader, nil, pubsub.Config{})
 	s, other, log := startSubscriber(t, c, "s1", pubsub.Config{})
 	if s.Channel() != "worker:slave:s1" {
 		t.Errorf("Channel() = %q", s.Channel())
@@ -40,14 +42,14 @@ func TestSubscriberDeliversInOrderByType(t *testing.T) {
 		}
 		m := receive(t, ch)
 		var got int
-		if err := m.Decode(&got); err != nil || got != i || m.From != "m" || m.Term != 3 {
+		if err := m.Decode(&got); err != nil || got != i || m.From != "m" || m.Term != term {
 			t.Fatalf("message %d: %+v (%v)", i, m, err)
 		}
 	}
 	if errs := log.all(); len(errs) != 0 {
 		t.Errorf("errors reported: %v", errs)
 	}
-	if s.HighestTerm() != 3 || s.Rejected() != 0 {
+	if s.HighestTerm() != term || s.Rejected() != 0 {
 		t.Errorf("HighestTerm %d, Rejected %d", s.HighestTerm(), s.Rejected())
 	}
 }
@@ -191,6 +193,7 @@ func TestStaleMasterTakeover(t *testing.T) {
 
 func TestSubscriberLifecycle(t *testing.T) {
 	_, c := newMini(t)
+	master := newMaster(t, c, "m", pubsub.Config{})
 	t.Run("start twice, close twice, start after close", func(t *testing.T) {
 		s, err := pubsub.NewSubscriber(c, "s1", pubsub.Config{})
 		if err != nil {
@@ -229,7 +232,7 @@ func TestSubscriberLifecycle(t *testing.T) {
 		s.Close()
 	})
 	t.Run("close interrupts a blocked handler", func(t *testing.T) {
-		r := newRouter(t, c, newLeader("m", 1), nil, pubsub.Config{})
+		r := newRouter(t, c, master, nil, pubsub.Config{})
 		s, _ := pubsub.NewSubscriber(c, "s2", pubsub.Config{})
 		entered := make(chan struct{})
 		var handlerErr error
@@ -250,7 +253,7 @@ func TestSubscriberLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("close with a full Chan", func(t *testing.T) {
-		r := newRouter(t, c, newLeader("m", 1), nil, pubsub.Config{})
+		r := newRouter(t, c, master, nil, pubsub.Config{})
 		log := newErrLog()
 		s, _ := pubsub.NewSubscriber(c, "s3", pubsub.Config{OnError: log.add})
 		full := make(chan pubsub.Message) // nobody reads
@@ -265,7 +268,7 @@ func TestSubscriberLifecycle(t *testing.T) {
 		}
 	})
 	t.Run("handlers can be removed", func(t *testing.T) {
-		r := newRouter(t, c, newLeader("m", 1), nil, pubsub.Config{})
+		r := newRouter(t, c, master, nil, pubsub.Config{})
 		s, got, log := startSubscriber(t, c, "s4", pubsub.Config{})
 		s.HandleDefault(nil)
 		if err := s.Handle("t", pubsub.Chan(got)); err != nil {
@@ -323,27 +326,32 @@ func TestSubscriberSurvivesRestart(t *testing.T) {
 		if err := mr.Restart(); err != nil {
 			t.Fatalf("restart miniredis: %v", err)
 		}
-	})
+	}, false) // miniredis keeps its data across Restart
 }
 
 type termSource struct{ term atomic.Int64 }
 
 func (s *termSource) ObservedTerm() int64 { return s.term.Load() }
 
+// TestSubscriberTermSource: the Terms source raises the fence for messages
+// the subscriber judges, without any notice on its connection.
 func TestSubscriberTermSource(t *testing.T) {
 	_, c := newMini(t)
 	src := &termSource{}
 	s, got, log := startSubscriber(t, c, "s1", pubsub.Config{Terms: src})
-	r := newRouter(t, c, newLeader("old", 5), nil, pubsub.Config{})
+	old := newMaster(t, c, "old", pubsub.Config{})
+	term := old.Term()
+	r := newRouter(t, c, old, nil, pubsub.Config{})
 	mustSend(t, r, "s1", "t", nil)
 	receive(t, got)
-	src.term.Store(6) // the election's check saw a newer master
-	mustSend(t, r, "s1", "t", nil)
+	src.term.Store(term + 1) // the election's check saw a newer master
+	// A message of the old master that bypassed the route script.
+	bypass(t, c, s.Channel(), pubsub.Message{ID: "late", From: "old", Term: term, Type: "t"})
 	var se *pubsub.StaleTermError
-	if err := log.next(t, pubsub.ErrStaleTerm); !errors.As(err, &se) || se.Highest != 6 || se.Term != 5 {
+	if err := log.next(t, pubsub.ErrStaleTerm); !errors.As(err, &se) || se.Highest != term+1 || se.Term != term || se.ID != "late" {
 		t.Errorf("got %v", err)
 	}
-	if s.HighestTerm() != 6 || s.Rejected() != 1 {
+	if s.HighestTerm() != term+1 || s.Rejected() != 1 {
 		t.Errorf("HighestTerm %d, Rejected %d", s.HighestTerm(), s.Rejected())
 	}
 }

@@ -20,6 +20,8 @@ var (
 	releaseSrc string
 	//go:embed check.lua
 	checkSrc string
+	//go:embed route.lua
+	routeSrc string
 )
 
 // The lock scripts. Their contracts (KEYS, ARGV, reply) are in the headers of
@@ -36,7 +38,14 @@ var (
 	ReleaseScript = redis.NewScript(releaseSrc)
 	// CheckScript is check.lua: the master's node id, term and remaining TTL.
 	CheckScript = redis.NewScript(checkSrc)
+	// RouteScript is route.lua: PUBLISH a message to channels only while the
+	// sender holds the lock under its term.
+	RouteScript = redis.NewScript(routeSrc)
 )
+
+// ErrFenced is returned by Route when the sender no longer holds the lock
+// under the term it stamped on the message; nothing was published.
+var ErrFenced = errors.New("scripts: lock not held under this term")
 
 // ErrUnexpectedReply is wrapped by every error about a script reply whose
 // shape is not the one its header documents.
@@ -173,6 +182,35 @@ func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
 		}
 	}
 	return st, nil
+}
+
+// Route runs route.lua: it publishes msg to every channel if nodeID still
+// holds the lock under term, and returns the number of receivers of each
+// channel, in order. It returns ErrFenced, and publishes nothing, otherwise.
+func Route(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, msg []byte, channels ...string) ([]int64, error) {
+	args := make([]any, 0, 3+len(channels))
+	args = append(args, nodeID, termArg(term), msg)
+	for _, ch := range channels {
+		args = append(args, ch)
+	}
+	reply, err := run(ctx, c, RouteScript, "route", []string{k.Master, k.Term}, args...)
+	if err != nil {
+		return nil, err
+	}
+	if n, ok := reply.(int64); ok && n == -1 {
+		return nil, fmt.Errorf("route as %q with term %d: %w", nodeID, term, ErrFenced)
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != len(channels) {
+		return nil, unexpected("route", reply)
+	}
+	counts := make([]int64, len(arr))
+	for i, v := range arr {
+		if counts[i], ok = v.(int64); !ok {
+			return nil, unexpected("route", reply)
+		}
+	}
+	return counts, nil
 }
 
 // lockGarbage describes what is wrong with a held lock, or returns "".

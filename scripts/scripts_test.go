@@ -268,3 +268,38 @@ func TestRedisErrorsAreWrapped(t *testing.T) {
 		t.Fatalf("error = %v", err)
 	}
 }
+
+func TestRouteContract(t *testing.T) {
+	_, c, k := setup(t)
+	ctx := context.Background()
+	sub := c.Subscribe(ctx, "worker:slave:s1")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, nil)
+
+	counts, err := scripts.Route(ctx, c, k, "n1", a.Term, []byte(`{"m":1}`), "worker:slave:s1", "worker:slave:nobody")
+	if err != nil || len(counts) != 2 || counts[0] != 1 || counts[1] != 0 {
+		t.Fatalf("route by the holder = %v, %v", counts, err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil || msg.Payload != `{"m":1}` {
+		t.Fatalf("received %v, %v", msg, err)
+	}
+	for _, tc := range []struct {
+		name string
+		node string
+		term int64
+	}{
+		{"other node", "n2", a.Term},
+		{"older term", "n1", a.Term - 1},
+		{"no term", "n1", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := scripts.Route(ctx, c, k, tc.node, tc.term, []byte(`{}`), "worker:slave:s1"); !errors.Is(err, scripts.ErrFenced) {
+				t.Fatalf("route = %v, want ErrFenced", err)
+			}
+		})
+	}
+}
