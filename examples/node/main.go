@@ -215,7 +215,7 @@ func (n *node) start(ctx context.Context) error {
 	if err := n.inbox.Start(sctx); err != nil {
 		return fmt.Errorf("listen on the master inbox: %w", err)
 	}
-	n.printf("joining %q on %s (LockTTL %v)", n.o.Lock, n.o.Redis, n.o.LockTTL)
+	n.printf("joining %q on %s as pid %d (LockTTL %v)", n.o.Lock, n.o.Redis, os.Getpid(), n.o.LockTTL)
 	if err := n.m.Start(sctx); err != nil {
 		return err
 	}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herdkit/herd/masterelection"
+)
+
+// TestTuningTableHolds keeps docs/tuning.md true: every set of its table
+// passes Validate, follows the ratios it states, and shows the bounds the
+// text derives; the "Normal" row is DefaultConfig; the Validate example
+// prints what the page shows; and the demo follows the same ratios.
+func TestTuningTableHolds(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/tuning.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	rows := 0
+	for _, line := range strings.Split(doc, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 11 || cells[0] == "scenario" || strings.HasPrefix(cells[0], "---") {
+			continue
+		}
+		rows++
+		d := make([]time.Duration, len(cells)-1)
+		for i, c := range cells[1:] {
+			if d[i], err = time.ParseDuration(c); err != nil {
+				t.Fatalf("row %q, column %d: %v", cells[0], i+2, err)
+			}
+		}
+		cfg := masterelection.DefaultConfig()
+		cfg.LockTTL, cfg.HeartbeatInterval, cfg.CheckInterval, cfg.ElectionJitter = d[0], d[1], d[2], d[3]
+		cfg.StepDownMargin, cfg.SlaveTimeout, cfg.ProcessTTL = d[4], d[5], d[6]
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: %v", cells[0], err)
+		}
+		ttl := cfg.LockTTL
+		for _, r := range []struct {
+			what      string
+			got, want time.Duration
+		}{
+			{"HeartbeatInterval", cfg.HeartbeatInterval, ttl / 3},
+			{"CheckInterval", cfg.CheckInterval, ttl / 6},
+			{"ElectionJitter", cfg.ElectionJitter, ttl / 15},
+			{"StepDownMargin", cfg.StepDownMargin, ttl / 10},
+			{"SlaveTimeout", cfg.SlaveTimeout, ttl / 2},
+			{"ProcessTTL", cfg.ProcessTTL, ttl * 3 / 2},
+			{"crash failover", d[7], ttl + cfg.ElectionJitter},
+			{"self-fencing", d[8], ttl - cfg.StepDownMargin},
+			{"dead slave removed", d[9], cfg.SlaveTimeout + cfg.CheckInterval},
+		} {
+			if r.got != r.want {
+				t.Errorf("%s: %s is %v, the stated rule gives %v", cells[0], r.what, r.got, r.want)
+			}
+		}
+		if strings.HasPrefix(cells[0], "Normal") {
+			def := masterelection.DefaultConfig()
+			def.StepDownMargin = def.LockTTL / 10 // 0 means this
+			if cfg.LockTTL != def.LockTTL || cfg.HeartbeatInterval != def.HeartbeatInterval || cfg.CheckInterval != def.CheckInterval ||
+				cfg.ElectionJitter != def.ElectionJitter || cfg.StepDownMargin != def.StepDownMargin ||
+				cfg.SlaveTimeout != def.SlaveTimeout || cfg.ProcessTTL != def.ProcessTTL {
+				t.Errorf("the Normal row is not DefaultConfig: %+v", def)
+			}
+		}
+	}
+	if rows != 3 {
+		t.Fatalf("found %d sets in the table, want 3", rows)
+	}
+
+	bad := masterelection.DefaultConfig()
+	bad.NodeID = "worker 1"
+	bad.HeartbeatInterval = 11 * time.Second
+	if !strings.Contains(doc, "```\n"+bad.Validate().Error()+"\n```") {
+		t.Errorf("the page does not show Validate's output:\n%v", bad.Validate())
+	}
+
+	demo := defaultOptions().config("x", 1)
+	ttl := demo.LockTTL
+	ms := time.Millisecond
+	if demo.HeartbeatInterval != (ttl/3).Truncate(ms) || demo.CheckInterval != (ttl/6).Truncate(ms) ||
+		demo.ElectionJitter != (ttl/15).Truncate(ms) || demo.StepDownMargin != ttl/10 ||
+		demo.SlaveTimeout != ttl/2 || demo.ProcessTTL != ttl*3/2 {
+		t.Errorf("the demo does not follow the ratios of docs/tuning.md: %+v", demo)
+	}
+}
