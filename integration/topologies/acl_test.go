@@ -61,6 +61,15 @@ func herdACL(user, password, lock string, cluster bool, known func(string) bool)
 	return append(args, "~"+prefix+":*", "&"+prefix+":*", "&"+scripts.DefaultSlavePrefix+"*")
 }
 
+// sentinelACL is the ACL SETUSER command of the user a go-redis failover
+// client logs in to the sentinels with: it asks for the primary's address
+// and the other sentinels, and listens for switch-overs.
+func sentinelACL(user, password string) []any {
+	return []any{"ACL", "SETUSER", user, "reset", "on", ">" + password, "-@all",
+		"+sentinel|get-master-addr-by-name", "+sentinel|sentinels", "+subscribe", "+ping",
+		"&+switch-master", "&+replica-reconf-done"}
+}
+
 // knownCommands reports which top-level commands of herdCommands the server
 // on c has (HSETEX and HPEXPIRE are missing before Redis 8 and 7.4, and ACL
 // SETUSER refuses a command it does not know).
@@ -78,6 +87,15 @@ func knownCommands(ctx context.Context, t *testing.T, c *redis.Client) func(stri
 		k, probed := known[name]
 		return k || !probed // clusterCommands exist on every server herd supports
 	}
+}
+
+// sentinelAdmin returns a client of the sentinel on addr as its default
+// user, closed at cleanup.
+func sentinelAdmin(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // TestStandaloneACL runs herd as a least-privileged user on one server.
@@ -109,8 +127,22 @@ func testACL(t *testing.T, dep deployment) {
 		}
 	}
 	t.Logf("%s: %s", dep.name, strings.Trim(fmt.Sprint(rule), "[]"))
+	co := clientOpts{user: user, password: password}
+	const sentinelUser, sentinelPassword = "herd-sentinel", "herd-sentinel-secret"
+	for _, addr := range dep.sentinels {
+		srule := sentinelACL(sentinelUser, sentinelPassword)
+		for _, cmd := range [][]any{srule, {"ACL", "LOG", "RESET"}} {
+			if err := sentinelAdmin(t, addr).Do(ctx, cmd...).Err(); err != nil {
+				t.Fatalf("%v on sentinel %s: %v", cmd[:2], addr, err)
+			}
+		}
+		co.sentinelUser, co.sentinelPassword = sentinelUser, sentinelPassword
+		if addr == dep.sentinels[0] {
+			t.Logf("sentinels: %s", strings.Trim(fmt.Sprint(srule), "[]"))
+		}
+	}
 
-	procs := startProcsAs(t, dep, lock, 3, nil, user, password)
+	procs := startProcsAs(t, dep, lock, 3, nil, co)
 	master := waitOneMaster(t, procs, 0, 5*time.Second)
 	waitRegistry(t, master, procs, 5*time.Second)
 	checkRouting(t, dep, lock, master, others(procs, master), false)
@@ -132,6 +164,16 @@ func testACL(t *testing.T, dep deployment) {
 		}
 		for _, e := range entries {
 			t.Errorf("%s denied the herd user: %v", n.Addr, e)
+		}
+	}
+
+	for _, addr := range dep.sentinels {
+		entries, err := sentinelAdmin(t, addr).Do(ctx, "ACL", "LOG").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			t.Errorf("sentinel %s denied the failover client: %v", addr, e)
 		}
 	}
 

@@ -33,12 +33,16 @@ type deployment struct {
 	newClient func(t *testing.T, o clientOpts) redis.UniversalClient
 	// dataNodes are the Redis servers holding data (not the sentinels).
 	dataNodes []*redistest.Instance
+	// sentinels are the addresses of the sentinels, if any.
+	sentinels []string
 }
 
 // clientOpts are what a test changes in a deployment's client options.
 type clientOpts struct {
 	dial           dialFunc // nil: go-redis's dialer
 	user, password string   // "": the default user
+	// sentinelUser and sentinelPassword log in to the sentinels.
+	sentinelUser, sentinelPassword string
 }
 
 func onStandalone(inst *redistest.Instance) deployment {
@@ -69,11 +73,11 @@ func onCluster(c *redistest.Cluster) deployment {
 }
 
 func onSentinel(d *redistest.Sentinel) deployment {
-	return deployment{name: "sentinel", dataNodes: d.Data,
+	return deployment{name: "sentinel", dataNodes: d.Data, sentinels: d.Addrs(),
 		newClient: func(t *testing.T, co clientOpts) redis.UniversalClient {
 			o := d.FailoverOptions()
-			// The sentinels have no ACL of their own here: the user is for the data nodes.
 			o.Dialer, o.Username, o.Password = co.dial, co.user, co.password
+			o.SentinelUsername, o.SentinelPassword = co.sentinelUser, co.sentinelPassword
 			c := redis.NewFailoverClient(o)
 			t.Cleanup(func() { _ = c.Close() })
 			return c
@@ -174,16 +178,18 @@ func pubsubConfig(dep deployment, lock string) pubsub.Config {
 // <lock>-0 ... <lock>-n-1, concurrently, and waits until every Start returned.
 func startProcs(t *testing.T, dep deployment, lock string, n int, tune func(*masterelection.Config)) []*proc {
 	t.Helper()
-	return startProcsAs(t, dep, lock, n, tune, "", "")
+	return startProcsAs(t, dep, lock, n, tune, clientOpts{})
 }
 
-// startProcsAs is startProcs with every client logged in as user.
-func startProcsAs(t *testing.T, dep deployment, lock string, n int, tune func(*masterelection.Config), user, password string) []*proc {
+// startProcsAs is startProcs with every client logged in as the users of co
+// (co.dial is ignored: each process gets a cutter).
+func startProcsAs(t *testing.T, dep deployment, lock string, n int, tune func(*masterelection.Config), co clientOpts) []*proc {
 	t.Helper()
 	procs := make([]*proc, n)
 	for i := range procs {
 		p := &proc{id: fmt.Sprintf("%s-%d", lock, i), cut: &cutter{}, got: make(chan pubsub.Message, 1000), subErr: &errLog{}}
-		p.client = dep.newClient(t, clientOpts{dial: p.cut.dial, user: user, password: password})
+		co.dial = p.cut.dial
+		p.client = dep.newClient(t, co)
 		cfg := fastConfig(lock, p.id)
 		if tune != nil {
 			tune(&cfg)
@@ -378,8 +384,10 @@ func checkRouting(t *testing.T, dep deployment, lock string, master *proc, slave
 				t.Fatalf("%s received nothing within %v", s.id, wait)
 			}
 		}
-		time.Sleep(wait / 5) // let a repeated Send arrive, then forget it
-		drain(s.got)
+		if afterFailover {
+			time.Sleep(wait) // let a repeated Send arrive, then forget it
+			drain(s.got)
+		}
 	}
 	delivered, err := router.Broadcast(ctx, "reload", "v2")
 	if err != nil || delivered != len(slaves) {

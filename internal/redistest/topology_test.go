@@ -4,11 +4,14 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // These tests start multi-process deployments and take seconds per server;
@@ -302,4 +305,41 @@ func TestSentinelOptions(t *testing.T) {
 			t.Errorf("sentinel.conf lacks %q:\n%s", want, conf)
 		}
 	}
+}
+
+func TestStartTLS(t *testing.T) {
+	ForEachServer(t, func(t *testing.T, s Server) {
+		if !SupportsTLS(t, s) {
+			f := &fakeTB{TB: t}
+			f.run(func(tb testing.TB) { StartTLS(tb, s) })
+			checkOne(t, "skip", f.skipped, "built without TLS support")
+			return
+		}
+		inst := StartTLS(t, s)
+		ctx := ctxT(t)
+		o := inst.Options()
+		o.Addr, o.TLSConfig = inst.TLSAddr, inst.ClientTLS(t)
+		c := redis.NewClient(o)
+		defer c.Close()
+		if err := c.Set(ctx, "k", "over tls", 0).Err(); err != nil {
+			t.Fatalf("SET over TLS: %v", err)
+		}
+		if got, err := inst.Client(t).Get(ctx, "k").Result(); err != nil || got != "over tls" {
+			t.Fatalf("GET on the plain port = %q, %v", got, err)
+		}
+		// The TLS port speaks only TLS, and only with the test's authority.
+		o = inst.Options()
+		o.Addr, o.MaxRetries = inst.TLSAddr, -1
+		plain := redis.NewClient(o)
+		defer plain.Close()
+		if err := plain.Ping(shortCtx(t)).Err(); err == nil {
+			t.Fatal("PING without TLS on the TLS port succeeded")
+		}
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12} // system roots only
+		untrusted := redis.NewClient(o)
+		defer untrusted.Close()
+		if err := untrusted.Ping(ctxT(t)).Err(); err == nil || !strings.Contains(err.Error(), "certificate") {
+			t.Fatalf("PING trusting only the system roots: %v, want a certificate error", err)
+		}
+	})
 }
