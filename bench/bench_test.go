@@ -177,3 +177,13 @@ func BenchmarkRouted(b *testing.B) {
 	}
 	b.ReportMetric(res.Rate(), "msg/s")
 }
+
+// BenchmarkRawPublish is the floor under BenchmarkRouted: plain PUBLISH to
+// 10 plain subscriptions from 16 goroutines, one message per round trip.
+func BenchmarkRawPublish(b *testing.B) {
+	rate, err := bench.RawPublish(context.Background(), benchEnv(b), 10, b.N, 16, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "msg/s")
+}

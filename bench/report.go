@@ -50,6 +50,8 @@ type Report struct {
 	Machine Machine
 	// Server names the server ("redis-7.0.15") and how it was reached.
 	Server string
+	// MoreServers are the executables row 7 was also measured on.
+	MoreServers []string
 	// Ping is the PING round trip p50 of the run, the base of every ratio.
 	Ping time.Duration
 	// Elapsed is how long the run took.
@@ -161,6 +163,9 @@ func (r Report) Markdown() string {
 	}
 	fmt.Fprintf(&b, "| machine | %d CPUs (nproc), %s, %s/%s%s |\n", m.CPUs, mdEscape(m.CPUModel), m.OS, m.Arch, load)
 	fmt.Fprintf(&b, "| server | %s |\n", mdEscape(r.Server))
+	if len(r.MoreServers) > 0 {
+		fmt.Fprintf(&b, "| row 7 also on | %s (HERD_REDIS_SERVERS) |\n", mdEscape(strings.Join(r.MoreServers, ", ")))
+	}
 	fmt.Fprintf(&b, "| Go | %s |\n", m.GoVersion)
 	fmt.Fprintf(&b, "| PING p50 | %s (the base of every ratio) |\n\n", FormatDuration(r.Ping))
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/scripts"
 )
 
 // topLevel are the commands herd's election sends over the wire at rest;
@@ -159,6 +161,9 @@ type ScaleResult struct {
 	// ToMaster is the time from starting every node at once until every
 	// Start had returned, with exactly one master.
 	ToMaster time.Duration
+	// Registered is the time from starting every node at once until the
+	// registry listed all of them (polled every 10ms).
+	Registered time.Duration
 	// Window is the idle window measured.
 	Window time.Duration
 	// BaselineCPU is the server's CPU use (percent of one CPU) in a window
@@ -176,8 +181,9 @@ type ScaleResult struct {
 
 // Scale runs nodes elections at default timings in this process, all on one
 // shared client as one process would have them: time to a single master,
-// then the server's CPU while they idle for window (INFO cpu deltas),
-// against a baseline window of the same length with no nodes.
+// time until all are registered, then (2 s later) the server's CPU while
+// they idle for window (INFO cpu deltas), against a baseline window of the
+// same length with no nodes.
 func Scale(ctx context.Context, env *Env, nodes int, window time.Duration) (ScaleResult, error) {
 	res := ScaleResult{Nodes: nodes}
 	lock := env.LockName("scale")
@@ -207,7 +213,25 @@ func Scale(ctx context.Context, env *Env, nodes int, window time.Duration) (Scal
 	if res.ToMaster, err = startAll(ctx, all); err != nil {
 		return res, fmt.Errorf("scale: %w", err)
 	}
-	if err := sleep(ctx, time.Second); err != nil {
+	t1 := time.Now()
+	processes := scripts.NewKeys(lock, false).Processes
+	for {
+		n, err := admin.HLen(ctx, processes).Result()
+		if err != nil {
+			return res, fmt.Errorf("scale: count registry entries: %w", err)
+		}
+		if n >= int64(nodes) {
+			break
+		}
+		if time.Since(t1) > time.Minute {
+			return res, fmt.Errorf("scale: %d of %d nodes registered a minute after Start", n, nodes)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return res, err
+		}
+	}
+	res.Registered = res.ToMaster + time.Since(t1)
+	if err := sleep(ctx, 2*time.Second); err != nil { // let the notices of the registrations drain
 		return res, err
 	}
 	idle, err := serverCPUOver(ctx, admin, window)

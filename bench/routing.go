@@ -160,3 +160,100 @@ func Routing(ctx context.Context, env *Env, slaves, latencyN, messages, senders 
 	}
 	return res, nil
 }
+
+// RawPublish is the floor under row 9's throughput: plain PUBLISH of a
+// payload of the same size to slaves plain go-redis subscriptions (one
+// connection each), sent by senders goroutines, batch messages per round
+// trip (1: one PUBLISH per round trip, as Router.Send). It returns the
+// messages per second until every subscriber had its share.
+func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch int) (float64, error) {
+	if slaves < 1 || senders < 1 || batch < 1 {
+		return 0, fmt.Errorf("raw publish needs at least 1 slave, sender and batch, got %d, %d, %d", slaves, senders, batch)
+	}
+	prefix := env.LockName("raw")
+	pub := env.NewClient()
+	defer pub.Close()
+	var received atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	rctx, cancel := context.WithCancel(ctx)
+	defer wg.Wait()
+	defer cancel()
+	channels := make([]string, slaves)
+	for i := range slaves {
+		channels[i] = fmt.Sprintf("%s:slave-%d", prefix, i)
+		c := env.NewClient()
+		defer c.Close()
+		ps := c.Subscribe(ctx, channels[i])
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			return 0, fmt.Errorf("subscribe: %w", err)
+		}
+		ch := ps.Channel(redis.WithChannelSize(1000))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-rctx.Done():
+					return
+				case _, ok := <-ch:
+					if !ok {
+						return
+					}
+					if received.Add(1) == int64(messages) {
+						once.Do(func() { close(done) })
+					}
+				}
+			}
+		}()
+	}
+	payload := make([]byte, 200) // about the size of a routed envelope
+	for i := range payload {
+		payload[i] = 'x'
+	}
+	errs := make(chan error, senders)
+	var swg sync.WaitGroup
+	t0 := time.Now()
+	for w := range senders {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			mine := make([]int, 0, messages/senders+1)
+			for i := w; i < messages; i += senders {
+				mine = append(mine, i)
+			}
+			for len(mine) > 0 {
+				n := min(batch, len(mine))
+				var err error
+				if n == 1 {
+					err = pub.Publish(ctx, channels[mine[0]%slaves], payload).Err()
+				} else {
+					_, err = pub.Pipelined(ctx, func(p redis.Pipeliner) error {
+						for _, i := range mine[:n] {
+							p.Publish(ctx, channels[i%slaves], payload)
+						}
+						return nil
+					})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mine = mine[n:]
+			}
+		}()
+	}
+	swg.Wait()
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return 0, err
+	}
+	select {
+	case <-done:
+		return float64(messages) / time.Since(t0).Seconds(), nil
+	case <-time.After(30 * time.Second):
+		return 0, fmt.Errorf("raw publish: %d of %d messages received within 30s", received.Load(), messages)
+	}
+}

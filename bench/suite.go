@@ -69,11 +69,11 @@ func DefaultPlan() Plan {
 		JoinReps:      200,
 		Slaves:        10,
 		RouteLatencyN: 2000,
-		RouteMessages: 100000,
+		RouteMessages: 50000,
 		RouteSenders:  16,
 		Benchmarks:    true,
 		ScaleNodes:    1000,
-		ScaleWindow:   15 * time.Second,
+		ScaleWindow:   10 * time.Second,
 	}
 }
 
@@ -111,6 +111,9 @@ var Steps = []string{"ops", "contended", "handover", "failover", "processes", "j
 func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Writer) Report {
 	began := time.Now()
 	rep := Report{Machine: ThisMachine(), Server: server}
+	if len(plan.Only) == 0 || contains(plan.Only, "processes") {
+		rep.MoreServers = plan.RegistryServers
+	}
 	step := func(key, what string, f func() []Row) {
 		if len(plan.Only) > 0 && !contains(plan.Only, key) || ctx.Err() != nil {
 			return
@@ -188,7 +191,20 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 			Value: fmt.Sprintf("%.0f msg/s", res.Rate()), Goal: "≥ 50,000 msg/s",
 			Note: fmt.Sprintf("%d messages sent with Router.Send by %d goroutines of the master at once, spread evenly over the slaves; timed until every handler had seen its share (%v).", res.Messages, res.Senders, res.Elapsed.Round(time.Millisecond))}
 		lat.Err, tput.Err = err, err
-		return []Row{lat, tput}
+		rows := []Row{lat, tput}
+		for _, batch := range []int{1, 64} {
+			rate, err := RawPublish(ctx, env, plan.Slaves, plan.RouteMessages, plan.RouteSenders, batch)
+			r := Row{ID: fmt.Sprintf("9%c", 'c'+len(rows)-2), N: plan.RouteMessages, Value: fmt.Sprintf("%.0f msg/s", rate), Goal: "—", Err: err}
+			if batch == 1 {
+				r.What = "floor under 9b: plain PUBLISH, one message per round trip"
+				r.Note = fmt.Sprintf("The same traffic without herd: %d goroutines PUBLISH a 200-byte payload to %d plain go-redis subscriptions, one PUBLISH per round trip as Router.Send; what this machine allows without batching.", plan.RouteSenders, plan.Slaves)
+			} else {
+				r.What = fmt.Sprintf("plain PUBLISH pipelined, %d messages per round trip", batch)
+				r.Note = fmt.Sprintf("As 9c with %d PUBLISH commands per pipeline: what batching would allow.", batch)
+			}
+			rows = append(rows, r)
+		}
+		return rows
 	})
 	step("rest", "cost at rest", func() []Row {
 		res, err := CostAtRest(ctx, env, plan.RestProcesses, plan.RestWindow)
@@ -221,12 +237,15 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 			start := Row{ID: "11a", What: fmt.Sprintf("scale: %d nodes in one process → one master known to all", plan.ScaleNodes), N: 1,
 				P50: res.ToMaster, P99: res.ToMaster, Goal: "—",
 				Note: fmt.Sprintf("%d MasterElections at default timings sharing one client (%s), Start called at the same instant; one measurement, so p50 = p99.", plan.ScaleNodes, pool)}
-			cpu := Row{ID: "11b", What: fmt.Sprintf("scale: Redis CPU while %d nodes idle", plan.ScaleNodes), N: 1,
+			reg := Row{ID: "11b", What: fmt.Sprintf("scale: %d nodes → all listed in the registry", plan.ScaleNodes), N: 1,
+				P50: res.Registered, P99: res.Registered, Goal: "—",
+				Note: "From the same instant until HLEN of the registry hash reached the number of nodes (polled every 10ms): each node registers itself after Start, and every registration is announced to every node's subscription of the events channel."}
+			cpu := Row{ID: "11c", What: fmt.Sprintf("scale: Redis CPU while %d nodes idle", plan.ScaleNodes), N: 1,
 				Value: fmt.Sprintf("%.2f%% of a CPU (%.2f%% with no nodes)", res.IdleCPU, res.BaselineCPU), Goal: "—",
-				Note: fmt.Sprintf("INFO cpu (used_cpu_sys + used_cpu_user) deltas over %v, against a window of the same length before the nodes started; the server executed %.0f commands/s meanwhile (inside scripts included); this process used %.2f%% of a CPU.",
+				Note: fmt.Sprintf("INFO cpu (used_cpu_sys + used_cpu_user) deltas over %v starting 2s after all were registered, against a window of the same length before the nodes started; the server executed %.0f commands/s meanwhile (inside scripts included); this process, running the elections, used %.2f%% of a CPU.",
 					res.Window.Round(100*time.Millisecond), res.IdleCommands, res.ClientCPU)}
-			start.Err, cpu.Err = err, err
-			return []Row{start, cpu}
+			start.Err, reg.Err, cpu.Err = err, err, err
+			return []Row{start, reg, cpu}
 		})
 	}
 	sortRows(rep.Rows)
