@@ -266,10 +266,9 @@ func waitOneMaster(t *testing.T, procs []*proc, minTerm int64, within time.Durat
 	var last string
 	for {
 		if m := mastersNow(procs); len(m) == 1 && m[0].el.Term() > minTerm {
-			if why := agree(procs, m[0]); why == "" {
+			last = agree(procs, m[0])
+			if last == "" {
 				return m[0]
-			} else {
-				last = why
 			}
 		} else {
 			last = fmt.Sprintf("%d processes call themselves master", len(m))
