@@ -146,10 +146,10 @@ func SlaveRegistered(ctx context.Context, env *Env, reps int) ([]time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	ps := mc.Subscribe(ctx, keys.Events)
+	ps := mc.Subscribe(ctx, keys.RegistryEvents)
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription is confirmed
-		return nil, fmt.Errorf("subscribe %s: %w", keys.Events, err)
+		return nil, fmt.Errorf("subscribe %s: %w", keys.RegistryEvents, err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

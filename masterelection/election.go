@@ -41,10 +41,9 @@ type MasterElection struct {
 	roles       chan roleChange // the latest role, for the membership loop
 	infoChanged chan struct{}   // metadata changed: the membership loop registers again
 
-	reg     *registry.Registry                    // set by Start before run; nil in standalone mode (read under mu)
-	tracker atomic.Pointer[registry.SlaveTracker] // the running slave tracker while master
-	trackMu sync.Mutex                            // orders slave events before master-lost
-	bg      sync.WaitGroup                        // membership and slave tracking goroutines
+	reg     *registry.Registry // set by Start before run; nil in standalone mode (read under mu)
+	trackMu sync.Mutex         // orders slave events before master-lost
+	bg      sync.WaitGroup     // membership and slave tracking goroutines
 
 	mu       sync.Mutex
 	metadata map[string]any

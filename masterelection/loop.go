@@ -73,7 +73,7 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 				timer.Reset(0)
 			case n.Event == noticeAcquired:
 				m.observeTerm(n.Term)
-				if n.NodeID != m.cfg.NodeID {
+				if n.NodeID != m.cfg.NodeID && !ls.unresolved { // Start's first attempt still runs: it resolves the election
 					contend = false
 					timer.Reset(m.cfg.CheckInterval)
 				}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/registry"
 )
 
@@ -152,8 +154,21 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 		m.emitError(fmt.Errorf("track slaves: %w", err))
 		return
 	}
-	m.tracker.Store(tracker)
-	defer m.tracker.CompareAndSwap(tracker, nil)
+	// The registry's notices go to their own channel, which only the master
+	// listens to. Subscribing before Run (whose first sweep reads the whole
+	// registry) loses no registration in between.
+	ps := m.client.Subscribe(l.ctx, m.keys.RegistryEvents)
+	defer ps.Close()
+	if _, err := ps.Receive(l.ctx); err != nil && l.ctx.Err() == nil {
+		m.emitError(fmt.Errorf("track slaves: subscribe to %s: %w", m.keys.RegistryEvents, err))
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		for msg := range ps.Channel(redis.WithChannelHealthCheckInterval(healthCheckInterval)) {
+			tracker.Notice([]byte(msg.Payload))
+		}
+	}()
 	if err := tracker.Run(l.ctx); err != nil {
 		m.emitError(fmt.Errorf("track slaves: %w", err))
 	}

@@ -5,17 +5,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// notice is a message on the election's events channel. The lock scripts
-// publish {"event":"acquired"|"released","nodeId":…,"term":…}; the registry
-// publishes other events on the same channel.
+// notice is a message on the election's events channel: the lock scripts
+// publish {"event":"acquired"|"released","nodeId":…,"term":…}.
 type notice struct {
 	Event  string `json:"event"`
 	NodeID string `json:"nodeId"`
 	Term   int64  `json:"term"`
 	raw    []byte
 }
+
+// healthCheckInterval is how often go-redis pings an idle subscription to
+// find a dead connection. Polling covers lost notices, so a long interval
+// only delays the push; it saves most of a slave's round trips at rest.
+const healthCheckInterval = 30 * time.Second
 
 const (
 	noticeAcquired = "acquired"
@@ -44,17 +51,14 @@ func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeF
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for msg := range ps.Channel() {
+		for msg := range ps.Channel(redis.WithChannelHealthCheckInterval(healthCheckInterval)) {
 			n, err := parseNotice(msg.Payload)
 			if err != nil {
 				m.emitError(err)
 				continue
 			}
 			if n.Event != noticeAcquired && n.Event != noticeReleased {
-				if t := m.tracker.Load(); t != nil {
-					t.Notice(n.raw)
-				}
-				continue
+				continue // not a lock notice: another version's, or someone else's
 			}
 			select {
 			case m.notices <- n:

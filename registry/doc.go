@@ -26,7 +26,7 @@
 // Every write is one Lua script, so it is atomic and costs one round trip:
 // Register and a Heartbeat that finds the entry gone also publish
 // {"event":"registered","nodeId":id,"role":role,"process":info} on
-// Keys.Events, and Unregister publishes {"event":"unregistered","nodeId":id}
+// Keys.RegistryEvents, and Unregister publishes {"event":"unregistered","nodeId":id}
 // (with "reason":"stale" when the master removes a stale slave, and
 // "reason":"expired" when an emulated read removes an expired entry), beside
 // the lock scripts' "acquired" and "released" notices.

@@ -154,7 +154,7 @@ func (e *env) ids() []string {
 // events subscribes to the events channel and returns the notices, decoded.
 func (e *env) events() <-chan map[string]any {
 	e.t.Helper()
-	ps := e.c.Subscribe(e.ctx, e.keys.Events)
+	ps := e.c.Subscribe(e.ctx, e.keys.RegistryEvents)
 	if _, err := ps.Receive(e.ctx); err != nil {
 		e.t.Fatalf("subscribe: %v", err)
 	}

@@ -81,8 +81,8 @@ func ExampleSlaveTracker() {
 	if err != nil {
 		panic(err)
 	}
-	// The master's one subscription to keys.Events forwards every message.
-	sub := client.Subscribe(ctx, keys.Events)
+	// The master's subscription to keys.RegistryEvents forwards every message.
+	sub := client.Subscribe(ctx, keys.RegistryEvents)
 	defer sub.Close()
 	if _, err := sub.Receive(ctx); err != nil {
 		panic(err)

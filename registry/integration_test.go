@@ -188,7 +188,7 @@ func thousand(t *testing.T, inst *redistest.Instance) {
 	}
 	var sweeps atomic.Int64
 	tr.afterSweep = func() { sweeps.Add(1) }
-	ps := c.Subscribe(ctx, keys.Events)
+	ps := c.Subscribe(ctx, keys.RegistryEvents)
 	if _, err := ps.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}

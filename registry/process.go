@@ -96,7 +96,13 @@ func (p *ProcessInfo) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*p = ProcessInfo{
+	*p = w.info()
+	return nil
+}
+
+// info converts the wire form.
+func (w *processJSON) info() ProcessInfo {
+	p := ProcessInfo{
 		ProcessID: w.ProcessID, NodeID: w.NodeID, Role: w.Role,
 		LastSeen: time.Time(w.LastSeen), Capabilities: w.Capabilities,
 		Identifier: w.Identifier, Metadata: w.Metadata, Term: w.Term,
@@ -104,7 +110,7 @@ func (p *ProcessInfo) UnmarshalJSON(b []byte) error {
 	if w.RegisteredAt != nil {
 		p.RegisteredAt = time.Time(*w.RegisteredAt)
 	}
-	return nil
+	return p
 }
 
 // SlaveNode is a slave as the master sees it (the specification's SlaveNode).
@@ -163,7 +169,9 @@ func (t *jsTime) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var str string
-	if err := json.Unmarshal(b, &str); err != nil {
+	if len(s) >= 2 && s[len(s)-1] == '"' && !strings.ContainsRune(s, '\\') {
+		str = s[1 : len(s)-1] // the usual case: no escapes to decode
+	} else if err := json.Unmarshal(b, &str); err != nil {
 		return err
 	}
 	v, err := time.Parse(time.RFC3339Nano, str)
@@ -221,10 +229,11 @@ func (p ProcessInfo) validate() error {
 // specification. The error describes what is wrong; callers wrap it with
 // ErrCorruptEntry and the place it was read from.
 func decodeProcess(field, value string) (ProcessInfo, error) {
-	var p ProcessInfo
-	if err := json.Unmarshal([]byte(value), &p); err != nil {
+	var w processJSON // decoded once, not through ProcessInfo.UnmarshalJSON
+	if err := json.Unmarshal([]byte(value), &w); err != nil {
 		return ProcessInfo{}, err
 	}
+	p := w.info()
 	switch {
 	case p.ProcessID == "":
 		return ProcessInfo{}, errors.New("no processId")

@@ -85,7 +85,7 @@ func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, o
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
 	}
-	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.Events == "" || keys.MasterProcess == "" {
+	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.RegistryEvents == "" || keys.MasterProcess == "" {
 		return nil, fmt.Errorf("%w: keys are missing names; build them with scripts.NewKeys", ErrInvalidOptions)
 	}
 	switch {
@@ -124,7 +124,7 @@ func (r *Registry) Backend() Backend { return r.kind }
 func (r *Registry) ProcessTTL() time.Duration { return r.opts.ProcessTTL }
 
 // Register writes info as the entry of info.ProcessID with a fresh TTL and
-// announces it on Keys.Events, in one round trip; the specification's
+// announces it on Keys.RegistryEvents, in one round trip; the specification's
 // registerProcess. Call it again whenever the role or the info changes.
 //
 // LastSeen is set to the clock's time. RegisteredAt, when zero, keeps the
@@ -201,7 +201,7 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 }
 
 // Unregister deletes the entry of processID and, when there was a live one,
-// announces it on Keys.Events. Heartbeat then refuses processID until it is
+// announces it on Keys.RegistryEvents. Heartbeat then refuses processID until it is
 // registered again. Unregistering an absent process is not an error.
 func (r *Registry) Unregister(ctx context.Context, processID string) error {
 	if err := scripts.ValidateName("process id", processID); err != nil {

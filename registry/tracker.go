@@ -63,7 +63,7 @@ type TrackerOptions struct {
 // SlaveTracker is the master's view of its slaves: it reports each slave
 // joining and leaving, exactly once per transition, from two sources that it
 // reconciles in one goroutine: the notices the registry scripts publish on
-// Keys.Events (fast), fed in through Notice, and a periodic sweep of the
+// Keys.RegistryEvents (fast), fed in through Notice, and a periodic sweep of the
 // registry (the fallback for lost notices, and the only source for entries
 // that expired or went stale).
 //
@@ -129,7 +129,7 @@ func NewSlaveTracker(reg *Registry, opts TrackerOptions) (*SlaveTracker, error) 
 	}, nil
 }
 
-// Notice hands the tracker a message received on Keys.Events. It never
+// Notice hands the tracker a message received on Keys.RegistryEvents. It never
 // blocks: when the queue is full the notice is dropped, counted, and the
 // tracker sweeps soon instead. Messages other than the registry's
 // "registered" and "unregistered" notices (such as the lock scripts'
@@ -206,7 +206,7 @@ type trackerState struct {
 	known map[string]SlaveNode // reported joined and not yet left, by process id
 }
 
-// notice is the JSON the registry scripts publish on Keys.Events.
+// notice is the JSON the registry scripts publish on Keys.RegistryEvents.
 type notice struct {
 	Event   string          `json:"event"`
 	NodeID  string          `json:"nodeId"`

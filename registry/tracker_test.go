@@ -35,7 +35,7 @@ func startTracker(t *testing.T, e *env, opts TrackerOptions, feed bool) *tracker
 	t.Helper()
 	te := newTracker(t, e, opts)
 	if feed {
-		ps := e.c.Subscribe(e.ctx, e.keys.Events)
+		ps := e.c.Subscribe(e.ctx, e.keys.RegistryEvents)
 		if _, err := ps.Receive(e.ctx); err != nil {
 			t.Fatalf("subscribe: %v", err)
 		}
@@ -130,7 +130,7 @@ func (te *trackerEnv) expect(t *testing.T, want ...string) {
 // other callback came first.
 func (te *trackerEnv) settle(t *testing.T) {
 	t.Helper()
-	if err := te.c.Publish(te.ctx, te.keys.Events, fmt.Sprintf("barrier %d", te.seq.Add(1))).Err(); err != nil {
+	if err := te.c.Publish(te.ctx, te.keys.RegistryEvents, fmt.Sprintf("barrier %d", te.seq.Add(1))).Err(); err != nil {
 		t.Fatal(err)
 	}
 	te.expect(t, "error")

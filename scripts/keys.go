@@ -33,9 +33,14 @@ type Keys struct {
 	// ProcessesExpiry is the sorted set that emulates per-entry TTL on servers
 	// without hash-field expiration: process id scored by its deadline (ms).
 	ProcessesExpiry string
-	// Events is the pub/sub channel on which the scripts announce acquire and
-	// release, and processes announce registration changes.
+	// Events is the pub/sub channel on which the lock scripts announce
+	// acquire and release. Every process listens to it.
 	Events string
+	// RegistryEvents is the pub/sub channel on which the registry scripts
+	// announce registrations and removals. Only the master listens to it, so
+	// a fleet starting up does not fan every registration out to every
+	// process.
+	RegistryEvents string
 	// MasterInbox is the pub/sub channel on which slaves report to the master.
 	MasterInbox string
 }
@@ -56,6 +61,7 @@ func NewKeys(lockName string, cluster bool) Keys {
 		Processes:       prefix + ":processes",
 		ProcessesExpiry: prefix + ":processes:expiry",
 		Events:          prefix + ":events",
+		RegistryEvents:  prefix + ":registry-events",
 		MasterInbox:     prefix + ":master-inbox",
 	}
 }

@@ -110,7 +110,7 @@ func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (created 
 	}
 	reply, err := run(ctx, c, RegistryPutScript, "registry put",
 		[]string{k.Processes, k.ProcessesExpiry},
-		p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.Events)
+		p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents)
 	if err != nil {
 		return false, err
 	}
@@ -135,7 +135,7 @@ func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, gu
 		guarded, value = "1", *guard
 	}
 	reply, err := run(ctx, c, RegistryRemoveScript, "registry remove",
-		[]string{k.Processes, k.ProcessesExpiry}, id, guarded, value, reason, k.Events)
+		[]string{k.Processes, k.ProcessesExpiry}, id, guarded, value, reason, k.RegistryEvents)
 	if err != nil {
 		return false, err
 	}
@@ -148,7 +148,7 @@ func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, gu
 // removed.
 func RegistryRead(ctx context.Context, c redis.Scripter, k Keys, id string) (entries map[string]string, removed []string, err error) {
 	reply, err := run(ctx, c, RegistryReadScript, "registry read",
-		[]string{k.Processes, k.ProcessesExpiry}, id, k.Events)
+		[]string{k.Processes, k.ProcessesExpiry}, id, k.RegistryEvents)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,7 +15,7 @@
 -- ARGV[5] -> "register" (always announce) or "heartbeat" (announce only
 --            when the entry was absent, that is when this re-registers it)
 -- ARGV[6] -> role ("master" or "slave"), copied into the notice
--- ARGV[7] -> events channel (<prefix>:events)
+-- ARGV[7] -> registry events channel (<prefix>:registry-events)
 -- Returns: 1 when the entry was absent (or expired) before, 0 when it replaced
 --          a live entry.
 --

@@ -5,7 +5,7 @@
 -- KEYS[1] -> <prefix>:processes         (hash: process id -> ProcessInfo JSON)
 -- KEYS[2] -> <prefix>:processes:expiry  (sorted set: process id -> deadline, ms since the epoch)
 -- ARGV[1] -> a process id to read only that entry, or "" to read them all
--- ARGV[2] -> events channel (<prefix>:events)
+-- ARGV[2] -> registry events channel (<prefix>:registry-events)
 -- Returns: {removed, entries}: removed lists the process ids deleted now
 --          because their deadline had passed (each announced with
 --          {"event":"unregistered","nodeId":<id>,"reason":"expired"});

@@ -11,7 +11,7 @@
 -- ARGV[3] -> the guard value (ignored unless ARGV[2] is "1")
 -- ARGV[4] -> reason put into the notice ("stale"), or "" when the process
 --            unregisters itself
--- ARGV[5] -> events channel (<prefix>:events)
+-- ARGV[5] -> registry events channel (<prefix>:registry-events)
 -- Returns: 1 when a live entry was deleted and announced with
 --          {"event":"unregistered","nodeId":<id>[,"reason":<reason>]};
 --          0 when there was no live entry or it did not hold the guard value.
