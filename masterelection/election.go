@@ -275,6 +275,9 @@ func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait 
 		errs = append(errs, fmt.Errorf("OnMasterAcquired handlers still running: %w", wctx.Err()))
 	}
 	cancel()
+	// IsMaster turns false before the release: the release notice wakes
+	// the slaves, and one of them may be master a round trip later.
+	l.deadline.Store(0)
 	if !m.cfg.Standalone {
 		rctx, cancel := m.cleanupContext(ctx)
 		released, err = scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, l.term)

@@ -202,3 +202,38 @@ func TestEveryLostFollowsAcquired(t *testing.T) {
 		}
 	}
 }
+
+func TestMasterIsFencedBeforeItsReleaseIsAnnounced(t *testing.T) {
+	w := newWorld(t)
+	a := w.node(testConfig("a"))
+	w.start(a)
+	c := w.client()
+	ps := c.Subscribe(context.Background(), a.Keys().Events)
+	defer ps.Close()
+	if _, err := ps.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stopped <- a.Stop(ctx)
+	}()
+	for {
+		msg, err := ps.ReceiveMessage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(msg.Payload, `"released"`) {
+			// Any slave woken by this notice may be master a round trip
+			// from now: a must already have stopped calling itself master.
+			if a.IsMaster() {
+				t.Fatal("IsMaster still true when the release notice arrived")
+			}
+			break
+		}
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
