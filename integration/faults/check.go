@@ -364,9 +364,14 @@ func (c *checker) failovers() {
 		default:
 			continue
 		}
-		crashed := ""
+		var crashed *Mastership
 		if isCrash(f) {
-			crashed = f.Peer
+			crashed = &Mastership{Proc: f.Peer, Term: f.Term}
+			if m, ok := c.mastership(f.Peer, f.Term); ok && m.End >= from+int64(bound) {
+				// The master rode the fault out (a network fault shorter
+				// than its deadline): nothing to replace.
+				continue
+			}
 		}
 		next, ok := c.masterAt(from, crashed)
 		if !ok {
@@ -383,15 +388,27 @@ func (c *checker) failovers() {
 	}
 }
 
+// mastership returns the mastership of proc under term.
+func (c *checker) mastership(proc string, term int64) (Mastership, bool) {
+	for _, m := range c.rep.Masterships {
+		if m.Proc == proc && m.Term == term {
+			return m, true
+		}
+	}
+	return Mastership{}, false
+}
+
 // masterAt returns when, at or after from, a mastership is acting. When
-// crashed names the process whose crash is measured, only a mastership of
-// another process that started after from counts; otherwise one acting at
-// from counts too.
-func (c *checker) masterAt(from int64, crashed string) (int64, bool) {
+// crashed is the mastership whose crash is measured, only a new mastership
+// started after from counts: one with a higher term (the crashed process
+// itself may win again once it is back), or, when the crashed term is not
+// known, one of another process. Otherwise a mastership acting at from
+// counts too.
+func (c *checker) masterAt(from int64, crashed *Mastership) (int64, bool) {
 	for _, m := range c.rep.Masterships {
 		switch {
-		case crashed != "":
-			if m.Start > from && m.Proc != crashed {
+		case crashed != nil:
+			if m.Start > from && ((crashed.Term != 0 && m.Term > crashed.Term) || (crashed.Term == 0 && m.Proc != crashed.Proc)) {
 				return m.Start, true
 			}
 		case m.Start <= from && m.End > from:

@@ -110,6 +110,33 @@ func TestCheck(t *testing.T) {
 			},
 		},
 		{
+			name: "crashed master back with a new term counts as the failover",
+			h: history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), call("a", 250),
+				{T: 300 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 1, Detail: FaultBlackhole, Peer: "a", Term: 10, Highest: 1},
+				lost("a", 10, 1100), call("a", 1150), acquired("a", 12, 1160), lost("a", 12, 1200)},
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 1 || r.Failovers[0].Duration != 860*time.Millisecond {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
+			name: "master that rode a network fault out needs no failover",
+			h: func() history {
+				h := history{start("a", 0), call("a", 0), acquired("a", 10, 1),
+					{T: 300 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 1, Detail: FaultResetPeer, Peer: "a", Term: 10, Highest: 1}}
+				for at := int64(250); at < 4000; at += 250 {
+					h = append(h, call("a", at))
+				}
+				return append(h, lost("a", 10, 4000))
+			}(),
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 0 {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
 			name:  "failover too slow",
 			h:     history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultPauseMaster, "a", 100), lost("a", 10, 101), call("b", 2000), acquired("b", 11, 2001), lost("b", 11, 2100)},
 			wants: []string{"failover: fault 1 (pause-master): next master after 1.901s, bound 1.75s"},
@@ -259,6 +286,16 @@ func TestParseRecord(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.err)
 			}
 		})
+	}
+}
+
+func TestReadRecords(t *testing.T) {
+	recs, err := ReadRecords(strings.NewReader("{\"t\":1,\"proc\":\"a\",\"kind\":\"start\"}\n\n{\"t\":2,\"proc\":\"a\",\"kind\":\"exit\"}\n"))
+	if err != nil || len(recs) != 2 || recs[1].Kind != KindExit {
+		t.Fatalf("got %+v, %v", recs, err)
+	}
+	if _, err := ReadRecords(strings.NewReader("{\"t\":1,\"proc\":\"a\",\"kind\":\"start\"}\nnot json\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("error %v, want one naming line 2", err)
 	}
 }
 

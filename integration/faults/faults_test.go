@@ -213,3 +213,27 @@ func (s *summary) table(ttl time.Duration) string {
 	}
 	return b.String()
 }
+
+// TestRecheck runs the checkers again on a history saved by a failed
+// schedule (HERD_FAULTS_RECHECK=<file>.jsonl), for example after changing a
+// checker.
+func TestRecheck(t *testing.T) {
+	path := os.Getenv("HERD_FAULTS_RECHECK")
+	if path == "" {
+		t.Skip("set HERD_FAULTS_RECHECK to a .jsonl history")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := ReadRecords(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Check(recs, fastTiming.params())
+	for _, v := range rep.Violations {
+		t.Errorf("%s", v)
+	}
+	t.Logf("%d records, %d masterships, max failover %v", len(recs), len(rep.Masterships), rep.MaxFailover())
+}

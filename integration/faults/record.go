@@ -1,8 +1,10 @@
 package faults
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -137,3 +139,25 @@ func ParseRecord(line []byte) (Record, error) {
 
 // Duration converts a difference of two Now readings.
 func Duration(ns int64) time.Duration { return time.Duration(ns) }
+
+// ReadRecords reads a history written as JSON lines (a node's stdout, or the
+// .jsonl file the harness writes beside a failed schedule's timeline).
+func ReadRecords(r io.Reader) ([]Record, error) {
+	var recs []Record
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		rec, err := ParseRecord(sc.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		recs = append(recs, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("faults: read records: %w", err)
+	}
+	return recs, nil
+}

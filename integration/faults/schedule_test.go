@@ -3,6 +3,8 @@
 package faults
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -162,10 +164,17 @@ func (s schedule) fail(t *testing.T, c *cluster, recs []Record, rep Report) {
 	WriteTimeline(&full, recs, true)
 	full.WriteString("\n" + c.stderrTails())
 	path := failureFile(t, s.seed)
+	var jsonl bytes.Buffer
+	for _, r := range recs {
+		line, _ := json.Marshal(r)
+		jsonl.Write(append(line, '\n'))
+	}
 	if err := os.WriteFile(path, []byte(full.String()), 0o644); err != nil {
 		t.Logf("write %s: %v", path, err)
+	} else if err := os.WriteFile(path+".jsonl", jsonl.Bytes(), 0o644); err != nil {
+		t.Logf("write %s.jsonl: %v", path, err)
 	} else {
-		fmt.Fprintf(&b, "whole history written to %s\n", path)
+		fmt.Fprintf(&b, "whole history written to %s; its records to %s.jsonl (check again with HERD_FAULTS_RECHECK=<file> go test -run TestRecheck)\n", path, path)
 	}
 	b.WriteString("\ntimeline (without per-message records):\n")
 	WriteTimeline(&b, recs, false)
