@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"time"
 
 	"github.com/herdkit/herd/internal/clock"
@@ -106,10 +107,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// withDefaults validates c and fills in its zero fields.
-func (c Config) withDefaults() (Config, error) {
+// withDefaults validates c and fills in its zero fields. With a Redis
+// Cluster client, Cluster is set whatever c says, so the names carry the
+// same hash tag as the election's (masterelection detects the client too).
+func (c Config) withDefaults(client redis.UniversalClient) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
+	}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		c.Cluster = true
 	}
 	d := DefaultConfig()
 	if c.LockName == "" {

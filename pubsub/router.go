@@ -50,7 +50,7 @@ func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, 
 	if leader == nil {
 		return nil, errors.New("pubsub: NewRouter: leader is nil")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.withDefaults(client)
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func NewSubscriber(client redis.UniversalClient, processID string, cfg Config) (
 	if client == nil {
 		return nil, errors.New("pubsub: NewSubscriber: client is nil")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.withDefaults(client)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +52,12 @@ func NewSubscriber(client redis.UniversalClient, processID string, cfg Config) (
 	}
 	s := &Subscriber{client: client, processID: processID, channel: cfg.SlaveChannel(processID), keys: cfg.keys(), cfg: cfg}
 	s.recv = receiver{
-		client:       client,
-		channels:     []string{s.channel, s.keys.Events},
+		client: client,
+		// The events channel comes first: under Redis Cluster the
+		// connection goes to the node of the first channel's slot, which is
+		// the node of the election's keys, where the route script publishes
+		// and counts receivers.
+		channels:     []string{s.keys.Events, s.channel},
 		cfg:          cfg,
 		onMessage:    s.onMessage,
 		onSubscribed: s.onSubscribed,
@@ -120,7 +124,7 @@ func (s *Subscriber) ReportToMaster(ctx context.Context, msgType string, payload
 	if err != nil {
 		return err
 	}
-	n, err := s.client.Publish(ctx, s.keys.MasterInbox, data).Result()
+	n, err := publishOnSlot(ctx, s.client, s.keys.MasterInbox, data)
 	if err != nil {
 		return fmt.Errorf("report to master: %w", err)
 	}
@@ -225,4 +229,19 @@ func (s *Subscriber) fence(term int64) (int64, bool) {
 			return h, true
 		}
 	}
+}
+
+// publishOnSlot publishes on the node that serves channel's slot. Under
+// Redis Cluster PUBLISH reaches every node's subscribers but counts only
+// those of the node that ran it; the inbox listens on its channel's slot
+// node, so publishing there makes the count (and ErrNoSubscriber) true.
+func publishOnSlot(ctx context.Context, client redis.UniversalClient, channel string, data []byte) (int64, error) {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			return 0, err
+		}
+		return node.Publish(ctx, channel, data).Result()
+	}
+	return client.Publish(ctx, channel, data).Result()
 }

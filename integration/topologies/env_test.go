@@ -389,7 +389,12 @@ func checkRouting(t *testing.T, dep deployment, lock string, master *proc, slave
 		}
 	}
 	delivered, err := router.Broadcast(ctx, "reload", "v2")
-	if err != nil || delivered != len(slaves) {
+	if afterFailover && dep.cluster && errors.Is(err, pubsub.ErrNoSubscriber) && !errors.Is(err, pubsub.ErrNotMaster) {
+		// Right after a Cluster failover a subscriber may still be
+		// subscribed through a node that no longer serves the slot: the
+		// message reaches it (checked below) but is not counted there.
+		t.Logf("after the failover, Broadcast counted %d of %d: %v", delivered, len(slaves), err)
+	} else if err != nil || delivered != len(slaves) {
 		countError(t, dep, fmt.Sprintf("Broadcast delivered %d of %d", delivered, len(slaves)), err)
 	}
 	for _, s := range slaves {
@@ -437,20 +442,13 @@ func checkRouting(t *testing.T, dep deployment, lock string, master *proc, slave
 	}
 }
 
-// countError fails the test on err, except for one known defect of
-// package pubsub on Redis Cluster, which it logs: PUBLISH returns the number
-// of subscribers on the node that ran it, and pubsub runs it on the node of
-// the lock's slot (the route script) or on a random node (ReportToMaster),
-// while the receiving connection sits on the node of its first channel's
-// slot. The message is delivered (checkRouting asserts that), but the count
-// is 0 and pubsub reports ErrNoSubscriber. TestClusterPublishCounts shows
-// the cause and the fix.
+// countError fails the test on err. On Redis Cluster, PUBLISH counts only
+// the subscribers of the node that ran it; pubsub publishes on the node of
+// the election's slot and its subscribers listen there, so a count of 0
+// (ErrNoSubscriber) would be a defect here too (TestClusterPublishCounts
+// shows why the node matters).
 func countError(t *testing.T, dep deployment, what string, err error) {
 	t.Helper()
-	if dep.cluster && errors.Is(err, pubsub.ErrNoSubscriber) && !errors.Is(err, pubsub.ErrNotMaster) {
-		t.Logf("known defect on Redis Cluster (node-local PUBLISH count): %s: %v", what, err)
-		return
-	}
 	t.Errorf("%s: %v", what, err)
 }
 
