@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -347,5 +349,67 @@ func TestRedisRestartWithoutDataElectsLargerTerm(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		watch.check(t)
+	})
+}
+
+func TestWaitReplicas(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		primary := redistest.Start(t, s)
+		cfg := fastConfig("wait", "w1")
+		cfg.WaitReplicas = 1
+		cfg.WaitTimeout = 20 * time.Millisecond
+
+		// No replica: the lock never counts, and is not left behind.
+		lonely := newElection(t, primary.Client(t), cfg)
+		replErr := make(chan error, 16)
+		lonely.OnError(func(err error) {
+			if errors.Is(err, masterelection.ErrReplicas) {
+				select {
+				case replErr <- err:
+				default:
+				}
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := lonely.Start(ctx)
+		cancel()
+		if err == nil || lonely.IsMaster() {
+			t.Fatalf("elected without a replica: start %v, master %v", err, lonely.IsMaster())
+		}
+		select {
+		case err := <-replErr:
+			t.Logf("without a replica: %v", err)
+		default:
+			t.Fatal("no ErrReplicas reported")
+		}
+		if id, _, err := lonely.Master(context.Background()); err != nil || id != "" {
+			t.Fatalf("lock left held by %q (%v) after too few acknowledgements", id, err)
+		}
+
+		// With a replica attached, the same configuration elects.
+		host, port, _ := strings.Cut(primary.Addr, ":")
+		replica := redistest.Start(t, s, "--replicaof", host, port)
+		rc := replica.Client(t)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			info, _ := rc.Info(context.Background(), "replication").Result()
+			if strings.Contains(info, "master_link_status:up") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica never linked:\n%s", info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cfg.NodeID = "w2"
+		replicated := newElection(t, primary.Client(t), cfg)
+		start(t, replicated)
+		if !replicated.IsMaster() {
+			t.Fatal("not master with a replica acknowledging")
+		}
+		// The lock is on the replica too.
+		if v, err := rc.Get(context.Background(), replicated.Keys().Master).Result(); err != nil || v != "w2" {
+			t.Fatalf("replica holds %q (%v)", v, err)
+		}
 	})
 }

@@ -90,6 +90,21 @@ type Config struct {
 	// commands once at Start.
 	RegistryBackend registry.Backend
 
+	// WaitReplicas, when positive, makes every acquire and renew wait until
+	// that many replicas have acknowledged the lock write (Redis WAIT on the
+	// same connection). An acquisition with too few acknowledgements is
+	// released at once and retried; a renewal with too few counts as failed,
+	// so a master that cannot replicate its lock steps down at its
+	// self-fencing deadline. It narrows, but does not close, the window in
+	// which a fail-over to a replica loses the lock (see docs/topologies.md);
+	// with it, no master is elected while fewer replicas are reachable.
+	// Default 0: no waiting.
+	WaitReplicas int
+
+	// WaitTimeout bounds each WAIT when WaitReplicas is positive; it must be
+	// less than HeartbeatInterval. Zero means HeartbeatInterval / 4.
+	WaitTimeout time.Duration
+
 	// Standalone makes this process master at Start, for good, without
 	// Redis: New accepts a nil client and nothing is read or written. It is
 	// for single-instance deployments that run the same code as clustered
@@ -147,6 +162,15 @@ func (c Config) Validate() error {
 	if c.ElectionJitter < 0 {
 		errs = append(errs, fmt.Errorf("ElectionJitter must not be negative, got %v", c.ElectionJitter))
 	}
+	if c.WaitReplicas < 0 {
+		errs = append(errs, fmt.Errorf("WaitReplicas must not be negative, got %d", c.WaitReplicas))
+	}
+	if c.WaitTimeout < 0 {
+		errs = append(errs, fmt.Errorf("WaitTimeout must not be negative, got %v", c.WaitTimeout))
+	}
+	if c.WaitTimeout > 0 && c.HeartbeatInterval > 0 && c.WaitTimeout >= c.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("WaitTimeout (%v) must be less than HeartbeatInterval (%v)", c.WaitTimeout, c.HeartbeatInterval))
+	}
 	if c.StepDownMargin < 0 {
 		errs = append(errs, fmt.Errorf("StepDownMargin must not be negative, got %v", c.StepDownMargin))
 	}
@@ -179,6 +203,15 @@ func (c Config) stepDownMargin() time.Duration {
 		return c.StepDownMargin
 	}
 	return c.LockTTL / 10
+}
+
+// replication is what the lock writes wait for.
+func (c Config) replication() scripts.Replication {
+	t := c.WaitTimeout
+	if t == 0 {
+		t = c.HeartbeatInterval / 4
+	}
+	return scripts.Replication{Replicas: c.WaitReplicas, Timeout: t}
 }
 
 // retryInterval is the first delay before retrying after a Redis error; it

@@ -28,6 +28,9 @@ func TestValidate(t *testing.T) {
 		{"check too slow", func(c *Config) { c.CheckInterval = 30 * time.Second }, []string{"CheckInterval (30s)", "LockTTL (30s)"}},
 		{"jitter too long", func(c *Config) { c.ElectionJitter = time.Minute }, []string{"ElectionJitter (1m0s)"}},
 		{"margin too large", func(c *Config) { c.StepDownMargin = 25 * time.Second }, []string{"StepDownMargin (25s)"}},
+		{"negative replicas", func(c *Config) { c.WaitReplicas = -1 }, []string{"WaitReplicas"}},
+		{"wait too long", func(c *Config) { c.WaitReplicas = 1; c.WaitTimeout = 10 * time.Second }, []string{"WaitTimeout (10s)", "HeartbeatInterval (10s)"}},
+		{"replicas with default wait", func(c *Config) { c.WaitReplicas = 2 }, nil},
 		{"several at once", func(c *Config) { c.LockName = ""; c.CheckInterval = 0 }, []string{"LockName", "CheckInterval"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,6 +26,9 @@ var (
 	// is master until its self-fencing deadline, so this process waits LockTTL
 	// before it contends.
 	ErrDataLoss = errors.New("masterelection: redis lost the election's data")
+	// ErrReplicas is wrapped by the error event emitted when a lock write
+	// was acknowledged by fewer replicas than Config.WaitReplicas.
+	ErrReplicas = errors.New("masterelection: too few replicas acknowledged the lock")
 	// ErrHandlerPanic is wrapped by the error event emitted when an event
 	// handler panics.
 	ErrHandlerPanic = errors.New("masterelection: event handler panicked")

@@ -47,6 +47,25 @@ func (m *MasterElection) run(ctx context.Context) {
 			m.leadLoop(ctx, ls, l)
 		}
 	}
+	if ls.mayHold && m.lead.Load() == nil {
+		m.releaseUnseen(ctx)
+	}
+}
+
+// releaseUnseen runs when the loop ends (Stop) while a write of ours whose
+// reply was lost (an acquire interrupted by Stop, say) may have left the
+// lock under our node id: if the lock is ours, it is released, pinned to the
+// term found, so the others need not wait out its TTL.
+func (m *MasterElection) releaseUnseen(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opTimeout())
+	defer cancel()
+	st, err := scripts.Check(cctx, m.client, m.keys)
+	if err != nil || st.NodeID != m.cfg.NodeID {
+		return
+	}
+	if _, err := scripts.Release(cctx, m.client, m.keys, m.cfg.NodeID, st.Term); err != nil {
+		m.log.Warn().Err(err).Msg("could not release a lock left by an interrupted write")
+	}
 }
 
 // follow is the slave role: check the lock every CheckInterval and when it
@@ -190,11 +209,11 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	}
 	sent := m.clock.Now()
 	actx, cancel := context.WithTimeout(ctx, m.opTimeout())
-	res, err := scripts.Acquire(actx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info)
+	res, err := m.acquire(actx, info)
 	cancel()
 	if err != nil {
+		ls.mayHold = true // the script may have run although its reply was lost
 		if ctx.Err() == nil {
-			ls.mayHold = true
 			m.emitError(fmt.Errorf("acquire master lock: %w", err))
 		}
 		return nil, m.backoff(ls)
@@ -267,7 +286,7 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 				return
 			}
 			rctx, cancel := context.WithTimeout(ctx, rest)
-			ok, err := scripts.Renew(rctx, m.client, m.keys, m.cfg.NodeID, l.term, m.cfg.LockTTL)
+			ok, err := m.renew(rctx, l.term)
 			cancel()
 			switch {
 			case ctx.Err() != nil:
@@ -299,6 +318,37 @@ func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leaders
 		m.emitError(fmt.Errorf("hand over: %w", err))
 	}
 	ls.mayHold = !released
+}
+
+// acquire runs the acquire script, waiting for replicas when configured.
+// A lock acquired with too few acknowledgements is released at once (pinned
+// to its term) and reported as an error wrapping ErrReplicas.
+func (m *MasterElection) acquire(ctx context.Context, info []byte) (scripts.Acquired, error) {
+	if m.cfg.WaitReplicas <= 0 {
+		return scripts.Acquire(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info)
+	}
+	res, acked, err := scripts.AcquireReplicated(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, m.cfg.replication())
+	if err != nil || res.Term == 0 || acked >= int64(m.cfg.WaitReplicas) {
+		return res, err
+	}
+	if _, rerr := scripts.Release(ctx, m.client, m.keys, m.cfg.NodeID, res.Term); rerr != nil {
+		return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term, rerr)
+	}
+	return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, released", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term)
+}
+
+// renew runs the renew script, waiting for replicas when configured; too
+// few acknowledgements make it an error wrapping ErrReplicas, so the
+// self-fencing deadline is not extended.
+func (m *MasterElection) renew(ctx context.Context, term int64) (bool, error) {
+	if m.cfg.WaitReplicas <= 0 {
+		return scripts.Renew(ctx, m.client, m.keys, m.cfg.NodeID, term, m.cfg.LockTTL)
+	}
+	ok, acked, err := scripts.RenewReplicated(ctx, m.client, m.keys, m.cfg.NodeID, term, m.cfg.LockTTL, m.cfg.replication())
+	if err == nil && ok && acked < int64(m.cfg.WaitReplicas) {
+		return false, fmt.Errorf("%w: %d of %d acknowledged the renewal", ErrReplicas, acked, m.cfg.WaitReplicas)
+	}
+	return ok, err
 }
 
 // endLeadership ends mastership l: IsMaster turns false, l's ctx is

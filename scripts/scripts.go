@@ -75,12 +75,20 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl t
 	if len(info) > 0 && (info[0] != '{' || info[len(info)-1] != '}') {
 		return Acquired{}, fmt.Errorf("acquire: process info is not a JSON object")
 	}
-	reply, err := run(ctx, c, AcquireScript, "acquire",
-		[]string{k.Master, k.Heartbeat, k.MasterProcess, k.Term},
-		nodeID, ttl.Milliseconds(), info, k.Events)
+	reply, err := run(ctx, c, AcquireScript, "acquire", acquireKeys(k), acquireArgs(k, nodeID, ttl, info)...)
 	if err != nil {
 		return Acquired{}, err
 	}
+	return parseAcquired(k, reply)
+}
+
+func acquireKeys(k Keys) []string { return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term} }
+
+func acquireArgs(k Keys, nodeID string, ttl time.Duration, info []byte) []any {
+	return []any{nodeID, ttl.Milliseconds(), info, k.Events}
+}
+
+func parseAcquired(k Keys, reply any) (Acquired, error) {
 	arr, ok := reply.([]any)
 	if !ok || (len(arr) != 1 && len(arr) != 4) {
 		return Acquired{}, unexpected("acquire", reply)
@@ -107,9 +115,7 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl t
 // Renew runs renew.lua. term 0 skips the term check. It reports whether the
 // lock was still the caller's and has been extended.
 func Renew(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, ttl time.Duration) (bool, error) {
-	reply, err := run(ctx, c, RenewScript, "renew",
-		[]string{k.Master, k.Heartbeat, k.MasterProcess, k.Term},
-		nodeID, ttl.Milliseconds(), termArg(term))
+	reply, err := run(ctx, c, RenewScript, "renew", acquireKeys(k), nodeID, ttl.Milliseconds(), termArg(term))
 	if err != nil {
 		return false, err
 	}

@@ -303,3 +303,23 @@ func TestRouteContract(t *testing.T) {
 		})
 	}
 }
+
+func TestReplicatedWritesReportAcks(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	mr.FlushAll()
+	_ = c.ScriptFlush(ctx).Err() // the first call must load the script by EVAL
+	r := scripts.Replication{Replicas: 1, Timeout: 5 * time.Millisecond}
+	a, acked, err := scripts.AcquireReplicated(ctx, c, k, "n1", time.Second, nil, r)
+	if err != nil || a.Term == 0 || acked != 0 {
+		t.Fatalf("acquire on a server without replicas = %+v, acked %d, %v", a, acked, err)
+	}
+	ok, acked, err := scripts.RenewReplicated(ctx, c, k, "n1", a.Term, time.Second, r)
+	if err != nil || !ok || acked != 0 {
+		t.Fatalf("renew = %v, acked %d, %v", ok, acked, err)
+	}
+	ok, _, err = scripts.RenewReplicated(ctx, c, k, "n2", 0, time.Second, r)
+	if err != nil || ok {
+		t.Fatalf("renew by another node = %v, %v", ok, err)
+	}
+}
