@@ -30,10 +30,14 @@ func TestMain(m *testing.M) {
 		// stopped (a latency toxic finishes its sleep first): wait up to
 		// about five seconds for them.
 		if code == 0 {
-			err := goleak.Find()
+			// A latency toxic holding data when its link is torn down blocks
+			// for good sending it downstream (toxiproxy v2.12.0,
+			// toxics/latency.go): a leak in the library, not in herd.
+			ignore := goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*LatencyToxic).Pipe")
+			err := goleak.Find(ignore)
 			for i := 0; err != nil && i < 10; i++ {
 				time.Sleep(500 * time.Millisecond)
-				err = goleak.Find()
+				err = goleak.Find(ignore)
 			}
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "goleak:", err)
