@@ -48,6 +48,15 @@ func parseNotice(payload string) (notice, error) {
 // that is missed; go-redis reconnects and resubscribes by itself.
 func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeFn func()) {
 	ps := m.client.Subscribe(ctx, m.keys.Events)
+	// Wait for the server's confirmation, so that the subscription is in
+	// place before the first election resolves: a release announced after
+	// Start returned is then never missed. On failure go-redis subscribes
+	// again by itself; polling covers the gap.
+	rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	if _, err := ps.ReceiveTimeout(rctx, m.opTimeout()); err != nil && ctx.Err() == nil {
+		m.emitError(fmt.Errorf("subscribe to %s: %w", m.keys.Events, err))
+	}
+	cancel()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
