@@ -452,26 +452,49 @@ func waitState(pid int, stopped bool) error {
 	}
 }
 
-// toxic adds a toxic of kind to the proxy of p on the given streams and
-// returns the function that removes it.
+// toxic puts a toxic of kind on the given streams between p and Redis, and
+// returns the function that takes it away.
+//
+// Both steps replace p's proxy with a fresh one on the same address rather
+// than adding or removing a toxic on the running proxy: toxiproxy v2.12.0
+// can deadlock when a toxic is added or removed while one of the proxy's
+// connections is closing (the collection's lock is held while it waits for
+// a toxic that is blocked writing to the closed connection's writer, which
+// waits for that lock). A fresh proxy gets its toxics before it accepts any
+// connection. So every network fault begins and ends with p's connections
+// reset, as a partition that heals through reconnection.
 func (c *cluster) toxic(p *process, name, kind string, streams []string, attrs string) func() {
 	c.t.Helper()
-	var names []string
+	var specs []string
 	for _, s := range streams {
-		n := name + "-" + s
-		js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, n, kind, s, attrs)
-		if _, err := p.slot.proxy.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		specs = append(specs, fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name+"-"+s, kind, s, attrs))
+	}
+	sl := p.slot
+	c.replaceProxy(sl, specs)
+	return func() { c.replaceProxy(sl, nil) }
+}
+
+// replaceProxy stops sl's proxy and starts a new one on the same address
+// with the given toxics (toxiproxy's JSON form).
+func (c *cluster) replaceProxy(sl *slot, toxics []string) {
+	c.t.Helper()
+	addr := sl.proxy.Listen
+	sl.proxy.Stop()
+	px := toxiproxy.NewProxy(c.toxi, sl.proxy.Name, addr, c.redis.Addr)
+	for _, js := range toxics {
+		if _, err := px.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
 			c.t.Fatalf("add toxic %s: %v", js, err)
 		}
-		names = append(names, n)
 	}
-	return func() {
-		for _, n := range names {
-			if err := p.slot.proxy.Toxics.RemoveToxic(context.Background(), n); err != nil {
-				c.t.Fatalf("remove toxic %s: %v", n, err)
-			}
+	var err error
+	for try := 0; try < 50; try++ {
+		if err = px.Start(); err == nil {
+			sl.proxy = px
+			return
 		}
+		time.Sleep(20 * time.Millisecond) // the old listener's port is being released
 	}
+	c.t.Fatalf("restart proxy of slot %d on %s: %v", sl.idx+1, addr, err)
 }
 
 // shutdown stops every node gracefully, the slaves first.
