@@ -179,7 +179,7 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	step("joined", "slave-registered latency", func() []Row {
 		s, err := SlaveRegistered(ctx, env, plan.JoinReps)
 		row := LatencyRow("8", "slave-registered latency: slave's Register → master's tracker reports the join", s, "p99 ≤ 2ms",
-			"A slave's registry.Register (its own client) until OnJoin of the master's registry.SlaveTracker, which a subscription to the events channel feeds as the election does; a new slave each round.")
+			"A slave's registry.Register (its own client) until OnJoin of the master's registry.SlaveTracker, which a subscription to the registry events channel feeds as the election does; a new slave each round.")
 		row.Err = err
 		return []Row{row}
 	})
@@ -239,7 +239,7 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 				Note: fmt.Sprintf("%d MasterElections at default timings sharing one client (%s), Start called at the same instant; one measurement, so p50 = p99.", plan.ScaleNodes, pool)}
 			reg := Row{ID: "11b", What: fmt.Sprintf("scale: %d nodes → all listed in the registry", plan.ScaleNodes), N: 1,
 				P50: res.Registered, P99: res.Registered, Goal: "—",
-				Note: "From the same instant until HLEN of the registry hash reached the number of nodes (polled every 10ms): each node registers itself after Start, and every registration is announced to every node's subscription of the events channel."}
+				Note: "From the same instant until HLEN of the registry hash reached the number of nodes (polled every 10ms): each node registers itself after Start; registrations are announced on the registry events channel, which only the master reads."}
 			cpu := Row{ID: "11c", What: fmt.Sprintf("scale: Redis CPU while %d nodes idle", plan.ScaleNodes), N: 1,
 				Value: fmt.Sprintf("%.2f%% of a CPU (%.2f%% with no nodes)", res.IdleCPU, res.BaselineCPU), Goal: "—",
 				Note: fmt.Sprintf("INFO cpu (used_cpu_sys + used_cpu_user) deltas over %v starting 2s after all were registered, against a window of the same length before the nodes started; the server executed %.0f commands/s meanwhile (inside scripts included); this process, running the elections, used %.2f%% of a CPU.",
