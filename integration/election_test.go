@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/overlap"
 	"github.com/herdkit/herd/internal/redistest"
 	"github.com/herdkit/herd/masterelection"
 )
@@ -86,72 +86,6 @@ func waitMaster(t *testing.T, nodes []*masterelection.MasterElection, within tim
 	return nil
 }
 
-// overlapWatch samples IsMaster of every node as fast as it can and records
-// any instant at which two nodes both believed they were master. Node i read
-// true twice in a row, with node j read true between the two reads, is an
-// overlap: both held at j's read.
-type overlapWatch struct {
-	nodes    []*masterelection.MasterElection
-	stop     chan struct{}
-	done     chan struct{}
-	overlaps atomic.Int64
-	first    atomic.Value // string describing the first overlap
-	samples  atomic.Int64
-}
-
-func watchOverlaps(nodes []*masterelection.MasterElection) *overlapWatch {
-	w := &overlapWatch{nodes: nodes, stop: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
-	return w
-}
-
-func (w *overlapWatch) run() {
-	defer close(w.done)
-	n := len(w.nodes)
-	pass1, pass2 := make([]bool, n), make([]bool, n)
-	for {
-		select {
-		case <-w.stop:
-			return
-		default:
-		}
-		for i, m := range w.nodes {
-			pass1[i] = m.IsMaster()
-		}
-		for i, m := range w.nodes {
-			pass2[i] = m.IsMaster()
-		}
-		w.samples.Add(1)
-		for i := range n {
-			if !pass1[i] || !pass2[i] {
-				continue
-			}
-			for j := range n {
-				// j's read between i's two reads: pass1 when j > i, pass2 when j < i.
-				if (j > i && pass1[j]) || (j < i && pass2[j]) {
-					if w.overlaps.Add(1) == 1 {
-						w.first.Store(fmt.Sprintf("%s and %s", w.nodes[i].NodeID(), w.nodes[j].NodeID()))
-					}
-				}
-			}
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
-}
-
-// check stops the watch and fails the test on any overlap.
-func (w *overlapWatch) check(t *testing.T) {
-	t.Helper()
-	close(w.stop)
-	<-w.done
-	if n := w.overlaps.Load(); n > 0 {
-		t.Fatalf("%d samples with two masters at once (first: %v) out of %d", n, w.first.Load(), w.samples.Load())
-	}
-	if w.samples.Load() == 0 {
-		t.Fatal("overlap watch took no sample")
-	}
-}
-
 func TestElectionRaceExactlyOneWins(t *testing.T) {
 	const rounds, candidates = 200, 8
 	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
@@ -214,7 +148,7 @@ func TestGracefulHandover(t *testing.T) {
 			start(t, n)
 			nodes = append(nodes, n)
 		}
-		watch := watchOverlaps(nodes)
+		watch := overlap.Start(nodes)
 		var lastTerm int64
 		for range 2 {
 			old := waitMaster(t, nodes, time.Second)
@@ -236,7 +170,7 @@ func TestGracefulHandover(t *testing.T) {
 			next := waitMaster(t, nodes, 2*time.Second)
 			t.Logf("handover %s -> %s in %v", old.NodeID(), next.NodeID(), time.Since(began))
 		}
-		watch.check(t)
+		watch.Check(t)
 	})
 }
 
@@ -266,7 +200,7 @@ func TestCrashedMasterIsReplacedAndFencesItself(t *testing.T) {
 			start(t, n)
 		}
 		all := append([]*masterelection.MasterElection{first}, others...)
-		watch := watchOverlaps(all)
+		watch := overlap.Start(all)
 		oldTerm := first.Term()
 		lost := make(chan time.Time, 1)
 		first.OnMasterLost(func() { lost <- time.Now() })
@@ -280,7 +214,7 @@ func TestCrashedMasterIsReplacedAndFencesItself(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			t.Fatal("cut-off master never reported master-lost")
 		}
-		watch.check(t)
+		watch.Check(t)
 		if next.Term() <= oldTerm {
 			t.Fatalf("new term %d not above %d", next.Term(), oldTerm)
 		}
@@ -306,7 +240,7 @@ func TestPausedRedisMasterStepsDownBeforeExpiry(t *testing.T) {
 			start(t, n)
 		}
 		master := waitMaster(t, nodes, time.Second)
-		watch := watchOverlaps(nodes)
+		watch := overlap.Start(nodes)
 		inst.Pause(t)
 		deadline := time.Now().Add(3 * time.Second)
 		for master.IsMaster() && time.Now().Before(deadline) {
@@ -317,7 +251,7 @@ func TestPausedRedisMasterStepsDownBeforeExpiry(t *testing.T) {
 		}
 		inst.Resume(t)
 		waitMaster(t, nodes, 3*time.Second)
-		watch.check(t)
+		watch.Check(t)
 	})
 }
 
@@ -333,7 +267,7 @@ func TestRedisRestartWithoutDataElectsLargerTerm(t *testing.T) {
 		}
 		old := waitMaster(t, nodes, time.Second)
 		oldTerm := old.Term()
-		watch := watchOverlaps(nodes)
+		watch := overlap.Start(nodes)
 		inst.Restart(t)
 		deadline := time.Now().Add(5 * time.Second)
 		for {
@@ -348,7 +282,7 @@ func TestRedisRestartWithoutDataElectsLargerTerm(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		watch.check(t)
+		watch.Check(t)
 	})
 }
 

@@ -169,7 +169,7 @@ func TestClusterNodeFailover(t *testing.T) {
 			s.Name, promoted.Round(time.Millisecond), next.el.Term(), oldTerm, elected.Round(time.Millisecond), listed.Round(time.Millisecond))
 		// The overlap watch covers the failover: the old master stepped down
 		// on its self-fencing deadline before its lock could expire.
-		watch.check(t)
+		watch.Check(t)
 		checkRouting(t, dep, lock, next, others(procs, next), true)
 	})
 }

@@ -10,12 +10,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/overlap"
 	"github.com/herdkit/herd/internal/redistest"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
@@ -494,70 +494,8 @@ outer:
 	return out
 }
 
-// overlapWatch samples IsMaster of every process as fast as it can and
-// counts the instants at which two of them believed they were master: i
-// read true twice in a row with j read true in between means both held at
-// j's read.
-type overlapWatch struct {
-	nodes    []*masterelection.MasterElection
-	stop     chan struct{}
-	done     chan struct{}
-	overlaps atomic.Int64
-	samples  atomic.Int64
-	first    atomic.Value // string
-}
-
-func watchOverlaps(procs []*proc) *overlapWatch {
-	w := &overlapWatch{nodes: elections(procs), stop: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
-	return w
-}
-
-func (w *overlapWatch) run() {
-	defer close(w.done)
-	n := len(w.nodes)
-	a, b := make([]bool, n), make([]bool, n)
-	for {
-		select {
-		case <-w.stop:
-			return
-		default:
-		}
-		for i, m := range w.nodes {
-			a[i] = m.IsMaster()
-		}
-		for i, m := range w.nodes {
-			b[i] = m.IsMaster()
-		}
-		w.samples.Add(1)
-		for i := range n {
-			if !a[i] || !b[i] {
-				continue
-			}
-			for j := range n {
-				if (j > i && a[j]) || (j < i && b[j]) {
-					if w.overlaps.Add(1) == 1 {
-						w.first.Store(w.nodes[i].NodeID() + " and " + w.nodes[j].NodeID())
-					}
-				}
-			}
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
-}
-
-// check stops the watch and fails the test on any overlap.
-func (w *overlapWatch) check(t *testing.T) {
-	t.Helper()
-	close(w.stop)
-	<-w.done
-	if n := w.overlaps.Load(); n > 0 {
-		t.Fatalf("%d samples with two masters at once (first: %v) out of %d", n, w.first.Load(), w.samples.Load())
-	}
-	if w.samples.Load() == 0 {
-		t.Fatal("the overlap watch took no sample")
-	}
-}
+// watchOverlaps starts an overlap watch over the processes' elections.
+func watchOverlaps(procs []*proc) *overlap.Watch { return overlap.Start(elections(procs)) }
 
 func stopProc(t *testing.T, p *proc) {
 	t.Helper()

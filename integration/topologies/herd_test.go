@@ -76,7 +76,7 @@ func testHandover(t *testing.T, dep deployment) {
 		next := waitOneMaster(t, live, term, 2*time.Second)
 		t.Logf("%s: handover %s -> %s in %v", dep.name, old.id, next.id, time.Since(began))
 	}
-	watch.check(t)
+	watch.Check(t)
 }
 
 // testCrash cuts the master off Redis (it can neither renew nor release, as
@@ -99,7 +99,7 @@ func testCrash(t *testing.T, dep deployment) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the cut-off master never reported master-lost")
 	}
-	watch.check(t)
+	watch.Check(t)
 	waitRegistry(t, next, rest, 10*time.Second)
 }
 

@@ -58,7 +58,7 @@ func TestSentinelPrimaryFailover(t *testing.T) {
 		waitRegistry(t, again, procs, 30*time.Second)
 		t.Logf("%s: after losing every herd key: one herd master (term %d > %d) after %v, registry rebuilt after %v",
 			s.Name, again.el.Term(), lostTerm, ms(elected), ms(time.Since(began)))
-		watch.check(t)
+		watch.Check(t)
 	})
 }
 
