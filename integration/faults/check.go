@@ -565,20 +565,22 @@ func (c *checker) membership() {
 		if m == nil {
 			continue // the master changed meanwhile: the new one starts from the registry
 		}
+		// Joins before the leave are the master's late report of slaves
+		// already there; they do not count.
 		var joins, leaves int
 		for _, r := range c.recs {
 			if r.Proc != m.Proc || r.Term != m.Term || r.Peer != f.Node || r.T < f.T || r.T > windowEnd {
 				continue
 			}
-			switch r.Kind {
-			case KindSlaveLeft:
+			switch {
+			case r.Kind == KindSlaveLeft:
 				leaves++
-			case KindSlaveJoined:
+			case r.Kind == KindSlaveJoined && leaves > 0:
 				joins++
 			}
 		}
 		if leaves != 1 || joins != 1 {
-			c.fail("membership", f.T, "slave %s paused for %v: %s (term %d) reported %d leaves and %d joins, want 1 and 1",
+			c.fail("membership", f.T, "slave %s paused for %v: %s (term %d) reported %d leaves and %d joins after it, want 1 and 1",
 				f.Node, time.Duration(h-f.T), m.Proc, m.Term, leaves, joins)
 		}
 	}

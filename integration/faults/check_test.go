@@ -231,7 +231,7 @@ func TestCheck(t *testing.T) {
 		{
 			name:  "paused slave never reported gone",
 			h:     base.with(rec("b", KindSlaveJoined, 11, 0, "c", 1210), harness(KindFault, 1, FaultPauseSlave, "c", 1220), harness(KindHeal, 1, FaultPauseSlave, "c", 2700)),
-			wants: []string{"membership: slave c paused for 1.48s: b (term 11) reported 0 leaves and 0 joins, want 1 and 1"},
+			wants: []string{"membership: slave c paused for 1.48s: b (term 11) reported 0 leaves and 0 joins after it, want 1 and 1"},
 		},
 	}
 	for _, tt := range tests {
