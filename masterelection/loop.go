@@ -15,8 +15,8 @@ import (
 type loopState struct {
 	unresolved bool      // the first election has not resolved yet
 	inElection bool      // election-started was emitted and its election-completed not yet
-	mayHold    bool      // the lock may be ours without us being master (a reply lost, a step-down on the deadline)
-	lastTerm   int64     // term of our last mastership
+	heldTerm   int64     // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
+	maybeHeld  bool      // an acquire's reply was lost: the lock may be ours under a term we never learnt
 	lossWait   time.Time // after a data loss: do not contend before this instant
 	errors     int       // consecutive Redis errors, for the backoff
 }
@@ -47,24 +47,14 @@ func (m *MasterElection) run(ctx context.Context) {
 			m.leadLoop(ctx, ls, l)
 		}
 	}
-	if ls.mayHold && m.lead.Load() == nil {
-		m.releaseUnseen(ctx)
-	}
-}
-
-// releaseUnseen runs when the loop ends (Stop) while a write of ours whose
-// reply was lost (an acquire interrupted by Stop, say) may have left the
-// lock under our node id: if the lock is ours, it is released, pinned to the
-// term found, so the others need not wait out its TTL.
-func (m *MasterElection) releaseUnseen(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opTimeout())
-	defer cancel()
-	st, err := scripts.Check(cctx, m.client, m.keys)
-	if err != nil || st.NodeID != m.cfg.NodeID {
-		return
-	}
-	if _, err := scripts.Release(cctx, m.client, m.keys, m.cfg.NodeID, st.Term); err != nil {
-		m.log.Warn().Err(err).Msg("could not release a lock left by an interrupted write")
+	if ls.heldTerm != 0 && m.lead.Load() == nil {
+		// Stop came while a lock of ours outlived its mastership: release
+		// it, pinned to its term, so the others need not wait out its TTL.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opTimeout())
+		if _, err := scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, ls.heldTerm); err != nil {
+			m.log.Warn().Err(err).Int64("term", ls.heldTerm).Msg("could not release a lock left from an earlier mastership")
+		}
+		cancel()
 	}
 }
 
@@ -129,8 +119,10 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 	if !st.TermMissing {
 		ls.lossWait = time.Time{}
 	}
+	if !st.Exists || st.NodeID != m.cfg.NodeID {
+		ls.heldTerm, ls.maybeHeld = 0, false
+	}
 	if !st.Exists {
-		ls.mayHold = false
 		if wait := m.dataLossWait(ls, st.TermMissing); wait > 0 {
 			return false, wait
 		}
@@ -145,10 +137,15 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		m.emitError(fmt.Errorf("%w: %s", ErrGarbage, st.Garbage))
 	}
 	if st.NodeID == m.cfg.NodeID {
-		if ls.mayHold && m.releaseStale(ctx, st.Term) {
-			return m.candidate.Load(), 0
-		}
-		if !ls.mayHold {
+		switch {
+		case ls.heldTerm != 0 && st.Term == ls.heldTerm:
+			if m.releaseStale(ctx, st.Term) {
+				return m.candidate.Load(), 0
+			}
+		case ls.maybeHeld:
+			// Ours from an acquire whose reply was lost, or a twin's with
+			// our node id: we cannot tell, so the lock is left to expire.
+		default:
 			m.emitError(fmt.Errorf("%w: %q (term %d)", ErrDuplicateNodeID, m.cfg.NodeID, st.Term))
 		}
 	}
@@ -179,8 +176,8 @@ func (m *MasterElection) dataLossWait(ls *loopState, termMissing bool) time.Dura
 }
 
 // releaseStale deletes a lock that carries our node id but that we are not
-// master of: a mastership we stepped down from while the lock lived on, or an
-// acquire whose reply was lost. term pins the release to that lock.
+// master of: a mastership of ours under term that we stepped down from while
+// the lock lived on. term pins the release to that lock.
 func (m *MasterElection) releaseStale(ctx context.Context, term int64) bool {
 	rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
 	defer cancel()
@@ -212,7 +209,11 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	res, err := m.acquire(actx, info)
 	cancel()
 	if err != nil {
-		ls.mayHold = true // the script may have run although its reply was lost
+		if res.Term != 0 {
+			ls.heldTerm = res.Term // acquired, but void (too few replicas) and its release failed
+		} else {
+			ls.maybeHeld = true // the script may have run although its reply was lost
+		}
 		if ctx.Err() == nil {
 			m.emitError(fmt.Errorf("acquire master lock: %w", err))
 		}
@@ -234,7 +235,7 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	lctx, lcancel := context.WithCancel(ctx)
 	l := &leadership{term: res.Term, ctx: lctx, cancel: lcancel}
 	l.deadline.Store(int64(m.deadlineAfter(sent)))
-	ls.lastTerm, ls.mayHold = res.Term, true
+	ls.heldTerm = res.Term
 	m.observeTerm(res.Term)
 	m.lead.Store(l)
 	m.log.Info().Int64("term", res.Term).Msg("became master")
@@ -274,7 +275,7 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 		case n := <-m.notices:
 			if n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
 				m.observeTerm(n.Term)
-				ls.mayHold = false
+				ls.heldTerm = 0
 				m.endLeadership(l, fmt.Sprintf("lock taken over by %s with term %d", n.NodeID, n.Term))
 				return
 			}
@@ -295,7 +296,7 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 				m.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, err))
 				renew.Reset(min(m.backoff(ls), max(m.remaining(l, m.clock.Now()), 0)))
 			case !ok:
-				ls.mayHold = false
+				ls.heldTerm = 0
 				m.endLeadership(l, "lock no longer held by this node and term")
 				return
 			default:
@@ -317,12 +318,16 @@ func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leaders
 	if err != nil {
 		m.emitError(fmt.Errorf("hand over: %w", err))
 	}
-	ls.mayHold = !released
+	if released {
+		ls.heldTerm = 0
+	}
 }
 
 // acquire runs the acquire script, waiting for replicas when configured.
 // A lock acquired with too few acknowledgements is released at once (pinned
-// to its term) and reported as an error wrapping ErrReplicas.
+// to its term) and reported as an error wrapping ErrReplicas; when that
+// release fails, the error comes with the term, so the loop knows the lock
+// that may still be its own.
 func (m *MasterElection) acquire(ctx context.Context, info []byte) (scripts.Acquired, error) {
 	if m.cfg.WaitReplicas <= 0 {
 		return scripts.Acquire(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info)
@@ -332,7 +337,7 @@ func (m *MasterElection) acquire(ctx context.Context, info []byte) (scripts.Acqu
 		return res, err
 	}
 	if _, rerr := scripts.Release(ctx, m.client, m.keys, m.cfg.NodeID, res.Term); rerr != nil {
-		return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term, rerr)
+		return scripts.Acquired{Term: res.Term}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term, rerr)
 	}
 	return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, released", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -238,9 +239,33 @@ func run(ctx context.Context, c redis.Scripter, s *redis.Script, name string, ke
 		return nil, unexpected(name, nil)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s script: %w", name, err)
+		return nil, fmt.Errorf("%s script: %w%s", name, err, aclHint(name, err))
 	}
 	return reply, nil
+}
+
+// scriptCommands are the commands each script runs, for ACL errors: Redis
+// 7.0 does not name the command a script was refused.
+var scriptCommands = map[string]string{
+	"acquire":         "GET, SET, PTTL, TIME, PUBLISH",
+	"renew":           "GET, TIME, PEXPIRE, SET",
+	"release":         "GET, DEL, PUBLISH",
+	"check":           "GET, PTTL",
+	"route":           "GET, PUBLISH",
+	"registry probe":  "TYPE, HSETEX, HPEXPIRE, HSET, HDEL",
+	"registry put":    "HEXISTS, HSETEX or HSET + HPEXPIRE or TIME + ZSCORE + ZADD, PUBLISH",
+	"registry remove": "HGET, HDEL, TIME, ZSCORE, ZREM, PUBLISH",
+	"registry read":   "TIME, ZRANGEBYSCORE, ZREM, HDEL, PUBLISH, HGETALL, HGET",
+}
+
+// aclHint adds, to an error that is a refusal by Redis's ACL, the commands
+// the script needs, so the message names what to grant.
+func aclHint(name string, err error) string {
+	msg := err.Error()
+	if !strings.Contains(msg, "NOPERM") && !strings.Contains(msg, "can't run this command") {
+		return ""
+	}
+	return fmt.Sprintf(" (permission denied by the ACL: the Redis user needs EVALSHA, EVAL and the commands the %s script runs: %s; see docs/topologies.md)", name, scriptCommands[name])
 }
 
 func oneOrZero(name string, reply any) (bool, error) {

@@ -267,6 +267,9 @@ func TestRedisErrorsAreWrapped(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "check script") || errors.Is(err, redis.Nil) {
 		t.Fatalf("error = %v", err)
 	}
+	if !strings.Contains(err.Error(), "GET, PTTL") {
+		t.Fatalf("ACL refusal %q does not name the commands the script needs", err)
+	}
 }
 
 func TestRouteContract(t *testing.T) {
