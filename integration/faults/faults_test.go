@@ -136,6 +136,7 @@ type summary struct {
 	masters                 int
 	failovers               int
 	maxFailover             time.Duration
+	maxByKind               map[string]time.Duration
 	overlaps, lossOverlaps  int
 	maxLossOverlap          time.Duration
 	sent, refused, accepted int
@@ -146,7 +147,7 @@ type summary struct {
 }
 
 func newSummary() *summary {
-	return &summary{servers: map[string]int{}, faults: map[string]int{}}
+	return &summary{servers: map[string]int{}, faults: map[string]int{}, maxByKind: map[string]time.Duration{}}
 }
 
 func (s *summary) add(sc schedule, rep Report, ok bool) {
@@ -162,6 +163,9 @@ func (s *summary) add(sc schedule, rep Report, ok bool) {
 	s.masters += len(rep.Masterships)
 	s.failovers += len(rep.Failovers)
 	s.maxFailover = max(s.maxFailover, rep.MaxFailover())
+	for _, f := range rep.Failovers {
+		s.maxByKind[f.Fault] = max(s.maxByKind[f.Fault], f.Duration)
+	}
 	for _, o := range rep.Overlaps {
 		if o.DataLoss {
 			s.lossOverlaps++
@@ -203,6 +207,11 @@ func (s *summary) table(ttl time.Duration) string {
 	row("masterships (masters elected)", s.masters)
 	row("failovers measured", s.failovers)
 	row("max failover / LockTTL", fmt.Sprintf("%.2f (%v / %v)", float64(s.maxFailover)/float64(ttl), s.maxFailover.Round(time.Millisecond), ttl))
+	for _, k := range FaultKinds {
+		if d, ok := s.maxByKind[k]; ok {
+			row("  after "+k, d.Round(time.Millisecond))
+		}
+	}
 	row("overlapping masterships (must be 0)", s.overlaps)
 	row("overlaps after Redis lost its data", fmt.Sprintf("%d (longest %v)", s.lossOverlaps, s.maxLossOverlap.Round(time.Millisecond)))
 	row("messages sent / refused by the sender's fence", fmt.Sprintf("%d / %d", s.sent, s.refused))
