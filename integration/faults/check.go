@@ -333,7 +333,7 @@ func (c *checker) terms() {
 
 // failovers measures, after each crash of the master, the time to the next
 // mastership, and after each Redis fault heals, the time until a master is
-// acting again.
+// acting for good.
 func (c *checker) failovers() {
 	heals := map[int64]int64{}
 	for _, r := range c.recs {
@@ -351,29 +351,43 @@ func (c *checker) failovers() {
 			continue
 		}
 		c.rep.Faults[f.Detail]++
-		var from int64
+		heal, healed := heals[f.Seq]
+		var (
+			from int64
+			next int64
+			ok   bool
+		)
 		switch {
 		case isCrash(f):
 			from = f.T
-		case f.Detail == FaultRedisRestart || f.Detail == FaultRedisPause:
-			h, ok := heals[f.Seq]
-			if !ok {
+			if m, found := c.mastership(f.Peer, f.Term); found && (healed && m.End >= heal || !healed && m.End >= from+int64(bound)) {
+				// The master was still acting when the fault was undone (a
+				// network fault shorter than its deadline): nothing to
+				// replace.
 				continue
 			}
-			from = h
+			// A newer term started after the crash; the crashed process
+			// itself may win it once it is back.
+			next, ok = c.firstStart(func(m Mastership) bool {
+				return m.Start > from && (m.Term > f.Term && f.Term != 0 || f.Term == 0 && m.Proc != f.Peer)
+			})
+		case f.Detail == FaultRedisRestart && healed:
+			// The lock went with the data: a mastership acquired after the
+			// restart, counted from the server answering again.
+			from = heal
+			next, ok = c.firstStart(func(m Mastership) bool { return m.Start > f.T })
+			next = max(next, from)
+		case f.Detail == FaultRedisPause && healed:
+			// A master that outlives the pause by a LockTTL counts at once;
+			// otherwise the next one elected.
+			from = heal
+			next, ok = c.firstStart(func(m Mastership) bool {
+				return m.Start <= from && m.End >= from+int64(c.p.LockTTL) || m.Start > from
+			})
+			next = max(next, from)
 		default:
 			continue
 		}
-		var crashed *Mastership
-		if isCrash(f) {
-			crashed = &Mastership{Proc: f.Peer, Term: f.Term}
-			if m, ok := c.mastership(f.Peer, f.Term); ok && m.End >= from+int64(bound) {
-				// The master rode the fault out (a network fault shorter
-				// than its deadline): nothing to replace.
-				continue
-			}
-		}
-		next, ok := c.masterAt(from, crashed)
 		if !ok {
 			if last-from > int64(bound) {
 				c.fail("failover", from, "no new master after fault %d (%s) within %v", f.Seq, f.Detail, time.Duration(last-from))
@@ -388,6 +402,17 @@ func (c *checker) failovers() {
 	}
 }
 
+// firstStart returns the start of the first mastership (in start order)
+// for which match holds.
+func (c *checker) firstStart(match func(Mastership) bool) (int64, bool) {
+	for _, m := range c.rep.Masterships {
+		if match(m) {
+			return m.Start, true
+		}
+	}
+	return 0, false
+}
+
 // mastership returns the mastership of proc under term.
 func (c *checker) mastership(proc string, term int64) (Mastership, bool) {
 	for _, m := range c.rep.Masterships {
@@ -396,28 +421,6 @@ func (c *checker) mastership(proc string, term int64) (Mastership, bool) {
 		}
 	}
 	return Mastership{}, false
-}
-
-// masterAt returns when, at or after from, a mastership is acting. When
-// crashed is the mastership whose crash is measured, only a new mastership
-// started after from counts: one with a higher term (the crashed process
-// itself may win again once it is back), or, when the crashed term is not
-// known, one of another process. Otherwise a mastership acting at from
-// counts too.
-func (c *checker) masterAt(from int64, crashed *Mastership) (int64, bool) {
-	for _, m := range c.rep.Masterships {
-		switch {
-		case crashed != nil:
-			if m.Start > from && ((crashed.Term != 0 && m.Term > crashed.Term) || (crashed.Term == 0 && m.Proc != crashed.Proc)) {
-				return m.Start, true
-			}
-		case m.Start <= from && m.End > from:
-			return from, true
-		case m.Start > from:
-			return m.Start, true
-		}
-	}
-	return 0, false
 }
 
 // messages checks the fencing of routed messages.

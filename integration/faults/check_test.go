@@ -137,6 +137,24 @@ func TestCheck(t *testing.T) {
 			},
 		},
 		{
+			name: "master that rode a network fault out, then lost to the next fault",
+			h: func() history {
+				h := history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1),
+					{T: 300 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 1, Detail: FaultResetPeer, Peer: "a", Term: 10, Highest: 1},
+					harness(KindHeal, 1, FaultResetPeer, "a", 700),
+					{T: 1000 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 2, Detail: FaultKillMaster, Peer: "a", Term: 10}}
+				for at := int64(250); at < 1000; at += 250 {
+					h = append(h, call("a", at))
+				}
+				return append(h, lost("a", 10, 990), call("b", 1899), acquired("b", 11, 1900), lost("b", 11, 2000))
+			}(),
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 1 || r.Failovers[0].Fault != FaultKillMaster || r.Failovers[0].Duration != 900*time.Millisecond {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
 			name:  "failover too slow",
 			h:     history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultPauseMaster, "a", 100), lost("a", 10, 101), call("b", 2000), acquired("b", 11, 2001), lost("b", 11, 2100)},
 			wants: []string{"failover: fault 1 (pause-master): next master after 1.901s, bound 1.75s"},
@@ -160,6 +178,17 @@ func TestCheck(t *testing.T) {
 			h:    base.with(harness(KindFault, 1, FaultRedisPause, "", 1300), harness(KindHeal, 1, FaultRedisPause, "", 1400)),
 			check: func(t *testing.T, r Report) {
 				if len(r.Failovers) != 1 || r.Failovers[0].Duration != 0 {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
+			name: "after a Redis restart only a mastership acquired afterwards counts",
+			h: history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), call("a", 250),
+				harness(KindFault, 1, FaultRedisRestart, "", 300), harness(KindRedisDown, 1, "", "", 300), harness(KindHeal, 1, FaultRedisRestart, "", 350),
+				lost("a", 10, 400), call("b", 1499), acquired("b", 11, 1500), lost("b", 11, 1600)},
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 1 || r.Failovers[0].Duration != 1150*time.Millisecond {
 					t.Errorf("failovers %+v", r.Failovers)
 				}
 			},

@@ -98,12 +98,21 @@ func TestSoak(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("HERD_SOAK_FAULTS")); err == nil && v > 0 {
 		faultsPer = v
 	}
+	kinds := FaultKinds
+	if v := os.Getenv("HERD_SOAK_KINDS"); v != "" {
+		kinds = strings.Split(v, ",")
+		for _, k := range kinds {
+			if !slices.Contains(FaultKinds, k) {
+				t.Fatalf("HERD_SOAK_KINDS: unknown fault kind %q (known: %v)", k, FaultKinds)
+			}
+		}
+	}
 	servers := redistest.Servers(t)
 	base := seed(t)
 	sum := newSummary()
 	for i := range n {
 		sd := base + uint64(i)
-		s := randomSchedule(sd, servers[sd%uint64(len(servers))], fastTiming, faultsPer)
+		s := randomSchedule(sd, servers[sd%uint64(len(servers))], fastTiming, faultsPer, kinds)
 		s.replay = fmt.Sprintf("make soak SOAK_SCHEDULES=1 SOAK_FAULTS=%d HERD_FAULTS_SEED=%d", faultsPer, sd)
 		var rep Report
 		began := time.Now()

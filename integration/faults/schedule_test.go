@@ -105,12 +105,12 @@ func tourSchedule(seed uint64, server redistest.Server, tm timing) schedule {
 	return s
 }
 
-// randomSchedule has n faults of random kinds.
-func randomSchedule(seed uint64, server redistest.Server, tm timing, n int) schedule {
+// randomSchedule has n faults of random kinds, drawn from kinds.
+func randomSchedule(seed uint64, server redistest.Server, tm timing, n int, kinds []string) schedule {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	s := schedule{seed: seed, server: server}
 	for range n {
-		s.faults = append(s.faults, newFault(rng, FaultKinds[rng.IntN(len(FaultKinds))], tm))
+		s.faults = append(s.faults, newFault(rng, kinds[rng.IntN(len(kinds))], tm))
 	}
 	return s
 }
@@ -139,12 +139,13 @@ func (s schedule) run(t *testing.T, n int, tm timing) Report {
 	if !rep.OK() {
 		s.fail(t, c, recs, rep)
 	}
-	if path := os.Getenv("HERD_FAULTS_TIMELINE"); path != "" {
+	if dir := os.Getenv("HERD_FAULTS_TIMELINES"); dir != "" {
+		path := filepath.Join(dir, fmt.Sprintf("seed-%d.txt", s.seed))
 		var b strings.Builder
 		b.WriteString(s.String())
 		WriteTimeline(&b, recs, true)
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Errorf("HERD_FAULTS_TIMELINE: %v", err)
+			t.Errorf("HERD_FAULTS_TIMELINES: %v", err)
 		}
 	}
 	return rep
