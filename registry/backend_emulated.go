@@ -11,8 +11,9 @@ import (
 // emulated is the backend for servers without hash-field expiration: the
 // hash plus the sorted set Keys.ProcessesExpiry holding each entry's deadline
 // (server TIME + TTL, in ms). Writes set both in one script; every read runs
-// registry_read.lua, which first deletes and announces the entries whose
-// deadline has passed, so no read returns an expired entry.
+// registry_expire.lua, which deletes and announces the entries whose deadline
+// has passed, in one MULTI with its HGETALL or HGET, so no read returns an
+// expired entry.
 type emulated struct {
 	c redis.UniversalClient
 	k scripts.Keys

@@ -229,11 +229,17 @@ func (p ProcessInfo) validate() error {
 // specification. The error describes what is wrong; callers wrap it with
 // ErrCorruptEntry and the place it was read from.
 func decodeProcess(field, value string) (ProcessInfo, error) {
-	var w processJSON // decoded once, not through ProcessInfo.UnmarshalJSON
-	if err := json.Unmarshal([]byte(value), &w); err != nil {
-		return ProcessInfo{}, err
+	p, ok := fastDecode(value)
+	if !ok {
+		// Not in the form herd writes: encoding/json reads it, leniently,
+		// and says what is wrong. Decoded once, not through
+		// ProcessInfo.UnmarshalJSON.
+		var w processJSON
+		if err := json.Unmarshal([]byte(value), &w); err != nil {
+			return ProcessInfo{}, err
+		}
+		p = w.info()
 	}
-	p := w.info()
 	switch {
 	case p.ProcessID == "":
 		return ProcessInfo{}, errors.New("no processId")

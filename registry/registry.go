@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"sort"
+	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -358,16 +359,28 @@ func (r *Registry) load(ctx context.Context) ([]entry, []string, error) {
 	if len(removed) > 0 {
 		r.opts.Logger.Debug().Strs("processes", removed).Msg("removed expired registry entries")
 	}
-	out := make([]entry, 0, len(m))
-	bad := map[string]uint64{}
-	for field, raw := range m {
-		p, err := decodeProcess(field, raw)
-		if err != nil {
-			bad[field] = hashOf(raw)
-			r.reportOnce(field, bad[field], err)
+	// Sort the fields, not the decoded entries: the field is the process id
+	// of every entry that decodes, and strings are cheaper to move.
+	fields := make([]string, 0, len(m))
+	for f := range m {
+		fields = append(fields, f)
+	}
+	slices.Sort(fields)
+	decoded := make([]entry, len(fields))
+	errs := make([]error, len(fields))
+	decodeAll(fields, m, decoded, errs)
+	out := decoded[:0]
+	var bad map[string]uint64
+	for i, field := range fields {
+		if errs[i] != nil {
+			if bad == nil {
+				bad = map[string]uint64{}
+			}
+			bad[field] = hashOf(m[field])
+			r.reportOnce(field, bad[field], errs[i])
 			continue
 		}
-		out = append(out, entry{info: p, raw: raw})
+		out = append(out, decoded[i])
 	}
 	r.mu.Lock()
 	for f := range r.reported {
@@ -376,8 +389,35 @@ func (r *Registry) load(ctx context.Context) ([]entry, []string, error) {
 		}
 	}
 	r.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].info.ProcessID < out[j].info.ProcessID })
 	return out, removed, nil
+}
+
+// decodeChunk is the least number of entries worth a goroutine of their own
+// when decoding a large registry.
+const decodeChunk = 1024
+
+// decodeAll decodes m[fields[i]] into out[i] or errs[i]. A large registry is
+// decoded on up to GOMAXPROCS goroutines, which it waits for.
+func decodeAll(fields []string, m map[string]string, out []entry, errs []error) {
+	decode := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			raw := m[fields[i]]
+			out[i].info, errs[i] = decodeProcess(fields[i], raw)
+			out[i].raw = raw
+		}
+	}
+	parts := min(runtime.GOMAXPROCS(0), len(fields)/decodeChunk)
+	if parts < 2 {
+		decode(0, len(fields))
+		return
+	}
+	var wg sync.WaitGroup
+	size := (len(fields) + parts - 1) / parts
+	for lo := size; lo < len(fields); lo += size {
+		wg.Go(func() { decode(lo, min(lo+size, len(fields))) })
+	}
+	decode(0, size)
+	wg.Wait()
 }
 
 // reportOnce hands the corrupt field to OnError unless the same value of

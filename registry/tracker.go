@@ -23,7 +23,7 @@ const (
 // noticeQueue is how many notices Notice buffers before it drops them.
 const noticeQueue = 1024
 
-// reasonExpired is the reason of the notices registry_read.lua publishes.
+// reasonExpired is the reason of the notices registry_expire.lua publishes.
 const reasonExpired = "expired"
 
 // TrackerOptions configure a SlaveTracker. The zero value is usable.

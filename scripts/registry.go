@@ -4,7 +4,9 @@ import (
 	_ "embed"
 
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,8 +19,8 @@ var (
 	registryPutSrc string
 	//go:embed registry_remove.lua
 	registryRemoveSrc string
-	//go:embed registry_read.lua
-	registryReadSrc string
+	//go:embed registry_expire.lua
+	registryExpireSrc string
 )
 
 // The process registry scripts. Their contracts are in the headers of the
@@ -33,9 +35,10 @@ var (
 	// RegistryRemoveScript is registry_remove.lua: delete an entry, optionally
 	// only when it still holds a given value, and announce it.
 	RegistryRemoveScript = redis.NewScript(registryRemoveSrc)
-	// RegistryReadScript is registry_read.lua: the emulated backend's read,
-	// which first removes and announces the expired entries.
-	RegistryReadScript = redis.NewScript(registryReadSrc)
+	// RegistryExpireScript is registry_expire.lua: the emulated backend's
+	// expiry, which removes and announces the expired entries; RegistryRead
+	// runs it atomically with the read.
+	RegistryExpireScript = redis.NewScript(registryExpireSrc)
 )
 
 // The TTL modes of RegistryPut, one per registry backend.
@@ -142,40 +145,62 @@ func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, gu
 	return oneOrZero("registry remove", reply)
 }
 
-// RegistryRead runs registry_read.lua: it removes the entries whose emulated
-// deadline has passed and then reads the entry of id, or every entry when id
-// is "". It returns the live entries read (field -> value) and the ids it
-// removed.
-func RegistryRead(ctx context.Context, c redis.Scripter, k Keys, id string) (entries map[string]string, removed []string, err error) {
-	reply, err := run(ctx, c, RegistryReadScript, "registry read",
-		[]string{k.Processes, k.ProcessesExpiry}, id, k.RegistryEvents)
-	if err != nil {
-		return nil, nil, err
-	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2 {
-		return nil, nil, unexpected("registry read", reply)
-	}
-	gone, ok1 := arr[0].([]any)
-	flat, ok2 := arr[1].([]any)
-	if !ok1 || !ok2 || len(flat)%2 != 0 {
-		return nil, nil, unexpected("registry read", reply)
-	}
-	for _, g := range gone {
-		s, ok := g.(string)
+// RegistryRead is the emulated backend's read: it removes the entries whose
+// deadline has passed (registry_expire.lua) and reads the entry of id, or
+// every entry when id is "", in one MULTI/EXEC, so that the read sees no
+// expired entry and the entries come back as a plain HGETALL reply. It
+// returns the live entries read (field -> value) and the ids it removed.
+func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, id string) (entries map[string]string, removed []string, err error) {
+	const name = "registry read"
+	keys := []string{k.Processes, k.ProcessesExpiry}
+	for cached := true; ; cached = false {
+		pipe := c.TxPipeline()
+		var expire *redis.Cmd
+		if cached {
+			expire = pipe.EvalSha(ctx, RegistryExpireScript.Hash(), keys, k.RegistryEvents)
+		} else {
+			expire = pipe.Eval(ctx, registryExpireSrc, keys, k.RegistryEvents)
+		}
+		var all *redis.MapStringStringCmd
+		var one *redis.StringCmd
+		if id == "" {
+			all = pipe.HGetAll(ctx, k.Processes)
+		} else {
+			one = pipe.HGet(ctx, k.Processes, id)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		if err := expire.Err(); err != nil {
+			if cached && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				continue // the server has not cached the script: send it whole
+			}
+			return nil, nil, fmt.Errorf("%s: expiry script: %w%s", name, err, aclHint(name, err))
+		}
+		gone, ok := expire.Val().([]any)
 		if !ok {
-			return nil, nil, unexpected("registry read", reply)
+			return nil, nil, unexpected(name, expire.Val())
 		}
-		removed = append(removed, s)
-	}
-	entries = make(map[string]string, len(flat)/2)
-	for i := 0; i < len(flat); i += 2 {
-		f, ok1 := flat[i].(string)
-		v, ok2 := flat[i+1].(string)
-		if !ok1 || !ok2 {
-			return nil, nil, unexpected("registry read", reply)
+		for _, g := range gone {
+			s, ok := g.(string)
+			if !ok {
+				return nil, nil, unexpected(name, expire.Val())
+			}
+			removed = append(removed, s)
 		}
-		entries[f] = v
+		if all != nil {
+			entries, err = all.Result()
+		} else {
+			var v string
+			v, err = one.Result()
+			switch {
+			case errors.Is(err, redis.Nil):
+				entries, err = map[string]string{}, nil
+			case err == nil:
+				entries = map[string]string{id: v}
+			}
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
+		}
+		return entries, removed, nil
 	}
-	return entries, removed, nil
 }

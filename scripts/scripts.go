@@ -255,7 +255,7 @@ var scriptCommands = map[string]string{
 	"registry probe":  "TYPE, HSETEX, HPEXPIRE, HSET, HDEL",
 	"registry put":    "HEXISTS, HSETEX or HSET + HPEXPIRE or TIME + ZSCORE + ZADD, PUBLISH",
 	"registry remove": "HGET, HDEL, TIME, ZSCORE, ZREM, PUBLISH",
-	"registry read":   "TIME, ZRANGEBYSCORE, ZREM, HDEL, PUBLISH, HGETALL, HGET",
+	"registry read":   "TIME, ZRANGEBYSCORE, ZREM, HDEL, PUBLISH, and around it MULTI, EXEC, HGETALL, HGET",
 }
 
 // aclHint adds, to an error that is a refusal by Redis's ACL, the commands

@@ -28,6 +28,8 @@ var herdCommands = []string{
 	"subscribe", "publish", "ping",
 	// reads outside scripts: registry entries, the master's entry, the last term
 	"get", "hget", "hgetall",
+	// the emulated registry backend's read: expiry script and HGETALL in one transaction
+	"multi", "exec",
 	// inside the scripts: the lock, the term, the heartbeat, the server clock
 	"set", "del", "pexpire", "pttl", "time", "type",
 	// inside the scripts: registry entries and their TTLs

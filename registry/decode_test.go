@@ -1,0 +1,128 @@
+package registry
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestFastDecodeTakesHerdsForm checks that what herd writes is read by the
+// fast path, not by the fallback, and read back unchanged.
+func TestFastDecodeTakesHerdsForm(t *testing.T) {
+	at := time.Date(2026, 2, 28, 23, 59, 59, 999e6, time.UTC)
+	for _, p := range []ProcessInfo{
+		{ProcessID: "a", NodeID: "a", Role: RoleSlave},
+		{ProcessID: "w-1", NodeID: "w-1", Role: RoleSlave, LastSeen: at, RegisteredAt: at.Add(-time.Hour),
+			Capabilities: Capabilities{CanProcessDetections: true, MaxSubscriptions: 100, PreferredWorkload: 50},
+			Identifier:   "worker é", Metadata: map[string]any{"zone": "b", "n": 1.5, "l": []any{"}", "\"{"}}},
+		{ProcessID: "m", NodeID: "m", Role: RoleMaster, LastSeen: time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC), Term: 1772600767123,
+			Capabilities: Capabilities{MaxSubscriptions: -3}},
+	} {
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, ok := fastDecode(string(b))
+		if !ok {
+			t.Errorf("fast path refused herd's own form %s", b)
+			continue
+		}
+		if got := w; !sameInfo(got, p) {
+			t.Errorf("fast path read %s as\n%+v\nwant %+v", b, got, p)
+		}
+	}
+}
+
+// TestFastDecodeDefers lists forms the fast path must leave to
+// encoding/json, which accepts or refuses them with its own rules.
+func TestFastDecodeDefers(t *testing.T) {
+	for _, v := range []string{
+		`{"ProcessId":"a","role":"slave"}`,                                   // case-insensitive match
+		`{"processId":"a","processId":"b","role":"slave"}`,                   // repeated member
+		`{"processId":"a\u0062","role":"slave"}`,                             // escape
+		`{"processId":"a","role":"slave","lastSeen":1772600767123}`,          // milliseconds
+		`{"processId":"a","role":"slave","lastSeen":"2026-03-04T05:06:07Z"}`, // other layout
+		`{"processId":"a","role":"slave","lastSeen":"2026-02-30T05:06:07.000Z"}`,
+		`{"processId":"a","role":"slave","term":1.0}`,
+		`{"processId":"a","role":"slave","term":01}`,
+		`{"processId":"a","role":"slave","capabilities":{"maxSubscriptions":1e3}}`,
+		`{"processId":"a","role":"slave","capabilities":null}`,
+		`{"processId":"a","role":"slave","extra":1}`,
+		"{\"processId\":\"a\xff\",\"role\":\"slave\"}",
+		`{"processId":"a","role":"slave"} x`,
+		`{"processId":"a","role":"slave",}`,
+	} {
+		if w, ok := fastDecode(v); ok {
+			t.Errorf("fast path took %s as %+v; it must defer", v, w)
+		}
+	}
+}
+
+// FuzzFastDecode checks the fast path against encoding/json: whatever it
+// accepts, encoding/json accepts with the same result.
+func FuzzFastDecode(f *testing.F) {
+	for _, seed := range []string{
+		`{"processId":"a","nodeId":"a","role":"slave","lastSeen":"2026-03-04T05:06:07.123Z","capabilities":{"canProcessDetections":true,"maxSubscriptions":4,"preferredWorkload":70}}`,
+		`{"processId":"m","role":"master","identifier":"svc","registeredAt":"2026-03-04T05:06:07.000Z","metadata":{"n":1.5,"l":[1,"x",null],"o":{"}":"]"}},"term":1772600767123}`,
+		` { "processId" : "a" , "role" : "slave" , "metadata" : null } `,
+		`{}`,
+		`{"capabilities":{}}`,
+		`{"metadata":{"a":"\"}"}}`,
+		`{"metadata":{"a":[}}`,
+		`{"term":-0}`,
+		`{"term":999999999999999999}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		w, ok := fastDecode(value)
+		if !ok {
+			return
+		}
+		var want processJSON
+		if err := json.Unmarshal([]byte(value), &want); err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json refuses it: %v", value, err)
+		}
+		if got, exp := w, want.info(); !sameInfo(got, exp) {
+			t.Fatalf("fast path read %q as\n%+v\nencoding/json as\n%+v", value, got, exp)
+		}
+	})
+}
+
+// sameInfo compares two ProcessInfos, times by the instant they name.
+func sameInfo(a, b ProcessInfo) bool {
+	if !a.LastSeen.Equal(b.LastSeen) || !a.RegisteredAt.Equal(b.RegisteredAt) {
+		return false
+	}
+	a.LastSeen, b.LastSeen, a.RegisteredAt, b.RegisteredAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	return reflect.DeepEqual(a, b)
+}
+
+// BenchmarkDecodeProcess decodes one entry as herd writes it, through the
+// fast path and through encoding/json.
+func BenchmarkDecodeProcess(b *testing.B) {
+	at := time.Date(2026, 11, 22, 5, 6, 7, 123e6, time.UTC)
+	v, err := json.Marshal(ProcessInfo{ProcessID: "proc-01234", NodeID: "proc-01234", Role: RoleSlave, LastSeen: at, RegisteredAt: at,
+		Identifier: "worker", Capabilities: Capabilities{CanProcessDetections: true, MaxSubscriptions: 100, PreferredWorkload: 50}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeProcess("proc-01234", string(v)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var w processJSON
+			if err := json.Unmarshal(v, &w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
