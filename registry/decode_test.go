@@ -126,3 +126,34 @@ func BenchmarkDecodeProcess(b *testing.B) {
 		}
 	})
 }
+
+// TestWithLastSeen checks the heartbeat's patch of an encoded entry against
+// encoding the whole entry, and that it declines what it cannot patch.
+func TestWithLastSeen(t *testing.T) {
+	p := ProcessInfo{ProcessID: "a", NodeID: "a", Role: RoleSlave, Identifier: `"lastSeen":"`,
+		LastSeen: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC), Metadata: map[string]any{"k": "v"}}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := lastSeenAt(b)
+	p.LastSeen = time.Date(2027, 12, 31, 23, 59, 59, 987654321, time.FixedZone("X", -3600))
+	want, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := withLastSeen(b, at, p.LastSeen); string(got) != string(want) {
+		t.Errorf("patched entry = %s\nwant            %s", got, want)
+	}
+	if got := withLastSeen(b, at, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)); got != nil {
+		t.Errorf("a year past 9999 was patched into %s", got)
+	}
+	zero := ProcessInfo{ProcessID: "a", Role: RoleSlave}
+	zb, err := json.Marshal(zero)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := lastSeenAt(zb); at != 0 {
+		t.Errorf("lastSeenAt found a patchable timestamp in %s at %d", zb, at)
+	}
+}

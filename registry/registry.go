@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,8 +71,10 @@ type Registry struct {
 type owned struct {
 	mu         sync.Mutex // held across each write, so one process's writes never overtake each other
 	info       ProcessInfo
-	registered bool // info has been stored once
-	gone       bool // Unregister was called
+	encoded    []byte // info as JSON, written by Register; heartbeats patch its lastSeen
+	seenAt     int    // offset of lastSeen's value in encoded; 0 when it cannot be patched
+	registered bool   // info has been stored once
+	gone       bool   // Unregister was called
 }
 
 // New returns a Registry on client for the keys of one election. It probes
@@ -160,10 +163,15 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		}
 	}
 	info.LastSeen = now
-	if _, err := r.write(ctx, info, false); err != nil {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("register process %q: %w: %w", info.ProcessID, ErrInvalidProcess, err)
+	}
+	if _, err := r.write(ctx, info, b, false); err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
 	o.info, o.registered = info, true
+	o.encoded, o.seenAt = b, lastSeenAt(b)
 	return nil
 }
 
@@ -190,7 +198,7 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 	}
 	info := o.info
 	info.LastSeen = r.opts.Clock.Now()
-	created, err := r.write(ctx, info, true)
+	created, err := r.write(ctx, info, withLastSeen(o.encoded, o.seenAt, info.LastSeen), true)
 	if err != nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, err)
 	}
@@ -450,15 +458,55 @@ func (r *Registry) removeStale(ctx context.Context, e entry) (bool, error) {
 	return ok, nil
 }
 
-func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool) (bool, error) {
-	b, err := json.Marshal(info)
-	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+// write stores b, the JSON form of info (nil: encode info here).
+func (r *Registry) write(ctx context.Context, info ProcessInfo, b []byte, heartbeat bool) (bool, error) {
+	if b == nil {
+		var err error
+		if b, err = json.Marshal(info); err != nil {
+			return false, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+		}
 	}
 	return r.be.put(ctx, scripts.Put{
 		ID: info.ProcessID, Value: b, Role: string(info.Role),
 		TTL: r.opts.ProcessTTL, Heartbeat: heartbeat,
 	})
+}
+
+// lastSeenMember is how MarshalJSON starts the lastSeen member. It follows
+// processId, nodeId and role, which are validated names or a Role and so
+// never contain a quote: its first occurrence is the member.
+const lastSeenMember = `,"lastSeen":"`
+
+// lastSeenAt returns the offset of the timestamp in b's lastSeen member, or
+// 0 when b does not hold one in the layout heartbeats write.
+func lastSeenAt(b []byte) int {
+	i := bytes.Index(b, []byte(lastSeenMember))
+	if i < 0 {
+		return 0
+	}
+	at := i + len(lastSeenMember)
+	if len(b) < at+len(jsLayout)+1 || b[at+len(jsLayout)] != '"' {
+		return 0
+	}
+	return at
+}
+
+// withLastSeen returns a copy of encoded with its lastSeen set to t, so a
+// heartbeat does not encode the unchanged rest of the entry again; nil (the
+// caller encodes) when encoded has no patchable lastSeen or t does not fit
+// the layout.
+func withLastSeen(encoded []byte, at int, t time.Time) []byte {
+	if at == 0 {
+		return nil
+	}
+	var buf [64]byte
+	ts := t.UTC().AppendFormat(buf[:0], jsLayout)
+	if len(ts) != len(jsLayout) {
+		return nil // a year outside 0000-9999 would need another length
+	}
+	b := append([]byte(nil), encoded...)
+	copy(b[at:], ts)
+	return b
 }
 
 // claim returns the owned record of id, creating it when needed.

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"slices"
@@ -119,13 +120,26 @@ func testNotices(t *testing.T, tg target) {
 
 func testHeartbeatRenews(t *testing.T, tg target) {
 	e := newEnv(t, tg, Options{})
-	e.register(slave("a"), slave("b"))
+	a := slave("a")
+	a.Metadata = map[string]any{"lastSeen": "x", "n": 1.0}
+	e.register(a, slave("b"))
 	half := e.ttl * 6 / 10
 	e.pass(half)
 	e.heartbeat("a")
 	p, err := e.reg.Process(e.ctx, "a")
 	if err != nil || !p.LastSeen.Equal(start.Add(half)) || !p.RegisteredAt.Equal(start) {
 		t.Fatalf("after a heartbeat: %+v, %v; want lastSeen %s, registeredAt %s", p, err, start.Add(half), start)
+	}
+	// A heartbeat patches lastSeen into the entry Register encoded: the
+	// stored bytes must be exactly what encoding the new info gives.
+	want := a
+	want.NodeID, want.RegisteredAt, want.LastSeen = "a", start, start.Add(half)
+	wantJSON, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := e.c.HGet(e.ctx, e.keys.Processes, "a").Result(); err != nil || raw != string(wantJSON) {
+		t.Fatalf("entry after a heartbeat = %s, %v\nwant %s", raw, err, wantJSON)
 	}
 	e.pass(half) // 1.2 TTL after registering: b expired, a renewed
 	if got := e.ids(); !slices.Equal(got, []string{"a"}) {
