@@ -61,8 +61,18 @@ type node struct {
 
 func (w *world) node(cfg Config) *node {
 	w.t.Helper()
+	return w.nodeWith(cfg)
+}
+
+// nodeWith is node with faults injected into its client's script calls.
+func (w *world) nodeWith(cfg Config, faults ...*scriptFault) *node {
+	w.t.Helper()
 	clk := clock.NewFake(w.redisClock.Now())
-	m, err := newElection(w.client(), cfg, clk)
+	c := w.client()
+	for _, f := range faults {
+		c.AddHook(f)
+	}
+	m, err := newElection(c, cfg, clk)
 	if err != nil {
 		w.t.Fatalf("new election: %v", err)
 	}
@@ -72,6 +82,9 @@ func (w *world) node(cfg Config) *node {
 		defer cancel()
 		_ = m.Stop(ctx)
 	})
+	for _, f := range faults {
+		w.t.Cleanup(f.release) // before Stop: calls held by the fault return
+	}
 	return n
 }
 

@@ -124,9 +124,9 @@ func (m *MasterElection) membership(ctx context.Context) {
 	}
 }
 
-// trackSlaves runs the slave tracker for mastership l until it ends. Slave
-// events are emitted under trackMu and only while l lasts, so none follows
-// the master-lost of l.
+// trackSlaves runs the slave tracker for mastership l until it ends. Its
+// slave events go through slaveEvent, so none is emitted by a process that
+// is not master at that instant, and none follows the master-lost of l.
 func (m *MasterElection) trackSlaves(l *leadership) {
 	defer m.bg.Done()
 	tracker, err := registry.NewSlaveTracker(m.reg, registry.TrackerOptions{
@@ -135,18 +135,10 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 		Clock:         m.clock,
 		Self:          m.cfg.NodeID,
 		OnJoin: func(s registry.SlaveNode) {
-			m.trackMu.Lock()
-			defer m.trackMu.Unlock()
-			if l.ctx.Err() == nil {
-				m.bus.emit(topicSlaveRegistered, payload{slave: s})
-			}
+			m.slaveEvent(l, topicSlaveRegistered, payload{slave: s})
 		},
 		OnLeave: func(id string) {
-			m.trackMu.Lock()
-			defer m.trackMu.Unlock()
-			if l.ctx.Err() == nil {
-				m.bus.emit(topicSlaveRemoved, payload{nodeID: id})
-			}
+			m.slaveEvent(l, topicSlaveRemoved, payload{nodeID: id})
 		},
 		OnError: func(err error) { m.emitError(fmt.Errorf("track slaves: %w", err)) },
 	})
@@ -172,6 +164,24 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 	if err := tracker.Run(l.ctx); err != nil {
 		m.emitError(fmt.Errorf("track slaves: %w", err))
 	}
+}
+
+// slaveEvent emits a slave event of mastership l, only while l is this
+// process's mastership and its self-fencing deadline has not passed: the
+// tracker may reach an event after the deadline before the loop has ended
+// l (a process resumed after a pause runs both at once), and a process that
+// IsMaster calls slave must not report slaves. It runs under trackMu, which
+// endLeadership holds to emit master-lost, so no slave event of l follows it.
+// An event not emitted is not reported later: the next mastership starts
+// from every slave registered.
+func (m *MasterElection) slaveEvent(l *leadership, topic string, p payload) {
+	m.trackMu.Lock()
+	defer m.trackMu.Unlock()
+	if l.ctx.Err() != nil || m.lead.Load() != l || !m.holds(l, m.clock.Now()) {
+		m.log.Debug().Str("event", topic).Int64("term", l.term).Msg("slave event dropped: no longer master")
+		return
+	}
+	m.bus.emit(topic, p)
 }
 
 // Registry returns the process registry of the election, or nil before

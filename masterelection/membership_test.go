@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 func roles(t *testing.T, m *MasterElection) map[string]registry.Role {
@@ -156,4 +157,96 @@ func TestSetMetadataReachesTheRegistry(t *testing.T) {
 		p, err := a.Process(context.Background(), "a")
 		return err == nil && p.Metadata["zone"] == "eu-1" && p.Role == registry.RoleMaster
 	})
+}
+
+// A master whose self-fencing deadline passed while its slave tracker was
+// about to report a leave (as when a paused process resumes and both run at
+// once) must not report it: it is not master any more.
+func TestNoSlaveEventAfterTheDeadline(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig("a")
+	cfg.SlaveTimeout = 2 * time.Second
+	renewals := newScriptFault(scripts.RenewScript, errors.New("injected: connection reset"))
+	a, b := w.nodeWith(cfg, renewals), w.node(testConfig("b"))
+	w.start(a)
+	w.start(b)
+	waitFor(t, "b joined", func() bool { return slices.Equal(a.rec.slaveEvents(), []string{"slave-registered:b"}) })
+
+	// The test holds the lock slave events are emitted under: the tracker's
+	// leave of b waits for it first, then the loop's end of the mastership.
+	a.trackMu.Lock()
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			a.trackMu.Unlock()
+		}
+	}
+	defer unlock()
+	// b is frozen: it stops heartbeating and goes stale; a still renews.
+	w.until(func() bool {
+		_, err := a.Process(context.Background(), "b")
+		return errors.Is(err, registry.ErrNotFound)
+	}, 5*time.Second, 100*time.Millisecond, "b removed as stale", a)
+	time.Sleep(20 * time.Millisecond) // the tracker goes on to report the leave, and waits
+	// Now a's renewals fail until its deadline passes and the loop ends the
+	// mastership (it too waits for the lock).
+	renewals.set(faultFail, -1)
+	w.until(func() bool { return a.lead.Load() == nil }, 5*time.Second, 100*time.Millisecond, "a's mastership ended", a)
+	if a.IsMaster() {
+		t.Fatal("a master after its mastership ended")
+	}
+	unlock()
+	a.rec.waitEvents(t, "started", "acquired", "completed:master", "lost")
+	settle(a)
+	if got := a.rec.slaveEvents(); !slices.Equal(got, []string{"slave-registered:b"}) {
+		t.Fatalf("slave events %v: a reported b's leave when it was no longer master", got)
+	}
+}
+
+// slaveEvent emits only while the mastership is current and its deadline
+// has not passed, whatever the state of its ctx.
+func TestSlaveEventNeedsTheMastership(t *testing.T) {
+	tests := []struct {
+		name     string
+		current  bool          // l is the election's mastership
+		deadline time.Duration // l's deadline from now
+		cancel   bool          // l's ctx is cancelled
+		want     bool
+	}{
+		{name: "master", current: true, deadline: time.Second, want: true},
+		{name: "deadline passed, loop not yet run", current: true, deadline: 0},
+		{name: "ended, ctx not yet cancelled", deadline: time.Second},
+		{name: "ended", deadline: time.Second, cancel: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			n := w.node(testConfig("a"))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			l := &leadership{term: 7, ctx: ctx, cancel: cancel}
+			l.deadline.Store(int64(n.clk.Now().Sub(n.base) + tt.deadline))
+			if tt.current {
+				n.lead.Store(l)
+				defer n.lead.Store(nil)
+			}
+			if tt.cancel {
+				cancel()
+			}
+			n.slaveEvent(l, topicSlaveRemoved, payload{nodeID: "b"})
+			n.slaveEvent(l, topicSlaveRegistered, payload{slave: registry.SlaveNode{NodeID: "c"}})
+			// One handler sees events in order: once this one is seen, so
+			// is every slave event emitted before it.
+			n.emitError(errors.New("marker"))
+			waitFor(t, "marker delivered", func() bool { return len(n.rec.errors()) == 1 })
+			var want []string
+			if tt.want {
+				want = []string{"slave-removed:b", "slave-registered:c"}
+			}
+			if got := n.rec.slaveEvents(); !slices.Equal(got, want) {
+				t.Fatalf("slave events %v, want %v", got, want)
+			}
+		})
+	}
 }
