@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/overlap"
 	"github.com/herdkit/herd/internal/redistest"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/scripts"
@@ -91,58 +92,6 @@ func clientAs(t *testing.T, inst *redistest.Instance, user, password string) *re
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// masterWatch samples IsMaster of several members and counts the instants
-// at which two of them said true: member i read true twice in a row with
-// member j read true between the two reads.
-type masterWatch struct {
-	ms       []*member
-	stop     chan struct{}
-	done     chan struct{}
-	overlaps atomic.Int64
-	samples  atomic.Int64
-}
-
-func watchMasters(ms ...*member) *masterWatch {
-	w := &masterWatch{ms: ms, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		n := len(ms)
-		a, b := make([]bool, n), make([]bool, n)
-		for {
-			select {
-			case <-w.stop:
-				return
-			default:
-			}
-			for i, m := range ms {
-				a[i] = m.IsMaster()
-			}
-			for i, m := range ms {
-				b[i] = m.IsMaster()
-			}
-			w.samples.Add(1)
-			for i := range n {
-				for j := range n {
-					if i != j && a[i] && b[i] && ((j > i && a[j]) || (j < i && b[j])) {
-						w.overlaps.Add(1)
-					}
-				}
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-	}()
-	return w
-}
-
-func (w *masterWatch) check(t *testing.T) {
-	t.Helper()
-	close(w.stop)
-	<-w.done
-	if n := w.overlaps.Load(); n > 0 {
-		t.Errorf("%d of %d samples saw two masters at once", n, w.samples.Load())
-	}
 }
 
 // waitFor polls cond every 5ms until it holds or d passes.
@@ -275,10 +224,10 @@ func hostileNoPublish(t *testing.T, inst *redistest.Instance) {
 	mustDo(t, admin, "ACL", "SETUSER", "nopublish", "on", ">pw", "~*", "&*", "+@all", "-publish", "-spublish")
 	a := newMember(t, clientAs(t, inst, "nopublish", "pw"), hostileConfig("n1"))
 	b := newMember(t, clientAs(t, inst, "nopublish", "pw"), hostileConfig("n2"))
-	w := watchMasters(a, b)
+	w := overlap.Start([]*member{a, b})
 	errA, errB := startWithin(a, 2*time.Second), startWithin(b, 2*time.Second)
 	time.Sleep(2 * fastTiming.ttl)
-	w.check(t)
+	w.Check(t)
 	var reported error
 	for _, m := range []*member{a, b} {
 		if err := m.anyError(mentions("permission", "publish")); err != nil {
@@ -327,7 +276,7 @@ func hostileMaxmemory(t *testing.T, inst *redistest.Instance) {
 			t.Fatal(err)
 		}
 	}
-	w := watchMasters(a, b)
+	w := overlap.Start([]*member{a, b})
 	// Fill Redis up to a maxmemory just above what it uses now.
 	ctx := context.Background()
 	used, err := redistest.InfoField(inst.Info(t, "memory"), "used_memory")
@@ -346,7 +295,7 @@ func hostileMaxmemory(t *testing.T, inst *redistest.Instance) {
 	}
 	full := time.Now()
 	time.Sleep(3 * fastTiming.ttl)
-	w.check(t)
+	w.Check(t)
 	var reported error
 	for _, m := range []*member{a, b} {
 		if err := m.anyError(mentions("OOM")); err != nil {
@@ -379,7 +328,7 @@ func hostileGarbage(t *testing.T, inst *redistest.Instance) {
 			t.Fatal(err)
 		}
 	}
-	w := watchMasters(a, b)
+	w := overlap.Start([]*member{a, b})
 	k := scripts.NewKeys("hostile", false)
 	ctx := context.Background()
 	// Every key herd uses gets a value of a type or form herd never writes.
@@ -431,7 +380,7 @@ func hostileGarbage(t *testing.T, inst *redistest.Instance) {
 	if !waitFor(3*fastTiming.params().FailoverBound(), func() bool { return a.IsMaster() || b.IsMaster() }) {
 		t.Errorf("no master after the garbage was removed; events: %v %v", a.errors(), b.errors())
 	}
-	w.check(t)
+	w.Check(t)
 }
 
 func hostileDuplicateNodeID(t *testing.T, inst *redistest.Instance) {
@@ -443,7 +392,7 @@ func hostileDuplicateNodeID(t *testing.T, inst *redistest.Instance) {
 		t.Fatal("first process is not master")
 	}
 	b := newMember(t, inst.Client(t), hostileConfig("twin"))
-	w := watchMasters(a, b)
+	w := overlap.Start([]*member{a, b})
 	if err := startWithin(b, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +402,7 @@ func hostileDuplicateNodeID(t *testing.T, inst *redistest.Instance) {
 		t.Errorf("second process did not report ErrDuplicateNodeID; events: %v", b.errors())
 	}
 	time.Sleep(fastTiming.ttl)
-	w.check(t)
+	w.Check(t)
 }
 
 // hostileDuplicateAfterLostReply starts a second process with the same
@@ -472,16 +421,13 @@ func hostileDuplicateAfterLostReply(t *testing.T, inst *redistest.Instance) {
 	cb := inst.Client(t)
 	cb.AddHook(&loseReply{sha: scripts.AcquireScript.Hash()})
 	b := newMember(t, cb, hostileConfig("twin"))
-	w := watchMasters(a, b)
+	w := overlap.Start([]*member{a, b})
 	_ = startWithin(b, 5*time.Second)
 	time.Sleep(2 * fastTiming.ttl)
-	close(w.stop)
-	<-w.done
 	t.Logf("errors of the second process: %v", b.errors())
-	if n := w.overlaps.Load(); n > 0 {
-		t.Errorf("after a lost acquire reply the second process took the lock of the first one (same NodeID): "+
-			"%d of %d samples saw two masters", n, w.samples.Load())
-	}
+	// After a lost acquire reply the second process (same NodeID) must not
+	// take the first one's lock.
+	w.Check(t)
 }
 
 // loseReply lets the first acquire script that runs on Redis through, then
