@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -108,47 +107,6 @@ func startClusterNode(t testing.TB, s Server) *Instance {
 			"--repl-diskless-sync-delay", "0",
 		}, nil
 	})
-}
-
-// startEach is Start for servers that need more ports than the one Start
-// picks: args is called before each try, so a second port that turned out
-// taken is replaced along with the first. Restart reuses the last arguments.
-func startEach(t testing.TB, s Server, args func() ([]string, error)) *Instance {
-	t.Helper()
-	inst := &Instance{
-		Server: s,
-		Dir:    t.TempDir(),
-		log:    &tailBuffer{limit: outputLimit},
-	}
-	t.Cleanup(func() { inst.cleanup(t) })
-	var lastErr error
-	for range startTries {
-		extra, err := args()
-		if err != nil {
-			t.Fatalf("redistest: pick ports for %s: %v", s.Name, err)
-		}
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: pick a port for %s: %v", s.Name, err)
-		}
-		inst.extraArgs = extra
-		p, err := inst.launch(port)
-		if errors.Is(err, errPortInUse) {
-			lastErr = err
-			continue
-		}
-		if err != nil {
-			t.Fatalf("redistest: start %s: %v\n--- server output ---\n%s", s.Name, err, inst.log)
-		}
-		inst.Port, inst.Addr = port, addrOf(port)
-		inst.mu.Lock()
-		inst.cur = p
-		inst.mu.Unlock()
-		return inst
-	}
-	t.Fatalf("redistest: start %s: %d port choices in a row were taken: %v\n--- server output ---\n%s",
-		s.Name, startTries, lastErr, inst.log)
-	return nil
 }
 
 // form joins the nodes into one cluster, gives the masters their slots,

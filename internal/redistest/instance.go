@@ -86,20 +86,34 @@ func (p *proc) exited() bool {
 // server cannot be started the test fails with the server's output.
 func Start(t testing.TB, s Server, extraArgs ...string) *Instance {
 	t.Helper()
+	extra := append([]string(nil), extraArgs...)
+	return startEach(t, s, func() ([]string, error) { return extra, nil })
+}
+
+// startEach starts s on a free port, trying again on another port when the
+// chosen one turns out taken. args gives the extra arguments and is called
+// before each try, so that a server needing more ports (a cluster node's
+// bus port) replaces a second port that was taken along with the first.
+// Restart reuses the last arguments.
+func startEach(t testing.TB, s Server, args func() ([]string, error)) *Instance {
+	t.Helper()
 	inst := &Instance{
-		Server:    s,
-		Dir:       t.TempDir(), // before the Cleanup below: the server dies before its dir goes
-		extraArgs: append([]string(nil), extraArgs...),
-		log:       &tailBuffer{limit: outputLimit},
+		Server: s,
+		Dir:    t.TempDir(),
+		log:    &tailBuffer{limit: outputLimit},
 	}
 	t.Cleanup(func() { inst.cleanup(t) })
-
 	var lastErr error
-	for try := 1; try <= startTries; try++ {
+	for range startTries {
+		extra, err := args()
+		if err != nil {
+			t.Fatalf("redistest: pick ports for %s: %v", s.Name, err)
+		}
 		port, err := freePort()
 		if err != nil {
 			t.Fatalf("redistest: pick a port for %s: %v", s.Name, err)
 		}
+		inst.extraArgs = extra
 		p, err := inst.launch(port)
 		if errors.Is(err, errPortInUse) {
 			lastErr = err
@@ -114,7 +128,7 @@ func Start(t testing.TB, s Server, extraArgs ...string) *Instance {
 		inst.mu.Unlock()
 		return inst
 	}
-	t.Fatalf("redistest: start %s: %d ports in a row were taken: %v\n--- server output ---\n%s",
+	t.Fatalf("redistest: start %s: %d port choices in a row were taken: %v\n--- server output ---\n%s",
 		s.Name, startTries, lastErr, inst.log)
 	return nil
 }
