@@ -75,9 +75,43 @@ func pickBackend(ctx context.Context, c redis.UniversalClient, k scripts.Keys, w
 
 func newBackend(b Backend, c redis.UniversalClient, k scripts.Keys) backend {
 	if b == BackendEmulated {
-		return emulated{c: c, k: k}
+		return typeChecked{emulated{c: c, k: k}, []string{k.Processes, k.ProcessesExpiry}}
 	}
-	return fieldTTL{mode: string(b), c: c, k: k}
+	return typeChecked{fieldTTL{mode: string(b), c: c, k: k}, []string{k.Processes}}
+}
+
+// typeChecked names the keys, and wraps ErrCorruptEntry, when Redis refuses
+// a command because a registry key holds another type than herd writes
+// (someone else wrote it): Redis's WRONGTYPE names neither.
+type typeChecked struct {
+	be   backend
+	keys []string
+}
+
+func (t typeChecked) put(ctx context.Context, p scripts.Put) (bool, error) {
+	created, err := t.be.put(ctx, p)
+	return created, t.check(err)
+}
+
+func (t typeChecked) remove(ctx context.Context, id string, guard *string, reason string) (bool, error) {
+	ok, err := t.be.remove(ctx, id, guard, reason)
+	return ok, t.check(err)
+}
+
+func (t typeChecked) read(ctx context.Context, id string) (map[string]string, []string, error) {
+	m, removed, err := t.be.read(ctx, id)
+	return m, removed, t.check(err)
+}
+
+func (t typeChecked) check(err error) error {
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		return err
+	}
+	what := fmt.Sprintf("key %q is not a hash", t.keys[0])
+	if len(t.keys) == 2 {
+		what = fmt.Sprintf("key %q is not a hash or key %q is not a sorted set", t.keys[0], t.keys[1])
+	}
+	return fmt.Errorf("%w: %s: %w", ErrCorruptEntry, what, err)
 }
 
 // parseBackend accepts the names of the constants, case-insensitively; "" is

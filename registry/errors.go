@@ -19,8 +19,10 @@ var (
 	// encoded as JSON.
 	ErrMetadataTooLarge = errors.New("registry: metadata too large")
 	// ErrCorruptEntry: a stored value is not a ProcessInfo JSON object (it is
-	// not JSON, or JSON of the wrong shape); something other than herd or a
-	// process following the specification wrote it.
+	// not JSON, or JSON of the wrong shape), or a registry key holds another
+	// type than herd writes (Redis answered WRONGTYPE; the error names the
+	// key); something other than herd or a process following the
+	// specification wrote it.
 	ErrCorruptEntry = errors.New("registry: corrupt entry")
 	// ErrBackendUnsupported: Options.Backend names a backend whose commands
 	// the server does not run.

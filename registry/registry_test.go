@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ func registrySuite(t *testing.T, tg target) {
 	t.Run("role change", func(t *testing.T) { testRoleChange(t, tg) })
 	t.Run("invalid input", func(t *testing.T) { testInvalidInput(t, tg) })
 	t.Run("corrupt entries", func(t *testing.T) { testCorruptEntries(t, tg) })
+	t.Run("wrong key type", func(t *testing.T) { testWrongKeyType(t, tg) })
 	t.Run("master process", func(t *testing.T) { testMasterProcess(t, tg) })
 	t.Run("concurrent use", func(t *testing.T) { testConcurrent(t, tg) })
 	t.Run("round trips", func(t *testing.T) { testRoundTrips(t, tg) })
@@ -262,6 +264,32 @@ func testInvalidInput(t *testing.T, tg target) {
 	} {
 		if !errors.Is(err, ErrInvalidProcess) {
 			t.Errorf("%s = %v, want ErrInvalidProcess", name, err)
+		}
+	}
+}
+
+// testWrongKeyType: a registry key of another type, written by someone
+// else, gives errors that wrap ErrCorruptEntry and name the key.
+func testWrongKeyType(t *testing.T, tg target) {
+	e := newEnv(t, tg, Options{})
+	e.register(slave("a"))
+	if err := e.c.Set(e.ctx, e.keys.Processes, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []struct {
+		name string
+		op   func() error
+	}{
+		{"Register", func() error { return e.reg.Register(e.ctx, slave("b")) }},
+		{"Heartbeat", func() error { return e.reg.Heartbeat(e.ctx, "a") }},
+		{"Processes", func() error { return second(e.reg.Processes(e.ctx)) }},
+		{"Process", func() error { return second(e.reg.Process(e.ctx, "a")) }},
+		{"Unregister", func() error { return e.reg.Unregister(e.ctx, "a") }},
+	} {
+		name, op := o.name, o.op
+		err := op()
+		if !errors.Is(err, ErrCorruptEntry) || !strings.Contains(err.Error(), strconv.Quote(e.keys.Processes)) {
+			t.Errorf("%s on a string key = %v; want ErrCorruptEntry naming %q", name, err, e.keys.Processes)
 		}
 	}
 }
