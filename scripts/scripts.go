@@ -23,6 +23,8 @@ var (
 	checkSrc string
 	//go:embed route.lua
 	routeSrc string
+	//go:embed route_batch.lua
+	routeBatchSrc string
 )
 
 // The lock scripts. Their contracts (KEYS, ARGV, reply) are in the headers of
@@ -42,10 +44,15 @@ var (
 	// RouteScript is route.lua: PUBLISH a message to channels only while the
 	// sender holds the lock under its term.
 	RouteScript = redis.NewScript(routeSrc)
+	// RouteBatchScript is route_batch.lua: PUBLISH many messages, each to its
+	// own channel, after one check that the sender holds the lock under its
+	// term.
+	RouteBatchScript = redis.NewScript(routeBatchSrc)
 )
 
-// ErrFenced is returned by Route when the sender no longer holds the lock
-// under the term it stamped on the message; nothing was published.
+// ErrFenced is returned by Route and RouteBatch when the sender no longer
+// holds the lock under the term it stamped on the message; nothing was
+// published.
 var ErrFenced = errors.New("scripts: lock not held under this term")
 
 // ErrUnexpectedReply is wrapped by every error about a script reply whose
@@ -220,6 +227,52 @@ func Route(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term in
 	return counts, nil
 }
 
+// Routed is one message of RouteBatch: the bytes to publish and the channel
+// to publish them to.
+type Routed struct {
+	// Channel is the channel to PUBLISH to (worker:slave:<id>).
+	Channel string
+	// Message is what to publish: the JSON envelope.
+	Message []byte
+}
+
+// RouteBatch runs route_batch.lua: if nodeID still holds the lock under
+// term, it publishes every message to its channel, in order, in one atomic
+// step, and returns the number of receivers of each message, in order. It
+// returns ErrFenced, and publishes nothing, otherwise. An empty msgs makes no
+// call and returns nil counts and a nil error.
+//
+// The whole batch travels in one command: callers bound its size (pubsub
+// splits batches into calls of at most pubsub.MaxBatchChunk messages).
+func RouteBatch(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, msgs []Routed) ([]int64, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 2+2*len(msgs))
+	args = append(args, nodeID, termArg(term))
+	for _, m := range msgs {
+		args = append(args, m.Channel, m.Message)
+	}
+	reply, err := run(ctx, c, RouteBatchScript, "route batch", []string{k.Master, k.Term}, args...)
+	if err != nil {
+		return nil, err
+	}
+	if n, ok := reply.(int64); ok && n == -1 {
+		return nil, fmt.Errorf("route batch of %d messages as %q with term %d: %w", len(msgs), nodeID, term, ErrFenced)
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != len(msgs) {
+		return nil, unexpected("route batch", reply)
+	}
+	counts := make([]int64, len(arr))
+	for i, v := range arr {
+		if counts[i], ok = v.(int64); !ok || counts[i] < 0 {
+			return nil, unexpected("route batch", reply)
+		}
+	}
+	return counts, nil
+}
+
 // lockGarbage describes what is wrong with a held lock, or returns "".
 func lockGarbage(k Keys, holder string, pttl int64) string {
 	switch {
@@ -252,6 +305,7 @@ var scriptCommands = map[string]string{
 	"release":         "GET, DEL, PUBLISH",
 	"check":           "GET, PTTL",
 	"route":           "GET, PUBLISH",
+	"route batch":     "GET, PUBLISH",
 	"registry probe":  "TYPE, HSETEX, HPEXPIRE, HSET, HDEL",
 	"registry put":    "HEXISTS, HSETEX or HSET + HPEXPIRE or TIME + ZSCORE + ZADD, PUBLISH",
 	"registry remove": "HGET, HDEL, TIME, ZSCORE, ZREM, PUBLISH",

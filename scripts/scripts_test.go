@@ -307,6 +307,70 @@ func TestRouteContract(t *testing.T) {
 	}
 }
 
+func TestRouteBatchContract(t *testing.T) {
+	_, c, k := setup(t)
+	ctx := context.Background()
+	sub := c.Subscribe(ctx, "worker:slave:s1", "worker:slave:s2")
+	defer sub.Close()
+	for range 2 {
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, nil)
+
+	msgs := []scripts.Routed{
+		{Channel: "worker:slave:s1", Message: []byte(`{"m":1}`)},
+		{Channel: "worker:slave:nobody", Message: []byte(`{"m":2}`)},
+		{Channel: "worker:slave:s2", Message: []byte(`{"m":3}`)},
+		{Channel: "worker:slave:s1", Message: []byte(`{"m":4}`)},
+	}
+	counts, err := scripts.RouteBatch(ctx, c, k, "n1", a.Term, msgs)
+	if err != nil || len(counts) != 4 || counts[0] != 1 || counts[1] != 0 || counts[2] != 1 || counts[3] != 1 {
+		t.Fatalf("route batch by the holder = %v, %v", counts, err)
+	}
+	// One subscription on both channels: it sees the PUBLISH order.
+	for _, want := range []string{`{"m":1}`, `{"m":3}`, `{"m":4}`} {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil || msg.Payload != want {
+			t.Fatalf("received %v, %v; want %s", msg, err, want)
+		}
+	}
+
+	if counts, err := scripts.RouteBatch(ctx, c, k, "n1", a.Term, nil); counts != nil || err != nil {
+		t.Errorf("empty batch = %v, %v; want no call", counts, err)
+	}
+	for _, tc := range []struct {
+		name string
+		node string
+		term int64
+	}{
+		{"other node", "n2", a.Term},
+		{"older term", "n1", a.Term - 1},
+		{"no term", "n1", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := scripts.RouteBatch(ctx, c, k, tc.node, tc.term, msgs)
+			if !errors.Is(err, scripts.ErrFenced) || !strings.Contains(err.Error(), "4 messages") {
+				t.Fatalf("route batch = %v, want ErrFenced naming the batch size", err)
+			}
+		})
+	}
+	// Fenced calls published nothing: the next message is a marker.
+	if err := c.Publish(ctx, "worker:slave:s1", "marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "marker" {
+		t.Fatalf("after fenced batches received %v, %v; want the marker", msg, err)
+	}
+
+	// The script refuses arguments that are not channel, message pairs.
+	err = scripts.RouteBatchScript.Run(ctx, c, []string{k.Master, k.Term}, "n1", a.Term, "worker:slave:s1").Err()
+	if err == nil || !strings.Contains(err.Error(), "pairs") {
+		t.Errorf("odd arguments: %v, want an error about pairs", err)
+	}
+}
+
 func TestReplicatedWritesReportAcks(t *testing.T) {
 	mr, c, k := setup(t)
 	ctx := context.Background()
