@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -147,7 +148,9 @@ func parseSentAt(raw json.RawMessage) (time.Time, error) {
 		return time.UnixMilli(ms).UTC(), nil
 	}
 	var str string
-	if err := json.Unmarshal(raw, &str); err != nil {
+	if len(raw) >= 2 && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		str = string(raw[1 : len(raw)-1]) // nothing escaped: what herd senders write
+	} else if err := json.Unmarshal(raw, &str); err != nil {
 		return time.Time{}, fmt.Errorf("sentAt: %w", err)
 	}
 	t, err := time.Parse(time.RFC3339Nano, str)
@@ -157,9 +160,10 @@ func parseSentAt(raw json.RawMessage) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// encodePayload turns what a caller passes into raw JSON: json.RawMessage is
-// taken as it is (it must be valid JSON), nil becomes null, anything else
-// goes through json.Marshal.
+// encodePayload turns what a caller passes into raw JSON as the envelope
+// carries it: json.RawMessage must be valid JSON and is compacted (and HTML
+// characters escaped, as json.Marshal does), nil becomes null, anything else
+// goes through json.Marshal. The size limit applies to the result.
 func encodePayload(p any) (json.RawMessage, error) {
 	var raw json.RawMessage
 	switch v := p.(type) {
@@ -169,10 +173,17 @@ func encodePayload(p any) (json.RawMessage, error) {
 		if len(v) > MaxPayloadSize {
 			return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrPayloadTooLarge, len(v), MaxPayloadSize)
 		}
-		if !json.Valid(v) {
+		var buf bytes.Buffer
+		buf.Grow(len(v))
+		if err := json.Compact(&buf, v); err != nil {
 			return nil, fmt.Errorf("%w: json.RawMessage %s is not valid JSON", ErrInvalidPayload, excerpt(v))
 		}
-		raw = v
+		raw = buf.Bytes()
+		if bytes.ContainsAny(raw, "<>&\u2028\u2029") {
+			var esc bytes.Buffer
+			json.HTMLEscape(&esc, raw)
+			raw = esc.Bytes()
+		}
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -186,13 +197,49 @@ func encodePayload(p any) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// encode builds the envelope bytes of a message this process sends.
-func encode(id, from string, term int64, msgType string, payload json.RawMessage, now time.Time) ([]byte, error) {
-	b, err := Message{ID: id, From: from, Term: term, Type: msgType, Payload: payload, SentAt: now}.MarshalJSON()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+// encode builds the envelope bytes of a message this process sends, sent
+// at now: the bytes Message.MarshalJSON writes, without its reflection. id,
+// from and msgType are validated names (checkName); payload is what
+// encodePayload returned.
+func encode(id, from string, term int64, msgType string, payload json.RawMessage, now time.Time) []byte {
+	return encodeAt(id, from, term, msgType, payload, sentAtText(now))
+}
+
+// sentAtText is the sentAt member's value for t, without quotes.
+func sentAtText(t time.Time) []byte { return t.UTC().AppendFormat(nil, jsLayout) }
+
+// encodeAt is encode with sentAt already formatted (sentAtText), for
+// messages sent together.
+func encodeAt(id, from string, term int64, msgType string, payload json.RawMessage, sentAt []byte) []byte {
+	b := make([]byte, 0, 64+len(id)+len(from)+len(msgType)+len(payload)+len(sentAt))
+	b = append(b, `{"id":`...)
+	b = appendName(b, id)
+	b = append(b, `,"from":`...)
+	b = appendName(b, from)
+	b = append(b, `,"term":`...)
+	b = strconv.AppendInt(b, term, 10)
+	b = append(b, `,"type":`...)
+	b = appendName(b, msgType)
+	b = append(b, `,"payload":`...)
+	b = append(b, payload...)
+	b = append(b, `,"sentAt":"`...)
+	b = append(b, sentAt...)
+	return append(b, `"}`...)
+}
+
+// appendName appends s as a JSON string, escaped exactly as json.Marshal
+// escapes it: as it is when it holds only printable ASCII that needs no
+// escaping (every name herd makes), through json.Marshal otherwise.
+func appendName(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
 	}
-	return b, nil
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // excerpt quotes the start of b for an error message.

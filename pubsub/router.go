@@ -183,6 +183,5 @@ func (r *Router) envelope(msgType string, payload any) ([]byte, int64, error) {
 	if term <= 0 {
 		return nil, 0, ErrNotMaster
 	}
-	data, err := encode(uuid.NewString(), r.leader.NodeID(), term, msgType, raw, r.cfg.Clock.Now())
-	return data, term, err
+	return encode(uuid.NewString(), r.leader.NodeID(), term, msgType, raw, r.cfg.Clock.Now()), term, nil
 }
