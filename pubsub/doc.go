@@ -5,7 +5,8 @@
 //
 // Channels (names built by scripts.NewKeys and Config):
 //
-//	worker:slave:<processId>      master -> one slave   (Router.Send, Router.Broadcast, via route.lua)
+//	worker:slave:<processId>      master -> one slave   (Router.Send, Router.Broadcast, via route.lua;
+//	                                                     Router.SendBatch, via route_batch.lua)
 //	<lockName>:master-inbox       slaves -> master      (Subscriber.ReportToMaster, Inbox)
 //	<lockName>:events             election notices      (read by Subscriber for terms)
 //
@@ -21,6 +22,15 @@
 //	if errors.As(err, &gone) {
 //		// nobody got it: give the work to another slave
 //	}
+//
+// Many messages at once, one round trip per MaxBatchChunk of them:
+//
+//	res, err := router.SendBatch(ctx, []pubsub.Outgoing{
+//		{SlaveID: "s1", Type: "assign-camera", Payload: cam1},
+//		{SlaveID: "s2", Type: "assign-camera", Payload: cam2},
+//	})
+//	// err: the batch stopped (not master, fenced, Redis); res.Outcomes[i]:
+//	// message i's id and fate; pubsub.NoSubscribers(res.Err()): reassign
 //
 // Slave side:
 //
@@ -42,7 +52,8 @@
 //     term with this process's node id and the term stamped on the message
 //     and publishes only when both match: the check and the PUBLISH are one
 //     atomic step on the server, in one round trip (one script call for a
-//     whole Broadcast). A master that lost its lock without knowing it
+//     whole Broadcast, and for each chunk of up to MaxBatchChunk messages
+//     of Router.SendBatch, all stamped with one term). A master that lost its lock without knowing it
 //     (expired, taken over, elected again under a newer term, lost with
 //     Redis's data) publishes nothing, and gets an error matching both
 //     ErrNotMaster and scripts.ErrFenced.
@@ -64,7 +75,11 @@
 //     stops the loop. Bad input to the senders is refused with an error
 //     before anything is published.
 //   - Router.Send returns *NoSubscriberError when Redis had no subscriber
-//     for the channel.
+//     for the channel; Router.SendBatch reports it per message.
+//   - Router.SendBatch publishes in the order of the batch. A batch of
+//     several calls can stop part way: the calls before were published,
+//     the ones after were not (ErrNotSent), and a call that failed in flight
+//     has an unknown outcome; see SendBatch and docs/routing.md.
 //
 // # Non-guarantees
 //
@@ -81,7 +96,8 @@
 //     Config.Terms has not seen it either) accepts a stale message that got
 //     past the route script.
 //   - No ordering across publishers, and none between calls of one Router
-//     made concurrently.
+//     made concurrently. Concurrent Send calls are not coalesced into
+//     batches: batching is explicit (SendBatch).
 //
 // # Goroutines
 //

@@ -10,11 +10,17 @@ import (
 // the typed errors below (NoSubscriberError, StaleTermError, MessageError)
 // match their sentinel too.
 var (
-	// ErrNotMaster is returned by Router.Send and Router.Broadcast when this
-	// process is not the master, or its mastership has no live term; and,
-	// wrapped together with scripts.ErrFenced, when the route script found
-	// that Redis's lock is no longer this process's under that term.
+	// ErrNotMaster is returned by Router.Send, Router.Broadcast and
+	// Router.SendBatch when this process is not the master, or its mastership
+	// has no live term; and, wrapped together with scripts.ErrFenced, when
+	// the route script found that Redis's lock is no longer this process's
+	// under that term.
 	ErrNotMaster = errors.New("pubsub: not master")
+	// ErrNotSent is matched by the Outcome.Err of each message of
+	// Router.SendBatch that was certainly not published because the batch
+	// stopped before or at its call (not master, fenced, a cancelled
+	// context, a failed earlier call); the error wraps that reason too.
+	ErrNotSent = errors.New("pubsub: not sent")
 	// ErrNoSubscriber is matched by a *NoSubscriberError: PUBLISH reached no
 	// subscriber, so nobody received the message.
 	ErrNoSubscriber = errors.New("pubsub: no subscriber")

@@ -96,6 +96,52 @@ func ExampleRouter_Send() {
 	// assign-camera from master-1 (term 1763770000123): camera lobby
 }
 
+// The master hands out many assignments at once: one round trip and one
+// fencing check per MaxBatchChunk messages, an outcome per message.
+func ExampleRouter_SendBatch() {
+	mr, client := exampleRedis()
+	defer mr.Close()
+	defer client.Close()
+	ctx := context.Background()
+
+	slave, err := pubsub.NewSubscriber(client, "slave-1", pubsub.Config{})
+	if err != nil {
+		panic(err)
+	}
+	got := make(chan pubsub.Message, 10)
+	slave.HandleDefault(pubsub.Chan(got))
+	if err := slave.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer slave.Close()
+
+	router, err := pubsub.NewRouter(client, exampleMaster(ctx, client, "master-1"), nil, pubsub.Config{})
+	if err != nil {
+		panic(err)
+	}
+	res, err := router.SendBatch(ctx, []pubsub.Outgoing{
+		{SlaveID: "slave-1", Type: "assign-camera", Payload: "lobby"},
+		{SlaveID: "slave-gone", Type: "assign-camera", Payload: "garage"},
+		{SlaveID: "slave-1", Type: "assign-camera", Payload: "roof"},
+	})
+	if err != nil {
+		panic(err) // not master, fenced, or Redis failed: see the outcomes
+	}
+	fmt.Printf("%d delivered in %d call, term %d\n", res.Delivered(), res.Calls, res.Term)
+	fmt.Println("reassign the work of", pubsub.NoSubscribers(res.Err()))
+	for range res.Delivered() {
+		var cam string
+		m := <-got
+		_ = m.Decode(&cam)
+		fmt.Println(m.Type, cam)
+	}
+	// Output:
+	// 2 delivered in 1 call, term 1763770000123
+	// reassign the work of [slave-gone]
+	// assign-camera lobby
+	// assign-camera roof
+}
+
 // When no process listens on the slave's channel, Send says so and the
 // master can hand the work to another slave.
 func ExampleNoSubscriberError() {

@@ -2,6 +2,7 @@ package pubsub_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/scripts"
 )
 
 // TestSendFenced: send-side fencing on miniredis (the same scenario runs on
@@ -21,8 +23,8 @@ func TestSendFenced(t *testing.T) {
 
 // testSendFenced: master A holds the lock and sends; then it loses the lock
 // in each way it can without being told. Its Router, still believing, must
-// get an error matching both ErrNotMaster and scripts.ErrFenced from Send
-// and from Broadcast, and Redis must publish nothing: the next message on
+// get an error matching both ErrNotMaster and scripts.ErrFenced from Send,
+// Broadcast and SendBatch, and Redis must publish nothing: the next message on
 // each slave channel is a marker published afterwards. Whoever holds the
 // lock now sends as usual.
 func testSendFenced(t *testing.T, c redis.UniversalClient) {
@@ -81,6 +83,17 @@ func testSendFenced(t *testing.T, c redis.UniversalClient) {
 			if n != 0 || len(pubsub.NoSubscribers(err)) != 0 {
 				t.Errorf("Broadcast delivered %d, no subscriber for %v; want 0 and none", n, pubsub.NoSubscribers(err))
 			}
+			batch := []pubsub.Outgoing{{SlaveID: s1, Type: "t", Payload: "after"}, {SlaveID: s2, Type: "t", Payload: "after"}}
+			res, err := r.SendBatch(testCtx(t), batch)
+			assertFenced(t, "SendBatch", err)
+			if res.Calls != 1 || res.Delivered() != 0 {
+				t.Errorf("SendBatch made %d calls and delivered %d; want 1 and 0", res.Calls, res.Delivered())
+			}
+			for i, o := range res.Outcomes {
+				if !errors.Is(o.Err, pubsub.ErrNotSent) || !errors.Is(o.Err, scripts.ErrFenced) {
+					t.Errorf("SendBatch message %d: %v; want ErrNotSent and scripts.ErrFenced", i, o.Err)
+				}
+			}
 
 			// Nothing reached either channel: the next message is the marker.
 			for id, ps := range map[string]*redis.PubSub{s1: ps1, s2: ps2} {
@@ -107,7 +120,8 @@ func testSendFenced(t *testing.T, c redis.UniversalClient) {
 }
 
 // TestRouterRoundTrips: with the route script cached on the server, Send
-// is one command and so is Broadcast, whatever the number of slaves.
+// is one command and so is Broadcast, whatever the number of slaves, and so
+// is a SendBatch of up to MaxBatchChunk messages.
 func TestRouterRoundTrips(t *testing.T) {
 	_, c := newMini(t)
 	ids := []string{"s1", "s2", "s3"}
@@ -129,6 +143,13 @@ func TestRouterRoundTrips(t *testing.T) {
 		}
 		if got := n.get(); !warm && got != 1 {
 			t.Errorf("Broadcast to %d slaves took %d commands, want 1", len(ids), got)
+		}
+		n.reset()
+		if res, err := r.SendBatch(testCtx(t), batchTo(pubsub.MaxBatchChunk, "t", ids...)); res.Delivered() != pubsub.MaxBatchChunk || err != nil {
+			t.Fatalf("SendBatch: %d delivered, %v", res.Delivered(), err)
+		}
+		if got := n.get(); !warm && got != 1 {
+			t.Errorf("SendBatch of %d took %d commands, want 1", pubsub.MaxBatchChunk, got)
 		}
 	}
 }

@@ -38,6 +38,60 @@ func TestIntegrationOrderedDelivery(t *testing.T) {
 	})
 }
 
+// TestIntegrationSendBatch: a batch of several calls reaches three slaves,
+// each in batch order, on every server; a slave nobody listens for is
+// reported per message.
+func TestIntegrationSendBatch(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
+		c := redistest.Start(t, srv).Client(t)
+		testSendBatchOrdered(t, c, 5000)
+
+		r := newRouter(t, c, newMaster(t, c, "master-2", pubsub.Config{LockName: "other"}), nil, pubsub.Config{LockName: "other", SlavePrefix: "other:"})
+		_, got, _ := startSubscriber(t, c, "s1", pubsub.Config{LockName: "other", SlavePrefix: "other:"})
+		res := mustSendBatch(t, r, []pubsub.Outgoing{{SlaveID: "s1", Type: "a"}, {SlaveID: "never-there", Type: "b"}, {SlaveID: "s1", Type: "c"}})
+		var nse *pubsub.NoSubscriberError
+		if res.Outcomes[0].Err != nil || !errors.As(res.Outcomes[1].Err, &nse) || nse.SlaveID != "never-there" || res.Outcomes[2].Err != nil {
+			t.Fatalf("outcomes %+v", res.Outcomes)
+		}
+		if a, b := receive(t, got), receive(t, got); a.Type != "a" || b.Type != "c" || a.ID != res.Outcomes[0].ID {
+			t.Errorf("received %+v then %+v", a, b)
+		}
+	})
+}
+
+// TestIntegrationSendBatchCluster: on a Redis Cluster of three masters the
+// batch script runs on the election's slot and its PUBLISH commands reach
+// slaves whatever node they are subscribed through; fencing holds there too.
+func TestIntegrationSendBatchCluster(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.Default(t), 3).Client(t)
+	cfg := pubsub.Config{Cluster: true}
+	leader := newMaster(t, c, "master", cfg)
+	r := newRouter(t, c, leader, nil, cfg)
+	slaves := []string{"s1", "s2", "s3", "s4"}
+	got := make(map[string]chan pubsub.Message)
+	for _, id := range slaves {
+		_, got[id], _ = startSubscriber(t, c, id, cfg)
+	}
+	msgs := batchTo(pubsub.MaxBatchChunk+10, "seq", slaves...)
+	res := mustSendBatch(t, r, msgs)
+	if res.Calls != 2 || res.Err() != nil {
+		t.Fatalf("%d calls, %v", res.Calls, res.Err())
+	}
+	for i, m := range msgs {
+		if rcv := receive(t, got[m.SlaveID]); rcv.ID != res.Outcomes[i].ID {
+			t.Fatalf("%s: received %s, want message %d (%s)", m.SlaveID, rcv.ID, i, res.Outcomes[i].ID)
+		}
+	}
+	termB := takeOver(t, c, cfg, "node-b")
+	_, err := r.SendBatch(testCtx(t), msgs)
+	assertFenced(t, "SendBatch on a cluster", err)
+	// The fenced batch published nothing: the next message is the new master's.
+	mustSend(t, newRouter(t, c, newLeader("node-b", termB), nil, cfg), "s1", "marker", nil)
+	if m := receive(t, got["s1"]); m.Type != "marker" || m.Term != termB {
+		t.Errorf("s1 received %+v, want the new master's marker", m)
+	}
+}
+
 func TestIntegrationNoSubscriber(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		c := redistest.Start(t, srv).Client(t)
