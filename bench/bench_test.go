@@ -178,6 +178,16 @@ func BenchmarkRouted(b *testing.B) {
 	b.ReportMetric(res.Rate(), "msg/s")
 }
 
+// BenchmarkRoutedBatch is BenchmarkRouted with Router.SendBatch, 64
+// messages per call.
+func BenchmarkRoutedBatch(b *testing.B) {
+	res, err := bench.RoutingBatch(context.Background(), benchEnv(b), 10, b.N, 16, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(res.Rate(), "msg/s")
+}
+
 // BenchmarkRawPublish is the floor under BenchmarkRouted: plain PUBLISH to
 // 10 plain subscriptions from 16 goroutines, one message per round trip.
 func BenchmarkRawPublish(b *testing.B) {

@@ -13,16 +13,22 @@ import (
 	"github.com/herdkit/herd/pubsub"
 )
 
-// RoutingResult is what Routing measured.
+// RoutingResult is what Routing and RoutingBatch measured.
 type RoutingResult struct {
 	// Latency is, per message sent one at a time, the time from the call of
-	// Router.Send until the slave's handler was called.
+	// Router.Send until the slave's handler was called (Routing only).
 	Latency []time.Duration
 	// Messages, Senders and Elapsed: the throughput run sent Messages
 	// messages from Senders goroutines of the master, spread evenly over the
 	// slaves, and every handler had seen its share after Elapsed.
 	Messages, Senders int
 	Elapsed           time.Duration
+	// Batch is the number of messages per Router.SendBatch call; 0 when the
+	// messages were sent with Router.Send.
+	Batch int
+	// Calls is the number of SendBatch calls' script calls (round trips);
+	// 0 with Send, where it is one per message.
+	Calls int
 }
 
 // Rate is the throughput in messages per second.
@@ -37,92 +43,147 @@ type benchPayload struct {
 	Seq int `json:"seq"`
 }
 
-// Routing starts a master (a MasterElection with a Router on its client)
-// and slaves Subscribers (each with its own client, as separate processes),
-// then measures latency Send → handler for latencyN messages sent one at a
-// time round-robin, and the throughput of messages messages sent by senders
+// routingRig is a master (a MasterElection with a Router on its client) and
+// its slaves, Subscribers each with its own client, as separate processes.
+// Their "lat" handler hands its time to latCh; their "tput" handler counts
+// into received and closes done when it reaches target.
+type routingRig struct {
+	router   *pubsub.Router
+	ids      []string
+	latCh    chan time.Time
+	received atomic.Int64
+	target   atomic.Int64
+	done     chan struct{}
+	doneOnce sync.Once
+	closers  []func()
+}
+
+// close stops the slaves and the master, in the reverse order of start.
+func (g *routingRig) close() {
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		g.closers[i]()
+	}
+}
+
+// startRouting starts the master and slaves Subscribers. On error, what was
+// started is stopped.
+func startRouting(ctx context.Context, env *Env, slaves int) (_ *routingRig, err error) {
+	g := &routingRig{latCh: make(chan time.Time, 1), done: make(chan struct{}), ids: make([]string, slaves)}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	lock := env.LockName("routing")
+	master, err := newWarmNode(ctx, env, Timings(lock, "router", 30*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	g.closers = append(g.closers, func() { master.close(ctx) })
+	if err := master.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start the master: %w", err)
+	}
+	if !master.IsMaster() {
+		return nil, errors.New("the only candidate of a fresh lock is not master")
+	}
+	cfg := pubsub.Config{LockName: lock}
+	if g.router, err = pubsub.NewRouter(master.client, master, nil, cfg); err != nil {
+		return nil, err
+	}
+	for i := range slaves {
+		g.ids[i] = fmt.Sprintf("slave-%d", i)
+		c := env.NewClient()
+		g.closers = append(g.closers, func() { _ = c.Close() })
+		s, err := pubsub.NewSubscriber(c, g.ids[i], cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Handle("lat", func(context.Context, pubsub.Message) error {
+			at := time.Now()
+			select {
+			case g.latCh <- at:
+			default:
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		if err := s.Handle("tput", func(context.Context, pubsub.Message) error {
+			if n := g.received.Add(1); n == g.target.Load() {
+				g.doneOnce.Do(func() { close(g.done) })
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		if err := s.Start(ctx); err != nil {
+			return nil, fmt.Errorf("start subscriber %s: %w", g.ids[i], err)
+		}
+		g.closers = append(g.closers, func() { _ = s.Close() })
+	}
+	return g, nil
+}
+
+// throughput has senders goroutines call send with the indexes of their
+// share of messages messages (sender w gets w, w+senders, ...), and times
+// until every slave's handler has seen its share. The rig measures one
+// throughput run.
+func (g *routingRig) throughput(ctx context.Context, messages, senders int, send func(mine []int) error) (time.Duration, error) {
+	g.target.Store(int64(messages))
+	errs := make(chan error, senders)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := range senders {
+		mine := make([]int, 0, messages/senders+1)
+		for i := w; i < messages; i += senders {
+			mine = append(mine, i)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := send(mine); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return 0, err
+	}
+	select {
+	case <-g.done:
+		return time.Since(t0), nil
+	case <-time.After(30 * time.Second):
+		return 0, fmt.Errorf("throughput: %d of %d messages handled within 30s", g.received.Load(), messages)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Routing starts a master and slaves (startRouting), then measures latency
+// Send → handler for latencyN messages sent one at a time round-robin, and
+// the throughput of messages messages sent with Router.Send by senders
 // goroutines at once.
 func Routing(ctx context.Context, env *Env, slaves, latencyN, messages, senders int) (RoutingResult, error) {
 	res := RoutingResult{Messages: messages, Senders: senders}
 	if slaves < 1 || senders < 1 {
 		return res, fmt.Errorf("routing needs at least 1 slave and 1 sender, got %d and %d", slaves, senders)
 	}
-	lock := env.LockName("routing")
-	master, err := newWarmNode(ctx, env, Timings(lock, "router", 30*time.Second))
+	g, err := startRouting(ctx, env, slaves)
 	if err != nil {
 		return res, err
 	}
-	defer master.close(ctx)
-	if err := master.Start(ctx); err != nil {
-		return res, fmt.Errorf("start the master: %w", err)
-	}
-	if !master.IsMaster() {
-		return res, errors.New("the only candidate of a fresh lock is not master")
-	}
-	cfg := pubsub.Config{LockName: lock}
-	router, err := pubsub.NewRouter(master.client, master, nil, cfg)
-	if err != nil {
-		return res, err
-	}
-
-	latCh := make(chan time.Time, 1)
-	var (
-		received atomic.Int64
-		target   atomic.Int64
-		done     = make(chan struct{})
-		doneOnce sync.Once
-	)
-	ids := make([]string, slaves)
-	var subs []*pubsub.Subscriber
-	var clients []*redis.Client
-	defer func() {
-		for _, s := range subs {
-			_ = s.Close()
-		}
-		for _, c := range clients {
-			_ = c.Close()
-		}
-	}()
-	for i := range slaves {
-		ids[i] = fmt.Sprintf("slave-%d", i)
-		c := env.NewClient()
-		clients = append(clients, c)
-		s, err := pubsub.NewSubscriber(c, ids[i], cfg)
-		if err != nil {
-			return res, err
-		}
-		if err := s.Handle("lat", func(context.Context, pubsub.Message) error {
-			at := time.Now()
-			select {
-			case latCh <- at:
-			default:
-			}
-			return nil
-		}); err != nil {
-			return res, err
-		}
-		if err := s.Handle("tput", func(context.Context, pubsub.Message) error {
-			if n := received.Add(1); n == target.Load() {
-				doneOnce.Do(func() { close(done) })
-			}
-			return nil
-		}); err != nil {
-			return res, err
-		}
-		if err := s.Start(ctx); err != nil {
-			return res, fmt.Errorf("start subscriber %s: %w", ids[i], err)
-		}
-		subs = append(subs, s)
-	}
+	defer g.close()
 
 	warm := min(latencyN/10, 100)
 	for i := range warm + latencyN {
 		t0 := time.Now()
-		if err := router.Send(ctx, ids[i%slaves], "lat", benchPayload{Seq: i}); err != nil {
+		if err := g.router.Send(ctx, g.ids[i%slaves], "lat", benchPayload{Seq: i}); err != nil {
 			return res, fmt.Errorf("send: %w", err)
 		}
 		select {
-		case at := <-latCh:
+		case at := <-g.latCh:
 			if i >= warm {
 				res.Latency = append(res.Latency, at.Sub(t0))
 			}
@@ -131,34 +192,54 @@ func Routing(ctx context.Context, env *Env, slaves, latencyN, messages, senders 
 		}
 	}
 
-	target.Store(int64(messages))
-	errs := make(chan error, senders)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for w := range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < messages; i += senders {
-				if err := router.Send(ctx, ids[i%slaves], "tput", benchPayload{Seq: i}); err != nil {
-					errs <- fmt.Errorf("send: %w", err)
-					return
-				}
+	res.Elapsed, err = g.throughput(ctx, messages, senders, func(mine []int) error {
+		for _, i := range mine {
+			if err := g.router.Send(ctx, g.ids[i%slaves], "tput", benchPayload{Seq: i}); err != nil {
+				return fmt.Errorf("send: %w", err)
 			}
-		}()
+		}
+		return nil
+	})
+	return res, err
+}
+
+// RoutingBatch measures the throughput of messages messages sent with
+// Router.SendBatch, batch messages per call, by senders goroutines at once,
+// from a master to slaves (startRouting), spread evenly over the slaves.
+// Every message must be delivered.
+func RoutingBatch(ctx context.Context, env *Env, slaves, messages, senders, batch int) (RoutingResult, error) {
+	res := RoutingResult{Messages: messages, Senders: senders, Batch: batch}
+	if slaves < 1 || senders < 1 || batch < 1 {
+		return res, fmt.Errorf("batch routing needs at least 1 slave, sender and message per batch, got %d, %d, %d", slaves, senders, batch)
 	}
-	wg.Wait()
-	close(errs)
-	if err := errors.Join(collect(errs)...); err != nil {
+	g, err := startRouting(ctx, env, slaves)
+	if err != nil {
 		return res, err
 	}
-	select {
-	case <-done:
-		res.Elapsed = time.Since(t0)
-	case <-time.After(30 * time.Second):
-		return res, fmt.Errorf("throughput: %d of %d messages handled within 30s", received.Load(), messages)
-	}
-	return res, nil
+	defer g.close()
+	var calls atomic.Int64
+	res.Elapsed, err = g.throughput(ctx, messages, senders, func(mine []int) error {
+		out := make([]pubsub.Outgoing, 0, batch)
+		for len(mine) > 0 {
+			n := min(batch, len(mine))
+			out = out[:0]
+			for _, i := range mine[:n] {
+				out = append(out, pubsub.Outgoing{SlaveID: g.ids[i%slaves], Type: "tput", Payload: benchPayload{Seq: i}})
+			}
+			r, err := g.router.SendBatch(ctx, out)
+			calls.Add(int64(r.Calls))
+			if err == nil {
+				err = r.Err()
+			}
+			if err != nil {
+				return fmt.Errorf("send batch: %w", err)
+			}
+			mine = mine[n:]
+		}
+		return nil
+	})
+	res.Calls = int(calls.Load())
+	return res, err
 }
 
 // RawPublish is the floor under row 9's throughput: plain PUBLISH of a

@@ -43,6 +43,9 @@ type Plan struct {
 	JoinReps int
 	// Slaves, RouteLatencyN, RouteMessages, RouteSenders: row 9.
 	Slaves, RouteLatencyN, RouteMessages, RouteSenders int
+	// RouteBatch is the number of messages per Router.SendBatch call of
+	// row 9e (RouteMessages sent by RouteSenders goroutines).
+	RouteBatch int
 	// Benchmarks runs the Go benchmarks of row 10 (one second each).
 	Benchmarks bool
 	// Only, when not empty, limits the run to the named Steps (for
@@ -71,6 +74,7 @@ func DefaultPlan() Plan {
 		RouteLatencyN: 2000,
 		RouteMessages: 50000,
 		RouteSenders:  16,
+		RouteBatch:    64,
 		Benchmarks:    true,
 		ScaleNodes:    1000,
 		ScaleWindow:   10 * time.Second,
@@ -96,6 +100,7 @@ func QuickPlan() Plan {
 		RouteLatencyN: 20,
 		RouteMessages: 200,
 		RouteSenders:  2,
+		RouteBatch:    16,
 		Benchmarks:    false,
 		ScaleNodes:    20,
 		ScaleWindow:   time.Second,
@@ -204,6 +209,11 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 			}
 			rows = append(rows, r)
 		}
+		b, err := RoutingBatch(ctx, env, plan.Slaves, plan.RouteMessages, plan.RouteSenders, plan.RouteBatch)
+		rows = append(rows, Row{ID: "9e", What: fmt.Sprintf("routed message throughput with Router.SendBatch, %d messages per call, 1 master → %d slaves", b.Batch, plan.Slaves),
+			N: b.Messages, Value: fmt.Sprintf("%.0f msg/s", b.Rate()), Goal: "≥ 50,000 msg/s", Err: err,
+			Note: fmt.Sprintf("As 9b, but each of the %d goroutines sends its share with Router.SendBatch, %d messages per call: %d script calls in all, each one round trip and one fencing check for all its messages (route_batch.lua); timed until every handler had seen its share (%v). The herd counterpart of 9d.",
+				b.Senders, b.Batch, b.Calls, b.Elapsed.Round(time.Millisecond))})
 		return rows
 	})
 	step("rest", "cost at rest", func() []Row {

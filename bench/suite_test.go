@@ -136,5 +136,13 @@ func TestScenarios(t *testing.T) {
 		if err != nil || len(res.Latency) != 5 || res.Messages != 40 || res.Elapsed <= 0 {
 			t.Fatalf("Routing = %+v, %v; want 5 latencies and 40 messages", res, err)
 		}
+		res, err = bench.RoutingBatch(ctx, env, 2, 40, 3, 4)
+		// 3 senders share 40 messages as 14, 13, 13: 4 calls of up to 4 each.
+		if err != nil || res.Messages != 40 || res.Batch != 4 || res.Calls != 12 || res.Elapsed <= 0 {
+			t.Fatalf("RoutingBatch = %+v, %v; want 40 messages in 12 calls", res, err)
+		}
+		if _, err := bench.RoutingBatch(ctx, env, 2, 40, 3, 0); err == nil {
+			t.Errorf("RoutingBatch with batches of 0: no error")
+		}
 	})
 }
