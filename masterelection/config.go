@@ -44,7 +44,10 @@ type Config struct {
 	// LockTTL is how long the master lock lives without renewal. Default 30s.
 	LockTTL time.Duration
 
-	// HeartbeatInterval is how often the master renews the lock. Default 10s.
+	// HeartbeatInterval is how often the master renews the lock. A renewal
+	// still unanswered after HeartbeatInterval/2 is joined by another
+	// attempt, and a failed one is retried at least that often, until the
+	// self-fencing deadline. Default 10s.
 	HeartbeatInterval time.Duration
 
 	// CheckInterval is how often a slave checks the lock. Slaves also check at

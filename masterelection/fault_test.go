@@ -61,7 +61,8 @@ func (f *scriptFault) faulted() int {
 // release ends every held call, as the end of a test ends its connections.
 func (f *scriptFault) release() { f.once.Do(func() { close(f.done) }) }
 
-func (f *scriptFault) take(cmd redis.Cmder) faultMode {
+// modeFor returns what to do with cmd, without counting it.
+func (f *scriptFault) modeFor(cmd redis.Cmder) faultMode {
 	args := cmd.Args()
 	if len(args) < 2 {
 		return faultNone
@@ -78,14 +79,24 @@ func (f *scriptFault) take(cmd redis.Cmder) faultMode {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if body != f.sha || f.mode == faultNone || f.left == 0 {
+	if body != f.sha || f.left == 0 {
 		return faultNone
+	}
+	return f.mode
+}
+
+// take counts one faulted call; false when no fault is left.
+func (f *scriptFault) take() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mode == faultNone || f.left == 0 {
+		return false
 	}
 	if f.left > 0 {
 		f.left--
 	}
 	f.count++
-	return f.mode
+	return true
 }
 
 // DialHook implements redis.Hook.
@@ -99,12 +110,23 @@ func (f *scriptFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // ProcessHook implements redis.Hook.
 func (f *scriptFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		mode := f.take(cmd)
-		switch mode {
-		case faultNone:
+		mode := f.modeFor(cmd)
+		if mode == faultNone {
 			return next(ctx, cmd)
-		case faultFailReply, faultDropReply:
-			_ = next(ctx, cmd)
+		}
+		afterReply := mode == faultFailReply || mode == faultDropReply
+		var ran error
+		if afterReply {
+			ran = next(ctx, cmd)
+			if ran != nil && strings.HasPrefix(ran.Error(), "NOSCRIPT") {
+				return ran // not run: go-redis sends the script with EVAL, which is faulted
+			}
+		}
+		if !f.take() {
+			if afterReply {
+				return ran
+			}
+			return next(ctx, cmd)
 		}
 		err := f.err
 		if mode == faultDrop || mode == faultDropReply {

@@ -2,6 +2,7 @@ package masterelection
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -239,6 +240,16 @@ func (r *recorder) waitEvents(t *testing.T, want ...string) {
 			t.Fatalf("events = %v, want %v", got, want)
 		}
 	}
+}
+
+// waitPrefix waits (real time) until the role events begin with want; more
+// may follow (a node elected again, say).
+func (r *recorder) waitPrefix(t *testing.T, want ...string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("events beginning %v", want), func() bool {
+		got := r.roleEvents()
+		return len(got) >= len(want) && equal(got[:len(want)], want)
+	})
 }
 
 // waitFor waits (real time) until cond holds.

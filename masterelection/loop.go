@@ -19,6 +19,10 @@ type loopState struct {
 	maybeHeld  bool      // an acquire's reply was lost: the lock may be ours under a term we never learnt
 	lossWait   time.Time // after a data loss: do not contend before this instant
 	errors     int       // consecutive Redis errors, for the backoff
+
+	// renewals counts the renew attempts still running; run waits for them
+	// before it returns. Only the attempts touch it besides run.
+	renewals sync.WaitGroup
 }
 
 // run is the election's single loop: it owns the role, the timers and every
@@ -42,6 +46,7 @@ func (m *MasterElection) run(ctx context.Context) {
 	defer closeNotices()
 
 	ls := &loopState{unresolved: true}
+	defer ls.renewals.Wait()
 	for ctx.Err() == nil {
 		if l := m.follow(ctx, ls); l != nil {
 			m.leadLoop(ctx, ls, l)
@@ -247,11 +252,28 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	return l, 0
 }
 
-// leadLoop is the master role: renew every HeartbeatInterval, retry failed
-// renewals quickly, and step down when the lock is lost, taken over, or the
-// self-fencing deadline passes. It returns when the mastership has ended or
-// ctx ends (Stop then resigns).
+// leadLoop is the master role: renew every HeartbeatInterval, retry
+// unanswered and failed renewals quickly, and step down when the lock is
+// lost, taken over, or the self-fencing deadline passes. It returns when the
+// mastership has ended or ctx ends (Stop then resigns).
+//
+// A renewal is a series of attempts, each on a goroutine of its own, so that
+// the loop never waits on one: an attempt that has no answer after
+// renewRetry (HeartbeatInterval/2) is joined by another, which go-redis
+// sends on another connection, while the first stays in flight, since a slow
+// link may still answer it. An attempt that fails is retried after a short
+// backoff. The first success moves the deadline to its own send time +
+// LockTTL - StepDownMargin; every attempt ends by the deadline in force when
+// it was sent, and by maxRenewAttempts × renewRetry, so at most
+// maxRenewAttempts are in flight.
 func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leadership) {
+	results := make(chan renewal, maxRenewAttempts) // never full: at most maxRenewAttempts unread
+	actx, cancelAttempts := context.WithCancel(ctx)
+	defer cancelAttempts()
+	var (
+		inFlight int  // attempts started and not yet read from results
+		pending  bool // a renewal is due and no attempt of it has succeeded
+	)
 	renew := m.clock.NewTimer(m.cfg.HeartbeatInterval)
 	defer renew.Stop()
 	deadline := m.clock.NewTimer(m.remaining(l, m.clock.Now()))
@@ -280,33 +302,88 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 				return
 			}
 		case <-renew.C():
-			sent := m.clock.Now()
-			rest := m.remaining(l, sent)
+			now := m.clock.Now()
+			rest := m.remaining(l, now)
 			if rest <= 0 {
 				m.endLeadership(l, "self-fencing deadline passed without a successful renewal")
 				return
 			}
-			rctx, cancel := context.WithTimeout(ctx, rest)
-			ok, err := m.renew(rctx, l.term)
-			cancel()
+			pending = true
+			if inFlight < maxRenewAttempts {
+				inFlight++
+				m.startRenewal(actx, ls, l.term, now, min(rest, maxRenewAttempts*m.renewRetry()), results)
+			}
+			// Without an answer by then, another attempt joins this one.
+			renew.Reset(min(m.renewRetry(), rest))
+		case r := <-results:
+			inFlight--
+			now := m.clock.Now()
 			switch {
 			case ctx.Err() != nil:
 				return
-			case err != nil:
-				m.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, err))
-				renew.Reset(min(m.backoff(ls), max(m.remaining(l, m.clock.Now()), 0)))
-			case !ok:
+			case r.err != nil:
+				m.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, r.err))
+				if pending && inFlight == 0 {
+					// Nothing else in flight: retry soon, not after renewRetry.
+					renew.Reset(min(m.backoff(ls), m.renewRetry(), max(m.remaining(l, now), 0)))
+				}
+			case !r.ok:
+				// The lock is gone, for good: a renewal never recreates it,
+				// so no other attempt of this term can succeed after this one.
 				ls.heldTerm = 0
 				m.endLeadership(l, "lock no longer held by this node and term")
 				return
+			case m.remaining(l, now) <= 0:
+				// Too late: IsMaster has said false since the deadline, and a
+				// mastership never comes back. The lock, renewed, is ours
+				// under heldTerm: follow releases it.
+				m.endLeadership(l, "self-fencing deadline passed before a renewal's reply")
+				return
 			default:
 				ls.errors = 0
-				l.deadline.Store(int64(m.deadlineAfter(sent)))
-				deadline.Reset(m.remaining(l, m.clock.Now()))
-				renew.Reset(max(m.cfg.HeartbeatInterval-m.clock.Now().Sub(sent), 0))
+				if d := m.deadlineAfter(r.sent); int64(d) > l.deadline.Load() {
+					l.deadline.Store(int64(d))
+					deadline.Reset(m.remaining(l, now))
+				}
+				if pending {
+					pending = false
+					renew.Reset(max(m.cfg.HeartbeatInterval-now.Sub(r.sent), 0))
+				}
 			}
 		}
 	}
+}
+
+// maxRenewAttempts is how many renew attempts of one mastership may be in
+// flight at once.
+const maxRenewAttempts = 4
+
+// renewal is the outcome of one renew attempt.
+type renewal struct {
+	sent time.Time // when the attempt was sent, on the local clock
+	ok   bool      // the lock was renewed
+	err  error
+}
+
+// renewRetry is how long a renew attempt goes unanswered before another
+// one is sent: HeartbeatInterval/2, so that at least one more attempt fits
+// before the self-fencing deadline (at least 2 × HeartbeatInterval −
+// StepDownMargin after the renewal was due).
+func (m *MasterElection) renewRetry() time.Duration {
+	return max(m.cfg.HeartbeatInterval/2, time.Millisecond)
+}
+
+// startRenewal runs one renew attempt for term, sent at sent and bounded by
+// timeout, on a goroutine that run waits for; its outcome goes to results.
+func (m *MasterElection) startRenewal(ctx context.Context, ls *loopState, term int64, sent time.Time, timeout time.Duration, results chan<- renewal) {
+	ls.renewals.Add(1)
+	go func() {
+		defer ls.renewals.Done()
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		ok, err := m.renew(rctx, term)
+		cancel()
+		results <- renewal{sent: sent, ok: ok, err: err}
+	}()
 }
 
 // handOver ends mastership l gracefully while the election goes on (the

@@ -1,0 +1,109 @@
+package masterelection
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// A renewal whose request or reply is lost must not cost the mastership
+// when Redis answers again before the deadline: the loop does not wait for
+// the lost attempt, it sends another one.
+func TestLostRenewalIsRetriedBeforeTheDeadline(t *testing.T) {
+	tests := []struct {
+		name string
+		mode faultMode
+	}{
+		{"request lost", faultDrop},
+		{"reply lost", faultDropReply},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			renewals := newScriptFault(scripts.RenewScript, nil)
+			a := w.nodeWith(testConfig("a"), renewals)
+			w.start(a)
+			a.rec.waitEvents(t, "started", "acquired", "completed:master")
+			term := a.Term()
+			// LockTTL 3s, HeartbeatInterval 1s, StepDownMargin 0.3s: the
+			// deadline is 2.7s after the acquire. Every renewal sent in the
+			// first 1.3s is lost (the one due at 1s), later ones get through.
+			renewals.set(tt.mode, -1)
+			w.advance(1300*time.Millisecond, 50*time.Millisecond, a)
+			if renewals.faulted() == 0 {
+				t.Fatal("no renewal was sent while the fault lasted")
+			}
+			renewals.set(faultNone, 0)
+			for range 60 { // 3s, past the first deadline
+				w.advance(50*time.Millisecond, 50*time.Millisecond, a)
+				if a.Term() != term {
+					t.Fatalf("at %v: term %d, want %d still (the deadline without renewals was 2.7s)", a.clk.Now().Sub(epoch), a.Term(), term)
+				}
+			}
+			a.rec.waitEvents(t, "started", "acquired", "completed:master")
+			if ttl := w.mr.TTL(a.Keys().Master); ttl <= 0 {
+				t.Fatalf("lock TTL %v: not renewed", ttl)
+			}
+		})
+	}
+}
+
+// A renewal that succeeds moves the deadline to its own send time plus
+// LockTTL minus StepDownMargin, not to when its reply came.
+func TestDeadlineCountsFromTheSendOfTheRenewal(t *testing.T) {
+	w := newWorld(t)
+	a := w.node(testConfig("a"))
+	w.start(a)
+	a.rec.waitEvents(t, "started", "acquired", "completed:master")
+	l := a.lead.Load()
+	want := a.cfg.HeartbeatInterval + a.cfg.LockTTL - a.cfg.stepDownMargin()
+	w.advance(a.cfg.HeartbeatInterval, 50*time.Millisecond, a) // one renewal, sent at 1s
+	waitFor(t, "the renewal's reply", func() bool { return time.Duration(l.deadline.Load()) == want })
+	w.mr.SetError("LOADING simulated outage") // no more renewals
+	a.clk.Advance(want - a.cfg.HeartbeatInterval - time.Millisecond)
+	if !a.IsMaster() {
+		t.Fatalf("not master 1ms before %v", want)
+	}
+	a.clk.Advance(time.Millisecond)
+	if a.IsMaster() {
+		t.Fatalf("master at %v, the deadline of the renewal sent at 1s", want)
+	}
+	a.rec.waitEvents(t, "started", "acquired", "completed:master", "lost")
+}
+
+// Redis refusing every renewal: the master retries until its deadline and
+// steps down there, never later; every attempt is reported.
+func TestFailingRenewalsStepDownAtTheDeadline(t *testing.T) {
+	w := newWorld(t)
+	renewals := newScriptFault(scripts.RenewScript, errors.New("injected: connection refused"))
+	a := w.nodeWith(testConfig("a"), renewals)
+	w.start(a)
+	a.rec.waitEvents(t, "started", "acquired", "completed:master")
+	term := a.Term()
+	renewals.set(faultFail, -1)
+	deadline := a.cfg.LockTTL - a.cfg.stepDownMargin()
+	w.advance(deadline-time.Millisecond, 10*time.Millisecond, a)
+	if a.Term() != term {
+		t.Fatal("stepped down before the deadline")
+	}
+	// At the deadline the mastership ends (the node may be elected again at
+	// once, under a new term: only renewals fail).
+	w.advance(time.Millisecond, time.Millisecond, a)
+	if a.Term() == term {
+		t.Fatal("still master under the same term past the deadline")
+	}
+	a.rec.waitPrefix(t, "started", "acquired", "completed:master", "lost")
+	// Retries came quickly (at most HeartbeatInterval/2 apart), not one per
+	// heartbeat: between 1s and 2.7s at least four.
+	if n := renewals.faulted(); n < 4 {
+		t.Fatalf("%d renewal attempts before the deadline, want retries", n)
+	}
+	for _, err := range a.rec.errors() {
+		if !strings.Contains(err.Error(), "renew master lock") {
+			t.Fatalf("unexpected error event %v", err)
+		}
+	}
+}
