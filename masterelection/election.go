@@ -54,6 +54,7 @@ type MasterElection struct {
 	doneOnce sync.Once
 	stopped  chan struct{} // closed when Stop has finished
 	stopErr  error         // Stop's result; written before stopped closes
+	lastErr  error         // the latest error event, for Start's error
 }
 
 type lifecycle int
@@ -143,9 +144,11 @@ func contextTimeoutEnabled(client redis.UniversalClient) bool {
 // Start begins taking part in the election. It returns once the first
 // election has resolved: this process is master (master-acquired and
 // election-completed(true) were emitted) or slave (election-completed(false)).
-// While Redis is unreachable it keeps trying until ctx ends; it then stops
-// the election and returns ctx's error. The election keeps running after
-// Start returns, until Stop; ctx bounds only the wait.
+// While Redis is unreachable or refuses the election's commands it keeps
+// trying until ctx ends; it then stops the election and returns an error
+// that wraps ctx's error and names the last error the attempts ran into
+// (also reported as error events). The election keeps running after Start
+// returns, until Stop; ctx bounds only the wait.
 func (m *MasterElection) Start(ctx context.Context) error {
 	m.mu.Lock()
 	switch m.state {
@@ -196,8 +199,20 @@ func (m *MasterElection) Start(ctx context.Context) error {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
 		defer cancel()
 		_ = m.Stop(stopCtx)
+		if err := m.lastError(); err != nil {
+			// The cause is what the attempts ran into (a refusal by the ACL,
+			// a wrong password, …), not the deadline itself.
+			return fmt.Errorf("masterelection: start: first election did not resolve: %w (last error: %w)", ctx.Err(), err)
+		}
 		return fmt.Errorf("masterelection: start: first election did not resolve: %w", ctx.Err())
 	}
+}
+
+// lastError returns the latest error reported by an error event, or nil.
+func (m *MasterElection) lastError() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastErr
 }
 
 // Stop leaves the election. On the master it cancels the ctx given to the

@@ -1,6 +1,7 @@
 package masterelection
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -105,5 +106,51 @@ func TestFailingRenewalsStepDownAtTheDeadline(t *testing.T) {
 		if !strings.Contains(err.Error(), "renew master lock") {
 			t.Fatalf("unexpected error event %v", err)
 		}
+	}
+}
+
+// Start's error names why the first election could not finish, and still
+// matches ctx's error.
+func TestStartErrorNamesTheCause(t *testing.T) {
+	tests := []struct {
+		name  string
+		fault func(w *world) *node
+		want  string
+	}{
+		{
+			name: "acquire refused",
+			fault: func(w *world) *node {
+				acquires := newScriptFault(scripts.AcquireScript, errors.New("NOPERM this user has no permissions to run the 'publish' command"))
+				acquires.set(faultFail, -1)
+				return w.nodeWith(testConfig("a"), acquires)
+			},
+			want: "NOPERM",
+		},
+		{
+			name: "redis loading",
+			fault: func(w *world) *node {
+				w.mr.SetError("LOADING simulated outage")
+				return w.node(testConfig("a"))
+			},
+			want: "LOADING",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			a := tt.fault(w)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			go func() {
+				for ctx.Err() == nil { // retries run on the fake clock
+					a.clk.Advance(50 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			err := a.Start(ctx)
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Start = %v, want deadline exceeded naming %s", err, tt.want)
+			}
+		})
 	}
 }

@@ -41,6 +41,7 @@ func (m *MasterElection) setRole(role registry.Role, term int64) {
 // until ctx ends. Errors are reported as error events.
 func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, error) {
 	ls := &loopState{}
+	var last error // the previous attempt's error
 	for {
 		rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
 		reg, err := registry.New(rctx, m.client, m.keys, registry.Options{
@@ -58,13 +59,18 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 			return nil, err
 		}
 		if ctx.Err() != nil {
+			if last != nil {
+				err = last // this attempt was cut short by ctx: the one before tells why
+			}
 			return nil, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err)
 		}
+		last = err
 		m.emitError(fmt.Errorf("open process registry: %w", err))
 		timer := m.clock.NewTimer(m.backoff(ls))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			return nil, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err)
 		case <-timer.C():
 		}
 	}

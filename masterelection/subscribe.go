@@ -92,6 +92,9 @@ func (m *MasterElection) DroppedErrors() uint64 { return m.bus.droppedErrors() }
 
 func (m *MasterElection) emitError(err error) {
 	m.log.Warn().Err(err).Msg("election error")
+	m.mu.Lock()
+	m.lastErr = err
+	m.mu.Unlock()
 	m.bus.emit(topicError, payload{err: err})
 }
 
