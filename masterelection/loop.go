@@ -1,11 +1,15 @@
 package masterelection
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
@@ -13,16 +17,43 @@ import (
 
 // loopState is owned by the run goroutine.
 type loopState struct {
-	unresolved bool      // the first election has not resolved yet
-	inElection bool      // election-started was emitted and its election-completed not yet
-	heldTerm   int64     // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
-	maybeHeld  bool      // an acquire's reply was lost: the lock may be ours under a term we never learnt
-	lossWait   time.Time // after a data loss: do not contend before this instant
-	errors     int       // consecutive Redis errors, for the backoff
+	unresolved bool         // the first election has not resolved yet
+	inElection bool         // election-started was emitted and its election-completed not yet
+	heldTerm   int64        // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
+	maybeHeld  bool         // an acquire's reply was lost: the lock may be ours under a term we never learnt
+	lost       lostAcquires // the acquires whose reply was lost since maybeHeld was set
+	lossWait   time.Time    // after a data loss: do not contend before this instant
+	errors     int          // consecutive Redis errors, for the backoff
 
 	// renewals counts the renew attempts still running; run waits for them
 	// before it returns. Only the attempts touch it besides run.
 	renewals sync.WaitGroup
+}
+
+// lostAcquires is what follow knows about the acquires whose reply was lost
+// since maybeHeld was set, to tell a lock they may have taken from a twin's
+// (another process running with the same NodeID).
+type lostAcquires struct {
+	infos   [][]byte // the master_process values they sent, without the term
+	unknown bool     // one sent none, or more were lost than infos keeps
+	// The lock last found under our node id while maybeHeld: its term, the
+	// latest instant (local clock) at which it can expire unless renewed,
+	// and when that was seen.
+	term          int64
+	expiry, since time.Time
+	infoChecked   bool // master_process was compared for term (it changes only with the term)
+}
+
+// maxLostInfos bounds lostAcquires.infos.
+const maxLostInfos = 16
+
+// add records an acquire whose reply was lost, with the info it sent.
+func (la *lostAcquires) add(info []byte) {
+	if info == nil || len(la.infos) == maxLostInfos {
+		la.unknown = true
+		return
+	}
+	la.infos = append(la.infos, info)
 }
 
 // run is the election's single loop: it owns the role, the timers and every
@@ -111,9 +142,11 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 // check runs the check script and decides what follow does next: contend
 // (after the returned delay) or check again (after it).
 func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool, next time.Duration) {
+	sent := m.clock.Now()
 	cctx, cancel := context.WithTimeout(ctx, m.opTimeout())
 	st, err := scripts.Check(cctx, m.client, m.keys)
 	cancel()
+	replied := m.clock.Now()
 	if err != nil {
 		if ctx.Err() == nil {
 			m.emitError(fmt.Errorf("check master lock: %w", err))
@@ -125,7 +158,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		ls.lossWait = time.Time{}
 	}
 	if !st.Exists || st.NodeID != m.cfg.NodeID {
-		ls.heldTerm, ls.maybeHeld = 0, false
+		ls.heldTerm, ls.maybeHeld, ls.lost = 0, false, lostAcquires{}
 	}
 	if !st.Exists {
 		if wait := m.dataLossWait(ls, st.TermMissing); wait > 0 {
@@ -149,13 +182,81 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 			}
 		case ls.maybeHeld:
 			// Ours from an acquire whose reply was lost, or a twin's with
-			// our node id: we cannot tell, so the lock is left to expire.
+			// our node id. Either way it is left to expire (releasing a
+			// twin's lock would make two masters); it is reported when it
+			// is certainly a twin's.
+			if why := m.twinEvidence(ctx, ls, st, sent, replied); why != "" {
+				ls.maybeHeld, ls.lost = false, lostAcquires{}
+				m.emitError(fmt.Errorf("%w: %q (term %d): %s", ErrDuplicateNodeID, m.cfg.NodeID, st.Term, why))
+			}
 		default:
 			m.emitError(fmt.Errorf("%w: %q (term %d)", ErrDuplicateNodeID, m.cfg.NodeID, st.Term))
 		}
 	}
 	m.resolveAsSlave(ls)
 	return false, m.untilExpiry(st.TTL)
+}
+
+// twinEvidence tells why the lock st, found under this process's node id
+// while an acquire's reply may have been lost, is certainly not the work of
+// such an acquire but of a twin (another process with the same NodeID), or
+// "" when it may be ours. sent and replied bracket the check that read st.
+//
+// An acquire that took the lock wrote master_process as the info it sent
+// plus the term, and every lost acquire's info differs (its LastSeen is its
+// send time), so a master_process of the lock's term that none of them sent
+// was written by a twin. And this process never renews a term it did not
+// learn, so a lock of that term whose expiry moved later was renewed by a
+// twin. A twin that does neither (its reply was lost too, or it acquired at
+// the same clock reading with the same info, as on a coarse clock) cannot
+// be told from our own lost reply: that lock is left to expire unreported.
+func (m *MasterElection) twinEvidence(ctx context.Context, ls *loopState, st scripts.MasterState, sent, replied time.Time) string {
+	la := &ls.lost
+	if st.TTL >= 0 {
+		lo, hi := sent.Add(st.TTL), replied.Add(st.TTL)
+		if la.term == st.Term {
+			// Between two reads of an unrenewed lock the estimates differ by
+			// the clocks' rate difference (StepDownMargin per LockTTL at
+			// most) and PTTL's rounding.
+			slack := 2*time.Millisecond + time.Duration(float64(m.cfg.stepDownMargin())*float64(sent.Sub(la.since))/float64(m.cfg.LockTTL))
+			if lo.After(la.expiry.Add(slack)) {
+				return fmt.Sprintf("the lock was renewed (its expiry moved %v later), and this process never renews a term it did not learn",
+					lo.Sub(la.expiry).Round(time.Millisecond))
+			}
+			if hi.Before(la.expiry) {
+				la.expiry = hi
+			}
+		} else {
+			la.term, la.expiry, la.since, la.infoChecked = st.Term, hi, sent, false
+		}
+	}
+	if la.unknown || len(la.infos) == 0 || la.infoChecked {
+		return ""
+	}
+	gctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	raw, err := m.client.Get(gctx, m.keys.MasterProcess).Bytes()
+	cancel()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return ""
+	case err != nil:
+		if ctx.Err() == nil {
+			m.emitError(fmt.Errorf("read %s: %w", m.keys.MasterProcess, err))
+		}
+		return ""
+	}
+	suffix := fmt.Appendf(nil, `,"term":%d}`, st.Term)
+	if !bytes.HasSuffix(raw, suffix) {
+		return "" // written for another lock: no evidence about this one
+	}
+	la.infoChecked = la.term == st.Term
+	body := raw[:len(raw)-len(suffix)]
+	for _, info := range la.infos {
+		if bytes.Equal(info[:len(info)-1], body) {
+			return ""
+		}
+	}
+	return "its master_process was written by an acquire that this process did not send"
 }
 
 // dataLossWait returns how long to hold back before contending when the
@@ -218,6 +319,7 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 			ls.heldTerm = res.Term // acquired, but void (too few replicas) and its release failed
 		} else {
 			ls.maybeHeld = true // the script may have run although its reply was lost
+			ls.lost.add(info)
 		}
 		if ctx.Err() == nil {
 			m.emitError(fmt.Errorf("acquire master lock: %w", err))

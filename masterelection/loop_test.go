@@ -3,6 +3,7 @@ package masterelection
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +151,101 @@ func TestStartErrorNamesTheCause(t *testing.T) {
 			err := a.Start(ctx)
 			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Start = %v, want deadline exceeded naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// A lock found under this process's node id after one of its acquires lost
+// its reply may be its own or a twin's (another process with the same
+// NodeID). It is left to expire either way; it is reported as a duplicate
+// NodeID when it certainly is a twin's, and never when it may be ours.
+func TestLockAfterALostAcquireReply(t *testing.T) {
+	tests := []struct {
+		name string
+		// twin runs a master with our NodeID and returns it, or nil.
+		twin func(w *world) *node
+		// want is what the duplicate report must say; "" for none.
+		want string
+	}{
+		{
+			name: "our own lock",
+		},
+		{
+			name: "twin elected earlier",
+			twin: func(w *world) *node {
+				x := w.node(testConfig("a"))
+				w.start(x)
+				w.advance(300*time.Millisecond, 50*time.Millisecond, x) // our info will differ from its
+				return x
+			},
+			want: "master_process was written by an acquire that this process did not send",
+		},
+		{
+			name: "twin with the same info",
+			twin: func(w *world) *node {
+				x := w.node(testConfig("a"))
+				w.start(x) // at the same clock reading as ours: same master_process
+				return x
+			},
+			want: "the lock was renewed",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			var x *node
+			if tt.twin != nil {
+				x = tt.twin(w)
+			}
+			acquires := newScriptFault(scripts.AcquireScript, errors.New("injected: connection reset by peer"))
+			acquires.set(faultFailReply, 1) // the first acquire runs; its reply is lost
+			y := w.nodeWith(testConfig("a"), acquires)
+			nodes := []*node{y}
+			if x != nil {
+				nodes = append(nodes, x)
+			}
+			// Start retries after the lost reply: time must move meanwhile.
+			started := make(chan error, 1)
+			go func() { started <- y.Start(context.Background()) }()
+			waitFor(t, "y's first acquire", func() bool { return acquires.faulted() == 1 })
+			w.until(func() bool { return len(started) > 0 }, 2*time.Second, 10*time.Millisecond, "y started", nodes...)
+			if err := <-started; err != nil {
+				t.Fatal(err)
+			}
+			if acquires.faulted() != 1 {
+				t.Fatalf("%d acquire replies lost, want 1", acquires.faulted())
+			}
+			duplicate := func() error {
+				for _, err := range y.rec.errors() {
+					if errors.Is(err, ErrDuplicateNodeID) {
+						return err
+					}
+				}
+				return nil
+			}
+			if tt.want == "" {
+				// Ours: never reported, left to expire, then won again
+				// under a new term.
+				lost, _ := w.mr.Get(y.Keys().Term)
+				if holder, _ := w.mr.Get(y.Keys().Master); holder != "a" {
+					t.Fatalf("lock held by %q after the lost reply, want ours", holder)
+				}
+				w.until(y.IsMaster, 5*time.Second, 50*time.Millisecond, "y master after its lock expired", nodes...)
+				if err := duplicate(); err != nil {
+					t.Fatalf("our own lock reported: %v", err)
+				}
+				if got := fmt.Sprint(y.Term()); got == lost {
+					t.Fatalf("y master under the term of the lost reply %s: want the lock left to expire", lost)
+				}
+				return
+			}
+			w.until(func() bool { return duplicate() != nil }, 2*time.Second, 50*time.Millisecond, "duplicate reported", nodes...)
+			if err := duplicate(); !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("report %q does not say %q", err, tt.want)
+			}
+			if y.IsMaster() || !x.IsMaster() {
+				t.Fatalf("twin master %v, y master %v", x.IsMaster(), y.IsMaster())
 			}
 		})
 	}
