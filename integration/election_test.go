@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,6 +345,113 @@ func TestWaitReplicas(t *testing.T) {
 		// The lock is on the replica too.
 		if v, err := rc.Get(context.Background(), replicated.Keys().Master).Result(); err != nil || v != "w2" {
 			t.Fatalf("replica holds %q (%v)", v, err)
+		}
+	})
+}
+
+// A master whose requests or replies are lost for less time than its
+// self-fencing deadline leaves keeps its mastership: it does not wait on the
+// lost renewal, it sends others, and one of them gets through once the
+// partition heals. The partition is silent: connections stay open, bytes
+// are dropped.
+func TestRenewalRidesOutABlackhole(t *testing.T) {
+	tests := []struct {
+		name string
+		dirs direction
+	}{
+		{"requests", requests},
+		{"replies", replies},
+		{"both", requests | replies},
+	}
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				px := newProxy(t, inst.Addr)
+				opts := inst.Options()
+				opts.Addr = px.Addr()
+				opts.MaxRetries = -1
+				c := redis.NewClient(opts)
+				t.Cleanup(func() { _ = c.Close() })
+
+				// LockTTL 2s, HeartbeatInterval 500ms, StepDownMargin 200ms:
+				// every renewal sent before the blackhole gives a deadline at
+				// least 1.3s after it began; it lasts 0.6s, longer than a
+				// heartbeat, so a renewal is due (and lost) inside it.
+				lock := "blackhole-" + tt.name
+				cfg := fastConfig(lock, "m")
+				cfg.LockTTL, cfg.HeartbeatInterval, cfg.CheckInterval = 2*time.Second, 500*time.Millisecond, 400*time.Millisecond
+				m := newElection(t, c, cfg)
+				start(t, m)
+				if !m.IsMaster() {
+					t.Fatal("not master")
+				}
+				cfg.NodeID = "o"
+				o := newElection(t, inst.Client(t), cfg)
+				start(t, o)
+				watch := overlap.Start([]*masterelection.MasterElection{m, o})
+				var lost atomic.Bool
+				m.OnMasterLost(func() { lost.Store(true) })
+				term := m.Term()
+
+				px.Blackhole(tt.dirs)
+				time.Sleep(600 * time.Millisecond)
+				px.Heal()
+				time.Sleep(1500 * time.Millisecond) // past the deadline of every renewal sent before
+				if lost.Load() || m.Term() != term {
+					t.Fatalf("mastership lost over a 0.6s blackhole (term %d, was %d)", m.Term(), term)
+				}
+				watch.Check(t)
+			})
+		}
+	})
+}
+
+// When the first election cannot finish, Start's error says why, and still
+// matches the ctx's error.
+func TestStartNamesWhyTheElectionCannotFinish(t *testing.T) {
+	tests := []struct {
+		name           string
+		user, password string
+		want           []string
+	}{
+		// The registry opens (its probe needs no SET); acquire is refused
+		// at its SET NX, before it writes anything.
+		{"ACL user without SET", "noset", "pw", []string{"acquire master lock", "permission"}},
+		{"wrong password", "herd", "wrong", []string{"WRONGPASS"}},
+	}
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		admin := inst.Client(t)
+		ctx := context.Background()
+		for _, args := range [][]any{
+			{"ACL", "SETUSER", "noset", "on", ">pw", "~*", "&*", "+@all", "-set"},
+			{"ACL", "SETUSER", "herd", "on", ">right", "~*", "&*", "+@all"},
+		} {
+			if err := admin.Do(ctx, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				opts := inst.Options()
+				opts.Username, opts.Password = tt.user, tt.password
+				c := redis.NewClient(opts)
+				t.Cleanup(func() { _ = c.Close() })
+				m := newElection(t, c, fastConfig("refused", "n1"))
+				sctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				err := m.Start(sctx)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Start = %v, want context.DeadlineExceeded", err)
+				}
+				for _, w := range tt.want {
+					if !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(w)) {
+						t.Errorf("Start's error %q does not say %q", err, w)
+					}
+				}
+				t.Logf("Start: %v", err)
+			})
 		}
 	})
 }
