@@ -316,7 +316,10 @@ var scriptCommands = map[string]string{
 // the script needs, so the message names what to grant.
 func aclHint(name string, err error) string {
 	msg := err.Error()
-	if !strings.Contains(msg, "NOPERM") && !strings.Contains(msg, "can't run this command") {
+	// NOPERM outside scripts; inside, Redis 7.0 says "can't run this
+	// command" and Redis 8 / Valkey 9 "ACL failure in script".
+	if !strings.Contains(msg, "NOPERM") && !strings.Contains(msg, "can't run this command") &&
+		!strings.Contains(msg, "ACL failure in script") {
 		return ""
 	}
 	return fmt.Sprintf(" (permission denied by the ACL: the Redis user needs EVALSHA, EVAL and the commands the %s script runs: %s; see docs/topologies.md)", name, scriptCommands[name])

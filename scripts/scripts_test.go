@@ -261,14 +261,20 @@ func TestAcquireRejectsNonObjectInfo(t *testing.T) {
 }
 
 func TestRedisErrorsAreWrapped(t *testing.T) {
-	mr, c, k := setup(t)
-	mr.SetError("NOPERM this user has no permissions to run the 'evalsha' command")
-	_, err := scripts.Check(context.Background(), c, k)
-	if err == nil || !strings.Contains(err.Error(), "check script") || errors.Is(err, redis.Nil) {
-		t.Fatalf("error = %v", err)
-	}
-	if !strings.Contains(err.Error(), "GET, PTTL") {
-		t.Fatalf("ACL refusal %q does not name the commands the script needs", err)
+	for _, refusal := range []string{
+		"NOPERM this user has no permissions to run the 'evalsha' command",                                               // outside scripts
+		"ERR The user executing the script can't run this command or subcommand script: 3c10, on @user_script:1.",        // Redis 7.0
+		"ERR ACL failure in script: User u has no permissions to run the 'get' command script: 3c10, on @user_script:1.", // Redis 8, Valkey 9
+	} {
+		mr, c, k := setup(t)
+		mr.SetError(refusal)
+		_, err := scripts.Check(context.Background(), c, k)
+		if err == nil || !strings.Contains(err.Error(), "check script") || errors.Is(err, redis.Nil) {
+			t.Fatalf("error = %v", err)
+		}
+		if !strings.Contains(err.Error(), "GET, PTTL") {
+			t.Errorf("ACL refusal %q does not name the commands the script needs", err)
+		}
 	}
 }
 
