@@ -236,15 +236,8 @@ func (r *Registry) Unregister(ctx context.Context, processID string) error {
 // specification's getAllProcesses. Corrupt entries are skipped and reported
 // to Options.OnError.
 func (r *Registry) Processes(ctx context.Context) ([]ProcessInfo, error) {
-	entries, _, err := r.load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]ProcessInfo, len(entries))
-	for i, e := range entries {
-		out[i] = e.info
-	}
-	return out, nil
+	snap, _, err := r.load(ctx)
+	return snap.infos, err
 }
 
 // Process returns the live entry of processID, ErrNotFound when there is
@@ -351,45 +344,54 @@ func (r *Registry) ProcessChannel(ctx context.Context, processID string) (string
 	return p.Channel(), nil
 }
 
-// entry is a decoded entry with the raw value it was read from.
-type entry struct {
-	info ProcessInfo
-	raw  string
+// snapshot is what load read: the decoded entries, sorted by process id,
+// and the raw value each was decoded from (raws[i] is infos[i]'s).
+type snapshot struct {
+	infos []ProcessInfo
+	raws  []string
 }
 
 // load reads every live entry, sorted by process id, skipping and reporting
 // corrupt ones, and returns the ids the read removed as expired.
-func (r *Registry) load(ctx context.Context) ([]entry, []string, error) {
+func (r *Registry) load(ctx context.Context) (snapshot, []string, error) {
 	m, removed, err := r.be.read(ctx, "")
 	if err != nil {
-		return nil, nil, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
+		return snapshot{}, nil, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
 	}
 	if len(removed) > 0 {
 		r.opts.Logger.Debug().Strs("processes", removed).Msg("removed expired registry entries")
 	}
-	// Sort the fields, not the decoded entries: the field is the process id
-	// of every entry that decodes, and strings are cheaper to move.
+	// The field is the process id of every entry that decodes: sort the
+	// fields and decode each entry straight into its place.
+	snap := snapshot{infos: make([]ProcessInfo, len(m)), raws: make([]string, 0, len(m))}
 	fields := make([]string, 0, len(m))
 	for f := range m {
 		fields = append(fields, f)
 	}
 	slices.Sort(fields)
-	decoded := make([]entry, len(fields))
+	for _, f := range fields {
+		snap.raws = append(snap.raws, m[f])
+	}
 	errs := make([]error, len(fields))
-	decodeAll(fields, m, decoded, errs)
-	out := decoded[:0]
+	decodeAll(fields, snap.raws, snap.infos, errs)
+
+	// Drop the corrupt entries, reporting each.
+	n := 0
 	var bad map[string]uint64
 	for i, field := range fields {
 		if errs[i] != nil {
 			if bad == nil {
 				bad = map[string]uint64{}
 			}
-			bad[field] = hashOf(m[field])
+			bad[field] = hashOf(snap.raws[i])
 			r.reportOnce(field, bad[field], errs[i])
 			continue
 		}
-		out = append(out, decoded[i])
+		snap.infos[n], snap.raws[n] = snap.infos[i], snap.raws[i]
+		n++
 	}
+	clear(snap.infos[n:]) // no references kept past the end
+	snap.infos, snap.raws = snap.infos[:n], snap.raws[:n]
 	r.mu.Lock()
 	for f := range r.reported {
 		if _, ok := bad[f]; !ok {
@@ -397,21 +399,20 @@ func (r *Registry) load(ctx context.Context) ([]entry, []string, error) {
 		}
 	}
 	r.mu.Unlock()
-	return out, removed, nil
+	return snap, removed, nil
 }
 
 // decodeChunk is the least number of entries worth a goroutine of their own
 // when decoding a large registry.
 const decodeChunk = 1024
 
-// decodeAll decodes m[fields[i]] into out[i] or errs[i]. A large registry is
-// decoded on up to GOMAXPROCS goroutines, which it waits for.
-func decodeAll(fields []string, m map[string]string, out []entry, errs []error) {
+// decodeAll decodes raws[i], read from field fields[i], into out[i] or
+// errs[i]. A large registry is decoded on up to GOMAXPROCS goroutines, which
+// it waits for.
+func decodeAll(fields, raws []string, out []ProcessInfo, errs []error) {
 	decode := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			raw := m[fields[i]]
-			out[i].info, errs[i] = decodeProcess(fields[i], raw)
-			out[i].raw = raw
+			out[i], errs[i] = decodeProcess(fields[i], raws[i])
 		}
 	}
 	parts := min(runtime.GOMAXPROCS(0), len(fields)/decodeChunk)
@@ -449,11 +450,12 @@ func (r *Registry) corrupt(field string, err error) error {
 	return fmt.Errorf("%w: field %q of %q: %w", ErrCorruptEntry, truncate(field), r.keys.Processes, err)
 }
 
-// removeStale deletes e's entry if it still holds the value e was read from.
-func (r *Registry) removeStale(ctx context.Context, e entry) (bool, error) {
-	ok, err := r.be.remove(ctx, e.info.ProcessID, &e.raw, "stale")
+// removeStale deletes the entry of id if it still holds raw, the value it
+// was read with.
+func (r *Registry) removeStale(ctx context.Context, id, raw string) (bool, error) {
+	ok, err := r.be.remove(ctx, id, &raw, "stale")
 	if err != nil {
-		return false, fmt.Errorf("remove stale process %q: %w", e.info.ProcessID, err)
+		return false, fmt.Errorf("remove stale process %q: %w", id, err)
 	}
 	return ok, nil
 }

@@ -457,17 +457,17 @@ func TestStaleRemovalIsGuarded(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			e := newEnv(t, tg, Options{})
 			e.register(slave("a"))
-			entries, _, err := e.reg.load(e.ctx)
-			if err != nil || len(entries) != 1 {
-				t.Fatalf("load = %v, %v", entries, err)
+			snap, _, err := e.reg.load(e.ctx)
+			if err != nil || len(snap.infos) != 1 || len(snap.raws) != 1 {
+				t.Fatalf("load = %+v, %v", snap, err)
 			}
 			e.pass(time.Second)
 			e.heartbeat("a") // written after the read: the removal must not delete it
-			if ok, err := e.reg.removeStale(e.ctx, entries[0]); ok || err != nil {
+			if ok, err := e.reg.removeStale(e.ctx, "a", snap.raws[0]); ok || err != nil {
 				t.Fatalf("removeStale of a rewritten entry = %v, %v; want false", ok, err)
 			}
-			entries, _, _ = e.reg.load(e.ctx)
-			if ok, err := e.reg.removeStale(e.ctx, entries[0]); !ok || err != nil {
+			snap, _, _ = e.reg.load(e.ctx)
+			if ok, err := e.reg.removeStale(e.ctx, "a", snap.raws[0]); !ok || err != nil {
 				t.Fatalf("removeStale of an unchanged entry = %v, %v; want true", ok, err)
 			}
 			if got := e.ids(); len(got) != 0 {

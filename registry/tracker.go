@@ -247,23 +247,23 @@ func (s *trackerState) notice(ctx context.Context, payload []byte) {
 // with what is left: leaves first, then joins, each in process id order.
 func (s *trackerState) sweep(ctx context.Context) {
 	t := s.t
-	entries, _, err := t.reg.load(ctx)
+	snap, _, err := t.reg.load(ctx)
 	if err != nil {
 		s.fail(ctx, fmt.Errorf("sweep slaves: %w", err))
 		return
 	}
 	now := t.opts.Clock.Now()
 	present := map[string]ProcessInfo{}
-	for _, e := range entries {
-		id := e.info.ProcessID
-		if e.info.Role != RoleSlave || id == t.opts.Self {
+	for i, p := range snap.infos {
+		id := p.ProcessID
+		if p.Role != RoleSlave || id == t.opts.Self {
 			continue
 		}
-		if now.Sub(e.info.LastSeen) <= t.opts.SlaveTimeout {
-			present[id] = e.info
+		if now.Sub(p.LastSeen) <= t.opts.SlaveTimeout {
+			present[id] = p
 			continue
 		}
-		removed, err := t.reg.removeStale(ctx, e)
+		removed, err := t.reg.removeStale(ctx, id, snap.raws[i])
 		if err != nil {
 			s.fail(ctx, err)
 		}
@@ -271,11 +271,11 @@ func (s *trackerState) sweep(ctx context.Context) {
 			// Not removed (an error), or rewritten or removed by someone else
 			// since the read: keep it as it is; the next sweep decides.
 			if _, ok := s.known[id]; ok {
-				present[id] = e.info
+				present[id] = p
 			}
 			continue
 		}
-		t.reg.opts.Logger.Info().Str("process", id).Time("lastSeen", e.info.LastSeen).
+		t.reg.opts.Logger.Info().Str("process", id).Time("lastSeen", p.LastSeen).
 			Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
 	}
 	for _, id := range sortedKeys(s.known) {
