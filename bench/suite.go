@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
@@ -433,6 +435,7 @@ func processesRows(ctx context.Context, env *Env, server string, sizes []int) []
 	defer c.Close()
 	short := serverShort(server)
 	var rows []Row
+	floored := false // the HGETALL floor is measured once per server
 	for _, b := range Backends {
 		lock := env.LockName("registry-" + string(b))
 		reg, err := OpenRegistry(ctx, c, lock, b)
@@ -461,6 +464,10 @@ func processesRows(ctx context.Context, env *Env, server string, sizes []int) []
 			}
 			row.Err = err
 			rows = append(rows, row)
+			if err == nil && size == 10000 && !floored {
+				floored = true
+				rows = append(rows, hgetallFloor(ctx, c, lock, size, short))
+			}
 		}
 		if len(rows) > 0 && err == nil {
 			rows[len(rows)-len(sizes)].Note = fmt.Sprintf("registry.Registry.Processes() on the %s backend with that many slave entries (about %d bytes of JSON each), read and decoded; registered beforehand by 16 goroutines.", b, exampleEntrySize())
@@ -468,6 +475,27 @@ func processesRows(ctx context.Context, env *Env, server string, sizes []int) []
 		_ = c.Del(ctx, scripts.NewKeys(lock, false).Processes, scripts.NewKeys(lock, false).ProcessesExpiry).Err()
 	}
 	return rows
+}
+
+// hgetallFloor times a bare go-redis HGETALL of the registry hash of lock
+// (size entries), read into a map and not decoded: the floor under
+// Processes() on that server.
+func hgetallFloor(ctx context.Context, c redis.UniversalClient, lock string, size int, short string) Row {
+	what := fmt.Sprintf("floor under Processes() with %s entries: HGETALL of the same hash through go-redis, no decoding (%s)", thousands(size), short)
+	key := scripts.NewKeys(lock, false).Processes
+	s, err := Measure(ctx, Op{
+		Name: "hgetall",
+		Do: func(ctx context.Context) error {
+			m, err := c.HGetAll(ctx, key).Result()
+			if err == nil && len(m) != size {
+				err = fmt.Errorf("%w: HGETALL returned %d entries, %d registered", errUnexpected, len(m), size)
+			}
+			return err
+		},
+	}, 2, 20)
+	row := LatencyRow("", what, s, "—", "")
+	row.Err = err
+	return row
 }
 
 // processesOn starts the server executable at path and measures row 7
