@@ -22,6 +22,7 @@ const (
 	faultFailReply           // the call runs in Redis; its reply is replaced by an error
 	faultDrop                // the request is lost: it never reaches Redis and no reply comes
 	faultDropReply           // the call runs in Redis and its reply is lost
+	faultRetried             // the call runs in Redis, its reply is lost, and it is sent again (go-redis's MaxRetries): the caller gets the second reply
 )
 
 // scriptFault is a go-redis hook on a node's real client that injects one
@@ -112,6 +113,16 @@ func (f *scriptFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		mode := f.modeFor(cmd)
 		if mode == faultNone {
+			return next(ctx, cmd)
+		}
+		if mode == faultRetried {
+			if ran := next(ctx, cmd); ran != nil && strings.HasPrefix(ran.Error(), "NOSCRIPT") {
+				return ran // not run: go-redis sends the script with EVAL, which is faulted
+			}
+			if !f.take() {
+				return cmd.Err()
+			}
+			cmd.SetErr(nil)
 			return next(ctx, cmd)
 		}
 		afterReply := mode == faultFailReply || mode == faultDropReply

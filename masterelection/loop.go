@@ -330,7 +330,13 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	if res.Term == 0 {
 		m.observeTerm(res.HolderTerm)
 		if res.Holder == m.cfg.NodeID {
-			return nil, 0 // ours from an earlier attempt: check sorts it out
+			// Ours from an attempt whose reply was lost: an earlier one, or
+			// this very call, which go-redis sent again after losing its reply
+			// (MaxRetries) and which then found its own lock. Or a twin's.
+			// check sorts it out, as after any lost reply.
+			ls.maybeHeld = true
+			ls.lost.add(info)
+			return nil, 0
 		}
 		if res.Garbage != "" {
 			m.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
@@ -423,9 +429,13 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 			switch {
 			case ctx.Err() != nil:
 				return
+			case r.err != nil && !pending:
+				// A straggler of a renewal that another attempt already made:
+				// nothing is wrong with the mastership.
+				m.log.Debug().Err(r.err).Int64("term", l.term).Msg("a renew attempt failed after another one succeeded")
 			case r.err != nil:
 				m.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, r.err))
-				if pending && inFlight == 0 {
+				if inFlight == 0 {
 					// Nothing else in flight: retry soon, not after renewRetry.
 					renew.Reset(min(m.backoff(ls), m.renewRetry(), max(m.remaining(l, now), 0)))
 				}
@@ -435,7 +445,7 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 				ls.heldTerm = 0
 				m.endLeadership(l, "lock no longer held by this node and term")
 				return
-			case m.remaining(l, now) <= 0:
+			case !m.extend(l, m.deadlineAfter(r.sent)):
 				// Too late: IsMaster has said false since the deadline, and a
 				// mastership never comes back. The lock, renewed, is ours
 				// under heldTerm: follow releases it.
@@ -443,15 +453,30 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 				return
 			default:
 				ls.errors = 0
-				if d := m.deadlineAfter(r.sent); int64(d) > l.deadline.Load() {
-					l.deadline.Store(int64(d))
-					deadline.Reset(m.remaining(l, now))
-				}
+				deadline.Reset(m.remaining(l, m.clock.Now()))
 				if pending {
 					pending = false
 					renew.Reset(max(m.cfg.HeartbeatInterval-now.Sub(r.sent), 0))
 				}
 			}
+		}
+	}
+}
+
+// extend moves l's self-fencing deadline forward to d, unless the deadline
+// in force has passed: it reports false then, and the mastership is over.
+// The check and the move are one atomic step against holds, which latches
+// a passed deadline at zero, so IsMaster never turns true again once it has
+// said false.
+func (m *MasterElection) extend(l *leadership, d time.Duration) bool {
+	for {
+		cur := l.deadline.Load()
+		if m.clock.Now().Sub(m.base) >= time.Duration(cur) {
+			l.deadline.CompareAndSwap(cur, 0)
+			return false
+		}
+		if int64(d) <= cur || l.deadline.CompareAndSwap(cur, int64(d)) {
+			return true
 		}
 	}
 }

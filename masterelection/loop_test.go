@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -167,9 +168,18 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 		twin func(w *world) *node
 		// want is what the duplicate report must say; "" for none.
 		want string
+		// mode is how the first acquire's reply is lost.
+		mode faultMode
 	}{
 		{
 			name: "our own lock",
+			mode: faultFailReply,
+		},
+		{
+			// go-redis (MaxRetries >= 0) sends the call again after a lost
+			// reply; the retry finds the lock the first run took.
+			name: "our own lock found by the client's retry",
+			mode: faultRetried,
 		},
 		{
 			name: "twin elected earlier",
@@ -180,6 +190,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 				return x
 			},
 			want: "master_process was written by an acquire that this process did not send",
+			mode: faultFailReply,
 		},
 		{
 			name: "twin with the same info",
@@ -189,6 +200,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 				return x
 			},
 			want: "the lock was renewed",
+			mode: faultFailReply,
 		},
 	}
 	for _, tt := range tests {
@@ -199,7 +211,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 				x = tt.twin(w)
 			}
 			acquires := newScriptFault(scripts.AcquireScript, errors.New("injected: connection reset by peer"))
-			acquires.set(faultFailReply, 1) // the first acquire runs; its reply is lost
+			acquires.set(tt.mode, 1) // the first acquire runs; its reply is lost
 			y := w.nodeWith(testConfig("a"), acquires)
 			nodes := []*node{y}
 			if x != nil {
@@ -248,5 +260,32 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 				t.Fatalf("twin master %v, y master %v", x.IsMaster(), y.IsMaster())
 			}
 		})
+	}
+}
+
+// TestDeadlineLatches checks that once holds has said a mastership is over,
+// a renewal that comes back afterwards cannot make it current again, and
+// that a renewal only ever moves the deadline forward.
+func TestDeadlineLatches(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	m := &MasterElection{clock: clk, base: clk.Now()}
+	l := &leadership{}
+	l.deadline.Store(int64(time.Second))
+
+	if !m.extend(l, 3*time.Second) || !m.holds(l, clk.Now().Add(2*time.Second)) {
+		t.Fatal("a renewal before the deadline did not extend it")
+	}
+	if !m.extend(l, 2*time.Second) || m.remaining(l, clk.Now()) != 3*time.Second {
+		t.Fatalf("an older renewal moved the deadline back to %v", m.remaining(l, clk.Now()))
+	}
+	clk.Advance(3 * time.Second)
+	if m.holds(l, clk.Now()) {
+		t.Fatal("holds at the deadline")
+	}
+	if m.extend(l, 10*time.Second) {
+		t.Fatal("a renewal after holds said false extended the mastership")
+	}
+	if m.holds(l, clk.Now()) || m.holds(l, epoch) {
+		t.Fatal("the mastership came back after it was reported over")
 	}
 }
