@@ -438,7 +438,18 @@ func (m *MasterElection) masterInfoJSON() ([]byte, error) {
 
 // holds reports whether mastership l is still certain at now.
 func (m *MasterElection) holds(l *leadership, now time.Time) bool {
-	return now.Sub(m.base) < time.Duration(l.deadline.Load())
+	at := now.Sub(m.base)
+	for {
+		cur := l.deadline.Load()
+		if at < time.Duration(cur) {
+			return true
+		}
+		// Passed: latch it, so that a renewal whose reply comes now cannot
+		// move the deadline past this answer (see extend).
+		if cur == 0 || l.deadline.CompareAndSwap(cur, 0) {
+			return false
+		}
+	}
 }
 
 // opTimeout bounds one Redis call of the loops.
