@@ -349,6 +349,11 @@ func (d *scanner) metadata() (map[string]any, bool) {
 	return m, true
 }
 
+// maxMetadataDepth is the deepest metadata the fast path takes; deeper
+// values go to encoding/json with the whole entry, whose nesting limit
+// counts the entry's own level too.
+const maxMetadataDepth = 1000
+
 // skipComposite moves past the object or array starting at d.i by counting
 // brackets outside strings. It does not validate: the caller hands the text
 // it spans to encoding/json.
@@ -357,7 +362,9 @@ func (d *scanner) skipComposite() bool {
 	for d.i < len(d.s) {
 		switch d.s[d.i] {
 		case '{', '[':
-			depth++
+			if depth++; depth > maxMetadataDepth {
+				return false
+			}
 		case '}', ']':
 			depth--
 			if depth == 0 {

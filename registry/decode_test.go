@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,6 +52,7 @@ func TestFastDecodeDefers(t *testing.T) {
 		`{"processId":"a","role":"slave","extra":1}`,
 		"{\"processId\":\"a\xff\",\"role\":\"slave\"}",
 		`{"processId":"a","role":"slave"} x`,
+		`{"processId":"a","role":"slave","metadata":{"a":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}}`, // deeper than encoding/json takes
 		`{"processId":"a","role":"slave",}`,
 	} {
 		if w, ok := fastDecode(v); ok {
