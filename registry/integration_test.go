@@ -99,6 +99,33 @@ func TestIntegrationBackendByVersion(t *testing.T) {
 	})
 }
 
+// TestIntegrationReadRefused: a user whose ACL refuses HGETALL gets an
+// error naming the refusal, on every backend (the emulated one reads in a
+// transaction, where Redis reports the refusal as an aborted EXEC).
+func TestIntegrationReadRefused(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		admin := inst.Client(t)
+		if err := admin.Do(t.Context(), "ACL", "SETUSER", "nohgetall", "on", ">pw", "~*", "&*", "+@all", "-hgetall").Err(); err != nil {
+			t.Fatal(err)
+		}
+		o := inst.Options()
+		o.Username, o.Password = "nohgetall", "pw"
+		c := redis.NewClient(o)
+		defer c.Close()
+		for _, b := range []Backend{BackendAuto, BackendEmulated} {
+			reg, err := New(t.Context(), c, scripts.NewKeys("herd-"+string(b), false), Options{Backend: b})
+			if err != nil {
+				t.Fatalf("New(%s): %v", b, err)
+			}
+			_, err = reg.Processes(t.Context())
+			if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(strings.ToLower(err.Error()), "hgetall") {
+				t.Errorf("Processes on %s with HGETALL refused = %v; want the NOPERM naming hgetall", reg.Backend(), err)
+			}
+		}
+	})
+}
+
 // TestIntegrationThousand: 1,000 processes register and heartbeat from
 // goroutines while a master tracks them; a few stop without unregistering;
 // then Redis restarts with no data.

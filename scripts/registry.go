@@ -169,7 +169,18 @@ func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, id string) (entr
 			one = pipe.HGet(ctx, k.Processes, id)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command
+		read := redis.Cmder(all)
+		if all == nil {
+			read = one
+		}
 		if err := expire.Err(); err != nil {
+			if strings.HasPrefix(err.Error(), "EXECABORT") && read.Err() != nil && !errors.Is(read.Err(), redis.Nil) &&
+				!strings.HasPrefix(read.Err().Error(), "EXECABORT") {
+				// Redis refused to queue the read (an ACL without HGETALL, say):
+				// that is the cause, not the aborted transaction.
+				err = read.Err()
+				return nil, nil, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
+			}
 			if cached && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 				continue // the server has not cached the script: send it whole
 			}
