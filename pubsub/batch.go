@@ -40,7 +40,8 @@ type Outgoing struct {
 // Outcome is what became of one message of Router.SendBatch.
 type Outcome struct {
 	// ID is the message's id (a random UUID, its own for every message of
-	// the batch); "" when the message was refused as invalid.
+	// the batch); "" when the message was refused as invalid, or when
+	// SendBatch stopped before stamping any message (not master).
 	ID string
 	// Err is nil when Redis handed the message to at least one subscriber's
 	// connection (which does not mean the slave processed it). Otherwise it
@@ -54,7 +55,8 @@ type Outcome struct {
 	//     error of an earlier call): certainly not published;
 	//   - any other error, the error of the script call that carried the
 	//     message (a network error, a timeout): the call may or may not have
-	//     run on the server, as with Send.
+	//     run on the server, as with Send (and with go-redis's retries on,
+	//     it may have run twice: see docs/routing.md).
 	Err error
 }
 
@@ -217,8 +219,8 @@ func checkOutgoing(m Outgoing) (json.RawMessage, error) {
 	return encodePayload(m.Payload)
 }
 
-// markNotSent gives every message from index from on that has an id and no
-// outcome yet an error matching ErrNotSent and reason.
+// markNotSent gives every message from index from on that has no outcome
+// yet (it was valid) an error matching ErrNotSent and reason.
 func markNotSent(out []Outcome, from int, reason error) {
 	err := fmt.Errorf("%w: %w", ErrNotSent, reason)
 	for i := from; i < len(out); i++ {

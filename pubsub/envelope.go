@@ -163,7 +163,9 @@ func parseSentAt(raw json.RawMessage) (time.Time, error) {
 // encodePayload turns what a caller passes into raw JSON as the envelope
 // carries it: json.RawMessage must be valid JSON and is compacted (and HTML
 // characters escaped, as json.Marshal does), nil becomes null, anything else
-// goes through json.Marshal. The size limit applies to the result.
+// goes through json.Marshal. The size limit applies to the result, and to a
+// json.RawMessage also before it is compacted, so that no more than the
+// limit is ever scanned.
 func encodePayload(p any) (json.RawMessage, error) {
 	var raw json.RawMessage
 	switch v := p.(type) {
