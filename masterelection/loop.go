@@ -23,6 +23,7 @@ type loopState struct {
 	maybeHeld  bool         // an acquire's reply was lost: the lock may be ours under a term we never learnt
 	lost       lostAcquires // the acquires whose reply was lost since maybeHeld was set
 	lossWait   time.Time    // after a data loss: do not contend before this instant
+	lossTerm   int64        // the observed term when lossWait was set: a higher one means a newer loss
 	errors     int          // consecutive Redis errors, for the backoff
 
 	// renewals counts the renew attempts still running; run waits for them
@@ -270,8 +271,14 @@ func (m *MasterElection) dataLossWait(ls *loopState, termMissing bool) time.Dura
 		return 0
 	}
 	now := m.clock.Now()
+	if !ls.lossWait.IsZero() && m.ObservedTerm() != ls.lossTerm {
+		// A master was elected after the loss that set lossWait (its term
+		// came by a notice, between two checks that both found the key
+		// gone): this is a new loss, and its master must fence itself too.
+		ls.lossWait = time.Time{}
+	}
 	if ls.lossWait.IsZero() {
-		ls.lossWait = now.Add(m.cfg.LockTTL)
+		ls.lossWait, ls.lossTerm = now.Add(m.cfg.LockTTL), m.ObservedTerm()
 		m.emitError(fmt.Errorf("%w: key %q is gone; contending after LockTTL (%v), when every earlier master has fenced itself",
 			ErrDataLoss, m.keys.Term, m.cfg.LockTTL))
 	}

@@ -63,8 +63,22 @@ func TestDeadlineCountsFromTheSendOfTheRenewal(t *testing.T) {
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
 	l := a.lead.Load()
 	want := a.cfg.HeartbeatInterval + a.cfg.LockTTL - a.cfg.stepDownMargin()
-	w.advance(a.cfg.HeartbeatInterval, 50*time.Millisecond, a) // one renewal, sent at 1s
-	waitFor(t, "the renewal's reply", func() bool { return time.Duration(l.deadline.Load()) == want })
+	// The lead loop arms its renew timer just after the election completes:
+	// let it, or a timer armed after the step below would not fire in it.
+	for quiet := false; !quiet; {
+		select {
+		case <-a.clk.Changed():
+		case <-time.After(50 * time.Millisecond):
+			quiet = true
+		}
+	}
+	// One step, then no more time until the reply: with smaller steps a
+	// slow reply (a busy machine) lets HeartbeatInterval/2 pass and a
+	// second attempt go out, whose later send time sets the deadline.
+	w.advance(a.cfg.HeartbeatInterval, a.cfg.HeartbeatInterval, a) // one renewal, sent at 1s
+	if !waitUntil(5*time.Second, func() bool { return time.Duration(l.deadline.Load()) == want }) {
+		t.Fatalf("deadline after the renewal sent at %v: %v, want %v (events %v)", a.cfg.HeartbeatInterval, time.Duration(l.deadline.Load()), want, a.rec.errors())
+	}
 	w.mr.SetError("LOADING simulated outage") // no more renewals
 	a.clk.Advance(want - a.cfg.HeartbeatInterval - time.Millisecond)
 	if !a.IsMaster() {
@@ -288,4 +302,53 @@ func TestDeadlineLatches(t *testing.T) {
 	if m.holds(l, clk.Now()) || m.holds(l, epoch) {
 		t.Fatal("the mastership came back after it was reported over")
 	}
+}
+
+// TestDataLossWaitPerLoss: after a data loss a process that has seen a term
+// waits LockTTL before contending; a second loss after a master was elected
+// (its term learnt from a notice, with no check seeing the key in between)
+// starts a new wait instead of reusing the expired one.
+func TestDataLossWaitPerLoss(t *testing.T) {
+	w := newWorld(t)
+	n := w.node(testConfig("a"))
+	ttl := n.cfg.LockTTL
+	ls := &loopState{}
+	n.observeTerm(7)
+	if d := n.dataLossWait(ls, true); d <= 0 {
+		t.Fatalf("first sight of a loss: wait %v, want up to LockTTL", d)
+	}
+	n.clk.Advance(ttl)
+	if d := n.dataLossWait(ls, true); d != 0 {
+		t.Fatalf("LockTTL after the loss: wait %v, want 0 (contend)", d)
+	}
+	n.observeTerm(9) // elected after the loss, learnt from its notice
+	n.clk.Advance(time.Millisecond)
+	if d := n.dataLossWait(ls, true); d <= 0 {
+		t.Fatalf("a second loss after term 9 was elected: wait %v, want a new wait", d)
+	}
+	losses := func() int {
+		k := 0
+		for _, err := range n.rec.errors() {
+			if errors.Is(err, ErrDataLoss) {
+				k++
+			}
+		}
+		return k
+	}
+	waitFor(t, "two data-loss errors", func() bool { return losses() >= 2 })
+	if k := losses(); k != 2 {
+		t.Errorf("%d data-loss errors reported, want one per loss (2)", k)
+	}
+}
+
+// waitUntil polls cond for up to d of real time.
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
 }
