@@ -124,9 +124,15 @@ func TestSoak(t *testing.T) {
 		if !ok {
 			outcome = "FAILED"
 		}
-		fmt.Printf("soak %d/%d seed %d on %s: %s in %v: %d masterships, max failover %v, %d violations\n",
+		lossOverlaps := 0
+		for _, o := range rep.Overlaps {
+			if o.DataLoss {
+				lossOverlaps++
+			}
+		}
+		fmt.Printf("soak %d/%d seed %d on %s: %s in %v: %d masterships, max failover %v, %d overlaps after data loss, %d violations\n",
 			i+1, n, sd, s.server.Name, outcome, time.Since(began).Round(time.Second), len(rep.Masterships),
-			rep.MaxFailover().Round(time.Millisecond), len(rep.Violations))
+			rep.MaxFailover().Round(time.Millisecond), lossOverlaps, len(rep.Violations))
 	}
 	table := sum.table(fastTiming.ttl)
 	fmt.Print(table)
