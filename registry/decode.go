@@ -20,30 +20,14 @@ import (
 func fastDecode(value string) (w ProcessInfo, ok bool) {
 	d := scanner{s: value}
 	d.space()
-	if !d.byte('{') {
-		return w, false
-	}
 	var seen uint16
-	d.space()
-	if d.byte('}') {
-		return w, d.end()
-	}
-	for {
-		d.space()
-		name, ok := d.str()
-		if !ok {
-			return w, false
-		}
-		d.space()
-		if !d.byte(':') {
-			return w, false
-		}
-		d.space()
+	ok = d.object(func(name string) bool {
 		bit := memberBit(name)
 		if bit == 0 || seen&bit != 0 {
-			return w, false // unknown (or differently cased) or repeated member
+			return false // unknown (or differently cased) or repeated member
 		}
 		seen |= bit
+		var ok bool
 		switch bit {
 		case bitProcessID:
 			w.ProcessID, ok = d.str()
@@ -66,17 +50,9 @@ func fastDecode(value string) (w ProcessInfo, ok bool) {
 		case bitTerm:
 			w.Term, ok = d.int()
 		}
-		if !ok {
-			return w, false
-		}
-		d.space()
-		if d.byte('}') {
-			return w, d.end()
-		}
-		if !d.byte(',') {
-			return w, false
-		}
-	}
+		return ok
+	})
+	return w, ok && d.end()
 }
 
 const (
@@ -271,59 +247,68 @@ func daysIn(year, month int) int {
 // most once.
 func (d *scanner) capabilities() (Capabilities, bool) {
 	var c Capabilities
-	if !d.byte('{') {
-		return c, false
-	}
-	d.space()
-	if d.byte('}') {
-		return c, true
-	}
 	var seen [3]bool
-	for {
-		d.space()
-		name, ok := d.str()
-		if !ok {
-			return c, false
+	once := func(i int) bool {
+		if seen[i] {
+			return false
 		}
-		d.space()
-		if !d.byte(':') {
-			return c, false
-		}
-		d.space()
+		seen[i] = true
+		return true
+	}
+	ok := d.object(func(name string) bool {
 		var n int64
+		ok := false
 		switch name {
 		case "canProcessDetections":
-			ok = !seen[0]
-			seen[0] = true
-			if ok {
+			if once(0) {
 				c.CanProcessDetections, ok = d.boolean()
 			}
 		case "maxSubscriptions":
-			ok = !seen[1]
-			seen[1] = true
-			if ok {
+			if once(1) {
 				n, ok = d.int()
 				c.MaxSubscriptions = int(n)
 			}
 		case "preferredWorkload":
-			ok = !seen[2]
-			seen[2] = true
-			if ok {
+			if once(2) {
 				n, ok = d.int()
 				c.PreferredWorkload = int(n)
 			}
-		default:
-			ok = false
 		}
+		return ok
+	})
+	return c, ok
+}
+
+// object reads an object. member is called with each member's name, the
+// scanner at its value, which it must consume; it returns false to give up.
+func (d *scanner) object(member func(name string) bool) bool {
+	if !d.byte('{') {
+		return false
+	}
+	d.space()
+	if d.byte('}') {
+		return true
+	}
+	for {
+		d.space()
+		name, ok := d.str()
 		if !ok {
-			return c, false
+			return false
+		}
+		d.space()
+		if !d.byte(':') {
+			return false
+		}
+		d.space()
+		if !member(name) {
+			return false
 		}
 		d.space()
 		if d.byte('}') {
-			return c, true
+			return true
 		}
 		if !d.byte(',') {
-			return c, false
+			return false
 		}
 	}
 }
