@@ -211,17 +211,24 @@ func Route(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term in
 	if err != nil {
 		return nil, err
 	}
-	if n, ok := reply.(int64); ok && n == -1 {
-		return nil, fmt.Errorf("route as %q with term %d: %w", nodeID, term, ErrFenced)
+	return routeCounts("route", reply, len(channels), fmt.Sprintf("route as %q with term %d", nodeID, term))
+}
+
+// routeCounts reads the reply of route.lua or route_batch.lua: n receiver
+// counts, or -1 when the sender was fenced (an error wrapping ErrFenced,
+// prefixed with fenced).
+func routeCounts(name string, reply any, n int, fenced string) ([]int64, error) {
+	if v, ok := reply.(int64); ok && v == -1 {
+		return nil, fmt.Errorf("%s: %w", fenced, ErrFenced)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != len(channels) {
-		return nil, unexpected("route", reply)
+	if !ok || len(arr) != n {
+		return nil, unexpected(name, reply)
 	}
 	counts := make([]int64, len(arr))
 	for i, v := range arr {
-		if counts[i], ok = v.(int64); !ok {
-			return nil, unexpected("route", reply)
+		if counts[i], ok = v.(int64); !ok || counts[i] < 0 {
+			return nil, unexpected(name, reply)
 		}
 	}
 	return counts, nil
@@ -257,20 +264,7 @@ func RouteBatch(ctx context.Context, c redis.Scripter, k Keys, nodeID string, te
 	if err != nil {
 		return nil, err
 	}
-	if n, ok := reply.(int64); ok && n == -1 {
-		return nil, fmt.Errorf("route batch of %d messages as %q with term %d: %w", len(msgs), nodeID, term, ErrFenced)
-	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != len(msgs) {
-		return nil, unexpected("route batch", reply)
-	}
-	counts := make([]int64, len(arr))
-	for i, v := range arr {
-		if counts[i], ok = v.(int64); !ok || counts[i] < 0 {
-			return nil, unexpected("route batch", reply)
-		}
-	}
-	return counts, nil
+	return routeCounts("route batch", reply, len(msgs), fmt.Sprintf("route batch of %d messages as %q with term %d", len(msgs), nodeID, term))
 }
 
 // lockGarbage describes what is wrong with a held lock, or returns "".
