@@ -57,7 +57,7 @@ func AcquireOp(c redis.UniversalClient, lockName, nodeID string, ttl time.Durati
 	return Op{
 		Name: "acquire",
 		Do: func(ctx context.Context) error {
-			res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info)
+			res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info, 0)
 			if err != nil {
 				return err
 			}
@@ -82,7 +82,7 @@ func AcquireOp(c redis.UniversalClient, lockName, nodeID string, ttl time.Durati
 // does every HeartbeatInterval (with its term, as the election loop does).
 func RenewOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte) (Op, error) {
 	k := scripts.NewKeys(lockName, false)
-	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info)
+	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info, 0)
 	if err != nil {
 		return Op{}, fmt.Errorf("acquire before renew: %w", err)
 	}
@@ -106,7 +106,7 @@ func RenewOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID stri
 // every slave does every CheckInterval.
 func CheckOp(ctx context.Context, c redis.UniversalClient, lockName, holder string, ttl time.Duration) (Op, error) {
 	k := scripts.NewKeys(lockName, false)
-	res, err := scripts.Acquire(ctx, c, k, holder, ttl, nil)
+	res, err := scripts.Acquire(ctx, c, k, holder, ttl, nil, 0)
 	if err != nil {
 		return Op{}, fmt.Errorf("acquire before check: %w", err)
 	}

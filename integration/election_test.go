@@ -455,3 +455,80 @@ func TestStartNamesWhyTheElectionCannotFinish(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseNoticeDoesNotSkipTheDataLossWait plays the sequence the fault
+// schedules found: a slave that has seen a term gets a released notice
+// (queued while it was paused, in the schedule) after Redis restarted
+// without its data, before any check of its own. The notice must not take
+// it to the lock before LockTTL has passed since the loss, while a master of
+// before the loss may still act.
+func TestReleaseNoticeDoesNotSkipTheDataLossWait(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		cfgA, cfgD := fastConfig("loss-notice", "a"), fastConfig("loss-notice", "d")
+		cfgA.LockTTL, cfgD.LockTTL = 3*time.Second, 3*time.Second
+		cfgD.CheckInterval = 2500 * time.Millisecond // no check of d's own comes before the notice
+		a := newElection(t, inst.Client(t), cfgA)
+		d := newElection(t, inst.Client(t), cfgD)
+		start(t, a)
+		start(t, d)
+		oldTerm := a.Term()
+		if oldTerm == 0 || d.ObservedTerm() != oldTerm {
+			t.Fatalf("a master with term %d, d observed %d", oldTerm, d.ObservedTerm())
+		}
+		var losses atomic.Int32
+		d.OnError(func(err error) {
+			if errors.Is(err, masterelection.ErrDataLoss) {
+				losses.Add(1)
+			}
+		})
+		nodes := []*masterelection.MasterElection{a, d}
+		watch := overlap.Start(nodes)
+		lost := time.Now()
+		inst.Restart(t)
+
+		// Once both are subscribed again, the notice a graceful stop of
+		// the old master would have sent.
+		admin := inst.Client(t)
+		ctx := context.Background()
+		waitUntil(t, "both subscribed again", 5*time.Second, func() bool {
+			n, err := admin.PubSubNumSub(ctx, d.Keys().Events).Result()
+			return err == nil && n[d.Keys().Events] >= 2
+		})
+		notice := fmt.Sprintf(`{"event":"released","nodeId":"a","term":%d}`, d.ObservedTerm())
+		if err := admin.Publish(ctx, d.Keys().Events, notice).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var next *masterelection.MasterElection
+		waitUntil(t, "a master elected after the loss", 3*cfgD.LockTTL, func() bool {
+			for _, n := range nodes {
+				if n.Term() > oldTerm {
+					next = n
+					return true
+				}
+			}
+			return false
+		})
+		if took := time.Since(lost); took < cfgD.LockTTL {
+			t.Fatalf("%s became master %v after the data loss, before LockTTL (%v): the notice skipped the wait",
+				next.NodeID(), took.Round(time.Millisecond), cfgD.LockTTL)
+		}
+		watch.Check(t)
+		if losses.Load() == 0 {
+			t.Errorf("d reported no ErrDataLoss")
+		}
+	})
+}
+
+// waitUntil polls cond every few milliseconds until it holds, or fails the
+// test after within.
+func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrNotMaster is returned by RunIfMaster when this process is not master.
@@ -30,8 +31,9 @@ func (m *MasterElection) SetCandidate(candidate bool) {
 func (m *MasterElection) Candidate() bool { return m.candidate.Load() }
 
 // RunIfMaster runs fn if this process is master, and reports whether it
-// did. fn's ctx is cancelled when ctx ends or the mastership ends, whichever
-// comes first; term is the mastership's fencing term, to stamp on what fn
+// did. fn's ctx is done when ctx ends or the mastership ends, whichever
+// comes first, and never later than IsMaster turns false (its Err reads the
+// self-fencing deadline itself); term is the mastership's fencing term, to stamp on what fn
 // writes. When this process is not master, fn is not called and RunIfMaster
 // returns false and ErrNotMaster.
 func (m *MasterElection) RunIfMaster(ctx context.Context, fn func(ctx context.Context, term int64) error) (ran bool, err error) {
@@ -39,10 +41,8 @@ func (m *MasterElection) RunIfMaster(ctx context.Context, fn func(ctx context.Co
 	if l == nil || !m.holds(l, m.clock.Now()) {
 		return false, ErrNotMaster
 	}
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.ctx, cancel)
-	defer stop()
+	fctx := m.newMasterCtx(ctx, l)
+	defer fctx.cancel()
 	if err := fn(fctx, l.term); err != nil {
 		return true, fmt.Errorf("masterelection: run as master (term %d): %w", l.term, err)
 	}
@@ -53,9 +53,7 @@ func (m *MasterElection) RunIfMaster(ctx context.Context, fn func(ctx context.Co
 func (m *MasterElection) runStandalone(ctx context.Context) {
 	m.bus.emit(topicElectionStarted, payload{})
 	term := m.clock.Now().UnixMilli()
-	lctx, cancel := context.WithCancel(ctx)
-	l := &leadership{term: term, ctx: lctx, cancel: cancel}
-	l.deadline.Store(int64(^uint64(0) >> 1)) // never: nothing can take it away
+	l := m.newLeadership(ctx, term, time.Duration(^uint64(0)>>1)) // never: nothing can take it away
 	m.observeTerm(term)
 	m.lead.Store(l)
 	m.bus.emit(topicMasterAcquired, payload{term: term, lead: l})

@@ -69,11 +69,23 @@ const (
 // lost, the self-fencing deadline passes, or Stop releases it.
 type leadership struct {
 	term     int64
-	ctx      context.Context // given to OnMasterAcquired handlers; cancelled when the mastership ends
-	cancel   context.CancelFunc
+	ctx      *masterCtx     // given to OnMasterAcquired handlers; done when the mastership ends (masterctx.go)
 	deadline atomic.Int64   // self-fencing deadline, nanoseconds after MasterElection.base
 	handlers sync.WaitGroup // OnMasterAcquired handlers not yet returned
 }
+
+// newLeadership returns mastership term, whose self-fencing deadline is
+// deadline (an offset from m.base) and whose ctx is also done when parent is.
+func (m *MasterElection) newLeadership(parent context.Context, term int64, deadline time.Duration) *leadership {
+	l := &leadership{term: term}
+	l.deadline.Store(int64(deadline))
+	m.newMasterCtx(parent, l)
+	return l
+}
+
+// end marks mastership l over for its ctx (and every RunIfMaster ctx of
+// it) at once; it never blocks.
+func (l *leadership) end() { l.ctx.cancel() }
 
 // New returns an election on client configured by cfg. It does not talk to
 // Redis; Start does.
@@ -276,7 +288,7 @@ func (m *MasterElection) closeDone() { m.doneOnce.Do(func() { close(m.done) }) }
 // announced, so a slave takes over at once; not in standalone mode) and
 // emits master-lost. released tells whether the lock was released.
 func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait time.Duration, reason string) (released bool, err error) {
-	l.cancel()
+	l.end()
 	var errs []error
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if handlerWait > 0 {

@@ -155,14 +155,17 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		return ls.inElection && m.candidate.Load(), m.backoff(ls)
 	}
 	ls.errors = 0
-	if !st.TermMissing {
+	// The term key is never deleted and only grows: missing, or below a
+	// term seen on it, it tells that Redis lost data.
+	lost := st.TermMissing || st.Term < m.ObservedTerm()
+	if !lost {
 		ls.lossWait = time.Time{}
 	}
 	if !st.Exists || st.NodeID != m.cfg.NodeID {
 		ls.heldTerm, ls.maybeHeld, ls.lost = 0, false, lostAcquires{}
 	}
 	if !st.Exists {
-		if wait := m.dataLossWait(ls, st.TermMissing); wait > 0 {
+		if wait := m.dataLossWait(ls, lost); wait > 0 {
 			return false, wait
 		}
 		if m.candidate.Load() {
@@ -261,13 +264,18 @@ func (m *MasterElection) twinEvidence(ctx context.Context, ls *loopState, st scr
 }
 
 // dataLossWait returns how long to hold back before contending when the
-// term key is missing although this process has seen a term on the lock
-// name: Redis lost its data, and a master elected before may still believe
-// it is master for up to LockTTL after its last renewal, which came before
-// the loss. Waiting LockTTL from the first sight of the loss outlasts every
-// such belief. 0 means contend now.
-func (m *MasterElection) dataLossWait(ls *loopState, termMissing bool) time.Duration {
-	if !termMissing || m.ObservedTerm() == 0 {
+// term key is missing (or below a term seen on it) although this process has
+// seen a term on the lock name: Redis lost its data, and a master elected
+// before may still believe it is master for up to LockTTL after its last
+// renewal, which came before the loss. Waiting LockTTL from the first sight
+// of the loss outlasts every such belief. 0 means contend now.
+//
+// The wait cannot be skipped by a path that goes to the lock without a
+// check (Start, a release notice, a candidacy change): the acquire script
+// refuses to write while the term key is behind the seen term it is given
+// (seenForAcquire), answering DataLoss, and contend starts the wait here.
+func (m *MasterElection) dataLossWait(ls *loopState, lost bool) time.Duration {
+	if !lost || m.ObservedTerm() == 0 {
 		return 0
 	}
 	now := m.clock.Now()
@@ -279,13 +287,24 @@ func (m *MasterElection) dataLossWait(ls *loopState, termMissing bool) time.Dura
 	}
 	if ls.lossWait.IsZero() {
 		ls.lossWait, ls.lossTerm = now.Add(m.cfg.LockTTL), m.ObservedTerm()
-		m.emitError(fmt.Errorf("%w: key %q is gone; contending after LockTTL (%v), when every earlier master has fenced itself",
-			ErrDataLoss, m.keys.Term, m.cfg.LockTTL))
+		m.emitError(fmt.Errorf("%w: key %q is gone or behind term %d; contending after LockTTL (%v), when every earlier master has fenced itself",
+			ErrDataLoss, m.keys.Term, m.ObservedTerm(), m.cfg.LockTTL))
 	}
 	if rest := ls.lossWait.Sub(now); rest > 0 {
 		return min(rest, m.cfg.CheckInterval)
 	}
 	return 0
+}
+
+// seenForAcquire is the seen-term argument of the acquire script: the
+// observed term, or 0 once this process has waited out the data loss it saw
+// last (its wait has passed, and no newer term was seen since it began).
+func (m *MasterElection) seenForAcquire(ls *loopState) int64 {
+	seen := m.ObservedTerm()
+	if !ls.lossWait.IsZero() && ls.lossTerm == seen && !m.clock.Now().Before(ls.lossWait) {
+		return 0
+	}
+	return seen
 }
 
 // releaseStale deletes a lock that carries our node id but that we are not
@@ -319,7 +338,7 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	}
 	sent := m.clock.Now()
 	actx, cancel := context.WithTimeout(ctx, m.opTimeout())
-	res, err := m.acquire(actx, info)
+	res, err := m.acquire(actx, info, m.seenForAcquire(ls))
 	cancel()
 	if err != nil {
 		if res.Term != 0 {
@@ -334,6 +353,11 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 		return nil, m.backoff(ls)
 	}
 	ls.errors = 0
+	if res.DataLoss {
+		// The lock is free, but Redis lost a term this process had seen:
+		// wait, whichever path brought this attempt (see dataLossWait).
+		return nil, max(m.dataLossWait(ls, true), m.cfg.retryInterval())
+	}
 	if res.Term == 0 {
 		m.observeTerm(res.HolderTerm)
 		if res.Holder == m.cfg.NodeID {
@@ -352,9 +376,7 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 		return nil, m.untilExpiry(res.TTL)
 	}
 
-	lctx, lcancel := context.WithCancel(ctx)
-	l := &leadership{term: res.Term, ctx: lctx, cancel: lcancel}
-	l.deadline.Store(int64(m.deadlineAfter(sent)))
+	l := m.newLeadership(ctx, res.Term, m.deadlineAfter(sent))
 	ls.heldTerm = res.Term
 	m.observeTerm(res.Term)
 	m.lead.Store(l)
@@ -539,11 +561,11 @@ func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leaders
 // to its term) and reported as an error wrapping ErrReplicas; when that
 // release fails, the error comes with the term, so the loop knows the lock
 // that may still be its own.
-func (m *MasterElection) acquire(ctx context.Context, info []byte) (scripts.Acquired, error) {
+func (m *MasterElection) acquire(ctx context.Context, info []byte, seen int64) (scripts.Acquired, error) {
 	if m.cfg.WaitReplicas <= 0 {
-		return scripts.Acquire(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info)
+		return scripts.Acquire(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, seen)
 	}
-	res, acked, err := scripts.AcquireReplicated(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, m.cfg.replication())
+	res, acked, err := scripts.AcquireReplicated(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, seen, m.cfg.replication())
 	if err != nil || res.Term == 0 || acked >= int64(m.cfg.WaitReplicas) {
 		return res, err
 	}
@@ -573,8 +595,11 @@ func (m *MasterElection) endLeadership(l *leadership, reason string) {
 	if !m.lead.CompareAndSwap(l, nil) {
 		return
 	}
+	// The ctx ends before anything that can wait (trackMu is held by slave
+	// events, which may be queued behind a slow handler's): nothing may keep
+	// it live once the mastership is over.
+	l.end()
 	m.trackMu.Lock()
-	l.cancel()
 	m.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
 	m.bus.emit(topicMasterLost, payload{term: l.term})
 	m.trackMu.Unlock()

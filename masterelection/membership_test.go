@@ -225,14 +225,14 @@ func TestSlaveEventNeedsTheMastership(t *testing.T) {
 			n := w.node(testConfig("a"))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			l := &leadership{term: 7, ctx: ctx, cancel: cancel}
-			l.deadline.Store(int64(n.clk.Now().Sub(n.base) + tt.deadline))
+			l := n.newLeadership(ctx, 7, n.clk.Now().Sub(n.base)+tt.deadline)
+			defer l.end()
 			if tt.current {
 				n.lead.Store(l)
 				defer n.lead.Store(nil)
 			}
 			if tt.cancel {
-				cancel()
+				l.end()
 			}
 			n.slaveEvent(l, topicSlaveRemoved, payload{nodeID: "b"})
 			n.slaveEvent(l, topicSlaveRegistered, payload{slave: registry.SlaveNode{NodeID: "c"}})

@@ -41,7 +41,7 @@ func exampleRedis() (*miniredis.Miniredis, *redis.Client) {
 // exampleMaster makes id master as the election does, with acquire.lua,
 // and returns a stand-in for the election with the term it minted.
 func exampleMaster(ctx context.Context, client *redis.Client, id string) staticLeader {
-	a, err := scripts.Acquire(ctx, client, scripts.NewKeys(pubsub.DefaultLockName, false), id, time.Minute, nil)
+	a, err := scripts.Acquire(ctx, client, scripts.NewKeys(pubsub.DefaultLockName, false), id, time.Minute, nil, 0)
 	if err != nil || a.Term == 0 {
 		panic(fmt.Sprintf("%s acquires: %+v, %v", id, a, err))
 	}

@@ -103,7 +103,7 @@ func lockKeys(cfg pubsub.Config) scripts.Keys {
 // lock is held.
 func acquire(t testing.TB, c redis.UniversalClient, cfg pubsub.Config, id string) int64 {
 	t.Helper()
-	a, err := scripts.Acquire(testCtx(t), c, lockKeys(cfg), id, testLockTTL, nil)
+	a, err := scripts.Acquire(testCtx(t), c, lockKeys(cfg), id, testLockTTL, nil, 0)
 	if err != nil || a.Term <= 0 {
 		t.Fatalf("%s acquires the lock: %+v, %v", id, a, err)
 	}

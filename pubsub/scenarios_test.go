@@ -31,7 +31,7 @@ import (
 func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func()) {
 	keys := scripts.NewKeys(pubsub.DefaultLockName, false)
 	ctx := testCtx(t)
-	a, err := scripts.Acquire(ctx, c, keys, "node-a", 30*time.Second, nil)
+	a, err := scripts.Acquire(ctx, c, keys, "node-a", 30*time.Second, nil, 0)
 	if err != nil || a.Term == 0 {
 		t.Fatalf("A acquires: %+v, %v", a, err)
 	}
@@ -60,7 +60,7 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 	send(routerA, "a-before", before)
 
 	expire()
-	b, err := scripts.Acquire(ctx, c, keys, "node-b", 30*time.Second, nil)
+	b, err := scripts.Acquire(ctx, c, keys, "node-b", 30*time.Second, nil, 0)
 	if err != nil || b.Term <= a.Term {
 		t.Fatalf("B acquires after A's term %d: %+v, %v", a.Term, b, err)
 	}
@@ -178,7 +178,7 @@ func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func(
 		}
 		if errors.Is(err, scripts.ErrFenced) {
 			fenced = true
-			a, err := scripts.Acquire(ctx, c, lockKeys(pubsub.Config{}), "m", testLockTTL, nil)
+			a, err := scripts.Acquire(ctx, c, lockKeys(pubsub.Config{}), "m", testLockTTL, nil, 0)
 			if err == nil && a.Term > 0 {
 				leader.set(a.Term)
 			}

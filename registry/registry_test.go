@@ -376,7 +376,7 @@ func testMasterProcess(t *testing.T, tg target) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := scripts.Acquire(e.ctx, e.c, e.keys, "m", time.Minute, b)
+	got, err := scripts.Acquire(e.ctx, e.c, e.keys, "m", time.Minute, b, 0)
 	if err != nil || got.Term == 0 {
 		t.Fatalf("Acquire = %+v, %v", got, err)
 	}

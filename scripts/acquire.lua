@@ -11,16 +11,31 @@
 -- ARGV[3] -> the candidate's ProcessInfo as a JSON object without a "term" member,
 --            or "" to leave KEYS[3] alone; the script appends "term"
 -- ARGV[4] -> events channel (<prefix>:events)
+-- ARGV[5] -> the highest term the caller has seen on this lock name, or 0 (or
+--            "") when it has seen none or has waited out a data loss
 -- Returns: {term} when the caller became master;
 --          {0, holder, pttl, term} when the lock is held: holder is the holder's
 --          node id ("" when the key holds something that is not a string), pttl
 --          its remaining time to live in milliseconds (-1: the key has no TTL),
---          term the last minted term (0 when none or unreadable).
+--          term the last minted term (0 when none or unreadable);
+--          {-1, term} when the lock is free but the term key is missing, holds
+--          garbage, or holds a term below ARGV[5]: Redis lost data that the
+--          caller saw, and a master elected before the loss may still be
+--          acting. Nothing is written; term is the key's term (0 when none).
 --
 -- The term is max(previous + 1, server TIME in ms): previous + 1 keeps terms
 -- increasing while the term key lives; TIME keeps them increasing when the key
--- was lost with the data. A term key holding garbage counts as 0.
-local prev = tonumber(redis.pcall('GET', KEYS[4])) or 0
+-- was lost with the data. The data-loss answer is what makes every path to
+-- the lock wait for the masters of before a loss to fence themselves: the
+-- caller decides when it has waited, not which path brought it here.
+local raw = redis.pcall('GET', KEYS[4])
+local prev = 0
+if type(raw) == 'string' and string.match(raw, '^%d+$') then prev = tonumber(raw) end
+
+local seen = tonumber(ARGV[5]) or 0
+if prev < seen and not redis.pcall('GET', KEYS[1]) then
+  return {-1, prev}
+end
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local holder = redis.pcall('GET', KEYS[1])

@@ -22,8 +22,8 @@ type Replication struct {
 // AcquireReplicated is Acquire followed by WAIT: acked is the number of
 // replicas that acknowledged the write (meaningful when a term was minted).
 // The caller decides what too few acknowledgements mean.
-func AcquireReplicated(ctx context.Context, c redis.UniversalClient, k Keys, nodeID string, ttl time.Duration, info []byte, r Replication) (Acquired, int64, error) {
-	reply, acked, err := runWaited(ctx, c, AcquireScript, acquireSrc, "acquire", acquireKeys(k), r, acquireArgs(k, nodeID, ttl, info)...)
+func AcquireReplicated(ctx context.Context, c redis.UniversalClient, k Keys, nodeID string, ttl time.Duration, info []byte, seen int64, r Replication) (Acquired, int64, error) {
+	reply, acked, err := runWaited(ctx, c, AcquireScript, acquireSrc, "acquire", acquireKeys(k), r, acquireArgs(k, nodeID, ttl, info, seen)...)
 	if err != nil {
 		return Acquired{}, 0, err
 	}

@@ -75,15 +75,25 @@ type Acquired struct {
 	// Garbage names what is wrong with the held lock when its key holds a
 	// value herd never writes; "" when all is well.
 	Garbage string
+	// DataLoss is true when the lock was free but the term key was missing,
+	// unreadable or below the caller's seen term: Redis lost data the caller
+	// had seen. Nothing was written; HolderTerm is the key's term (0 when
+	// none). The caller waits until every master elected before the loss has
+	// fenced itself, then acquires with seen 0.
+	DataLoss bool
 }
 
 // Acquire runs acquire.lua for nodeID. info is the candidate's ProcessInfo
-// JSON object without a "term" member (the script adds it), or nil.
-func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl time.Duration, info []byte) (Acquired, error) {
+// JSON object without a "term" member (the script adds it), or nil. seen is
+// the highest term the caller has seen on the lock name, or 0 when it has
+// seen none or has waited out a data loss: when the lock is free and the
+// term key is missing or below seen, nothing is written and the result has
+// DataLoss set.
+func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl time.Duration, info []byte, seen int64) (Acquired, error) {
 	if len(info) > 0 && (info[0] != '{' || info[len(info)-1] != '}') {
 		return Acquired{}, fmt.Errorf("acquire: process info is not a JSON object")
 	}
-	reply, err := run(ctx, c, AcquireScript, "acquire", acquireKeys(k), acquireArgs(k, nodeID, ttl, info)...)
+	reply, err := run(ctx, c, AcquireScript, "acquire", acquireKeys(k), acquireArgs(k, nodeID, ttl, info, seen)...)
 	if err != nil {
 		return Acquired{}, err
 	}
@@ -92,18 +102,25 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl t
 
 func acquireKeys(k Keys) []string { return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term} }
 
-func acquireArgs(k Keys, nodeID string, ttl time.Duration, info []byte) []any {
-	return []any{nodeID, ttl.Milliseconds(), info, k.Events}
+func acquireArgs(k Keys, nodeID string, ttl time.Duration, info []byte, seen int64) []any {
+	return []any{nodeID, ttl.Milliseconds(), info, k.Events, termArg(seen)}
 }
 
 func parseAcquired(k Keys, reply any) (Acquired, error) {
 	arr, ok := reply.([]any)
-	if !ok || (len(arr) != 1 && len(arr) != 4) {
+	if !ok || (len(arr) != 1 && len(arr) != 2 && len(arr) != 4) {
 		return Acquired{}, unexpected("acquire", reply)
 	}
 	term, ok := arr[0].(int64)
 	if !ok {
 		return Acquired{}, unexpected("acquire", reply)
+	}
+	if len(arr) == 2 {
+		prev, ok := arr[1].(int64)
+		if term != -1 || !ok || prev < 0 {
+			return Acquired{}, unexpected("acquire", reply)
+		}
+		return Acquired{DataLoss: true, HolderTerm: prev, TTL: -1}, nil
 	}
 	if len(arr) == 1 {
 		if term <= 0 {

@@ -86,7 +86,7 @@ func TestAcquireContract(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := scripts.Acquire(ctx, c, k, "n1", 5*time.Second, []byte(`{"processId":"n1","role":"master"}`))
+	got, err := scripts.Acquire(ctx, c, k, "n1", 5*time.Second, []byte(`{"processId":"n1","role":"master"}`), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestAcquireContract(t *testing.T) {
 	}
 
 	// Held: a second candidate learns who holds it and for how long.
-	other, err := scripts.Acquire(ctx, c, k, "n2", 5*time.Second, nil)
+	other, err := scripts.Acquire(ctx, c, k, "n2", 5*time.Second, nil, 0)
 	if err != nil || other.Term != 0 || other.Holder != "n1" || other.TTL != 5*time.Second || other.HolderTerm != got.Term {
 		t.Fatalf("second acquire = %+v, %v", other, err)
 	}
@@ -126,7 +126,7 @@ func TestAcquireContract(t *testing.T) {
 	if ok, _ := scripts.Release(ctx, c, k, "n1", got.Term); !ok {
 		t.Fatal("release refused")
 	}
-	again, err := scripts.Acquire(ctx, c, k, "n2", 5*time.Second, nil)
+	again, err := scripts.Acquire(ctx, c, k, "n2", 5*time.Second, nil, 0)
 	if err != nil || again.Term != got.Term+1 {
 		t.Fatalf("re-acquire = %+v, %v; want term %d", again, err, got.Term+1)
 	}
@@ -138,13 +138,13 @@ func TestAcquireContract(t *testing.T) {
 func TestTermSurvivesDataLoss(t *testing.T) {
 	mr, c, k := setup(t)
 	ctx := context.Background()
-	first, err := scripts.Acquire(ctx, c, k, "n1", time.Second, nil)
+	first, err := scripts.Acquire(ctx, c, k, "n1", time.Second, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mr.FlushAll() // a restart without persistence
 	mr.SetTime(now.Add(time.Millisecond))
-	second, err := scripts.Acquire(ctx, c, k, "n2", time.Second, nil)
+	second, err := scripts.Acquire(ctx, c, k, "n2", time.Second, nil, 0)
 	if err != nil || second.Term <= first.Term {
 		t.Fatalf("term after data loss %d, before %d (%v)", second.Term, first.Term, err)
 	}
@@ -153,7 +153,7 @@ func TestTermSurvivesDataLoss(t *testing.T) {
 func TestGarbageTermCountsAsZero(t *testing.T) {
 	mr, c, k := setup(t)
 	mr.HSet(k.Term, "f", "v") // wrong type
-	got, err := scripts.Acquire(context.Background(), c, k, "n1", time.Second, nil)
+	got, err := scripts.Acquire(context.Background(), c, k, "n1", time.Second, nil, 0)
 	if err != nil || got.Term != now.UnixMilli() {
 		t.Fatalf("acquire over a garbage term = %+v, %v", got, err)
 	}
@@ -162,7 +162,7 @@ func TestGarbageTermCountsAsZero(t *testing.T) {
 func TestRenewContract(t *testing.T) {
 	mr, c, k := setup(t)
 	ctx := context.Background()
-	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, []byte(`{"processId":"n1"}`))
+	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, []byte(`{"processId":"n1"}`), 0)
 	mr.FastForward(500 * time.Millisecond)
 
 	for _, tc := range []struct {
@@ -199,7 +199,7 @@ func TestRenewContract(t *testing.T) {
 func TestReleaseContract(t *testing.T) {
 	mr, c, k := setup(t)
 	ctx := context.Background()
-	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, []byte(`{"processId":"n1"}`))
+	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, []byte(`{"processId":"n1"}`), 0)
 	if ok, err := scripts.Release(ctx, c, k, "n2", 0); ok || err != nil {
 		t.Fatalf("release by another node = %v, %v", ok, err)
 	}
@@ -229,14 +229,14 @@ func TestCheckContract(t *testing.T) {
 	if err != nil || st.Exists || !st.TermMissing {
 		t.Fatalf("check on a new lock name = %+v, %v", st, err)
 	}
-	a, _ := scripts.Acquire(ctx, c, k, "n1", 2*time.Second, nil)
+	a, _ := scripts.Acquire(ctx, c, k, "n1", 2*time.Second, nil, 0)
 	if ok, _ := scripts.Release(ctx, c, k, "n1", a.Term); !ok {
 		t.Fatal("release refused")
 	}
 	if st, err = scripts.Check(ctx, c, k); err != nil || st.Exists || st.TermMissing {
 		t.Fatalf("check after a release = %+v, %v; the term key must remain", st, err)
 	}
-	a, _ = scripts.Acquire(ctx, c, k, "n1", 2*time.Second, nil)
+	a, _ = scripts.Acquire(ctx, c, k, "n1", 2*time.Second, nil, 0)
 	mr.FastForward(500 * time.Millisecond)
 	st, err = scripts.Check(ctx, c, k)
 	if err != nil || !st.Exists || st.NodeID != "n1" || st.Term != a.Term || st.TTL != 1500*time.Millisecond || st.Garbage != "" || st.TermMissing {
@@ -255,7 +255,7 @@ func TestCheckContract(t *testing.T) {
 
 func TestAcquireRejectsNonObjectInfo(t *testing.T) {
 	_, c, k := setup(t)
-	if _, err := scripts.Acquire(context.Background(), c, k, "n1", time.Second, []byte(`[1]`)); err == nil {
+	if _, err := scripts.Acquire(context.Background(), c, k, "n1", time.Second, []byte(`[1]`), 0); err == nil {
 		t.Fatal("acquire accepted a JSON array as process info")
 	}
 }
@@ -286,7 +286,7 @@ func TestRouteContract(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, nil)
+	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, nil, 0)
 
 	counts, err := scripts.Route(ctx, c, k, "n1", a.Term, []byte(`{"m":1}`), "worker:slave:s1", "worker:slave:nobody")
 	if err != nil || len(counts) != 2 || counts[0] != 1 || counts[1] != 0 {
@@ -323,7 +323,7 @@ func TestRouteBatchContract(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, nil)
+	a, _ := scripts.Acquire(ctx, c, k, "n1", time.Second, nil, 0)
 
 	msgs := []scripts.Routed{
 		{Channel: "worker:slave:s1", Message: []byte(`{"m":1}`)},
@@ -383,7 +383,7 @@ func TestReplicatedWritesReportAcks(t *testing.T) {
 	mr.FlushAll()
 	_ = c.ScriptFlush(ctx).Err() // the first call must load the script by EVAL
 	r := scripts.Replication{Replicas: 1, Timeout: 5 * time.Millisecond}
-	a, acked, err := scripts.AcquireReplicated(ctx, c, k, "n1", time.Second, nil, r)
+	a, acked, err := scripts.AcquireReplicated(ctx, c, k, "n1", time.Second, nil, 0, r)
 	if err != nil || a.Term == 0 || acked != 0 {
 		t.Fatalf("acquire on a server without replicas = %+v, acked %d, %v", a, acked, err)
 	}
@@ -394,5 +394,64 @@ func TestReplicatedWritesReportAcks(t *testing.T) {
 	ok, _, err = scripts.RenewReplicated(ctx, c, k, "n2", 0, time.Second, r)
 	if err != nil || ok {
 		t.Fatalf("renew by another node = %v, %v", ok, err)
+	}
+}
+
+// TestAcquireRefusesBehindSeenTerm: with the lock free, acquire writes
+// nothing while the term key is missing, garbage or below the caller's seen
+// term, and takes the lock with seen 0 (the caller has waited out the loss).
+func TestAcquireRefusesBehindSeenTerm(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	a, err := scripts.Acquire(ctx, c, k, "n1", time.Second, nil, 0)
+	if err != nil || a.Term == 0 {
+		t.Fatalf("first acquire = %+v, %v", a, err)
+	}
+	if ok, _ := scripts.Release(ctx, c, k, "n1", a.Term); !ok {
+		t.Fatal("release refused")
+	}
+	// Not behind: the term key holds the seen term.
+	b, err := scripts.Acquire(ctx, c, k, "n2", time.Second, nil, a.Term)
+	if err != nil || b.Term <= a.Term || b.DataLoss {
+		t.Fatalf("acquire with the seen term = %+v, %v", b, err)
+	}
+	if ok, _ := scripts.Release(ctx, c, k, "n2", b.Term); !ok {
+		t.Fatal("release refused")
+	}
+	for _, tc := range []struct {
+		name     string
+		prepare  func()
+		wantTerm int64
+	}{
+		{"term key missing", func() { mr.Del(k.Term) }, 0},
+		{"term key behind", func() { mr.Set(k.Term, "5") }, 5},
+		{"term key garbage", func() { mr.Set(k.Term, "banana") }, 0},
+		{"term key of another type", func() { mr.Del(k.Term); mr.HSet(k.Term, "a", "b") }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.prepare()
+			got, err := scripts.Acquire(ctx, c, k, "n3", time.Second, []byte(`{"processId":"n3"}`), b.Term)
+			if err != nil || !got.DataLoss || got.Term != 0 || got.HolderTerm != tc.wantTerm {
+				t.Fatalf("acquire = %+v, %v; want DataLoss with term %d", got, err, tc.wantTerm)
+			}
+			for _, key := range []string{k.Master, k.Heartbeat, k.MasterProcess} {
+				if mr.Exists(key) {
+					t.Fatalf("acquire wrote %s although it answered DataLoss", key)
+				}
+			}
+		})
+	}
+	// A held lock is reported as held, loss or not.
+	mr.Del(k.Term)
+	mr.Set(k.Master, "n9")
+	mr.SetTTL(k.Master, time.Second)
+	if got, err := scripts.Acquire(ctx, c, k, "n3", time.Second, nil, b.Term); err != nil || got.DataLoss || got.Holder != "n9" {
+		t.Fatalf("acquire of a held lock = %+v, %v", got, err)
+	}
+	mr.Del(k.Master)
+	// Seen 0: the caller waited; the term goes on from the server's clock.
+	got, err := scripts.Acquire(ctx, c, k, "n3", time.Second, nil, 0)
+	if err != nil || got.DataLoss || got.Term < now.UnixMilli() {
+		t.Fatalf("acquire after the wait = %+v, %v", got, err)
 	}
 }

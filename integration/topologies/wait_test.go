@@ -83,7 +83,7 @@ func acquire(t testing.TB, c redis.UniversalClient, k scripts.Keys, nodeID strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, nil)
+	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, nil, 0)
 	if err != nil || res.Term == 0 {
 		t.Fatalf("acquire %s: %+v, %v", k.Master, res, err)
 	}

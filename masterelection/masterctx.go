@@ -1,0 +1,152 @@
+package masterelection
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// masterCtx is a context handed out for one mastership: the ctx of the
+// OnMasterAcquired handlers, and the fn ctx of RunIfMaster. It is done no
+// later than IsMaster turns false, without waiting for any loop, lock or
+// Redis call:
+//   - Err reads the self-fencing deadline on the clock, as IsMaster does, so
+//     it answers non-nil from the instant IsMaster answers false, even when
+//     no goroutine of herd has run since (after a pause of the process);
+//   - Done is closed by whichever comes first of: the mastership's end
+//     (endLeadership, resign), the parent's end, a timer armed at the
+//     deadline (re-armed while renewals move it), or a call of Done or Err
+//     that finds the deadline passed.
+//
+// Contexts derived from it (context.WithCancel and the like) end when Done
+// closes; only the masterCtx itself also answers from the clock.
+type masterCtx struct {
+	parent context.Context
+	m      *MasterElection
+	l      *leadership
+
+	done  chan struct{}
+	ended atomic.Bool // set before done closes; read without the lock
+
+	mu     sync.Mutex
+	closed bool          // done is closed
+	stops  []func() bool // undo the AfterFuncs registered by follow
+}
+
+// newMasterCtx returns a context of mastership l, done also when parent is.
+// The mastership's own ctx (l.ctx) also runs the deadline timer; a RunIfMaster
+// ctx follows l.ctx instead.
+func (m *MasterElection) newMasterCtx(parent context.Context, l *leadership) *masterCtx {
+	c := &masterCtx{parent: parent, m: m, l: l, done: make(chan struct{})}
+	own := l.ctx == nil
+	if own {
+		l.ctx = c
+	}
+	c.follow(parent)
+	if own {
+		go c.watchDeadline()
+	} else {
+		c.follow(l.ctx)
+	}
+	c.poll()
+	return c
+}
+
+// follow ends c when ctx ends.
+func (c *masterCtx) follow(ctx context.Context) {
+	stop := context.AfterFunc(ctx, c.cancel)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		stop()
+		return
+	}
+	c.stops = append(c.stops, stop)
+	c.mu.Unlock()
+}
+
+// watchDeadline closes Done when the self-fencing deadline passes. The
+// deadline only moves forward while the mastership lasts (and to zero when
+// it ends), so a timer that fires early is simply armed again.
+func (c *masterCtx) watchDeadline() {
+	t := c.m.clock.NewTimer(max(c.m.remaining(c.l, c.m.clock.Now()), 0))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C():
+			if c.expired() {
+				c.cancel()
+				return
+			}
+			t.Reset(max(c.m.remaining(c.l, c.m.clock.Now()), time.Millisecond))
+		}
+	}
+}
+
+// expired reports whether the mastership this ctx belongs to is over, or
+// the parent has ended.
+func (c *masterCtx) expired() bool {
+	return c.ended.Load() || c.l.ctx.ended.Load() || c.parent.Err() != nil || !c.m.holds(c.l, c.m.clock.Now())
+}
+
+// cancel ends the ctx: Err turns non-nil and Done closes. It never blocks.
+func (c *masterCtx) cancel() {
+	c.ended.Store(true)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	close(c.done)
+	stops := c.stops
+	c.stops = nil
+	c.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+}
+
+// poll ends the ctx if its mastership is over, and reports whether it has ended.
+func (c *masterCtx) poll() bool {
+	if c.ended.Load() {
+		return true
+	}
+	if c.expired() {
+		c.cancel()
+		return true
+	}
+	return false
+}
+
+// Deadline returns the parent's deadline: the self-fencing deadline moves
+// with every renewal, which a context's Deadline must not do.
+func (c *masterCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+// Done returns a channel closed when the mastership has ended.
+func (c *masterCtx) Done() <-chan struct{} {
+	c.poll()
+	return c.done
+}
+
+// Err returns context.Canceled once the mastership has ended (IsMaster
+// turned false, or it was ended or resigned) or the parent has ended, and
+// nil before.
+func (c *masterCtx) Err() error {
+	if c.poll() {
+		if err := c.parent.Err(); err != nil {
+			return err
+		}
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value returns the parent's value for key.
+func (c *masterCtx) Value(key any) any { return c.parent.Value(key) }
+
+// String names the ctx in panics and logs, as the context package's do.
+func (c *masterCtx) String() string { return "masterelection.mastershipContext" }
