@@ -30,11 +30,14 @@ type Config struct {
 	// ("worker:slave:").
 	SlavePrefix string
 	// OnError receives the errors of a Subscriber's or Inbox's loop: stale
-	// messages (*StaleTermError), undeliverable ones (*MessageError) and
-	// connection problems (ErrConnection). It is called on the loop
-	// goroutine, one call at a time, in the order the problems occur; it
-	// must not block, since the loop waits for it, and must not call Close.
-	// Default: nil, errors are dropped (Rejected still counts stale ones).
+	// messages (*StaleTermError), messages and notices whose term Redis did
+	// not confirm (*UnverifiedTermError), undeliverable ones
+	// (*MessageError) and connection problems (ErrConnection). It is called
+	// on the loop goroutine, one call at a time, in the order the problems
+	// occur; it must not block, since the loop waits for it, and must not
+	// call Close.
+	// Default: nil, errors are dropped (Rejected and Unverified still count
+	// refused messages).
 	OnError func(error)
 	// PingInterval is how long the loop waits for traffic before it sends
 	// PING; when the next interval passes without any reply either, the
@@ -44,19 +47,31 @@ type Config struct {
 	// MaxRetryDelay caps the wait between attempts to reconnect after a
 	// receive error; the wait starts at 10ms and doubles. Default: 1s.
 	MaxRetryDelay time.Duration
+	// OpTimeout bounds each read of the term key by a Subscriber: at Start,
+	// after each resubscription, and to verify a term above every term it
+	// has verified (see Subscriber). The loop handles nothing else while a
+	// read runs, so this is also the longest a verification holds up the
+	// messages behind it. A message whose verification times out is
+	// refused (ErrUnverifiedTerm). Used by Subscriber only. Default: 1s.
+	OpTimeout time.Duration
 	// Clock stamps sentAt and times the loop's waits. Default: the real clock.
 	Clock clock.Clock
 	// Terms, when set, is read by a Subscriber before it judges each routed
 	// message, and its term raised into the fence: pass the election
 	// (*masterelection.MasterElection implements it) so that the terms its
-	// lock checks see fence messages too. Used by Subscriber only.
-	// Default: nil.
+	// lock checks see fence messages too. Its terms count as verified: a
+	// message up to them is handled without reading the term key. Used by
+	// Subscriber only. Default: nil.
 	Terms TermSource
 }
 
 // TermSource tells the highest master term this process has observed by
-// other means than the routing connection. It must be safe for concurrent
-// use and cheap: it is called once per routed message.
+// other means than the routing connection. A Subscriber trusts it: it must
+// report only terms that Redis has shown (the term key, the lock, a lock
+// script's reply), never a term taken from a notice or message alone, or a
+// forged term would pass the Subscriber's verification. It must be safe for
+// concurrent use and cheap: it is called once per routed message, and before
+// each read of the term key.
 type TermSource interface {
 	ObservedTerm() int64
 }
@@ -65,6 +80,7 @@ type TermSource interface {
 const (
 	DefaultPingInterval  = 15 * time.Second
 	DefaultMaxRetryDelay = time.Second
+	DefaultOpTimeout     = time.Second
 	minRetryDelay        = 10 * time.Millisecond
 )
 
@@ -75,6 +91,7 @@ func DefaultConfig() Config {
 		SlavePrefix:   scripts.DefaultSlavePrefix,
 		PingInterval:  DefaultPingInterval,
 		MaxRetryDelay: DefaultMaxRetryDelay,
+		OpTimeout:     DefaultOpTimeout,
 		Clock:         clock.Real{},
 	}
 }
@@ -104,6 +121,9 @@ func (c Config) Validate() error {
 	if c.MaxRetryDelay > 0 && c.MaxRetryDelay < minRetryDelay {
 		return fmt.Errorf("pubsub: MaxRetryDelay (%s) is below the first retry delay (%s)", c.MaxRetryDelay, minRetryDelay)
 	}
+	if c.OpTimeout < 0 {
+		return fmt.Errorf("pubsub: OpTimeout (%s) is negative", c.OpTimeout)
+	}
 	return nil
 }
 
@@ -129,6 +149,9 @@ func (c Config) withDefaults(client redis.UniversalClient) (Config, error) {
 	}
 	if c.MaxRetryDelay == 0 {
 		c.MaxRetryDelay = d.MaxRetryDelay
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = d.OpTimeout
 	}
 	if c.Clock == nil {
 		c.Clock = d.Clock

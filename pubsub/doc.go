@@ -70,6 +70,15 @@
 //     message published after a takeover notice is judged against the new
 //     term. Rejections are counted (Rejected) and reported
 //     (*StaleTermError).
+//   - Terms are verified: a term from a notice or message raises the fence
+//     only when Redis confirms it. A term above every term the Subscriber
+//     has verified costs one GET of the term key (one per new term, not per
+//     message; bounded by Config.OpTimeout); when the key holds less, is
+//     missing or cannot be read, the message is not handled, the fence does
+//     not move, and the refusal is counted (Unverified) and reported
+//     (*UnverifiedTermError, ErrUnverifiedTerm). So a forged PUBLISH cannot
+//     lift the fence above the terms Redis has minted and shut out the real
+//     master. Config.Terms and ObserveTerm are trusted as verified.
 //   - A bad message (malformed, oversized, unknown type, failing or panicking
 //     handler) is reported through Config.OnError and skipped; it never
 //     stops the loop. Bad input to the senders is refused with an error
@@ -95,6 +104,9 @@
 //     disconnected when the notice went out, has not reconnected, and its
 //     Config.Terms has not seen it either) accepts a stale message that got
 //     past the route script.
+//   - Envelopes and notices are not signed: a forged message carrying a
+//     term Redis has minted (the current master's) is accepted. Keep other
+//     clients off herd's channels with an ACL (docs/safety.md).
 //   - No ordering across publishers, and none between calls of one Router
 //     made concurrently. Concurrent Send calls are not coalesced into
 //     batches: batching is explicit (SendBatch).

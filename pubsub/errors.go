@@ -7,8 +7,8 @@ import (
 )
 
 // Errors returned or reported by this package. Match them with errors.Is;
-// the typed errors below (NoSubscriberError, StaleTermError, MessageError)
-// match their sentinel too.
+// the typed errors below (NoSubscriberError, StaleTermError,
+// UnverifiedTermError, MessageError) match their sentinel too.
 var (
 	// ErrNotMaster is returned by Router.Send, Router.Broadcast and
 	// Router.SendBatch when this process is not the master, or its mastership
@@ -27,6 +27,16 @@ var (
 	// ErrStaleTerm is matched by a *StaleTermError: a message carried a term
 	// lower than the highest master term the subscriber has seen.
 	ErrStaleTerm = errors.New("pubsub: stale term")
+	// ErrUnverifiedTerm is matched by an *UnverifiedTermError: a message or
+	// an "acquired"/"released" notice carried a term above every term the
+	// subscriber has verified, and the term key in Redis did not confirm
+	// it (it held a lower term, was missing, or could not be read). The
+	// message was not handled and the term did not raise the fence.
+	ErrUnverifiedTerm = errors.New("pubsub: unverified term")
+	// ErrTermMissing is wrapped by an *UnverifiedTermError when the term key
+	// does not exist. The key has no TTL and is never deleted, so once a
+	// term was minted its absence means Redis lost its data.
+	ErrTermMissing = errors.New("pubsub: term key missing")
 	// ErrInvalidName wraps the reason a slave id, node id, message type,
 	// lock name or channel prefix cannot be used.
 	ErrInvalidName = errors.New("pubsub: invalid name")
@@ -112,6 +122,50 @@ func (e *StaleTermError) Error() string {
 
 // Is reports whether target is ErrStaleTerm.
 func (e *StaleTermError) Is(target error) bool { return target == ErrStaleTerm }
+
+// UnverifiedTermError is reported by a Subscriber for each message or notice
+// it refuses because Redis does not confirm its term: the term is above
+// every term the subscriber has verified, and the term key (read once for
+// it) holds a lower term, is missing, or could not be read. No master was
+// elected under such a term as far as Redis can tell, so the message is not
+// handled and the notice raises nothing. See docs/routing.md.
+type UnverifiedTermError struct {
+	// Channel is the channel the message or notice arrived on.
+	Channel string
+	// Term is the term it carried.
+	Term int64
+	// Stored is the term the term key held; 0 when it was missing or could
+	// not be read (then Err says why).
+	Stored int64
+	// From is the sender's node id (a notice's nodeId).
+	From string
+	// ID and Type identify a message; for a notice, ID is empty and Type is
+	// the event ("acquired" or "released").
+	ID, Type string
+	// Err is nil when the term key held a lower term. Otherwise the term
+	// could not be verified: Err matches ErrTermMissing, or is the error of
+	// the read (a timeout after Config.OpTimeout, a connection error, a
+	// value that is not a term).
+	Err error
+}
+
+func (e *UnverifiedTermError) Error() string {
+	what := "message " + strconv.Quote(e.ID) + " of type " + strconv.Quote(e.Type) + " from " + strconv.Quote(e.From)
+	if e.ID == "" {
+		what = strconv.Quote(e.Type) + " notice of node " + strconv.Quote(e.From)
+	}
+	head := "pubsub: refused " + what + " on " + strconv.Quote(e.Channel) + ": term " + strconv.FormatInt(e.Term, 10)
+	if e.Err != nil {
+		return head + " could not be verified: " + e.Err.Error()
+	}
+	return head + " is above term " + strconv.FormatInt(e.Stored, 10) + ", the last one minted in Redis"
+}
+
+// Is reports whether target is ErrUnverifiedTerm.
+func (e *UnverifiedTermError) Is(target error) bool { return target == ErrUnverifiedTerm }
+
+// Unwrap returns Err.
+func (e *UnverifiedTermError) Unwrap() error { return e.Err }
 
 // MessageError is reported when one received message could not be
 // delivered: it was malformed or oversized, its type had no handler, or its

@@ -20,9 +20,13 @@ import (
 //
 // It listens to its channel and to the election's events channel on ONE
 // connection, so a takeover notice and the messages around it arrive in the
-// order Redis executed the PUBLISH commands. Its only goroutine is the loop
-// started by Start and stopped (and waited for) by Close. All methods are
-// safe for concurrent use.
+// order Redis executed the PUBLISH commands. A term on a message or notice
+// is believed only when Redis confirms it: a term above every term the
+// Subscriber has verified costs one GET of the term key (then none for the
+// next messages of that term), and is refused (*UnverifiedTermError) when
+// the key holds less. Its only goroutine is the loop started by Start and
+// stopped (and waited for) by Close. All methods are safe for concurrent
+// use.
 type Subscriber struct {
 	client    redis.UniversalClient
 	processID string
@@ -32,8 +36,15 @@ type Subscriber struct {
 	mux       mux
 	recv      receiver
 
-	highest  atomic.Int64  // highest master term seen
-	rejected atomic.Uint64 // messages rejected for a stale term
+	// highest is the fence: the highest master term seen, raised only to
+	// terms Redis has confirmed. known is the highest term known to exist
+	// (term key reads, Config.Terms, ObserveTerm); highest <= known, and a
+	// term up to known needs no read to be verified.
+	highest    atomic.Int64
+	known      atomic.Int64
+	terms      termReads     // reads of the term key, shared by concurrent callers
+	rejected   atomic.Uint64 // messages rejected for a stale term
+	unverified atomic.Uint64 // messages and notices refused for an unverified term
 }
 
 // NewSubscriber returns a Subscriber for the process processID (its node id),
@@ -51,6 +62,7 @@ func NewSubscriber(client redis.UniversalClient, processID string, cfg Config) (
 		return nil, err
 	}
 	s := &Subscriber{client: client, processID: processID, channel: cfg.SlaveChannel(processID), keys: cfg.keys(), cfg: cfg}
+	s.terms.read = s.readTerm
 	s.recv = receiver{
 		client: client,
 		// The events channel comes first: under Redis Cluster the
@@ -92,14 +104,12 @@ func (s *Subscriber) Close() error { return s.recv.close() }
 // ObserveTerm tells the Subscriber that a master term exists, for example
 // the term the election's check script returned; messages with a lower term
 // are rejected from then on. Terms lower than one already seen are ignored.
+// The term is trusted as verified: pass only terms Redis has shown (a
+// script's reply, the term key), never one read from a notice or message.
 // (Config.Terms does the same by polling, once per message.)
 func (s *Subscriber) ObserveTerm(term int64) {
-	for {
-		h := s.highest.Load()
-		if term <= h || s.highest.CompareAndSwap(h, term) {
-			return
-		}
-	}
+	raise(&s.known, term) // first, so that highest <= known holds
+	raise(&s.highest, term)
 }
 
 // HighestTerm returns the highest master term seen so far (0: none yet).
@@ -107,6 +117,10 @@ func (s *Subscriber) HighestTerm() int64 { return s.highest.Load() }
 
 // Rejected returns how many messages were rejected for a stale term.
 func (s *Subscriber) Rejected() uint64 { return s.rejected.Load() }
+
+// Unverified returns how many messages and notices were refused because
+// Redis did not confirm their term (reported as *UnverifiedTermError).
+func (s *Subscriber) Unverified() uint64 { return s.unverified.Load() }
 
 // ReportToMaster publishes a report of type msgType to the master inbox
 // (cfg.MasterInbox()), from this process with term 0. It returns an error
@@ -132,23 +146,23 @@ func (s *Subscriber) ReportToMaster(ctx context.Context, msgType string, payload
 }
 
 // onSubscribed reads the last minted term whenever the events channel is
-// (re)subscribed: notices published while the connection was down are lost,
-// but the term key remembers them.
+// (re)subscribed, and raises the fence to it: notices published while the
+// connection was down are lost, but the term key remembers them.
 func (s *Subscriber) onSubscribed(ctx context.Context, channel string) {
 	if channel != s.keys.Events {
 		return
 	}
-	raw, err := s.client.Get(ctx, s.keys.Term).Result()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	term, err := s.terms.latest(ctx)
 	switch {
-	case errors.Is(err, redis.Nil):
+	case errors.Is(err, ErrTermMissing):
 		return // no term minted yet, or lost with the data
-	case err != nil:
-		s.recv.report(fmt.Errorf("%w: read the last term from %q: %w", ErrConnection, s.keys.Term, err))
+	case errors.Is(err, errNotATerm):
+		s.recv.report(fmt.Errorf("pubsub: %w", err))
 		return
-	}
-	term, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || term < 0 {
-		s.recv.report(fmt.Errorf("pubsub: key %q holds %q, not a term", s.keys.Term, truncate(raw)))
+	case err != nil:
+		s.recv.report(fmt.Errorf("%w: read the last term: %w", ErrConnection, err))
 		return
 	}
 	s.ObserveTerm(term)
@@ -157,7 +171,7 @@ func (s *Subscriber) onSubscribed(ctx context.Context, channel string) {
 func (s *Subscriber) onMessage(ctx context.Context, rm *redis.Message) {
 	switch rm.Channel {
 	case s.keys.Events:
-		s.onNotice(rm.Payload)
+		s.onNotice(ctx, rm.Payload)
 	case s.channel:
 		s.onRouted(ctx, rm.Payload)
 	}
@@ -170,9 +184,9 @@ type notice struct {
 	Term   json.RawMessage `json:"term"`
 }
 
-// onNotice raises the highest term on "acquired" and "released" notices and
-// ignores every other event.
-func (s *Subscriber) onNotice(payload string) {
+// onNotice raises the highest term on "acquired" and "released" notices
+// whose term Redis confirms, and ignores every other event.
+func (s *Subscriber) onNotice(ctx context.Context, payload string) {
 	var n notice
 	if err := json.Unmarshal([]byte(payload), &n); err != nil {
 		s.recv.report(&MessageError{Channel: s.keys.Events, Err: fmt.Errorf("%w: notice %s: %w", ErrMalformedEnvelope, excerpt([]byte(payload)), err)})
@@ -186,10 +200,17 @@ func (s *Subscriber) onNotice(payload string) {
 		s.recv.report(&MessageError{Channel: s.keys.Events, Err: fmt.Errorf("%w: %q notice of node %q has the term %s", ErrMalformedEnvelope, n.Event, n.NodeID, excerpt(n.Term))})
 		return
 	}
-	s.ObserveTerm(term)
+	if e := s.verify(ctx, term); e != nil {
+		e.Channel, e.From, e.Type = s.keys.Events, n.NodeID, n.Event
+		s.refuse(e)
+		return
+	}
+	raise(&s.highest, term)
 }
 
-// onRouted validates, fences and dispatches one routed message.
+// onRouted validates, fences and dispatches one routed message. A term
+// above the fence is verified first; a term below it is rejected as stale
+// without asking Redis.
 func (s *Subscriber) onRouted(ctx context.Context, payload string) {
 	m, err := ParseMessage([]byte(payload))
 	if err != nil {
@@ -204,6 +225,13 @@ func (s *Subscriber) onRouted(ctx context.Context, payload string) {
 	if s.cfg.Terms != nil {
 		s.ObserveTerm(s.cfg.Terms.ObservedTerm())
 	}
+	if m.Term > s.highest.Load() {
+		if e := s.verify(ctx, m.Term); e != nil {
+			e.Channel, e.From, e.ID, e.Type = s.channel, m.From, m.ID, m.Type
+			s.refuse(e)
+			return
+		}
+	}
 	if h, ok := s.fence(m.Term); !ok {
 		s.rejected.Add(1)
 		s.recv.report(&StaleTermError{Term: m.Term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
@@ -215,7 +243,8 @@ func (s *Subscriber) onRouted(ctx context.Context, payload string) {
 }
 
 // fence accepts term when it is not lower than the highest seen, raising
-// the highest to it. It returns the highest term it compared with.
+// the highest to it (the caller has verified it). It returns the highest
+// term it compared with.
 func (s *Subscriber) fence(term int64) (int64, bool) {
 	for {
 		h := s.highest.Load()

@@ -56,6 +56,7 @@ func TestSubscriberDeliversInOrderByType(t *testing.T) {
 
 func TestSubscriberBadMessagesDoNotStopTheLoop(t *testing.T) {
 	mr, c := newMini(t)
+	mr.Set(lockKeys(pubsub.Config{}).Term, "1") // term 1 was minted: the good messages are verified
 	log := newErrLog()
 	s, err := pubsub.NewSubscriber(c, "s1", pubsub.Config{OnError: log.add})
 	if err != nil {
@@ -141,14 +142,21 @@ func TestSubscriberTermFencing(t *testing.T) {
 		}
 	}
 
+	// mint stands for acquire.lua: the terms above 10 exist only once the
+	// term key holds them (the Subscriber refuses others, see verify_test.go).
+	mint := func(term int) { mr.Set(keys.Term, strconv.Itoa(term)) }
+
 	msg("old", 9) // older than the term key: rejected
 	msg("same", 10)
 	expect("same")
+	mint(12)
 	msg("newer", 12) // a message raises the fence
 	expect("newer")
 	msg("back", 10)
+	mint(15)
 	notice(`{"event":"acquired","nodeId":"n2","term":15}`)
 	msg("before-15", 12)
+	mint(20)
 	notice(`{"event":"released","nodeId":"n2","term":20}`)
 	msg("before-20", 15)
 	notice(`{"event":"registered","nodeId":"s9","processId":"s9"}`) // registry notice: ignored
