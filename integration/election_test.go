@@ -532,3 +532,128 @@ func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestForgedLockNoticesChangeNothing: a PUBLISH on the events channel from a
+// client that is not herd (a forged acquired notice with a huge term, or
+// with the real term + 1; a forged released notice) must not depose the
+// master, raise any process's ObservedTerm, or elect a second master. Each
+// forged acquired notice is reported, as ErrUnconfirmedNotice, once Redis
+// has been asked.
+func TestForgedLockNoticesChangeNothing(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		var nodes []*masterelection.MasterElection
+		unconfirmed := map[string]*atomic.Int32{}
+		completed := map[string]*atomic.Int32{}
+		for _, id := range []string{"a", "b", "c"} {
+			cfg := fastConfig("forged", id)
+			cfg.LockTTL = 2 * time.Second
+			n := newElection(t, inst.Client(t), cfg)
+			u, c := new(atomic.Int32), new(atomic.Int32)
+			unconfirmed[id], completed[id] = u, c
+			n.OnError(func(err error) {
+				if errors.Is(err, masterelection.ErrUnconfirmedNotice) {
+					u.Add(1)
+				}
+			})
+			n.OnElectionCompleted(func(bool) { c.Add(1) })
+			start(t, n)
+			nodes = append(nodes, n)
+		}
+		master := waitMaster(t, nodes, 2*time.Second)
+		term := master.Term()
+		watch := overlap.Start(nodes)
+		admin := inst.Client(t)
+		ctx := context.Background()
+		events := master.Keys().Events
+
+		for _, forged := range []int64{9_000_000_000_000_000, term + 1} {
+			before := map[string]int32{}
+			for id, u := range unconfirmed {
+				before[id] = u.Load()
+			}
+			notice := fmt.Sprintf(`{"event":"acquired","nodeId":"evil","term":%d}`, forged)
+			if err := admin.Publish(ctx, events, notice).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "every process reports the forged notice", 5*time.Second, func() bool {
+				for id, u := range unconfirmed {
+					if u.Load() <= before[id] {
+						return false
+					}
+				}
+				return true
+			})
+			for _, n := range nodes {
+				if got := n.ObservedTerm(); got != term {
+					t.Errorf("forged term %d: %s observes term %d, want %d", forged, n.NodeID(), got, term)
+				}
+			}
+			if master.Term() != term {
+				t.Fatalf("forged term %d: the master's term is %d, want %d (still master: %v)", forged, master.Term(), term, master.IsMaster())
+			}
+		}
+
+		// A forged release wakes the slaves; their acquire finds the lock held.
+		slave := nodes[0]
+		if slave == master {
+			slave = nodes[1]
+		}
+		before := completed[slave.NodeID()].Load()
+		notice := fmt.Sprintf(`{"event":"released","nodeId":%q,"term":%d}`, master.NodeID(), term)
+		if err := admin.Publish(ctx, events, notice).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the slave's attempt completes", 5*time.Second, func() bool { return completed[slave.NodeID()].Load() > before })
+		if master.Term() != term {
+			t.Fatalf("after a forged release the master's term is %d, want %d", master.Term(), term)
+		}
+		watch.Check(t)
+	})
+}
+
+// TestApplicationACLCannotForge: the least-privileged ACL docs/safety.md
+// gives application clients that share herd's Redis ("Who can break what")
+// keeps them off herd's keys and channels, while herd, under its own user,
+// goes on electing.
+func TestApplicationACLCannotForge(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		ctx := context.Background()
+		admin := inst.Client(t)
+		// What docs/safety.md recommends: the application's own key and
+		// channel patterns, none of herd's.
+		if err := admin.Do(ctx, "ACL", "SETUSER", "app", "reset", "on", ">pw", "+@all", "-@admin", "-@dangerous",
+			"~app:*", "&app:*").Err(); err != nil {
+			t.Fatal(err)
+		}
+		a := newElection(t, admin, fastConfig("acl-forge", "a"))
+		start(t, a)
+		opts := inst.Options()
+		opts.Username, opts.Password, opts.MaxRetries = "app", "pw", -1
+		app := redis.NewClient(opts)
+		defer app.Close()
+		keys := a.Keys()
+		for _, try := range []struct {
+			what string
+			err  error
+		}{
+			{"PUBLISH on the events channel", app.Publish(ctx, keys.Events, `{"event":"acquired","nodeId":"evil","term":1}`).Err()},
+			{"PUBLISH on the registry-events channel", app.Publish(ctx, keys.RegistryEvents, `{"event":"unregistered","nodeId":"a"}`).Err()},
+			{"PUBLISH on a slave channel", app.Publish(ctx, "worker:slave:a", `{}`).Err()},
+			{"DEL of the lock", app.Del(ctx, keys.Master).Err()},
+			{"SET of the term", app.Set(ctx, keys.Term, "1", 0).Err()},
+			{"GET of the lock", app.Get(ctx, keys.Master).Err()},
+		} {
+			if try.err == nil || !strings.Contains(try.err.Error(), "NOPERM") {
+				t.Errorf("%s as the application user: %v, want NOPERM", try.what, try.err)
+			}
+		}
+		if err := app.Set(ctx, "app:own", "1", 0).Err(); err != nil {
+			t.Errorf("the application user cannot write its own keys: %v", err)
+		}
+		if !a.IsMaster() {
+			t.Errorf("herd lost its mastership")
+		}
+	})
+}

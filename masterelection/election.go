@@ -367,8 +367,11 @@ func (m *MasterElection) Term() int64 {
 }
 
 // ObservedTerm returns the highest term this process has seen on its lock
-// name: its own, in lock notices, or from checks of the lock. A message
-// stamped with a lower term comes from a master that has been replaced.
+// name, as Redis showed it: its own, in a reply of the acquire or check
+// script, or from Master. Notices on the events channel never raise it
+// (anyone who may PUBLISH could send one); they only make the process ask
+// Redis sooner. A message stamped with a lower term comes from a master that
+// has been replaced.
 func (m *MasterElection) ObservedTerm() int64 { return m.observedTerm.Load() }
 
 // NodeID returns this process's node id.

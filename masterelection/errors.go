@@ -29,6 +29,13 @@ var (
 	// ErrReplicas is wrapped by the error event emitted when a lock write
 	// was acknowledged by fewer replicas than Config.WaitReplicas.
 	ErrReplicas = errors.New("masterelection: too few replicas acknowledged the lock")
+	// ErrUnconfirmedNotice is wrapped by the error event emitted when an
+	// "acquired" notice on the events channel claims a term that Redis,
+	// asked right after it, does not have: the notice was not sent by a lock
+	// script (a client that may PUBLISH on the channel sent it, or another
+	// deployment uses the same lock name). Notices only make herd ask Redis
+	// sooner, so it changed nothing; see docs/safety.md, "Who can break what".
+	ErrUnconfirmedNotice = errors.New("masterelection: a notice that redis does not confirm")
 	// ErrHandlerPanic is wrapped by the error event emitted when an event
 	// handler panics.
 	ErrHandlerPanic = errors.New("masterelection: event handler panicked")

@@ -24,6 +24,8 @@ type loopState struct {
 	lost       lostAcquires // the acquires whose reply was lost since maybeHeld was set
 	lossWait   time.Time    // after a data loss: do not contend before this instant
 	lossTerm   int64        // the observed term when lossWait was set: a higher one means a newer loss
+	claim      notice       // the acquired notice with the highest term that Redis has not yet been asked about
+	claimAt    time.Time    // when claim arrived: only an answer to a call sent since can refute it
 	errors     int          // consecutive Redis errors, for the backoff
 
 	// renewals counts the renew attempts still running; run waits for them
@@ -113,15 +115,19 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 				timer.Reset(0) // look at the lock now; contend if it is free
 			}
 		case n := <-m.notices:
+			// A notice is a hint, never a fact: anyone who may PUBLISH on
+			// the channel can send one. It only makes this process ask
+			// Redis sooner; what Redis answers decides.
 			switch {
 			case n.Event == noticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
+				// The acquire script is the question: it takes the lock
+				// only if it is free, and not after a data loss.
 				contend = true
 				timer.Reset(0)
-			case n.Event == noticeAcquired:
-				m.observeTerm(n.Term)
-				if n.NodeID != m.cfg.NodeID && !ls.unresolved { // Start's first attempt still runs: it resolves the election
-					contend = false
-					timer.Reset(m.cfg.CheckInterval)
+			case n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID:
+				ls.noteClaim(n, m.clock.Now())
+				if !contend && !ls.unresolved { // an attempt due, or Start's first, asks Redis anyway
+					timer.Reset(0) // check now: learn the new master and its term from Redis
 				}
 			}
 		case <-timer.C():
@@ -163,6 +169,11 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 	}
 	if !st.Exists || st.NodeID != m.cfg.NodeID {
 		ls.heldTerm, ls.maybeHeld, ls.lost = 0, false, lostAcquires{}
+	}
+	if st.TermMissing {
+		ls.claim = notice{} // Redis lost its data: nothing to confirm a notice with
+	} else {
+		m.confirmClaim(ls, st.NodeID, st.Term)
 	}
 	if !st.Exists {
 		if wait := m.dataLossWait(ls, lost); wait > 0 {
@@ -294,6 +305,30 @@ func (m *MasterElection) dataLossWait(ls *loopState, lost bool) time.Duration {
 		return min(rest, m.cfg.CheckInterval)
 	}
 	return 0
+}
+
+// noteClaim keeps the acquired notice n for the next answer of Redis (a
+// check, or a renewal sent after it), which confirms or refutes it.
+func (ls *loopState) noteClaim(n notice, now time.Time) {
+	if n.Term > ls.claim.Term {
+		ls.claim, ls.claimAt = n, now
+	}
+}
+
+// confirmClaim compares the pending acquired notice with what Redis said:
+// holder holds the lock (or nobody, "") and term is the last minted term. A
+// notice that claims a term above it was not sent by a lock script of this
+// lock: it is reported, once, and forgotten, having changed nothing.
+func (m *MasterElection) confirmClaim(ls *loopState, holder string, term int64) {
+	c := ls.claim
+	if c.Term == 0 {
+		return
+	}
+	ls.claim = notice{}
+	if c.Term > term {
+		m.emitError(fmt.Errorf("%w: %.96q on %s claims that %q took the lock with term %d, but Redis has term %d held by %q: ignored",
+			ErrUnconfirmedNotice, c.raw, m.keys.Events, c.NodeID, c.Term, term, holder))
+	}
 }
 
 // seenForAcquire is the seen-term argument of the acquire script: the
@@ -432,11 +467,17 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 				return
 			}
 		case n := <-m.notices:
+			// Another master announced? Only Redis can say: a renewal now
+			// either extends this mastership or, the lock gone, ends it.
 			if n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
-				m.observeTerm(n.Term)
-				ls.heldTerm = 0
-				m.endLeadership(l, fmt.Sprintf("lock taken over by %s with term %d", n.NodeID, n.Term))
-				return
+				ls.noteClaim(n, m.clock.Now())
+				if inFlight < maxRenewAttempts {
+					now := m.clock.Now()
+					if rest := m.remaining(l, now); rest > 0 {
+						inFlight++
+						m.startRenewal(actx, ls, l.term, now, min(rest, maxRenewAttempts*m.renewRetry()), results)
+					}
+				}
 			}
 		case <-renew.C():
 			now := m.clock.Now()
@@ -471,7 +512,7 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 			case !r.ok:
 				// The lock is gone, for good: a renewal never recreates it,
 				// so no other attempt of this term can succeed after this one.
-				ls.heldTerm = 0
+				ls.heldTerm, ls.claim = 0, notice{}
 				m.endLeadership(l, "lock no longer held by this node and term")
 				return
 			case !m.extend(l, m.deadlineAfter(r.sent)):
@@ -482,6 +523,9 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 				return
 			default:
 				ls.errors = 0
+				if !r.sent.Before(ls.claimAt) {
+					m.confirmClaim(ls, m.cfg.NodeID, l.term)
+				}
 				deadline.Reset(m.remaining(l, m.clock.Now()))
 				if pending {
 					pending = false
