@@ -4,7 +4,7 @@ GO        ?= go
 PKGS      ?= ./...
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all test lint fmt-check vet demo bench soak test-topologies
+.PHONY: all test lint fmt-check vet demo bench soak soak-summary test-topologies
 
 all: test
 
@@ -39,19 +39,32 @@ bench:
 	$(GO) run ./bench/cmd/herdbench -out docs/performance.md
 
 ## soak: the fault-injection soak (integration/faults): SOAK_SCHEDULES random
-## schedules of SOAK_FAULTS faults each (about 20 s per schedule) on three node
-## processes, rotating over the server matrix (HERD_REDIS_SERVERS adds servers),
-## one progress line per schedule, then a summary table, also written to
-## SOAK_OUT when set. Fewer: make soak SOAK_SCHEDULES=50. A failed schedule
-## prints its seed and timeline and is written to integration/failures/;
-## replay it with HERD_FAULTS_SEED=<seed> go test -run TestFaults ./integration/faults/
+## schedules of SOAK_FAULTS faults each (about 20 s per schedule; some faults
+## overlap, and the composite handover-loss is one of the kinds) on three node
+## processes, rotating over the server matrix (HERD_REDIS_SERVERS adds
+## servers), one progress line per schedule. Each schedule is appended to the
+## ledger SOAK_LEDGER as it ends, so soaks add up and an interrupted one keeps
+## what it played; at the end the summary of the whole ledger (running total
+## and this run) is printed, written into docs/safety.md between its
+## soak-ledger markers, and to SOAK_OUT when set. Fewer: make soak
+## SOAK_SCHEDULES=50. A failed schedule prints its seed and timeline and is
+## written to integration/failures/; replay it with
+## HERD_FAULTS_SEED=<seed> go test -run TestFaults ./integration/faults/
 ## (a tour) or make soak SOAK_SCHEDULES=1 HERD_FAULTS_SEED=<seed>.
+## soak-summary: the summary again, from the ledger alone.
 SOAK_SCHEDULES ?= 1000
 SOAK_FAULTS    ?= 6
 SOAK_OUT       ?=
+SOAK_LEDGER    ?= integration/faults/ledger/soak.jsonl
+SOAK_DOC       ?= docs/safety.md
+SOAK_ENV = HERD_SOAK_LEDGER=$(abspath $(SOAK_LEDGER)) HERD_SOAK_DOC=$(abspath $(SOAK_DOC)) HERD_SOAK_OUT=$(abspath $(SOAK_OUT))
 soak:
-	cd integration/faults && HERD_SOAK_SCHEDULES=$(SOAK_SCHEDULES) HERD_SOAK_FAULTS=$(SOAK_FAULTS) \
-		HERD_SOAK_OUT=$(abspath $(SOAK_OUT)) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$'
+	mkdir -p $(dir $(SOAK_LEDGER))
+	cd integration/faults && $(SOAK_ENV) HERD_SOAK_SCHEDULES=$(SOAK_SCHEDULES) HERD_SOAK_FAULTS=$(SOAK_FAULTS) \
+		$(GO) test -count=1 -timeout 0 -run '^TestSoak$$'
+
+soak-summary:
+	cd integration/faults && $(SOAK_ENV) HERD_SOAK_SUMMARY=1 $(GO) test -count=1 -run '^TestSoakSummary$$'
 
 ## test-topologies: herd on Redis Cluster and Sentinel deployments that the
 ## tests build from the server binaries (build tag topologies; a few minutes).

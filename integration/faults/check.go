@@ -32,7 +32,10 @@ func (p Params) FailoverBound() time.Duration {
 
 // Mastership is one interval during which a process acted as master under
 // one term: from the first observation of the term to the end of the last
-// one (KindAcquired, KindLost and every KindSent in between).
+// one (KindAcquired, KindLost and every KindSent in between). The live span
+// of a ctx handed out for a mastership is one too (Ctx names it): from the
+// first observation that saw it live to the end of the last one
+// (KindCtxLive, KindCtxDone).
 type Mastership struct {
 	Proc, Node string
 	Term       int64
@@ -41,17 +44,45 @@ type Mastership struct {
 	// process was reaped; End is then the reaping, an upper bound) or
 	// "open" (neither: End is the last record of the history).
 	How string
+	// LastBegin is the instant just before the last observation that acted
+	// on it, and Seen the instant just before the first observation that no
+	// longer could (Term returned something else, or the ctx was done); both
+	// are 0 when not known (How is not "lost").
+	LastBegin, Seen int64
+	// Ctx is "" for the mastership as Term and IsMaster showed it, or the
+	// ctx whose live span this is (CtxMasterAcquired, CtxRunIfMaster).
+	Ctx string
 }
 
-// Overlap is two masterships that were both acting at some instant.
-type Overlap struct {
-	A, B     Mastership
-	Duration time.Duration
-	// DataLoss is true when Redis lost its data between A's start and B's:
-	// the lock was lost with it, which the guarantees exclude (see
-	// docs/safety.md); such overlaps are bounded, not forbidden.
-	DataLoss bool
+// what names m in a violation: "n1.1 (term 12, lost)", or for a ctx span
+// "n1.1's master-acquired ctx (term 12, lost)".
+func (m Mastership) what() string {
+	if m.Ctx != "" {
+		return fmt.Sprintf("%s's %s ctx (term %d, %s)", m.Proc, m.Ctx, m.Term, m.How)
+	}
+	return fmt.Sprintf("%s (term %d, %s)", m.Proc, m.Term, m.How)
 }
+
+// Overlap is two processes acting as master at some instant: two
+// masterships, or a mastership and another process's ctx span.
+type Overlap struct {
+	A, B     Mastership // A.Start <= B.Start
+	Duration time.Duration
+	// DataLoss is true when Redis lost its data between A's start and B's.
+	DataLoss bool
+	// SawTerm is the highest term B's process had observed before that
+	// loss (0: none). A process that has seen a term and then finds the term
+	// key gone waits LockTTL before contending, which outlasts every
+	// mastership begun before the loss, so only a process that had seen no
+	// term may overlap after a loss (see docs/safety.md).
+	SawTerm int64
+}
+
+// Excused reports whether the guarantees allow o: Redis lost its data in
+// between and the later process had seen no term before the loss, so it
+// could not tell the loss from a new lock name. Such overlaps are bounded,
+// not forbidden.
+func (o Overlap) Excused() bool { return o.DataLoss && o.SawTerm == 0 }
 
 // Failover is the time from a fault that left the election without a
 // working master to the next mastership.
@@ -74,8 +105,17 @@ func (v Violation) String() string { return v.Check + ": " + v.Text }
 type Report struct {
 	Masterships []Mastership
 	Overlaps    []Overlap // every overlap, including those after data loss
+	// Ctxs are the live spans of the ctxs handed out for masterships (Ctx
+	// set), and CtxOverlaps those that overlap another process's mastership.
+	Ctxs        []Mastership
+	CtxOverlaps []Overlap
 	Failovers   []Failover
 	Violations  []Violation
+	// Judged counts, per checker (the Check of its violations), what it
+	// judged: masterships (overlap, terms), observations (self-fencing), ctx
+	// spans (ctx), failovers, accepted deliveries (fencing) and slave events
+	// (membership).
+	Judged map[string]int
 	// Message counts: messages the masters decided to send, sends refused
 	// with ErrNotMaster (by the router or by Redis), deliveries accepted
 	// and rejected as stale, publishes that left a process after a newer
@@ -102,15 +142,27 @@ func (r Report) MaxFailover() time.Duration {
 	return m
 }
 
-// ForbiddenOverlaps counts the overlaps not explained by data loss.
+// ForbiddenOverlaps counts the overlaps the guarantees do not excuse.
 func (r Report) ForbiddenOverlaps() int {
 	n := 0
 	for _, o := range r.Overlaps {
-		if !o.DataLoss {
+		if !o.Excused() {
 			n++
 		}
 	}
 	return n
+}
+
+// ExcusedOverlaps returns the overlaps of masterships that the guarantees
+// excuse (see Overlap.Excused): their number and the longest.
+func (r Report) ExcusedOverlaps() (n int, longest time.Duration) {
+	for _, o := range r.Overlaps {
+		if o.Excused() {
+			n++
+			longest = max(longest, o.Duration)
+		}
+	}
+	return n, longest
 }
 
 // masterLeaves are the fault kinds after which the election has no
@@ -148,22 +200,33 @@ const (
 	FaultLatency      = "latency"
 	FaultBlackhole    = "blackhole"
 	FaultResetPeer    = "reset-peer"
+	// FaultHandoverLoss is a composite: a slave is paused; the master stops
+	// gracefully (its release is announced) and another node takes over;
+	// Redis restarts without its data; the slave resumes. Its parts are
+	// recorded as faults of their own kinds as well.
+	FaultHandoverLoss = "handover-loss"
 )
 
 // FaultKinds lists every fault kind, in a fixed order.
 var FaultKinds = []string{
 	FaultKillMaster, FaultKillSlave, FaultPauseMaster, FaultPauseSlave,
 	FaultStopMaster, FaultRestartSlave, FaultRedisRestart, FaultRedisPause,
-	FaultLatency, FaultBlackhole, FaultResetPeer,
+	FaultLatency, FaultBlackhole, FaultResetPeer, FaultHandoverLoss,
 }
 
 // Check judges a merged history (the records of every process of one run,
 // in any order) and reports every broken property:
 //
 //   - overlap: no two masterships act at the same instant (except after
-//     Redis lost its data, where the overlap is counted and bounded);
+//     Redis lost its data, when the later process had seen no term before
+//     the loss: such an overlap is counted and bounded);
 //   - self-fencing: every observation of a term began before the latest
 //     lock call sent by then + LockTTL - StepDownMargin;
+//   - ctx: every ctx handed out for a mastership is judged like the
+//     mastership: no observation sees it live once one has seen Term no
+//     longer return the mastership's term, none sees it live past the
+//     self-fencing bound above, and its live span overlaps no other
+//     process's mastership (with the same exception after a data loss);
 //   - terms: terms strictly increase in the order masterships start;
 //   - failover: after each crash of the master, and after each Redis
 //     fault heals, a new mastership starts within FailoverBound;
@@ -177,9 +240,10 @@ var FaultKinds = []string{
 func Check(records []Record, p Params) Report {
 	recs := slices.Clone(records)
 	sort.SliceStable(recs, func(i, j int) bool { return recs[i].T < recs[j].T })
-	c := &checker{recs: recs, p: p, rep: Report{Faults: map[string]int{}}}
+	c := &checker{recs: recs, p: p, rep: Report{Faults: map[string]int{}, Judged: map[string]int{}}}
 	c.masterships()
 	c.overlaps()
+	c.ctxs()
 	c.selfFencing()
 	c.terms()
 	c.failovers()
@@ -229,7 +293,7 @@ func (c *checker) masterships() {
 			m.Start = min(m.Start, start)
 			m.End = max(m.End, r.T)
 			if r.Kind == KindLost {
-				m.How = "lost"
+				m.How, m.LastBegin, m.Seen = "lost", r.Begin, r.Seen
 			}
 		}
 	}
@@ -245,31 +309,172 @@ func (c *checker) masterships() {
 		c.rep.Masterships = append(c.rep.Masterships, *m)
 	}
 	sort.SliceStable(c.rep.Masterships, func(i, j int) bool { return c.rep.Masterships[i].Start < c.rep.Masterships[j].Start })
+	c.rep.Judged["overlap"] = len(c.rep.Masterships)
+	c.rep.Judged["terms"] = len(c.rep.Masterships)
 }
 
 // dataLossBetween reports whether Redis lost its data in (a, b].
 func (c *checker) dataLossBetween(a, b int64) bool {
+	_, ok := c.lastLossBetween(a, b)
+	return ok
+}
+
+// lastLossBetween returns the last instant in (a, b] at which Redis lost
+// its data.
+func (c *checker) lastLossBetween(a, b int64) (int64, bool) {
+	var at int64
+	found := false
 	for _, r := range c.recs {
 		if r.Kind == KindRedisDown && r.T > a && r.T <= b {
-			return true
+			at, found = r.T, true
 		}
 	}
-	return false
+	return at, found
+}
+
+// observedBefore returns the highest term proc had observed before t.
+func (c *checker) observedBefore(proc string, t int64) int64 {
+	var term int64
+	for _, r := range c.recs {
+		if r.T >= t {
+			break
+		}
+		if r.Proc == proc && r.Kind == KindObserved {
+			term = max(term, r.Term)
+		}
+	}
+	return term
+}
+
+// overlap returns the overlap of x and y, two acting spans of different
+// processes, if they were both acting at some instant.
+func (c *checker) overlap(x, y Mastership) (Overlap, bool) {
+	a, b := x, y
+	if b.Start < a.Start {
+		a, b = b, a
+	}
+	if a.Proc == b.Proc || b.Start >= a.End {
+		return Overlap{}, false
+	}
+	o := Overlap{A: a, B: b, Duration: time.Duration(min(a.End, b.End) - b.Start)}
+	if loss, ok := c.lastLossBetween(a.Start, b.Start); ok {
+		o.DataLoss = true
+		o.SawTerm = c.observedBefore(b.Proc, loss)
+	}
+	return o, true
+}
+
+// within reports whether the instants at which span s and mastership m
+// both acted all lie in an overlap of s's own mastership own with m.
+func within(s, own, m Mastership) bool {
+	from, to := max(s.Start, m.Start), min(s.End, m.End)
+	return own.Start <= from && to <= own.End && own.Start < m.End && m.Start < own.End
+}
+
+// why explains an overlap that is not excused.
+func (o Overlap) why() string {
+	if o.DataLoss {
+		return fmt.Sprintf(" (Redis lost its data in between, but %s had seen term %d before the loss)", o.B.Proc, o.SawTerm)
+	}
+	return ""
 }
 
 func (c *checker) overlaps() {
 	ms := c.rep.Masterships
 	for i := range ms {
 		for j := i + 1; j < len(ms); j++ {
-			a, b := ms[i], ms[j] // a.Start <= b.Start
-			if b.Start >= a.End {
+			o, ok := c.overlap(ms[i], ms[j])
+			if !ok {
 				continue
 			}
-			o := Overlap{A: a, B: b, Duration: time.Duration(min(a.End, b.End) - b.Start), DataLoss: c.dataLossBetween(a.Start, b.Start)}
 			c.rep.Overlaps = append(c.rep.Overlaps, o)
-			if !o.DataLoss {
-				c.fail("overlap", b.Start, "%s (term %d, %s) and %s (term %d) both acted as master for %v",
-					a.Proc, a.Term, a.How, b.Proc, b.Term, o.Duration)
+			if !o.Excused() {
+				c.fail("overlap", o.B.Start, "%s and %s (term %d) both acted as master for %v%s",
+					o.A.what(), o.B.Proc, o.B.Term, o.Duration, o.why())
+			}
+		}
+	}
+}
+
+// ctxs builds the live spans of the ctxs handed out for masterships and
+// judges each like its mastership: it must not be seen live once Term was
+// seen to no longer return the mastership's term (the node reads the ctx
+// right after Term in each observation, so the same observation counts),
+// and it must not overlap another process's mastership where its own
+// mastership did not (that overlap is the overlap check's). Its
+// observations are checked against the self-fencing bound by selfFencing.
+func (c *checker) ctxs() {
+	type key struct {
+		proc   string
+		serial int64
+	}
+	spans := map[key]*Mastership{}
+	var order []key
+	dead := map[string]int64{}
+	var last int64
+	for _, r := range c.recs {
+		last = max(last, r.T)
+		switch r.Kind {
+		case KindDead:
+			dead[r.Peer] = r.T
+		case KindCtxLive, KindCtxDone:
+			k := key{r.Proc, r.Seq}
+			s := spans[k]
+			if s == nil {
+				s = &Mastership{Proc: r.Proc, Node: r.Node, Term: r.Term, Ctx: r.Detail, Start: r.T, End: r.T, How: "open"}
+				if r.Kind == KindCtxDone && r.Begin != 0 {
+					s.Start = r.Begin // its first live record was lost
+				}
+				spans[k] = s
+				order = append(order, k)
+			}
+			if r.Kind == KindCtxDone {
+				s.End, s.LastBegin, s.Seen = max(s.End, r.T), r.Begin, r.Seen
+				if r.Seen != 0 {
+					s.How = "lost"
+				} else {
+					s.How = "poller stopped"
+				}
+			}
+		}
+	}
+	for _, k := range order {
+		s := spans[k]
+		if s.How == "open" {
+			if d, ok := dead[s.Proc]; ok {
+				s.End, s.How = max(s.End, d), "dead"
+			} else {
+				s.End = max(s.End, last)
+			}
+		}
+		c.rep.Ctxs = append(c.rep.Ctxs, *s)
+	}
+	sort.SliceStable(c.rep.Ctxs, func(i, j int) bool { return c.rep.Ctxs[i].Start < c.rep.Ctxs[j].Start })
+	c.rep.Judged["ctx"] = len(c.rep.Ctxs)
+	for _, s := range c.rep.Ctxs {
+		if m, ok := c.mastership(s.Proc, s.Term); ok && m.Seen != 0 && s.LastBegin != 0 && s.LastBegin >= m.Seen {
+			done := "never seen done"
+			if s.Seen != 0 {
+				done = fmt.Sprintf("first seen done %v after it", time.Duration(s.Seen-m.Seen))
+			}
+			c.fail("ctx", s.LastBegin, "%s was seen live after IsMaster was seen false: its last live observation began %v after the first false one; %s",
+				s.what(), time.Duration(s.LastBegin-m.Seen), done)
+		}
+		own, hasOwn := c.mastership(s.Proc, s.Term)
+		reported := false
+		for _, m := range c.rep.Masterships {
+			o, ok := c.overlap(s, m)
+			if !ok {
+				continue
+			}
+			c.rep.CtxOverlaps = append(c.rep.CtxOverlaps, o)
+			if hasOwn && within(s, own, m) {
+				continue // the overlap of the masterships themselves, reported by overlaps
+			}
+			if !o.Excused() && !reported {
+				reported = true
+				c.fail("ctx", o.B.Start, "%s and %s both acted as master for %v%s",
+					o.A.what(), o.B.what(), o.Duration, o.why())
 			}
 		}
 	}
@@ -291,27 +496,38 @@ func (c *checker) selfFencing() {
 	}
 	for _, r := range c.recs {
 		var begin, end int64
+		check, what := "self-fencing", fmt.Sprintf("%s observed term %d", r.Proc, r.Term)
 		switch r.Kind {
 		case KindLost, KindSent:
 			begin, end = r.Begin, r.T
 		case KindAcquired:
 			begin, end = r.T, r.T
+		case KindCtxLive, KindCtxDone:
+			// An observation that saw the ctx live.
+			begin, end = r.Begin, r.T
+			if r.Kind == KindCtxLive {
+				begin = r.T
+			}
+			check, what = "ctx", fmt.Sprintf("%s saw its %s ctx of term %d live", r.Proc, r.Detail, r.Term)
 		default:
 			continue
 		}
 		if begin == 0 {
 			continue
 		}
+		if check == "self-fencing" {
+			c.rep.Judged[check]++
+		}
 		cs := calls[r.Proc]
 		// The latest call sent no later than the observation ended.
 		i := sort.Search(len(cs), func(i int) bool { return cs[i] > end })
 		if i == 0 {
-			c.fail("self-fencing", begin, "%s observed term %d with no lock call sent before", r.Proc, r.Term)
+			c.fail(check, begin, "%s with no lock call sent before", what)
 			continue
 		}
 		if deadline := cs[i-1] + ttl[r.Proc] - margin[r.Proc]; begin >= deadline {
-			c.fail("self-fencing", begin, "%s observed term %d (%s) %v after its deadline bound (last lock call + LockTTL - StepDownMargin)",
-				r.Proc, r.Term, r.Kind, time.Duration(begin-deadline))
+			c.fail(check, begin, "%s (%s) %v after its deadline bound (last lock call + LockTTL - StepDownMargin)",
+				what, r.Kind, time.Duration(begin-deadline))
 		}
 	}
 }
@@ -396,6 +612,7 @@ func (c *checker) failovers() {
 		}
 		d := time.Duration(next - from)
 		c.rep.Failovers = append(c.rep.Failovers, Failover{Fault: f.Detail, Seq: f.Seq, Duration: d})
+		c.rep.Judged["failover"]++
 		if d > bound {
 			c.fail("failover", from, "fault %d (%s): next master after %v, bound %v", f.Seq, f.Detail, d, bound)
 		}
@@ -443,6 +660,7 @@ func (c *checker) messages() {
 			c.rep.Refused++
 		case KindAccepted:
 			c.rep.Accepted++
+			c.rep.Judged["fencing"]++
 			if r.Term < highest[r.Proc] {
 				c.rep.StaleAccepted++
 				c.fail("fencing", r.T, "%s accepted message %d from %s with term %d after accepting term %d", r.Proc, r.Seq, r.Peer, r.Term, highest[r.Proc])
@@ -511,6 +729,7 @@ func (c *checker) membership() {
 			} else {
 				c.rep.Leaves++
 			}
+			c.rep.Judged["membership"]++
 			k := pair{procTerm{r.Proc, r.Term}, r.Peer}
 			if last[k] == r.Kind {
 				c.fail("membership", r.T, "%s (term %d) reported %s of %s twice in a row", r.Proc, r.Term, r.Kind, r.Peer)

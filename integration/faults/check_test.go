@@ -37,6 +37,24 @@ func lost(proc string, term, at int64) Record {
 	return Record{T: at * ms, Begin: at*ms - 1000, Seen: at*ms + ms, Proc: proc, Node: proc, Kind: KindLost, Term: term}
 }
 
+// ctxLive is proc's first sighting of its ctx number serial (of which, for
+// term) live, in an observation that began at at ms.
+func ctxLive(proc, which string, term, serial int64, at int64) Record {
+	return Record{T: at * ms, Proc: proc, Node: proc, Kind: KindCtxLive, Term: term, Seq: serial, Detail: which}
+}
+
+// ctxDone is proc's first sighting of its ctx number serial done, in an
+// observation that began at seen µs; the last live one began at lastBegin
+// µs and ended 1 µs later.
+func ctxDone(proc, which string, term, serial int64, lastBegin, seen int64) Record {
+	us := int64(time.Microsecond)
+	return Record{T: lastBegin*us + us, Begin: lastBegin * us, Seen: seen * us, Proc: proc, Node: proc, Kind: KindCtxDone, Term: term, Seq: serial, Detail: which}
+}
+
+func observed(proc string, term, at int64) Record {
+	return Record{T: at * ms, Proc: proc, Node: proc, Kind: KindObserved, Term: term}
+}
+
 func harness(kind Kind, seq int64, detail, peer string, at int64) Record {
 	return Record{T: at * ms, Proc: HarnessNode, Kind: kind, Seq: seq, Detail: detail, Peer: peer, Node: peer}
 }
@@ -84,6 +102,102 @@ func TestCheck(t *testing.T) {
 				}
 			},
 			wants: []string{"terms: b started term 11 after c started term 12"},
+		},
+		{
+			name: "overlap after a data loss by a process that had seen a term",
+			h: base.with(start("c", 0), observed("c", 10, 100), harness(KindRedisDown, 1, "", "", 500),
+				call("c", 599), acquired("c", 12, 600), lost("c", 12, 700)),
+			wants: []string{
+				"overlap: a (term 10, lost) and c (term 12) both acted as master for 100ms (Redis lost its data in between, but c had seen term 10 before the loss)",
+				"terms: b started term 11 after c started term 12",
+			},
+			check: func(t *testing.T, r Report) {
+				if len(r.Overlaps) != 1 || !r.Overlaps[0].DataLoss || r.Overlaps[0].SawTerm != 10 || r.ForbiddenOverlaps() != 1 {
+					t.Errorf("overlaps %+v", r.Overlaps)
+				}
+			},
+		},
+		{
+			// a's IsMaster: last true observation 899.999-900 ms, first
+			// false one at 901 ms (see lost).
+			name: "ctxs done before IsMaster turned false",
+			h: base.with(ctxLive("a", CtxMasterAcquired, 10, 1, 3), ctxDone("a", CtxMasterAcquired, 10, 1, 899_000, 899_500),
+				ctxLive("a", CtxRunIfMaster, 10, 2, 5), ctxDone("a", CtxRunIfMaster, 10, 2, 900_500, 900_900),
+				ctxLive("b", CtxMasterAcquired, 11, 1, 1201), ctxDone("b", CtxMasterAcquired, 11, 1, 4_999_000, 5_000_000)),
+			check: func(t *testing.T, r Report) {
+				if len(r.Ctxs) != 3 || r.Judged["ctx"] != 3 || len(r.CtxOverlaps) != 0 {
+					t.Errorf("ctxs %+v overlaps %+v judged %v", r.Ctxs, r.CtxOverlaps, r.Judged)
+				}
+				if c := r.Ctxs[0]; c.Start != 3*ms || c.End != 899_001*int64(time.Microsecond) || c.How != "lost" || c.Ctx != CtxMasterAcquired {
+					t.Errorf("first ctx span %+v", c)
+				}
+			},
+		},
+		{
+			name:  "ctx seen live after IsMaster was seen false",
+			h:     base.with(ctxLive("a", CtxMasterAcquired, 10, 1, 3), ctxDone("a", CtxMasterAcquired, 10, 1, 904_000, 906_000)),
+			wants: []string{"ctx: a's master-acquired ctx (term 10, lost) was seen live after IsMaster was seen false: its last live observation began 3ms after the first false one; first seen done 5ms after it"},
+		},
+		{
+			// The node reads the ctx right after Term: live in the
+			// observation whose Term call first returned 0 is live after.
+			name:  "ctx live in the observation in which IsMaster was first false",
+			h:     base.with(ctxLive("a", CtxRunIfMaster, 10, 1, 3), ctxDone("a", CtxRunIfMaster, 10, 1, 901_000, 901_300)),
+			wants: []string{"ctx: a's run-if-master ctx (term 10, lost) was seen live after IsMaster was seen false: its last live observation began 0s after the first false one"},
+		},
+		{
+			name: "ctx live while another process is master",
+			h:    base.with(ctxLive("a", CtxMasterAcquired, 10, 1, 3), ctxDone("a", CtxMasterAcquired, 10, 1, 1_209_999, 1_211_000)),
+			wants: []string{
+				"ctx: a's master-acquired ctx (term 10, lost) was seen live after IsMaster was seen false",
+				"ctx: a's master-acquired ctx (term 10, lost) and b (term 11, lost) both acted as master for 10ms",
+			},
+			check: func(t *testing.T, r Report) {
+				if len(r.CtxOverlaps) != 1 || r.CtxOverlaps[0].Duration != 10*time.Millisecond || len(r.Overlaps) != 0 {
+					t.Errorf("ctx overlaps %+v overlaps %+v", r.CtxOverlaps, r.Overlaps)
+				}
+			},
+		},
+		{
+			name: "ctx inside its own mastership's overlap is the overlap check's",
+			h: base.with(start("c", 0), call("c", 700), acquired("c", 12, 800), call("c", 1000), lost("c", 12, 850),
+				ctxLive("c", CtxMasterAcquired, 12, 1, 801), ctxDone("c", CtxMasterAcquired, 12, 1, 840_000, 849_000)),
+			wants: []string{"overlap: a (term 10, lost) and c (term 12) both acted as master for 50ms", "terms: b started term 11 after c started term 12"},
+			check: func(t *testing.T, r Report) {
+				if len(r.CtxOverlaps) != 1 {
+					t.Errorf("ctx overlaps %+v", r.CtxOverlaps)
+				}
+			},
+		},
+		{
+			name: "ctx live past the self-fencing deadline",
+			h: history{start("a", 0), call("a", 0), acquired("a", 10, 1), lost("a", 10, 800),
+				ctxLive("a", CtxMasterAcquired, 10, 1, 2), ctxDone("a", CtxMasterAcquired, 10, 1, 950_000, 952_000)},
+			wants: []string{
+				"ctx: a saw its master-acquired ctx of term 10 live (ctx-done) 50ms after its deadline bound",
+				"ctx: a's master-acquired ctx (term 10, lost) was seen live after IsMaster was seen false",
+			},
+		},
+		{
+			name: "ctx of a killed master ends when reaped",
+			h: history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), ctxLive("a", CtxMasterAcquired, 10, 1, 2),
+				harness(KindDead, 0, "signal: killed", "a", 300), call("b", 1300), acquired("b", 11, 1301), lost("b", 11, 1400)},
+			check: func(t *testing.T, r Report) {
+				if len(r.Ctxs) != 1 || r.Ctxs[0].How != "dead" || r.Ctxs[0].End != 300*ms {
+					t.Errorf("ctxs %+v", r.Ctxs)
+				}
+			},
+		},
+		{
+			name: "ctx overlap after a data loss, later master had seen no term",
+			h: base.with(start("c", 0), harness(KindRedisDown, 1, "", "", 500), call("c", 599), acquired("c", 12, 600), lost("c", 12, 650),
+				ctxLive("c", CtxMasterAcquired, 12, 1, 601), ctxDone("c", CtxMasterAcquired, 12, 1, 640_000, 640_100)),
+			wants: []string{"terms: b started term 11 after c started term 12"},
+			check: func(t *testing.T, r Report) {
+				if len(r.CtxOverlaps) != 1 || !r.CtxOverlaps[0].Excused() || r.ForbiddenOverlaps() != 0 {
+					t.Errorf("ctx overlaps %+v", r.CtxOverlaps)
+				}
+			},
 		},
 		{
 			name:  "observation past the self-fencing deadline",

@@ -66,8 +66,14 @@ func (tm timing) args() []string {
 	}
 }
 
+// nodeBinEnv names a node binary to run instead of building one: for
+// example a node built from another commit, to play schedules against that
+// commit's library with this tree's checkers (the binary must write the
+// records this tree's checkers read).
+const nodeBinEnv = "HERD_FAULTS_NODE_BIN"
+
 // The node binary is built once per test binary run, into a directory that
-// TestMain removes.
+// TestMain removes, unless HERD_FAULTS_NODE_BIN names one.
 var nodeBin struct {
 	once sync.Once
 	dir  string
@@ -78,6 +84,13 @@ var nodeBin struct {
 func nodeBinary(t testing.TB) string {
 	t.Helper()
 	nodeBin.once.Do(func() {
+		if path := os.Getenv(nodeBinEnv); path != "" {
+			nodeBin.path, nodeBin.err = filepath.Abs(path)
+			if nodeBin.err == nil {
+				_, nodeBin.err = os.Stat(nodeBin.path)
+			}
+			return
+		}
 		nodeBin.dir, nodeBin.err = os.MkdirTemp("", "herd-faults-")
 		if nodeBin.err != nil {
 			return
@@ -115,6 +128,8 @@ type cluster struct {
 	tm    timing
 	lock  string
 	bin   string
+	args  []string // given to every node after the timing flags
+	seq   int64    // the last fault number given out; owned by the schedule's goroutine
 	redis *redistest.Instance
 	admin *redis.Client
 	toxi  *toxiproxy.ApiServer
@@ -135,6 +150,10 @@ type slot struct {
 	proxy *toxiproxy.Proxy
 	inc   int
 	cur   *process // nil while no process runs in the slot
+	// faulted is set while a fault on the slot's process is in force; owned
+	// by the schedule's goroutine. Other faults are not aimed at it, and
+	// the cluster counts as settled without it (see stableMaster).
+	faulted bool
 }
 
 // process is one node process.
@@ -158,11 +177,11 @@ func (p *process) alive() bool {
 	}
 }
 
-// newCluster starts Redis on server s, the proxies and n nodes, and waits
-// until they have elected a master.
-func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Rand) *cluster {
+// newCluster starts Redis on server s, the proxies and n nodes (each given
+// args after the timing flags).
+func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Rand, args ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, rng: rng, tm: tm, lock: "faults", bin: nodeBinary(t)}
+	c := &cluster{t: t, rng: rng, tm: tm, lock: "faults", bin: nodeBinary(t), args: args}
 	c.keys = scripts.NewKeys(c.lock, false)
 	c.redis = redistest.Start(t, s)
 	c.admin = c.redis.Client(t)
@@ -224,6 +243,7 @@ func (c *cluster) spawn(sl *slot) *process {
 	sl.inc++
 	p := &process{label: fmt.Sprintf("n%d.%d", sl.idx+1, sl.inc), slot: sl, done: make(chan struct{})}
 	args := append([]string{"-redis", sl.proxy.Listen, "-lock", c.lock, "-id", p.label, "-proc", p.label}, c.tm.args()...)
+	args = append(args, c.args...)
 	p.cmd = exec.Command(c.bin, args...)
 	p.cmd.Stderr = &p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -284,11 +304,16 @@ func (c *cluster) live() []*process {
 
 // stableMaster returns the master when the cluster is settled: every slot
 // runs a ready, unpaused process, exactly one of them says it is master,
-// and Redis agrees on its node id and term.
+// and Redis agrees on its node id and term. A slot under a fault that is
+// still in force (faults overlap) is left out, except that its process,
+// when it runs, must not say it is master beside another.
 func (c *cluster) stableMaster(ctx context.Context) (*process, error) {
 	var master *process
 	for _, sl := range c.slots {
 		p := sl.cur
+		if sl.faulted && (p == nil || !p.alive() || p.paused.Load() || p.master.Load() == 0) {
+			continue
+		}
 		switch {
 		case p == nil || !p.alive():
 			return nil, fmt.Errorf("slot %d has no process", sl.idx+1)
@@ -359,7 +384,7 @@ func (c *cluster) waitListed(ctx context.Context, deadline time.Time) error {
 				listed[p.ProcessID] = true
 			}
 			for _, p := range c.live() {
-				if !listed[p.label] {
+				if !listed[p.label] && !p.slot.faulted {
 					missing = append(missing, p.label)
 				}
 			}
@@ -378,11 +403,12 @@ func (c *cluster) waitListed(ctx context.Context, deadline time.Time) error {
 	}
 }
 
-// slaves returns the live processes other than m.
+// slaves returns the live processes other than m that no fault in force
+// holds.
 func (c *cluster) slaves(m *process) []*process {
 	var out []*process
 	for _, p := range c.live() {
-		if p != m {
+		if p != m && !p.slot.faulted {
 			out = append(out, p)
 		}
 	}

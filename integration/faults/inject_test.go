@@ -8,12 +8,53 @@ import (
 	"time"
 )
 
-// inject plays fault number seq: it breaks something, holds, undoes it, and
-// records both moments. Targets are picked when the fault is injected: the
-// current master, or a random slave.
-func (c *cluster) inject(seq int, f fault) {
+// play plays fault f: it breaks something, holds, undoes it, and records
+// both moments. The faults of f.inner are played while f is in force, one
+// after the other, each once the cluster has settled without f's target;
+// f is then undone f.tail after the last one ends (and no sooner than
+// f.hold after it began). A composite (f.as set) is also recorded as a
+// fault of its own kind around all of it.
+func (c *cluster) play(f fault) {
+	c.t.Helper()
+	var whole Record
+	if f.as != "" {
+		whole = Record{Kind: KindFault, Seq: c.nextSeq(), Detail: f.as}
+		c.add(whole)
+	}
+	seq := c.nextSeq()
+	began := time.Now()
+	heal := c.begin(seq, f)
+	for _, in := range f.inner {
+		c.waitStable(fmt.Sprintf("fault %d (%s) in force", seq, f.kind))
+		c.play(in)
+	}
+	wait := f.hold
+	if len(f.inner) > 0 {
+		wait = max(f.tail, f.hold-time.Since(began))
+	}
+	time.Sleep(wait)
+	heal()
+	if f.as != "" {
+		c.add(Record{Kind: KindHeal, Seq: whole.Seq, Detail: f.as})
+	}
+}
+
+// nextSeq numbers the faults of a run in the order they begin.
+func (c *cluster) nextSeq() int64 {
+	c.seq++
+	return c.seq
+}
+
+// begin breaks what fault number seq of kind f.kind breaks and returns the
+// function that undoes it. Targets are picked now, among the processes no
+// other fault holds: the current master, or a random slave. A fault without
+// a target is skipped (noted; its undo does nothing).
+func (c *cluster) begin(seq int64, f fault) (heal func()) {
 	c.t.Helper()
 	master := c.currentMaster()
+	if master != nil && master.slot.faulted {
+		master = nil
+	}
 	pickSlave := func() *process {
 		ss := c.slaves(master)
 		if len(ss) == 0 {
@@ -36,48 +77,49 @@ func (c *cluster) inject(seq int, f fault) {
 	}
 	needsTarget := f.kind != FaultRedisRestart && f.kind != FaultRedisPause
 	if needsTarget && target == nil {
-		c.add(Record{Kind: KindNote, Seq: int64(seq), Detail: fmt.Sprintf("fault %s skipped: no %s to target", f.kind, f.target)})
-		return
+		c.add(Record{Kind: KindNote, Seq: seq, Detail: fmt.Sprintf("fault %s skipped: no %s to target", f.kind, f.target)})
+		return func() {}
 	}
-	rec := Record{Kind: KindFault, Seq: int64(seq), Detail: f.kind}
+	rec := Record{Kind: KindFault, Seq: seq, Detail: f.kind}
+	var sl *slot
 	if target != nil {
 		rec.Peer, rec.Node = target.label, target.label
 		if target == master {
 			rec.Term = master.master.Load()
 		}
+		sl = target.slot
+		sl.faulted = true
 	}
-	heal := Record{Kind: KindHeal, Seq: int64(seq), Detail: f.kind, Peer: rec.Peer, Node: rec.Node}
+	healRec := Record{Kind: KindHeal, Seq: seq, Detail: f.kind, Peer: rec.Peer, Node: rec.Node}
+	healed := func() {
+		if sl != nil {
+			sl.faulted = false
+		}
+		c.add(healRec)
+	}
 
 	switch f.kind {
 	case FaultKillMaster, FaultKillSlave:
 		c.add(rec)
 		c.kill(target)
-		time.Sleep(f.hold)
-		c.spawn(target.slot)
-		c.add(heal)
+		return func() { c.spawn(sl); healed() }
 	case FaultStopMaster, FaultRestartSlave:
 		c.add(rec)
 		c.terminate(target)
-		time.Sleep(f.hold)
-		c.spawn(target.slot)
-		c.add(heal)
+		return func() { c.spawn(sl); healed() }
 	case FaultPauseMaster, FaultPauseSlave:
 		c.add(rec)
 		c.pause(target)
-		time.Sleep(f.hold)
-		c.resume(target)
-		c.add(heal)
+		return func() { c.resume(target); healed() }
 	case FaultRedisRestart:
 		c.add(rec)
-		c.add(Record{Kind: KindRedisDown, Seq: int64(seq)})
+		c.add(Record{Kind: KindRedisDown, Seq: seq})
 		c.redis.Restart(c.t)
-		c.add(heal)
+		return healed
 	case FaultRedisPause:
 		c.add(rec)
 		c.redis.Pause(c.t)
-		time.Sleep(f.hold)
-		c.redis.Resume(c.t)
-		c.add(heal)
+		return func() { c.redis.Resume(c.t); healed() }
 	case FaultLatency, FaultBlackhole, FaultResetPeer:
 		kind, attrs := "", ""
 		switch f.kind {
@@ -91,22 +133,20 @@ func (c *cluster) inject(seq int, f fault) {
 		if target == master && f.kind != FaultLatency && slices.Contains(f.streams, "upstream") {
 			rec.Highest = 1 // the master's requests are cut off: a crash for the failover check
 		}
-		c.add(Record{Kind: KindNote, Seq: int64(seq), Peer: target.label, Detail: fmt.Sprintf("%s on %s (%s), streams %v, latency %v", f.kind, target.label, f.target, f.streams, f.latency)})
+		c.add(Record{Kind: KindNote, Seq: seq, Peer: target.label, Detail: fmt.Sprintf("%s on %s (%s), streams %v, latency %v", f.kind, target.label, f.target, f.streams, f.latency)})
 		c.add(rec)
 		remove := c.toxic(target, fmt.Sprintf("f%d", seq), kind, f.streams, attrs)
-		time.Sleep(f.hold)
-		remove()
-		c.add(heal)
-	default:
-		c.t.Fatalf("unknown fault kind %q", f.kind)
+		return func() { remove(); healed() }
 	}
+	c.t.Fatalf("unknown fault kind %q", f.kind)
+	return nil
 }
 
-// currentMaster returns the live process whose records say it is master,
-// or nil.
+// currentMaster returns the running (not paused) process whose records say
+// it is master, or nil.
 func (c *cluster) currentMaster() *process {
 	for _, p := range c.live() {
-		if p.master.Load() != 0 {
+		if p.master.Load() != 0 && !p.paused.Load() {
 			return p
 		}
 	}

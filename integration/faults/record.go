@@ -80,10 +80,31 @@ const (
 	// registered or removed, during mastership Term.
 	KindSlaveJoined Kind = "slave-joined"
 	KindSlaveLeft   Kind = "slave-left"
+	// KindCtxLive: the first observation in which a ctx the election handed
+	// out for mastership Term was live (Err() == nil). Detail names the ctx
+	// (CtxMasterAcquired or CtxRunIfMaster); T is the instant just before
+	// that observation (its Begin). The node reads a ctx right after Term, in
+	// the same observation, so a ctx seen live in the observation whose Term
+	// call first returned something else was live after IsMaster turned false.
+	KindCtxLive Kind = "ctx-live"
+	// KindCtxDone: the ctx Detail of mastership Term was first seen done. T is
+	// the instant just after the last observation that saw it live, Begin the
+	// instant just before that observation, and Seen the instant just before
+	// the first observation that saw it done. Begin is 0 when the ctx was
+	// never seen live (it was done when the node first read it).
+	KindCtxDone Kind = "ctx-done"
 	// KindStopping: the node got SIGTERM and is stopping gracefully.
 	KindStopping Kind = "stopping"
 	// KindExit: the node is about to exit; Detail is the outcome.
 	KindExit Kind = "exit"
+)
+
+// The ctxs a node probes, named in the Detail of KindCtxLive and KindCtxDone.
+const (
+	// CtxMasterAcquired is the ctx given to an OnMasterAcquired handler.
+	CtxMasterAcquired = "master-acquired"
+	// CtxRunIfMaster is the ctx given to the fn of RunIfMaster.
+	CtxRunIfMaster = "run-if-master"
 )
 
 // Records written by the harness (Node is HarnessNode).

@@ -26,17 +26,58 @@ type fault struct {
 	latency time.Duration
 	hold    time.Duration
 	settle  time.Duration
+	// inner are played while this fault is in force (overlapping faults),
+	// each once the cluster has settled without this fault's target; this
+	// fault is undone tail after the last one ends, and no sooner than hold
+	// after it began. Inner faults have no inner faults of their own.
+	inner []fault
+	tail  time.Duration
+	// as names the composite this fault and its inner ones stand for
+	// (FaultHandoverLoss), or is "".
+	as string
 }
 
 func (f fault) String() string {
 	s := fmt.Sprintf("%s hold=%v", f.kind, f.hold.Round(time.Millisecond))
+	if f.as != "" {
+		s = f.as + ": " + s
+	}
 	if f.target != "" {
 		s += fmt.Sprintf(" target=%s streams=%s", f.target, strings.Join(f.streams, "+"))
 	}
 	if f.latency > 0 {
 		s += fmt.Sprintf(" latency=%v", f.latency.Round(time.Millisecond))
 	}
+	if len(f.inner) > 0 {
+		s += fmt.Sprintf(" tail=%v, while it is in force:", f.tail.Round(time.Millisecond))
+		for i, in := range f.inner {
+			s += fmt.Sprintf("\n        %c. %s", 'a'+i, in)
+		}
+	}
 	return s
+}
+
+// kinds returns the kinds f plays, in order: f's own (its composite's name
+// first, when it is one), then its inner faults'.
+func (f fault) kinds() []string {
+	var ks []string
+	if f.as != "" {
+		ks = append(ks, f.as)
+	}
+	ks = append(ks, f.kind)
+	for _, in := range f.inner {
+		ks = append(ks, in.kinds()...)
+	}
+	return ks
+}
+
+// spanning are the kinds of fault that may stay in force while others are
+// played: those that hold one process (or its link to Redis). A Redis
+// fault holds every process, so nothing could settle under it.
+var spanning = map[string]bool{
+	FaultKillMaster: true, FaultKillSlave: true, FaultPauseMaster: true, FaultPauseSlave: true,
+	FaultStopMaster: true, FaultRestartSlave: true,
+	FaultLatency: true, FaultBlackhole: true, FaultResetPeer: true,
 }
 
 // between returns a random duration in [lo, hi].
@@ -72,16 +113,52 @@ func newFault(rng *rand.Rand, kind string, tm timing) fault {
 		if kind == FaultLatency {
 			f.latency = between(rng, 50*time.Millisecond, tm.ttl+500*time.Millisecond)
 		}
+	case FaultHandoverLoss:
+		// A slave paused across a graceful hand-over and a Redis restart
+		// without data, resumed a moment after Redis answers again: the
+		// release notice it missed is waiting for it, the term key is gone,
+		// and the master elected at the hand-over still acts until its next
+		// renewal finds the lock gone.
+		stop := newFault(rng, FaultStopMaster, tm)
+		restart := newFault(rng, FaultRedisRestart, tm)
+		return fault{kind: FaultPauseSlave, as: FaultHandoverLoss, tail: between(rng, 0, 50*time.Millisecond),
+			settle: f.settle, inner: []fault{stop, restart}}
 	}
 	return f
 }
+
+// overlapChance is the chance that a drawn fault of a spanning kind stays
+// in force while the next one or two are played.
+const overlapChance = 0.25
 
 // schedule is a seeded list of faults on one server.
 type schedule struct {
 	seed   uint64
 	server redistest.Server
 	faults []fault
-	replay string // the command that plays it again
+	replay string   // the command that plays it again
+	args   []string // given to every node (see newCluster)
+}
+
+// kinds returns the kinds of fault s plays, in order, composites included
+// (see fault.kinds).
+func (s schedule) kinds() []string {
+	var ks []string
+	for _, f := range s.faults {
+		ks = append(ks, f.kinds()...)
+	}
+	return ks
+}
+
+// overlapping reports whether a fault of s, drawn alone (not a part of a
+// composite), stays in force while others are played.
+func (s schedule) overlapping() bool {
+	for _, f := range s.faults {
+		if len(f.inner) > 0 && f.as == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (s schedule) String() string {
@@ -105,12 +182,29 @@ func tourSchedule(seed uint64, server redistest.Server, tm timing) schedule {
 	return s
 }
 
-// randomSchedule has n faults of random kinds, drawn from kinds.
+// randomSchedule has n faults of random kinds, drawn from kinds. A fault of
+// a spanning kind stays in force, with overlapChance, while the next one or
+// two faults drawn (of kinds other than composites) are played; those count
+// among the n.
 func randomSchedule(seed uint64, server redistest.Server, tm timing, n int, kinds []string) schedule {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	s := schedule{seed: seed, server: server}
-	for range n {
-		s.faults = append(s.faults, newFault(rng, kinds[rng.IntN(len(kinds))], tm))
+	var simple []string
+	for _, k := range kinds {
+		if k != FaultHandoverLoss {
+			simple = append(simple, k)
+		}
+	}
+	for left := n; left > 0; left-- {
+		f := newFault(rng, kinds[rng.IntN(len(kinds))], tm)
+		if f.as == "" && spanning[f.kind] && left > 1 && len(simple) > 0 && rng.Float64() < overlapChance {
+			for range min(1+rng.IntN(2), left-1) {
+				f.inner = append(f.inner, newFault(rng, simple[rng.IntN(len(simple))], tm))
+				left--
+			}
+			f.tail = between(rng, 0, 500*time.Millisecond)
+		}
+		s.faults = append(s.faults, f)
 	}
 	return s
 }
@@ -120,12 +214,24 @@ func randomSchedule(seed uint64, server redistest.Server, tm timing, n int, kind
 // the timeline, and writes the whole history to integration/failures/.
 func (s schedule) run(t *testing.T, n int, tm timing) Report {
 	t.Helper()
+	c, recs, rep := s.play(t, n, tm)
+	if !rep.OK() {
+		s.fail(t, c, recs, rep)
+	}
+	s.keepTimeline(t, recs)
+	return rep
+}
+
+// play plays schedule s on a fresh cluster of n nodes and judges the
+// history, without failing t on a violation.
+func (s schedule) play(t *testing.T, n int, tm timing) (*cluster, []Record, Report) {
+	t.Helper()
 	t.Logf("schedule %s", s)
-	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)))
+	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)), s.args...)
 	c.waitStable("start")
-	for i, f := range s.faults {
-		c.inject(i+1, f)
-		c.waitStable(fmt.Sprintf("fault %d (%s)", i+1, f.kind))
+	for _, f := range s.faults {
+		c.play(f)
+		c.waitStable(fmt.Sprintf("fault %d (%s)", c.seq, f.kind))
 		time.Sleep(f.settle)
 	}
 	c.shutdown()
@@ -136,9 +242,12 @@ func (s schedule) run(t *testing.T, n int, tm timing) Report {
 	unlisted := c.unlisted
 	c.mu.Unlock()
 	rep.Lost += unlisted
-	if !rep.OK() {
-		s.fail(t, c, recs, rep)
-	}
+	return c, recs, rep
+}
+
+// keepTimeline writes the timeline of s to HERD_FAULTS_TIMELINES, if set.
+func (s schedule) keepTimeline(t *testing.T, recs []Record) {
+	t.Helper()
 	if dir := os.Getenv("HERD_FAULTS_TIMELINES"); dir != "" {
 		path := filepath.Join(dir, fmt.Sprintf("seed-%d.txt", s.seed))
 		var b strings.Builder
@@ -148,7 +257,6 @@ func (s schedule) run(t *testing.T, n int, tm timing) Report {
 			t.Errorf("HERD_FAULTS_TIMELINES: %v", err)
 		}
 	}
-	return rep
 }
 
 // fail reports a failed schedule so that it can be replayed.

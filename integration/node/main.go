@@ -14,6 +14,17 @@
 // instant is uncertain. See docs/safety.md for why this measures the
 // property exactly.
 //
+// The ctxs the election hands out for a mastership (the one given to
+// OnMasterAcquired, and the fn ctx of RunIfMaster, which the node keeps
+// calling) are judged the same way: the poller reads each of them in every
+// observation, right after Term and inside the same two clock readings, and
+// records when each was first seen live and first seen done.
+//
+// -unsafe-ctx-delay (or HERD_NODE_UNSAFE_CTX_DELAY) is for the suite's own
+// tests only: it makes the node read, instead of each ctx, a copy that ends
+// that much after it, so that the checkers can be shown to catch a ctx that
+// outlives its mastership by a few milliseconds.
+//
 //	node -redis 127.0.0.1:6379 -id n1 -proc n1 -ttl 1s -heartbeat 250ms -check 200ms
 package main
 
@@ -28,6 +39,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,7 +78,14 @@ type options struct {
 	rawEvery     int
 	ping         time.Duration
 	candidate    bool
+	// unsafeCtxDelay makes the probed ctxs end this much late (tests of the
+	// suite only).
+	unsafeCtxDelay time.Duration
 }
+
+// unsafeCtxEnv is the environment variable that sets -unsafe-ctx-delay's
+// default.
+const unsafeCtxEnv = "HERD_NODE_UNSAFE_CTX_DELAY"
 
 func parseFlags(args []string, errOut io.Writer) (options, error) {
 	d := masterelection.DefaultConfig()
@@ -91,6 +110,15 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&o.rawEvery, "raw-every", 2, "send every n-th message with a plain PUBLISH, fenced by the receivers only (0: never)")
 	fs.DurationVar(&o.ping, "ping", 500*time.Millisecond, "PingInterval of the subscriber")
 	fs.BoolVar(&o.candidate, "candidate", d.Candidate, "contend for mastership")
+	var unsafeDefault time.Duration
+	if v := os.Getenv(unsafeCtxEnv); v != "" {
+		var err error
+		if unsafeDefault, err = time.ParseDuration(v); err != nil {
+			return o, fmt.Errorf("node: %s=%q: %w", unsafeCtxEnv, v, err)
+		}
+	}
+	fs.DurationVar(&o.unsafeCtxDelay, "unsafe-ctx-delay", unsafeDefault,
+		"TESTS OF THE SUITE ONLY: probe copies of the mastership ctxs that end this much after them (default $"+unsafeCtxEnv+")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -99,6 +127,8 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		return o, errors.New("node: -redis is required")
 	case o.id == "":
 		return o, errors.New("node: -id is required")
+	case o.unsafeCtxDelay < 0:
+		return o, fmt.Errorf("node: -unsafe-ctx-delay %v is negative", o.unsafeCtxDelay)
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("node: unexpected arguments %q", fs.Args())
 	}
@@ -191,8 +221,11 @@ func run(ctx context.Context, o options, out *recorder) error {
 	defer client.Close()
 	client.AddHook(&hook{out: out, publishDelay: o.publishDelay})
 
-	out.write(faults.Record{Kind: faults.KindStart, Pid: os.Getpid(), LockTTL: int64(o.ttl), Margin: int64(margin),
-		Detail: fmt.Sprintf("ttl=%v heartbeat=%v check=%v jitter=%v margin=%v candidate=%v", o.ttl, o.heartbeat, o.check, o.jitter, margin, o.candidate)})
+	detail := fmt.Sprintf("ttl=%v heartbeat=%v check=%v jitter=%v margin=%v candidate=%v", o.ttl, o.heartbeat, o.check, o.jitter, margin, o.candidate)
+	if o.unsafeCtxDelay > 0 {
+		detail += fmt.Sprintf(" UNSAFE: probed ctxs end %v late", o.unsafeCtxDelay)
+	}
+	out.write(faults.Record{Kind: faults.KindStart, Pid: os.Getpid(), LockTTL: int64(o.ttl), Margin: int64(margin), Detail: detail})
 
 	m, err := masterelection.New(client, cfg)
 	if err != nil {
@@ -200,6 +233,13 @@ func run(ctx context.Context, o options, out *recorder) error {
 	}
 	er := &eventRecorder{out: out, m: m}
 	m.OnEvent(er.record)
+	probe := &ctxProbe{delay: o.unsafeCtxDelay}
+	// The handler keeps the mastership's ctx under probe until it is done;
+	// Stop waits for it before the release, as for any master's work.
+	m.OnMasterAcquired(func(ctx context.Context, term int64) {
+		probe.track(faults.CtxMasterAcquired, term, ctx)
+		<-ctx.Done()
+	})
 
 	sub, err := pubsub.NewSubscriber(client, o.id, pubsub.Config{
 		LockName:     o.lock,
@@ -239,7 +279,7 @@ func run(ctx context.Context, o options, out *recorder) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		poll(pollCtx, m, o, out)
+		poll(pollCtx, m, o, probe, out)
 	}()
 	defer func() {
 		stopPoll()
@@ -270,6 +310,11 @@ func run(ctx context.Context, o options, out *recorder) error {
 			sendLoop(ctx, m, client, router, o, out)
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runIfMasterLoop(ctx, m, probe)
+	}()
 
 	<-ctx.Done()
 	out.write(faults.Record{Kind: faults.KindStopping})
@@ -279,8 +324,13 @@ func run(ctx context.Context, o options, out *recorder) error {
 		return err
 	}
 	// Give the poller a moment past Stop so it records the release even if
-	// it was sleeping: IsMaster is already false.
-	time.Sleep(2 * o.poll)
+	// it was sleeping: IsMaster is already false. An unsafe node waits out
+	// its late ctxs too, so that they are seen.
+	wait := 2 * o.poll
+	if o.unsafeCtxDelay > 0 {
+		wait += o.unsafeCtxDelay + 2*time.Millisecond
+	}
+	time.Sleep(wait)
 	return nil
 }
 
@@ -342,35 +392,120 @@ func (er *eventRecorder) record(e masterelection.Event) {
 	}
 }
 
-// observation is one timed call of Term.
+// observation is one timed call of Term, and of Err on each probed ctx.
 type observation struct {
-	begin, end int64 // Now just before and just after the call
+	begin, end int64 // Now just before and just after the calls
 	term       int64
 }
 
-// observe calls Term between two clock readings. ok is false when the
-// readings are further apart than maxBracket: the process was stopped or
-// descheduled during the call, so its instant is uncertain and the node
-// does not act on it.
-func observe(m *masterelection.MasterElection, maxBracket time.Duration) (observation, bool) {
+// observe calls Term, then Err on every ctx of probed (writing whether each
+// was live into live, which has their length), between two clock readings.
+// Term comes first: a ctx seen live here was live after Term answered. ok is
+// false when the readings are further apart than maxBracket: the process was
+// stopped or descheduled during the calls, so their instant is uncertain and
+// the node does not act on them.
+func observe(m *masterelection.MasterElection, maxBracket time.Duration, probed []*probedCtx, live []bool) (observation, bool) {
 	begin := faults.Now()
 	term := m.Term()
+	for i, p := range probed {
+		live[i] = p.ctx.Err() == nil
+	}
 	end := faults.Now()
 	return observation{begin: begin, end: end, term: term}, time.Duration(end-begin) <= maxBracket
 }
 
-// poll observes Term every o.poll and records every change of role, the
+// ctxProbe passes the ctxs handed out for masterships to the poller.
+type ctxProbe struct {
+	delay   time.Duration // -unsafe-ctx-delay
+	mu      sync.Mutex
+	serial  int64
+	pending []*probedCtx
+}
+
+// probedCtx is one ctx under probe. The fields after ctx are owned by the
+// poller.
+type probedCtx struct {
+	which  string // faults.CtxMasterAcquired or faults.CtxRunIfMaster
+	term   int64
+	serial int64 // per process, written as the records' Seq
+	ctx    context.Context
+	stop   func()
+	seen   bool        // seen live at least once
+	last   observation // the last observation that saw it live
+}
+
+// track puts ctx, handed out for mastership term, under probe.
+func (p *ctxProbe) track(which string, term int64, ctx context.Context) {
+	pc := &probedCtx{which: which, term: term, ctx: ctx, stop: func() {}}
+	if p.delay > 0 {
+		pc.ctx, pc.stop = lateView(ctx, p.delay)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.serial++
+	pc.serial = p.serial
+	p.pending = append(p.pending, pc)
+}
+
+// take appends the ctxs tracked since the last call to probed.
+func (p *ctxProbe) take(probed []*probedCtx) []*probedCtx {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	probed = append(probed, p.pending...)
+	p.pending = p.pending[:0]
+	return probed
+}
+
+// lateView returns a copy of ctx that ends delay after ctx does, and the
+// function that releases it: the deliberately unsafe view of
+// -unsafe-ctx-delay.
+func lateView(ctx context.Context, delay time.Duration) (context.Context, func()) {
+	late, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(delay, cancel) })
+	return late, func() { stop(); cancel() }
+}
+
+// judgeCtxs records what observation ob saw of each probed ctx (live[i]
+// for probed[i]): the first live sighting, and the first done one, after
+// which the ctx leaves the probe. It returns the ctxs still under probe.
+func judgeCtxs(probed []*probedCtx, live []bool, ob observation, out *recorder) []*probedCtx {
+	keep := probed[:0]
+	for i, p := range probed {
+		if live[i] {
+			if !p.seen {
+				out.write(faults.Record{Kind: faults.KindCtxLive, Term: p.term, Seq: p.serial, Detail: p.which, T: ob.begin})
+			}
+			p.seen, p.last = true, ob
+			keep = append(keep, p)
+			continue
+		}
+		// Done. A ctx never seen live was never acted on: nothing to judge.
+		if p.seen {
+			out.write(faults.Record{Kind: faults.KindCtxDone, Term: p.term, Seq: p.serial, Detail: p.which, T: p.last.end, Begin: p.last.begin, Seen: ob.begin})
+		}
+		p.stop()
+	}
+	clear(probed[len(keep):])
+	return keep
+}
+
+// poll observes Term and the probed ctxs every o.poll and records every
+// change of role, the first live and first done sighting of each ctx, the
 // observed term, and the gaps in which it did not run.
-func poll(ctx context.Context, m *masterelection.MasterElection, o options, out *recorder) {
+func poll(ctx context.Context, m *masterelection.MasterElection, o options, probe *ctxProbe, out *recorder) {
 	var (
 		cur      int64 // term of the mastership in progress, 0 when slave
 		lastTrue observation
 		prevEnd  int64
 		observed int64
+		probed   []*probedCtx
+		live     []bool
 	)
 	gapLimit := max(50*time.Millisecond, 100*o.poll)
 	for ctx.Err() == nil {
-		ob, ok := observe(m, o.maxBracket)
+		probed = probe.take(probed)
+		live = slices.Grow(live[:0], len(probed))[:len(probed)]
+		ob, ok := observe(m, o.maxBracket, probed, live)
 		if !ok {
 			continue
 		}
@@ -390,6 +525,7 @@ func poll(ctx context.Context, m *masterelection.MasterElection, o options, out 
 		if ob.term != 0 {
 			lastTrue = ob
 		}
+		probed = judgeCtxs(probed, live, ob, out)
 		if t := m.ObservedTerm(); t > observed {
 			observed = t
 			out.write(faults.Record{Kind: faults.KindObserved, Term: t})
@@ -401,6 +537,31 @@ func poll(ctx context.Context, m *masterelection.MasterElection, o options, out 
 		// only after Stop, so this means Stop failed): the mastership's
 		// end is not known beyond the last observation.
 		out.write(faults.Record{Kind: faults.KindLost, Term: cur, T: lastTrue.end, Begin: lastTrue.begin, Detail: "poller stopped while master"})
+	}
+	for _, p := range probed {
+		// Still live when the poller stopped (Seen 0): its end is not known
+		// beyond the last observation.
+		if p.seen {
+			out.write(faults.Record{Kind: faults.KindCtxDone, Term: p.term, Seq: p.serial, Detail: p.which, T: p.last.end, Begin: p.last.begin})
+		}
+		p.stop()
+	}
+}
+
+// runIfMasterLoop keeps calling RunIfMaster with a fn that puts its ctx
+// under probe and returns when that ctx is done, so that every mastership
+// (after the first few milliseconds) has a RunIfMaster ctx to judge.
+func runIfMasterLoop(ctx context.Context, m *masterelection.MasterElection, probe *ctxProbe) {
+	for ctx.Err() == nil {
+		_, _ = m.RunIfMaster(ctx, func(fctx context.Context, term int64) error {
+			probe.track(faults.CtxRunIfMaster, term, fctx)
+			<-fctx.Done()
+			return nil
+		})
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
 }
 
@@ -420,7 +581,7 @@ func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *red
 			return
 		case <-ticker.C:
 		}
-		ob, ok := observe(m, o.maxBracket)
+		ob, ok := observe(m, o.maxBracket, nil, nil)
 		if !ok || ob.term == 0 {
 			continue
 		}
@@ -435,7 +596,7 @@ func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *red
 		}
 		// The decision to send is taken on a fresh observation, after the
 		// listing (which took a round trip).
-		ob, ok = observe(m, o.maxBracket)
+		ob, ok = observe(m, o.maxBracket, nil, nil)
 		if !ok || ob.term == 0 {
 			continue
 		}
