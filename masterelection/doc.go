@@ -80,6 +80,13 @@
 // reported. A process that never saw a term cannot tell a data loss from a
 // new lock name and contends at once.
 //
+// Redis must not evict the election's keys. With maxmemory set, every
+// maxmemory-policy but noeviction can delete a healthy master's lock, and a
+// slave can then become master while the old master still acts, for up to
+// LockTTL - StepDownMargin; allkeys-* policies can also delete the term key,
+// which looks like a data loss. Start reads the policy once (INFO memory)
+// and reports ErrEvictionPolicy; see docs/safety.md, "Eviction".
+//
 // # Goroutines
 //
 // Start runs one loop goroutine that owns every timer and Redis call of the

@@ -199,6 +199,7 @@ func (m *MasterElection) Start(ctx context.Context) error {
 		m.mu.Lock()
 		m.reg = reg
 		m.mu.Unlock()
+		m.checkEviction(ctx)
 	}
 	go m.run(runCtx)
 

@@ -29,6 +29,15 @@ var (
 	// ErrReplicas is wrapped by the error event emitted when a lock write
 	// was acknowledged by fewer replicas than Config.WaitReplicas.
 	ErrReplicas = errors.New("masterelection: too few replicas acknowledged the lock")
+	// ErrEvictionPolicy is wrapped by the error event emitted at Start when
+	// the Redis server that holds the election's keys has a maxmemory limit
+	// and a maxmemory-policy other than noeviction. Redis may then evict the
+	// lock of a healthy master (every volatile-* and allkeys-* policy), and
+	// a slave can become master while the old master still acts; allkeys-*
+	// policies can also evict the term key, which herd reads as a data loss.
+	// The message names the policy, the limit and the keys at risk. The
+	// election runs all the same; see docs/safety.md, "Eviction".
+	ErrEvictionPolicy = errors.New("masterelection: redis may evict the election's keys")
 	// ErrUnconfirmedNotice is wrapped by the error event emitted when an
 	// "acquired" notice on the events channel claims a term that Redis,
 	// asked right after it, does not have: the notice was not sent by a lock

@@ -26,6 +26,8 @@ var herdCommands = []string{
 	"evalsha", "eval",
 	// election notices, routing, reports, and keep-alive on subscribed connections
 	"subscribe", "publish", "ping",
+	// Start's check of the eviction policy (INFO memory)
+	"info",
 	// reads outside scripts: registry entries, the master's entry, the last term
 	"get", "hget", "hgetall",
 	// the emulated registry backend's read: expiry script and HGETALL in one transaction

@@ -1,0 +1,167 @@
+package masterelection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// memoryPolicy is what a Redis server says about eviction.
+type memoryPolicy struct {
+	policy    string // maxmemory-policy: "noeviction", "volatile-lru", "allkeys-lru", …
+	maxmemory int64  // bytes; 0 means no limit, and then nothing is evicted
+}
+
+// checkEviction asks the server that holds the election's keys, once, at
+// Start, whether it may evict them, and says so: an error event wrapping
+// ErrEvictionPolicy and a warning when it may, a log line when the server
+// does not tell. It never fails Start, and it waits at most one operation
+// timeout (one round trip when Redis answers).
+//
+// It reads INFO memory rather than CONFIG GET maxmemory-policy and CONFIG
+// GET maxmemory: the same two values in one command and one round trip, and
+// INFO is allowed where CONFIG is not: managed services that disable CONFIG
+// (with volatile-lru as their default policy, as on ElastiCache) and
+// least-privileged ACL users, whom CONFIG GET would let read every setting,
+// passwords included (docs/topologies.md grants +info instead).
+func (m *MasterElection) checkEviction(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	defer cancel()
+	addr, mp, err := readMemoryPolicy(ctx, m.client, m.keys.Master)
+	log := m.log
+	if addr != "" {
+		log = log.With().Str("redis", addr).Logger()
+	}
+	if err != nil {
+		// A refusal (NOPERM, an unknown or disabled command) is the
+		// server's choice; anything else (a timeout) may deserve a look.
+		var refused redis.Error
+		ev := log.Warn()
+		if errors.As(err, &refused) {
+			ev = log.Info()
+		}
+		ev.Err(err).Msg("maxmemory-policy not checked: if this Redis can evict keys, it can end a healthy master's lock (docs/safety.md, \"Eviction\")")
+		return
+	}
+	switch {
+	case mp.policy == "noeviction":
+		log.Debug().Str("policy", mp.policy).Int64("maxmemory", mp.maxmemory).Msg("maxmemory-policy noeviction: Redis never evicts the election's keys")
+		return
+	case mp.maxmemory == 0:
+		log.Info().Str("policy", mp.policy).Msg("maxmemory-policy " + mp.policy +
+			" evicts nothing while maxmemory is 0 (no limit): safe while maxmemory stays 0")
+		return
+	}
+	keys, effect := evictionRisk(mp.policy, m.keys, emulated(m.Registry()))
+	where := "on the server that holds the lock"
+	if addr != "" {
+		where = "on " + addr
+	}
+	err = fmt.Errorf("%w: maxmemory-policy %s with maxmemory %d bytes %s: %s; "+
+		"set maxmemory-policy noeviction, or give the election a Redis instance of its own with noeviction (docs/safety.md, \"Eviction\")",
+		ErrEvictionPolicy, mp.policy, mp.maxmemory, where, effect)
+	// Not emitError: this is no failed attempt, so it must not become the
+	// "last error" that Start names when the first election does not resolve.
+	log.Warn().Str("policy", mp.policy).Int64("maxmemory", mp.maxmemory).Strs("evictable", keys).Err(err).
+		Msg("redis may evict the election's keys")
+	m.bus.emit(topicError, payload{err: err})
+}
+
+// readMemoryPolicy reads the eviction settings of the server that holds key:
+// on a *redis.ClusterClient the master of key's slot (maxmemory is per
+// node), otherwise the server the client talks to. addr names that server
+// when the client tells ("" for a Sentinel failover client).
+func readMemoryPolicy(ctx context.Context, client redis.UniversalClient, key string) (addr string, mp memoryPolicy, err error) {
+	var c redis.Cmdable = client
+	switch cl := client.(type) {
+	case *redis.ClusterClient:
+		node, err := cl.MasterForKey(ctx, key)
+		if err != nil {
+			return "", mp, fmt.Errorf("find the cluster node of %s: %w", key, err)
+		}
+		c, addr = node, node.Options().Addr
+	case *redis.Client:
+		if a := cl.Options().Addr; a != "FailoverClient" { // go-redis's placeholder for a Sentinel client
+			addr = a
+		}
+	}
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return addr, mp, fmt.Errorf("INFO memory: %w", err)
+	}
+	mp, err = parseMemoryPolicy(info)
+	return addr, mp, err
+}
+
+// parseMemoryPolicy reads maxmemory and maxmemory_policy from the reply of
+// INFO memory ("field:value" lines).
+func parseMemoryPolicy(info string) (memoryPolicy, error) {
+	var (
+		mp                memoryPolicy
+		gotMax, gotPolicy bool
+	)
+	for line := range strings.Lines(info) {
+		name, value, ok := strings.Cut(strings.TrimRight(line, "\r\n"), ":")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "maxmemory":
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil {
+				return mp, fmt.Errorf("INFO memory: maxmemory %q: %w", value, err)
+			}
+			mp.maxmemory, gotMax = n, true
+		case "maxmemory_policy":
+			mp.policy, gotPolicy = value, value != ""
+		}
+	}
+	if !gotMax || !gotPolicy {
+		return mp, errors.New("INFO memory: the reply has no maxmemory or maxmemory_policy field")
+	}
+	return mp, nil
+}
+
+// emulated tells whether reg uses the emulated backend.
+func emulated(reg *registry.Registry) bool {
+	return reg != nil && reg.Backend() == registry.BackendEmulated
+}
+
+// evictionRisk returns the election's keys that policy can evict and what
+// their eviction does, for the error event. emulated tells whether the
+// registry uses the emulated backend (which has a second key).
+//
+// volatile-* policies take only keys with a TTL of their own: the lock,
+// heartbeat and master_process keys. The term key has none, and neither has
+// the registry hash (its entries expire by hash-field TTL, which eviction
+// does not look at; measured on Redis 8.0.6 and Valkey 9.1.2). allkeys-*
+// policies take any key.
+func evictionRisk(policy string, k scripts.Keys, emulated bool) (keys []string, effect string) {
+	lock := []string{k.Master, k.Heartbeat, k.MasterProcess}
+	all := append(append([]string(nil), lock...), k.Term, k.Processes)
+	if emulated {
+		all = append(all, k.ProcessesExpiry)
+	}
+	lockLoss := fmt.Sprintf("Redis can delete the lock %s of a healthy master; a slave can then take it and act as master "+
+		"while the old master still does, until the new master's notice or its own next renewal tells it "+
+		"(at most LockTTL - StepDownMargin if neither reaches it)", k.Master)
+	switch {
+	case strings.HasPrefix(policy, "volatile-"):
+		return lock, fmt.Sprintf("it evicts keys with a TTL: %s. %s. Terms still grow: %s has no TTL",
+			strings.Join(lock, ", "), lockLoss, k.Term)
+	case strings.HasPrefix(policy, "allkeys-"):
+		return all, fmt.Sprintf("it evicts any key: %s. %s. "+
+			"The term key %s can go too: the master's next renewal fails, the slaves report ErrDataLoss and wait LockTTL, "+
+			"and the next term comes from the server clock. The registry %s can go too: every process is listed again at its next heartbeat",
+			strings.Join(all, ", "), lockLoss, k.Term, k.Processes)
+	}
+	return all, fmt.Sprintf("herd does not know this policy and counts every key as evictable: %s. %s",
+		strings.Join(all, ", "), lockLoss)
+}

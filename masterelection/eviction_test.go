@@ -1,0 +1,273 @@
+package masterelection
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/scripts"
+)
+
+func TestParseMemoryPolicy(t *testing.T) {
+	tests := []struct {
+		name    string
+		info    string
+		want    memoryPolicy
+		wantErr bool
+	}{
+		{
+			name: "redis",
+			info: "# Memory\r\nused_memory:1024\r\nmaxmemory:2097152\r\nmaxmemory_human:2.00M\r\nmaxmemory_policy:volatile-lru\r\nmem_fragmentation_ratio:1.5\r\n",
+			want: memoryPolicy{policy: "volatile-lru", maxmemory: 2 << 20},
+		},
+		{
+			name: "no limit, no trailing line end",
+			info: "# Memory\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction",
+			want: memoryPolicy{policy: "noeviction"},
+		},
+		{name: "no policy", info: "# Memory\r\nmaxmemory:0\r\n", wantErr: true},
+		{name: "no maxmemory", info: "# Memory\r\nmaxmemory_human:0B\r\nmaxmemory_policy:noeviction\r\n", wantErr: true},
+		{name: "empty policy", info: "maxmemory:0\r\nmaxmemory_policy:\r\n", wantErr: true},
+		{name: "maxmemory not a number", info: "maxmemory:lots\r\nmaxmemory_policy:noeviction\r\n", wantErr: true},
+		{name: "not INFO at all", info: "OK", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseMemoryPolicy(tt.info)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil && got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEvictionRisk(t *testing.T) {
+	k := scripts.NewKeys("lk", false)
+	lock := []string{k.Master, k.Heartbeat, k.MasterProcess}
+	all := append(append([]string(nil), lock...), k.Term, k.Processes)
+	tests := []struct {
+		name     string
+		policy   string
+		emulated bool
+		keys     []string
+		says     []string // in the effect
+	}{
+		{"volatile", "volatile-lru", false, lock, []string{"keys with a TTL", "lk:master of a healthy master", "Terms still grow: lk:term has no TTL"}},
+		{"volatile ttl", "volatile-ttl", true, lock, []string{"keys with a TTL"}},
+		{"allkeys", "allkeys-lfu", false, all, []string{"any key", "term key lk:term", "ErrDataLoss", "registry lk:processes"}},
+		{"allkeys emulated", "allkeys-random", true, append(all, k.ProcessesExpiry), []string{"lk:processes:expiry"}},
+		{"unknown", "some-future-policy", false, all, []string{"does not know this policy"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys, effect := evictionRisk(tt.policy, k, tt.emulated)
+			if strings.Join(keys, " ") != strings.Join(tt.keys, " ") {
+				t.Errorf("keys %v, want %v", keys, tt.keys)
+			}
+			for _, s := range tt.says {
+				if !strings.Contains(effect, s) {
+					t.Errorf("effect %q does not say %q", effect, s)
+				}
+			}
+		})
+	}
+}
+
+// infoHook answers INFO memory in place of the server (miniredis has no
+// memory section): with reply, or, when block is set, not before the
+// call's ctx ends.
+type infoHook struct {
+	reply string
+	block bool
+}
+
+func (h infoHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "info" {
+			return next(ctx, cmd)
+		}
+		if h.block {
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		cmd.(*redis.StringCmd).SetVal(h.reply)
+		return nil
+	}
+}
+
+func (h infoHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// logBuffer collects zerolog's JSON lines; safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the log lines whose message contains msg, decoded.
+func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.Lines(b.buf.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if s, _ := m["message"].(string); strings.Contains(s, msg) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func memoryInfo(policy, maxmemory string) string {
+	return "# Memory\r\nused_memory:1000000\r\nmaxmemory:" + maxmemory + "\r\nmaxmemory_policy:" + policy + "\r\n"
+}
+
+// TestEvictionCheckAtStart runs Start against each answer a server can give
+// to INFO memory: Start always succeeds, only a policy that can evict under
+// a limit is an error event, and each other answer is one log line.
+func TestEvictionCheckAtStart(t *testing.T) {
+	tests := []struct {
+		name      string
+		hook      *infoHook // nil: miniredis answers, and it refuses the memory section
+		event     []string  // the error event says all of these; nil: no such event
+		logMsg    string
+		logLevel  string
+		logFields map[string]any
+	}{
+		{
+			name:      "volatile policy with a limit",
+			hook:      &infoHook{reply: memoryInfo("volatile-lru", "2097152")},
+			event:     []string{"maxmemory-policy volatile-lru with maxmemory 2097152 bytes", "test:master", "noeviction"},
+			logMsg:    "redis may evict the election's keys",
+			logLevel:  "warn",
+			logFields: map[string]any{"policy": "volatile-lru", "maxmemory": 2097152.0},
+		},
+		{
+			name:     "allkeys policy with a limit",
+			hook:     &infoHook{reply: memoryInfo("allkeys-lru", "1073741824")},
+			event:    []string{"maxmemory-policy allkeys-lru with maxmemory 1073741824 bytes", "term key test:term", "ErrDataLoss"},
+			logMsg:   "redis may evict the election's keys",
+			logLevel: "warn",
+		},
+		{
+			name:      "noeviction",
+			hook:      &infoHook{reply: memoryInfo("noeviction", "2097152")},
+			logMsg:    "maxmemory-policy noeviction",
+			logLevel:  "debug",
+			logFields: map[string]any{"maxmemory": 2097152.0},
+		},
+		{
+			name:     "policy without a limit",
+			hook:     &infoHook{reply: memoryInfo("allkeys-lru", "0")},
+			logMsg:   "safe while maxmemory stays 0",
+			logLevel: "info",
+		},
+		{
+			name:      "refused",
+			logMsg:    "maxmemory-policy not checked",
+			logLevel:  "info",
+			logFields: map[string]any{"error": "INFO memory: section (memory) is not supported"},
+		},
+		{
+			name:      "unanswered",
+			hook:      &infoHook{block: true},
+			logMsg:    "maxmemory-policy not checked",
+			logLevel:  "warn",
+			logFields: map[string]any{"error": "INFO memory: context deadline exceeded"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			logs := &logBuffer{}
+			cfg := testConfig("a")
+			cfg.HeartbeatInterval = 200 * time.Millisecond // the check's bound
+			cfg.Logger = zerolog.New(logs)
+			c := w.client()
+			if tt.hook != nil {
+				c.AddHook(*tt.hook)
+			}
+			m, err := newElection(c, cfg, clock.NewFake(w.redisClock.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := record(m)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = m.Stop(ctx)
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			began := time.Now()
+			if err := m.Start(ctx); err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			if took := time.Since(began); took > cfg.HeartbeatInterval+time.Second {
+				t.Errorf("Start took %v: the check must not hold it beyond its bound (%v)", took, cfg.HeartbeatInterval)
+			}
+			// Events arrive in emission order, and the check's comes before
+			// the election's: once completed is in, it is in too.
+			rec.waitEvents(t, "started", "acquired", "completed:master")
+			var found []error
+			for _, err := range rec.errors() {
+				if errors.Is(err, ErrEvictionPolicy) {
+					found = append(found, err)
+				}
+			}
+			switch {
+			case tt.event == nil && len(found) > 0:
+				t.Fatalf("error events %v, want none wrapping ErrEvictionPolicy", found)
+			case tt.event != nil && len(found) != 1:
+				t.Fatalf("error events wrapping ErrEvictionPolicy: %v, want one", found)
+			case tt.event != nil:
+				for _, s := range tt.event {
+					if !strings.Contains(found[0].Error(), s) {
+						t.Errorf("error event %q does not say %q", found[0], s)
+					}
+				}
+				if err := m.lastError(); err != nil {
+					t.Errorf("Start's last error is %v: the check's report is no failed attempt", err)
+				}
+			}
+			lines := logs.lines(t, tt.logMsg)
+			if len(lines) != 1 {
+				t.Fatalf("%d log lines saying %q, want 1; log:\n%s", len(lines), tt.logMsg, logs.buf.String())
+			}
+			if got := lines[0]["level"]; got != tt.logLevel {
+				t.Errorf("log level %v, want %s: %v", got, tt.logLevel, lines[0])
+			}
+			for k, v := range tt.logFields {
+				if got := lines[0][k]; got != v {
+					t.Errorf("log field %s = %v, want %v", k, got, v)
+				}
+			}
+		})
+	}
+}
