@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"errors"
@@ -135,6 +136,26 @@ func parseAcquired(k Keys, reply any) (Acquired, error) {
 		return Acquired{}, unexpected("acquire", reply)
 	}
 	return Acquired{Holder: holder, TTL: pttlDuration(pttl), HolderTerm: holderTerm, Garbage: lockGarbage(k, holder, pttl)}, nil
+}
+
+// SplitMasterProcess is the inverse of what acquire.lua stores in
+// <prefix>:master_process: the candidate's ProcessInfo object with a "term"
+// member appended as its last member. It returns the object as the
+// candidate sent it and the term; ok is false for a value of any other form.
+// This and acquire.lua are the one place that layout is known.
+func SplitMasterProcess(raw []byte) (info []byte, term int64, ok bool) {
+	const member = `,"term":`
+	i := bytes.LastIndex(raw, []byte(member))
+	if i < 0 || len(raw) < 2 || raw[len(raw)-1] != '}' {
+		return nil, 0, false
+	}
+	digits := raw[i+len(member) : len(raw)-1]
+	term, err := strconv.ParseInt(string(digits), 10, 64)
+	if err != nil || term <= 0 || digits[0] == '+' {
+		return nil, 0, false
+	}
+	info = make([]byte, 0, i+1)
+	return append(append(info, raw[:i]...), '}'), term, true
 }
 
 // Renew runs renew.lua. term 0 skips the term check. It reports whether the

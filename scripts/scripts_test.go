@@ -455,3 +455,28 @@ func TestAcquireRefusesBehindSeenTerm(t *testing.T) {
 		t.Fatalf("acquire after the wait = %+v, %v", got, err)
 	}
 }
+
+// TestSplitMasterProcess: the value acquire.lua stores splits back into the
+// info the candidate sent and the term; other forms are refused.
+func TestSplitMasterProcess(t *testing.T) {
+	_, c, k := setup(t)
+	ctx := context.Background()
+	info := []byte(`{"processId":"n1","metadata":{"term":"x"}}`)
+	a, err := scripts.Acquire(ctx, c, k, "n1", time.Second, info, 0)
+	if err != nil || a.Term == 0 {
+		t.Fatalf("acquire = %+v, %v", a, err)
+	}
+	raw, err := c.Get(ctx, k.MasterProcess).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, term, ok := scripts.SplitMasterProcess(raw)
+	if !ok || term != a.Term || string(got) != string(info) {
+		t.Fatalf("split %s = %s, %d, %v; want %s, %d", raw, got, term, ok, info, a.Term)
+	}
+	for _, bad := range []string{``, `{}`, `{"term":5}`, `{"a":1,"term":}`, `{"a":1,"term":-5}`, `{"a":1,"term":+5}`, `{"a":1,"term":5`, `{"a":1,"term":5x}`} {
+		if _, _, ok := scripts.SplitMasterProcess([]byte(bad)); ok {
+			t.Errorf("split accepted %q", bad)
+		}
+	}
+}

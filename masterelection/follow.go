@@ -1,0 +1,383 @@
+package masterelection
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// lostAcquires is what follow knows about the acquires whose reply was lost
+// since maybeHeld was set, to tell a lock they may have taken from a twin's
+// (another process running with the same NodeID).
+type lostAcquires struct {
+	infos   [][]byte // the master_process values they sent, without the term
+	unknown bool     // one sent none, or more were lost than infos keeps
+	// The lock last found under our node id while maybeHeld: its term, the
+	// latest instant (local clock) at which it can expire unless renewed,
+	// and when that was seen.
+	term          int64
+	expiry, since time.Time
+	infoChecked   bool // master_process was compared for term (it changes only with the term)
+}
+
+// maxLostInfos bounds lostAcquires.infos.
+const maxLostInfos = 16
+
+// add records an acquire whose reply was lost, with the info it sent.
+func (la *lostAcquires) add(info []byte) {
+	if info == nil || len(la.infos) == maxLostInfos {
+		la.unknown = true
+		return
+	}
+	la.infos = append(la.infos, info)
+}
+
+// follow is the slave role: check the lock every CheckInterval and when it
+// would expire, contend when it is free (after a random jitter, or at once
+// when the master announced its release). It returns the new mastership, or
+// nil when ctx ends.
+func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership {
+	contend := ls.unresolved && m.candidate.Load() // Start's first attempt goes straight to the lock
+	timer := m.clock.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.candidacy:
+			if m.candidate.Load() {
+				contend = false
+				timer.Reset(0) // look at the lock now; contend if it is free
+			}
+		case n := <-m.notices:
+			// A notice is a hint, never a fact: anyone who may PUBLISH on
+			// the channel can send one. It only makes this process ask
+			// Redis sooner; what Redis answers decides.
+			switch {
+			case n.Event == noticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
+				// The acquire script is the question: it takes the lock
+				// only if it is free, and not after a data loss.
+				contend = true
+				timer.Reset(0)
+			case n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID:
+				ls.noteClaim(n, m.clock.Now())
+				if !contend && !ls.unresolved { // an attempt due, or Start's first, asks Redis anyway
+					timer.Reset(0) // check now: learn the new master and its term from Redis
+				}
+			}
+		case <-timer.C():
+			var next time.Duration
+			if contend {
+				l, wait := m.contend(ctx, ls)
+				if l != nil {
+					return l
+				}
+				contend, next = false, wait
+			} else {
+				contend, next = m.check(ctx, ls)
+			}
+			timer.Reset(next)
+		}
+	}
+}
+
+// check runs the check script and decides what follow does next: contend
+// (after the returned delay) or check again (after it).
+func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool, next time.Duration) {
+	sent := m.clock.Now()
+	cctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	st, err := scripts.Check(cctx, m.client, m.keys)
+	cancel()
+	replied := m.clock.Now()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.emitError(fmt.Errorf("check master lock: %w", err))
+		}
+		return ls.inElection && m.candidate.Load(), m.backoff(ls)
+	}
+	ls.errors = 0
+	// The term key is never deleted and only grows: missing, or below a
+	// term seen on it, it tells that Redis lost data.
+	lost := st.TermMissing || st.Term < m.ObservedTerm()
+	if !lost {
+		ls.lossWait = time.Time{}
+	}
+	if !st.Exists || st.NodeID != m.cfg.NodeID {
+		ls.lockNotOurs()
+	}
+	if st.TermMissing {
+		ls.claim = notice{} // Redis lost its data: nothing to confirm a notice with
+	} else {
+		m.confirmClaim(ls, st.NodeID, st.Term)
+	}
+	if !st.Exists {
+		if wait := m.dataLossWait(ls, lost); wait > 0 {
+			return false, wait
+		}
+		if m.candidate.Load() {
+			return true, m.jitter()
+		}
+		m.resolveAsSlave(ls)
+		return false, m.cfg.CheckInterval
+	}
+	m.observeTerm(st.Term)
+	if st.Garbage != "" {
+		m.emitError(fmt.Errorf("%w: %s", ErrGarbage, st.Garbage))
+	}
+	if st.NodeID == m.cfg.NodeID {
+		switch {
+		case ls.heldTerm != 0 && st.Term == ls.heldTerm:
+			if m.releaseStale(ctx, st.Term) {
+				return m.candidate.Load(), 0
+			}
+		case ls.maybeHeld:
+			// Ours from an acquire whose reply was lost, or a twin's with
+			// our node id. Either way it is left to expire (releasing a
+			// twin's lock would make two masters); it is reported when it
+			// is certainly a twin's.
+			if why := m.twinEvidence(ctx, ls, st, sent, replied); why != "" {
+				ls.maybeHeld, ls.lost = false, lostAcquires{}
+				m.emitError(fmt.Errorf("%w: %q (term %d): %s", ErrDuplicateNodeID, m.cfg.NodeID, st.Term, why))
+			}
+		default:
+			m.emitError(fmt.Errorf("%w: %q (term %d)", ErrDuplicateNodeID, m.cfg.NodeID, st.Term))
+		}
+	}
+	m.resolveAsSlave(ls)
+	return false, m.untilExpiry(st.TTL)
+}
+
+// twinEvidence tells why the lock st, found under this process's node id
+// while an acquire's reply may have been lost, is certainly not the work of
+// such an acquire but of a twin (another process with the same NodeID), or
+// "" when it may be ours. sent and replied bracket the check that read st.
+//
+// An acquire that took the lock wrote master_process as the info it sent
+// plus the term, and every lost acquire's info differs (its LastSeen is its
+// send time), so a master_process of the lock's term that none of them sent
+// was written by a twin. And this process never renews a term it did not
+// learn, so a lock of that term whose expiry moved later was renewed by a
+// twin. A twin that does neither (its reply was lost too, or it acquired at
+// the same clock reading with the same info, as on a coarse clock) cannot
+// be told from our own lost reply: that lock is left to expire unreported.
+func (m *MasterElection) twinEvidence(ctx context.Context, ls *loopState, st scripts.MasterState, sent, replied time.Time) string {
+	la := &ls.lost
+	if st.TTL >= 0 {
+		lo, hi := sent.Add(st.TTL), replied.Add(st.TTL)
+		if la.term == st.Term {
+			// Between two reads of an unrenewed lock the estimates differ by
+			// the clocks' rate difference (StepDownMargin per LockTTL at
+			// most) and PTTL's rounding.
+			slack := 2*time.Millisecond + time.Duration(float64(m.cfg.stepDownMargin())*float64(sent.Sub(la.since))/float64(m.cfg.LockTTL))
+			if lo.After(la.expiry.Add(slack)) {
+				return fmt.Sprintf("the lock was renewed (its expiry moved %v later), and this process never renews a term it did not learn",
+					lo.Sub(la.expiry).Round(time.Millisecond))
+			}
+			if hi.Before(la.expiry) {
+				la.expiry = hi
+			}
+		} else {
+			la.term, la.expiry, la.since, la.infoChecked = st.Term, hi, sent, false
+		}
+	}
+	if la.unknown || len(la.infos) == 0 || la.infoChecked {
+		return ""
+	}
+	gctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	raw, err := m.client.Get(gctx, m.keys.MasterProcess).Bytes()
+	cancel()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return ""
+	case err != nil:
+		if ctx.Err() == nil {
+			m.emitError(fmt.Errorf("read %s: %w", m.keys.MasterProcess, err))
+		}
+		return ""
+	}
+	written, term, ok := scripts.SplitMasterProcess(raw)
+	if !ok || term != st.Term {
+		return "" // written for another lock: no evidence about this one
+	}
+	la.infoChecked = la.term == st.Term
+	for _, info := range la.infos {
+		if bytes.Equal(info, written) {
+			return ""
+		}
+	}
+	return "its master_process was written by an acquire that this process did not send"
+}
+
+// dataLossWait returns how long to hold back before contending when the
+// term key is missing (or below a term seen on it) although this process has
+// seen a term on the lock name: Redis lost its data, and a master elected
+// before may still believe it is master for up to LockTTL after its last
+// renewal, which came before the loss. Waiting LockTTL from the first sight
+// of the loss outlasts every such belief. 0 means contend now.
+//
+// The wait cannot be skipped by a path that goes to the lock without a
+// check (Start, a release notice, a candidacy change): the acquire script
+// refuses to write while the term key is behind the seen term it is given
+// (seenForAcquire), answering DataLoss, and contend starts the wait here.
+func (m *MasterElection) dataLossWait(ls *loopState, lost bool) time.Duration {
+	if !lost || m.ObservedTerm() == 0 {
+		return 0
+	}
+	now := m.clock.Now()
+	if !ls.lossWait.IsZero() && m.ObservedTerm() != ls.lossTerm {
+		// A master was elected after the loss that set lossWait (its term
+		// came by a notice, between two checks that both found the key
+		// gone): this is a new loss, and its master must fence itself too.
+		ls.lossWait = time.Time{}
+	}
+	if ls.lossWait.IsZero() {
+		ls.lossWait, ls.lossTerm = now.Add(m.cfg.LockTTL), m.ObservedTerm()
+		m.emitError(fmt.Errorf("%w: key %q is gone or behind term %d; contending after LockTTL (%v), when every earlier master has fenced itself",
+			ErrDataLoss, m.keys.Term, m.ObservedTerm(), m.cfg.LockTTL))
+	}
+	if rest := ls.lossWait.Sub(now); rest > 0 {
+		return min(rest, m.cfg.CheckInterval)
+	}
+	return 0
+}
+
+// noteClaim keeps the acquired notice n for the next answer of Redis (a
+// check, or a renewal sent after it), which confirms or refutes it.
+func (ls *loopState) noteClaim(n notice, now time.Time) {
+	if n.Term > ls.claim.Term {
+		ls.claim, ls.claimAt = n, now
+	}
+}
+
+// confirmClaim compares the pending acquired notice with what Redis said:
+// holder holds the lock (or nobody, "") and term is the last minted term. A
+// notice that claims a term above it was not sent by a lock script of this
+// lock: it is reported, once, and forgotten, having changed nothing.
+func (m *MasterElection) confirmClaim(ls *loopState, holder string, term int64) {
+	c := ls.claim
+	if c.Term == 0 {
+		return
+	}
+	ls.claim = notice{}
+	if c.Term > term {
+		m.emitError(fmt.Errorf("%w: %.96q on %s claims that %q took the lock with term %d, but Redis has term %d held by %q: ignored",
+			ErrUnconfirmedNotice, c.raw, m.keys.Events, c.NodeID, c.Term, term, holder))
+	}
+}
+
+// seenForAcquire is the seen-term argument of the acquire script: the
+// observed term, or 0 once this process has waited out the data loss it saw
+// last (its wait has passed, and no newer term was seen since it began).
+func (m *MasterElection) seenForAcquire(ls *loopState) int64 {
+	seen := m.ObservedTerm()
+	if !ls.lossWait.IsZero() && ls.lossTerm == seen && !m.clock.Now().Before(ls.lossWait) {
+		return 0
+	}
+	return seen
+}
+
+// releaseStale deletes a lock that carries our node id but that we are not
+// master of: a mastership of ours under term that we stepped down from while
+// the lock lived on. term pins the release to that lock.
+func (m *MasterElection) releaseStale(ctx context.Context, term int64) bool {
+	rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	defer cancel()
+	ok, err := scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, term)
+	if err != nil {
+		m.emitError(fmt.Errorf("release stale master lock: %w", err))
+		return false
+	}
+	if ok {
+		m.log.Info().Int64("term", term).Msg("released a lock left from an earlier mastership")
+	}
+	return ok
+}
+
+// contend runs the acquire script once. It returns the new mastership, or
+// nil and the delay before the next check.
+func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadership, time.Duration) {
+	if !ls.inElection {
+		ls.inElection = true
+		m.bus.emit(topicElectionStarted, payload{})
+	}
+	info, err := m.masterInfoJSON()
+	if err != nil {
+		m.emitError(err)
+		info = nil
+	}
+	sent := m.clock.Now()
+	actx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	res, err := m.acquire(actx, info, m.seenForAcquire(ls))
+	cancel()
+	if err != nil {
+		if res.Term != 0 {
+			ls.tookLock(res.Term) // acquired, but void (too few replicas) and its release failed
+		} else {
+			ls.maybeHeld = true // the script may have run although its reply was lost
+			ls.lost.add(info)
+		}
+		if ctx.Err() == nil {
+			m.emitError(fmt.Errorf("acquire master lock: %w", err))
+		}
+		return nil, m.backoff(ls)
+	}
+	ls.errors = 0
+	if res.DataLoss {
+		// The lock is free, but Redis lost a term this process had seen:
+		// wait, whichever path brought this attempt (see dataLossWait).
+		return nil, max(m.dataLossWait(ls, true), m.cfg.retryInterval())
+	}
+	if res.Term == 0 {
+		m.observeTerm(res.HolderTerm)
+		if res.Holder == m.cfg.NodeID {
+			// Ours from an attempt whose reply was lost: an earlier one, or
+			// this very call, which go-redis sent again after losing its reply
+			// (MaxRetries) and which then found its own lock. Or a twin's.
+			// check sorts it out, as after any lost reply.
+			ls.maybeHeld = true
+			ls.lost.add(info)
+			return nil, 0
+		}
+		if res.Garbage != "" {
+			m.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
+		}
+		m.complete(ls, false)
+		return nil, m.untilExpiry(res.TTL)
+	}
+
+	l := m.newLeadership(ctx, res.Term, m.deadlineAfter(sent))
+	ls.tookLock(res.Term)
+	m.observeTerm(res.Term)
+	m.lead.Store(l)
+	m.log.Info().Int64("term", res.Term).Msg("became master")
+	m.bus.emit(topicMasterAcquired, payload{term: res.Term, lead: l})
+	m.complete(ls, true)
+	m.setRole(registry.RoleMaster, res.Term)
+	m.bg.Add(1)
+	go m.trackSlaves(l)
+	return l, 0
+}
+
+// untilExpiry is when to look at a lock with remaining time ttl again: at
+// the next CheckInterval, or just after it expires if that comes first.
+func (m *MasterElection) untilExpiry(ttl time.Duration) time.Duration {
+	if ttl >= 0 && ttl < m.cfg.CheckInterval {
+		return ttl + time.Millisecond
+	}
+	return m.cfg.CheckInterval
+}
+
+func (m *MasterElection) jitter() time.Duration {
+	if m.cfg.ElectionJitter <= 0 {
+		return 0
+	}
+	return rand.N(m.cfg.ElectionJitter + 1)
+}

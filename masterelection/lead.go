@@ -1,0 +1,269 @@
+package masterelection
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// leadLoop is the master role: renew until the self-fencing deadline, else
+// step down. It returns when the mastership has ended or ctx ends (Stop then
+// resigns). The renewal attempts and their timers are renewals' business.
+func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leadership) {
+	rn := m.newRenewals(ctx, ls, l)
+	defer rn.stop()
+	for {
+		var ended string
+		select {
+		case <-ctx.Done():
+			return
+		case <-rn.deadline.C():
+			ended = rn.deadlinePassed()
+		case <-rn.due.C():
+			ended = rn.renewDue()
+		case r := <-rn.results:
+			ended = rn.outcome(r)
+		case <-m.candidacy:
+			if !m.candidate.Load() {
+				m.handOver(ctx, ls, l)
+				return
+			}
+		case n := <-m.notices:
+			// Another master announced? Only Redis can say: a renewal now
+			// either extends this mastership or, the lock gone, ends it.
+			if n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
+				now := m.clock.Now()
+				ls.noteClaim(n, now)
+				rn.attempt(now)
+			}
+		}
+		if ended != "" {
+			m.endLeadership(l, ended)
+			return
+		}
+	}
+}
+
+// renewals renews one mastership. Each renew attempt runs on a goroutine of
+// its own, so that the lead loop never waits on one: an attempt that has no
+// answer after renewRetry (HeartbeatInterval/2) is joined by another, which
+// go-redis sends on another connection, while the first stays in flight,
+// since a slow link may still answer it. An attempt that fails is retried
+// after a short backoff. The first success moves the deadline to its own
+// send time + LockTTL - StepDownMargin; every attempt ends by the deadline in
+// force when it was sent, and by maxRenewAttempts × renewRetry, so at most
+// maxRenewAttempts are in flight. Only the lead loop's goroutine uses it.
+type renewals struct {
+	m        *MasterElection
+	ls       *loopState
+	l        *leadership
+	ctx      context.Context // the attempts' ctx, ended by stop
+	cancel   context.CancelFunc
+	results  chan renewal // never full: at most maxRenewAttempts unread
+	due      clock.Timer  // the next renewal, or the next attempt of an unanswered one
+	deadline clock.Timer  // the self-fencing deadline
+
+	inFlight int  // attempts started and not yet read from results
+	pending  bool // a renewal is due and no attempt of it has succeeded
+}
+
+func (m *MasterElection) newRenewals(ctx context.Context, ls *loopState, l *leadership) *renewals {
+	actx, cancel := context.WithCancel(ctx)
+	return &renewals{
+		m: m, ls: ls, l: l, ctx: actx, cancel: cancel,
+		results:  make(chan renewal, maxRenewAttempts),
+		due:      m.clock.NewTimer(m.cfg.HeartbeatInterval),
+		deadline: m.clock.NewTimer(m.remaining(l, m.clock.Now())),
+	}
+}
+
+// stop ends the attempts in flight (run waits for them) and the timers.
+func (rn *renewals) stop() {
+	rn.cancel()
+	rn.due.Stop()
+	rn.deadline.Stop()
+}
+
+// deadlinePassed handles the deadline timer: the reason the mastership
+// ends, or "" when a renewal moved the deadline since the timer was set.
+func (rn *renewals) deadlinePassed() string {
+	if rest := rn.m.remaining(rn.l, rn.m.clock.Now()); rest > 0 {
+		rn.deadline.Reset(rest)
+		return ""
+	}
+	return "self-fencing deadline passed without a successful renewal"
+}
+
+// renewDue handles the renewal timer: a renewal is due, or the one due has
+// no answer yet, and another attempt joins it.
+func (rn *renewals) renewDue() string {
+	now := rn.m.clock.Now()
+	rest := rn.m.remaining(rn.l, now)
+	if rest <= 0 {
+		return "self-fencing deadline passed without a successful renewal"
+	}
+	rn.pending = true
+	rn.attempt(now)
+	rn.due.Reset(min(rn.m.renewRetry(), rest))
+	return ""
+}
+
+// attempt starts a renew attempt sent now, unless maxRenewAttempts are in
+// flight or the deadline has passed.
+func (rn *renewals) attempt(now time.Time) {
+	m := rn.m
+	rest := m.remaining(rn.l, now)
+	if rn.inFlight >= maxRenewAttempts || rest <= 0 {
+		return
+	}
+	rn.inFlight++
+	rn.ls.renewals.Add(1)
+	go func() {
+		defer rn.ls.renewals.Done()
+		rctx, cancel := context.WithTimeout(rn.ctx, min(rest, maxRenewAttempts*m.renewRetry()))
+		ok, err := m.renew(rctx, rn.l.term)
+		cancel()
+		rn.results <- renewal{sent: now, ok: ok, err: err}
+	}()
+}
+
+// outcome applies the outcome of one attempt, and returns the reason the
+// mastership ends, or "".
+func (rn *renewals) outcome(r renewal) string {
+	m, ls, l := rn.m, rn.ls, rn.l
+	rn.inFlight--
+	now := m.clock.Now()
+	switch {
+	case rn.ctx.Err() != nil:
+		return ""
+	case r.err != nil && !rn.pending:
+		// A straggler of a renewal that another attempt already made:
+		// nothing is wrong with the mastership.
+		m.log.Debug().Err(r.err).Int64("term", l.term).Msg("a renew attempt failed after another one succeeded")
+		return ""
+	case r.err != nil:
+		m.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, r.err))
+		if rn.inFlight == 0 {
+			// Nothing else in flight: retry soon, not after renewRetry.
+			rn.due.Reset(min(m.backoff(ls), m.renewRetry(), max(m.remaining(l, now), 0)))
+		}
+		return ""
+	case !r.ok:
+		// The lock is gone, for good: a renewal never recreates it, so no
+		// other attempt of this term can succeed after this one.
+		ls.lockGone()
+		ls.claim = notice{}
+		return "lock no longer held by this node and term"
+	case !m.extend(l, m.deadlineAfter(r.sent)):
+		// Too late: IsMaster has said false since the deadline, and a
+		// mastership never comes back. The lock, renewed, is ours under
+		// heldTerm: follow releases it.
+		return "self-fencing deadline passed before a renewal's reply"
+	}
+	ls.errors = 0
+	if !r.sent.Before(ls.claimAt) {
+		m.confirmClaim(ls, m.cfg.NodeID, l.term)
+	}
+	rn.deadline.Reset(m.remaining(l, m.clock.Now()))
+	if rn.pending {
+		rn.pending = false
+		rn.due.Reset(max(m.cfg.HeartbeatInterval-now.Sub(r.sent), 0))
+	}
+	return ""
+}
+
+// extend moves l's self-fencing deadline forward to d, unless the deadline
+// in force has passed: it reports false then, and the mastership is over.
+// The check and the move are one atomic step against holds, which latches
+// a passed deadline at zero, so IsMaster never turns true again once it has
+// said false.
+func (m *MasterElection) extend(l *leadership, d time.Duration) bool {
+	for {
+		cur := l.deadline.Load()
+		if m.clock.Now().Sub(m.base) >= time.Duration(cur) {
+			l.deadline.CompareAndSwap(cur, 0)
+			return false
+		}
+		if int64(d) <= cur || l.deadline.CompareAndSwap(cur, int64(d)) {
+			return true
+		}
+	}
+}
+
+// maxRenewAttempts is how many renew attempts of one mastership may be in
+// flight at once.
+const maxRenewAttempts = 4
+
+// renewal is the outcome of one renew attempt.
+type renewal struct {
+	sent time.Time // when the attempt was sent, on the local clock
+	ok   bool      // the lock was renewed
+	err  error
+}
+
+// renewRetry is how long a renew attempt goes unanswered before another
+// one is sent: HeartbeatInterval/2, so that at least one more attempt fits
+// before the self-fencing deadline (at least 2 × HeartbeatInterval −
+// StepDownMargin after the renewal was due).
+func (m *MasterElection) renewRetry() time.Duration {
+	return max(m.cfg.HeartbeatInterval/2, time.Millisecond)
+}
+
+// handOver ends mastership l gracefully while the election goes on (the
+// process stopped being a candidate): the handlers get until the next
+// renewal would be due to return, then the lock is released.
+func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leadership) {
+	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
+	released, err := m.resign(ctx, l, wait, "no longer a candidate: handed over")
+	if err != nil {
+		m.emitError(fmt.Errorf("hand over: %w", err))
+	}
+	if released {
+		ls.lockGone()
+	}
+}
+
+// renew runs the renew script, waiting for replicas when configured; too
+// few acknowledgements make it an error wrapping ErrReplicas, so the
+// self-fencing deadline is not extended.
+func (m *MasterElection) renew(ctx context.Context, term int64) (bool, error) {
+	if m.cfg.WaitReplicas <= 0 {
+		return scripts.Renew(ctx, m.client, m.keys, m.cfg.NodeID, term, m.cfg.LockTTL)
+	}
+	ok, acked, err := scripts.RenewReplicated(ctx, m.client, m.keys, m.cfg.NodeID, term, m.cfg.LockTTL, m.cfg.replication())
+	if err == nil && ok && acked < int64(m.cfg.WaitReplicas) {
+		return false, fmt.Errorf("%w: %d of %d acknowledged the renewal", ErrReplicas, acked, m.cfg.WaitReplicas)
+	}
+	return ok, err
+}
+
+// endLeadership ends mastership l: IsMaster turns false, l's ctx is
+// cancelled, master-lost is emitted. It does nothing if l already ended.
+func (m *MasterElection) endLeadership(l *leadership, reason string) {
+	if !m.lead.CompareAndSwap(l, nil) {
+		return
+	}
+	// The ctx ends before anything that can wait (trackMu is held by slave
+	// events, which may be queued behind a slow handler's): nothing may keep
+	// it live once the mastership is over.
+	l.end()
+	m.trackMu.Lock()
+	m.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
+	m.bus.emit(topicMasterLost, payload{term: l.term})
+	m.trackMu.Unlock()
+	m.setRole(registry.RoleSlave, 0)
+}
+
+// deadlineAfter is the self-fencing deadline of a lock (re)written by a call
+// sent at sent, as an offset from m.base.
+func (m *MasterElection) deadlineAfter(sent time.Time) time.Duration {
+	return sent.Sub(m.base) + m.cfg.LockTTL - m.cfg.stepDownMargin()
+}
+
+func (m *MasterElection) remaining(l *leadership, now time.Time) time.Duration {
+	return time.Duration(l.deadline.Load()) - now.Sub(m.base)
+}
