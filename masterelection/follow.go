@@ -138,6 +138,12 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 			if m.releaseStale(ctx, st.Term) {
 				return m.candidate.Load(), 0
 			}
+		case lost:
+			// The term key is gone or behind (a data loss, an eviction): the
+			// lock is most likely this process's own from before, which
+			// the renew script no longer accepts (it checks the term key).
+			// Nothing tells it from a twin's; it is left to expire, which
+			// the data-loss wait outlasts anyway.
 		case ls.maybeHeld:
 			// Ours from an acquire whose reply was lost, or a twin's with
 			// our node id. Either way it is left to expire (releasing a

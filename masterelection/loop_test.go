@@ -352,3 +352,29 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// TestOwnLockAfterTermLossIsNoTwin: when the term key vanishes under a
+// master (a data loss, an eviction), its renewal fails and its next check
+// finds its own lock without a term: that is a data loss, never reported as
+// a duplicate NodeID.
+func TestOwnLockAfterTermLossIsNoTwin(t *testing.T) {
+	w := newWorld(t)
+	a := w.node(testConfig("a"))
+	w.start(a)
+	a.rec.waitEvents(t, "started", "acquired", "completed:master")
+	w.mr.Del(a.Keys().Term)
+	w.until(func() bool { return !a.IsMaster() }, 2*time.Second, 100*time.Millisecond, "a steps down", a)
+	// Several checks find the lock still there, until it expires and the
+	// data loss shows.
+	w.advance(a.cfg.LockTTL+a.cfg.CheckInterval, 100*time.Millisecond, a)
+	var loss bool
+	for _, err := range a.rec.errors() {
+		if errors.Is(err, ErrDuplicateNodeID) {
+			t.Fatalf("own lock after the term key was lost reported as a twin: %v", err)
+		}
+		loss = loss || errors.Is(err, ErrDataLoss)
+	}
+	if !loss {
+		t.Errorf("no ErrDataLoss reported; errors: %v", a.rec.errors())
+	}
+}
