@@ -78,7 +78,9 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 
 // membership is the registry loop: it registers this process whenever its
 // role changes and heartbeats its entry, every HeartbeatInterval as master
-// and every CheckInterval as slave, until ctx ends.
+// and every CheckInterval as slave, until ctx ends. A master entry is
+// fenced by Redis (registry.ErrNotMaster): once refused, the process is
+// registered as a slave until the election gives it a role again.
 func (m *MasterElection) membership(ctx context.Context) {
 	var (
 		role    registry.Role
@@ -113,6 +115,14 @@ func (m *MasterElection) membership(ctx context.Context) {
 			}
 		}
 		cancel()
+		if errors.Is(err, registry.ErrNotMaster) {
+			// Redis refused the master entry: this process no longer holds
+			// the lock under term (a pause outlived it, say), and the entry
+			// was written as a slave's. That is reported; the loop ends the
+			// mastership and hands over the slave role shortly.
+			m.emitError(err)
+			role, term, err = registry.RoleSlave, 0, nil
+		}
 		next := m.cfg.CheckInterval
 		if role == registry.RoleMaster {
 			next = m.cfg.HeartbeatInterval

@@ -35,8 +35,9 @@ const (
 // backend stores the registry's entries, each with its own TTL. Every method
 // is one round trip and safe for concurrent use.
 type backend interface {
-	// put writes the entry of p.ID and reports whether it was absent before.
-	put(ctx context.Context, p scripts.Put) (created bool, err error)
+	// put writes the entry of p.ID (p.Fallback instead when a master write
+	// is fenced) and reports whether it was absent before.
+	put(ctx context.Context, p scripts.Put) (scripts.Stored, error)
 	// remove deletes the entry of id (only while it holds *guard when guard
 	// is not nil) and reports whether a live entry was deleted.
 	remove(ctx context.Context, id string, guard *string, reason string) (bool, error)
@@ -88,9 +89,9 @@ type typeChecked struct {
 	keys []string
 }
 
-func (t typeChecked) put(ctx context.Context, p scripts.Put) (bool, error) {
-	created, err := t.be.put(ctx, p)
-	return created, t.check(err)
+func (t typeChecked) put(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
+	st, err := t.be.put(ctx, p)
+	return st, t.check(err)
 }
 
 func (t typeChecked) remove(ctx context.Context, id string, guard *string, reason string) (bool, error) {

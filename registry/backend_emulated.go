@@ -19,7 +19,7 @@ type emulated struct {
 	k scripts.Keys
 }
 
-func (b emulated) put(ctx context.Context, p scripts.Put) (bool, error) {
+func (b emulated) put(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
 	p.Mode = scripts.TTLEmulated
 	return scripts.RegistryPut(ctx, b.c, b.k, p)
 }

@@ -18,7 +18,7 @@ type fieldTTL struct {
 	k    scripts.Keys
 }
 
-func (b fieldTTL) put(ctx context.Context, p scripts.Put) (bool, error) {
+func (b fieldTTL) put(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
 	p.Mode = b.mode
 	return scripts.RegistryPut(ctx, b.c, b.k, p)
 }

@@ -217,3 +217,15 @@ func (s *sink) take() []error {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// holdLock makes id the lock's holder under term, as the acquire script
+// leaves the keys; the registry's master writes are fenced by them.
+func (e *env) holdLock(id string, term int64) {
+	e.t.Helper()
+	if err := e.c.Set(e.ctx, e.keys.Master, id, 0).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.c.Set(e.ctx, e.keys.Term, term, 0).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}

@@ -30,6 +30,12 @@ var (
 	// ErrInvalidOptions: Options, TrackerOptions or the timings given to
 	// ValidateTimings are inconsistent; the message names the values.
 	ErrInvalidOptions = errors.New("registry: invalid options")
+	// ErrNotMaster: a registration or heartbeat with role master was refused
+	// by Redis because the process does not hold the lock (Keys.Master) under
+	// the term it wrote (Keys.Term); the entry was written with role slave
+	// instead. The process was replaced as master (its lock expired or was
+	// taken, during a pause say) and has not noticed yet.
+	ErrNotMaster = errors.New("registry: not master: the lock is not held under this term")
 	// ErrTrackerRunning: SlaveTracker.Run was called while another Run of the
 	// same tracker had not returned.
 	ErrTrackerRunning = errors.New("registry: slave tracker already running")

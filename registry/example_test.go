@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -21,12 +22,19 @@ func Example() {
 	defer client.Close()
 	ctx := context.Background()
 
-	reg, err := registry.New(ctx, client, scripts.NewKeys("master-election", false), registry.Options{})
+	keys := scripts.NewKeys("master-election", false)
+	reg, err := registry.New(ctx, client, keys, registry.Options{})
+	if err != nil {
+		panic(err)
+	}
+	// An entry with role master is stored only while its process holds the
+	// lock under the term it carries (the election takes the lock).
+	lock, err := scripts.Acquire(ctx, client, keys, "a1", time.Minute, nil, 0)
 	if err != nil {
 		panic(err)
 	}
 	for _, p := range []registry.ProcessInfo{
-		{ProcessID: "a1", Role: registry.RoleMaster, Identifier: "cms-backend"},
+		{ProcessID: "a1", Role: registry.RoleMaster, Term: lock.Term, Identifier: "cms-backend"},
 		{ProcessID: "b2", Role: registry.RoleSlave, Identifier: "cms-backend",
 			Capabilities: registry.Capabilities{CanProcessDetections: true, MaxSubscriptions: 10, PreferredWorkload: 50}},
 	} {

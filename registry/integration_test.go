@@ -202,7 +202,13 @@ func thousand(t *testing.T, inst *redistest.Instance) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := master.Register(ctx, ProcessInfo{ProcessID: "master", Role: RoleMaster}); err != nil {
+	if err := c.Set(ctx, keys.Master, "master", 0).Err(); err != nil { // the lock, as acquire leaves it
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, keys.Term, 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := master.Register(ctx, ProcessInfo{ProcessID: "master", Role: RoleMaster, Term: 1}); err != nil {
 		t.Fatal(err)
 	}
 	log := &eventLog{}

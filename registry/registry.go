@@ -71,10 +71,35 @@ type Registry struct {
 type owned struct {
 	mu         sync.Mutex // held across each write, so one process's writes never overtake each other
 	info       ProcessInfo
-	encoded    []byte // info as JSON, written by Register; heartbeats patch its lastSeen
-	seenAt     int    // offset of lastSeen's value in encoded; 0 when it cannot be patched
-	registered bool   // info has been stored once
-	gone       bool   // Unregister was called
+	encoded    entryJSON // info as JSON, written by Register; heartbeats patch its lastSeen
+	fallback   entryJSON // info as a slave, written instead when a master write is fenced; master only
+	registered bool      // info has been stored once
+	gone       bool      // Unregister was called
+}
+
+// entryJSON is an entry as JSON, and where heartbeats patch its lastSeen.
+type entryJSON struct {
+	b      []byte
+	seenAt int // offset of lastSeen's value in b; 0 when it cannot be patched
+}
+
+// encodeEntry encodes info for the registry.
+func encodeEntry(info ProcessInfo) (entryJSON, error) {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return entryJSON{}, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+	}
+	return entryJSON{b: b, seenAt: lastSeenAt(b)}, nil
+}
+
+// at returns e with its lastSeen set to t, or nil when it cannot be patched
+// (the caller encodes).
+func (e entryJSON) at(t time.Time) []byte { return withLastSeen(e.b, e.seenAt, t) }
+
+// asSlave is info with the role a process that is not master has.
+func asSlave(info ProcessInfo) ProcessInfo {
+	info.Role, info.Term = RoleSlave, 0
+	return info
 }
 
 // New returns a Registry on client for the keys of one election. It probes
@@ -89,7 +114,8 @@ func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, o
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
 	}
-	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.RegistryEvents == "" || keys.MasterProcess == "" {
+	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.RegistryEvents == "" || keys.MasterProcess == "" ||
+		keys.Master == "" || keys.Term == "" {
 		return nil, fmt.Errorf("%w: keys are missing names; build them with scripts.NewKeys", ErrInvalidOptions)
 	}
 	switch {
@@ -136,6 +162,13 @@ func (r *Registry) ProcessTTL() time.Duration { return r.opts.ProcessTTL }
 // clock's time. NodeID, when empty, is ProcessID. The info is remembered for
 // Heartbeat. Errors wrap ErrInvalidProcess or ErrMetadataTooLarge when info
 // cannot be stored.
+//
+// Role master is fenced like the lock: Redis stores it only while
+// Keys.Master holds info.NodeID and Keys.Term holds info.Term, checked in the
+// script that writes. Otherwise the process is not master, and its true
+// role is slave: the entry is written, announced and remembered with role
+// slave and no term, and Register returns an error wrapping ErrNotMaster
+// that names the lock's holder and term.
 func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 	if err := info.validate(); err != nil {
 		return err
@@ -163,16 +196,48 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		}
 	}
 	info.LastSeen = now
-	b, err := json.Marshal(info)
+	enc, err := encodeEntry(info)
 	if err != nil {
-		return fmt.Errorf("register process %q: %w: %w", info.ProcessID, ErrInvalidProcess, err)
-	}
-	if _, err := r.write(ctx, info, b, false); err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
-	o.info, o.registered = info, true
-	o.encoded, o.seenAt = b, lastSeenAt(b)
+	var fallback entryJSON
+	if info.Role == RoleMaster {
+		if fallback, err = encodeEntry(asSlave(info)); err != nil {
+			return fmt.Errorf("register process %q: %w", info.ProcessID, err)
+		}
+	}
+	st, err := r.write(ctx, info, enc.b, fallback.b, false)
+	if err != nil {
+		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
+	}
+	o.info, o.encoded, o.fallback, o.registered = info, enc, fallback, true
+	if st.Fenced {
+		o.demote()
+		return r.fenced("register", info, st)
+	}
 	return nil
+}
+
+// demote makes the remembered info a slave's, after a fenced master write
+// stored the fallback.
+func (o *owned) demote() {
+	o.info, o.encoded, o.fallback = asSlave(o.info), o.fallback, entryJSON{}
+}
+
+// fenced is the error of a master write of info that Redis refused.
+func (r *Registry) fenced(op string, info ProcessInfo, st scripts.Stored) error {
+	holder := "nobody holds the lock"
+	if st.Holder != "" {
+		holder = fmt.Sprintf("the lock is held by %q", truncate(st.Holder))
+	}
+	term := "no term"
+	if st.HolderTerm != "" {
+		term = "term " + truncate(st.HolderTerm)
+	}
+	err := fmt.Errorf("%s process %q as master of term %d: %s under %s; the entry was written with role slave: %w",
+		op, info.ProcessID, info.Term, holder, term, ErrNotMaster)
+	r.opts.Logger.Warn().Err(err).Msg("master registry write refused")
+	return err
 }
 
 // Heartbeat renews the entry of processID: a new lastSeen and a fresh TTL,
@@ -181,6 +246,11 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 // Redis lost its data) Heartbeat writes it again from the last info given to
 // Register and announces the registration, so the registry rebuilds itself
 // from live heartbeats.
+//
+// The heartbeat of a master is fenced as Register's write is: when the
+// process no longer holds the lock under its term, the entry is written and
+// announced with role slave, later heartbeats keep that role, and Heartbeat
+// returns an error wrapping ErrNotMaster.
 //
 // It returns ErrNotRegistered for a process that was not registered through
 // r, or was unregistered since.
@@ -198,13 +268,27 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 	}
 	info := o.info
 	info.LastSeen = r.opts.Clock.Now()
-	created, err := r.write(ctx, info, withLastSeen(o.encoded, o.seenAt, info.LastSeen), true)
+	var fallback []byte
+	if info.Role == RoleMaster {
+		if fallback = o.fallback.at(info.LastSeen); fallback == nil {
+			enc, err := encodeEntry(asSlave(info))
+			if err != nil {
+				return fmt.Errorf("heartbeat %q: %w", processID, err)
+			}
+			fallback = enc.b
+		}
+	}
+	st, err := r.write(ctx, info, o.encoded.at(info.LastSeen), fallback, true)
 	if err != nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, err)
 	}
 	o.info.LastSeen = info.LastSeen
-	if created {
+	if st.Created {
 		r.opts.Logger.Info().Str("process", processID).Msg("entry was gone; heartbeat registered it again")
+	}
+	if st.Fenced {
+		o.demote()
+		return r.fenced("heartbeat", info, st)
 	}
 	return nil
 }
@@ -460,17 +544,20 @@ func (r *Registry) removeStale(ctx context.Context, id, raw string) (bool, error
 	return ok, nil
 }
 
-// write stores b, the JSON form of info (nil: encode info here).
-func (r *Registry) write(ctx context.Context, info ProcessInfo, b []byte, heartbeat bool) (bool, error) {
+// write stores b, the JSON form of info (nil: encode info here); with role
+// master, fallback is the slave form stored instead when the write is fenced.
+func (r *Registry) write(ctx context.Context, info ProcessInfo, b, fallback []byte, heartbeat bool) (scripts.Stored, error) {
 	if b == nil {
-		var err error
-		if b, err = json.Marshal(info); err != nil {
-			return false, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+		enc, err := encodeEntry(info)
+		if err != nil {
+			return scripts.Stored{}, err
 		}
+		b = enc.b
 	}
 	return r.be.put(ctx, scripts.Put{
 		ID: info.ProcessID, Value: b, Role: string(info.Role),
 		TTL: r.opts.ProcessTTL, Heartbeat: heartbeat,
+		Node: info.NodeID, Term: info.Term, Fallback: fallback,
 	})
 }
 

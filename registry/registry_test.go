@@ -48,6 +48,7 @@ func testRegisterAndRead(t *testing.T, tg target) {
 	s1 := slave("s1")
 	s1.Metadata = map[string]any{"zone": "eu-1", "weight": 1.5, "tags": []any{"a", "b"}}
 	m := ProcessInfo{ProcessID: "m1", Role: RoleMaster, Identifier: "svc", Term: 7}
+	e.holdLock("m1", 7)
 	e.register(s1, m)
 
 	wantS1 := s1
@@ -114,7 +115,8 @@ func testNotices(t *testing.T, tg target) {
 	if err := e.reg.Unregister(e.ctx, "a"); err != nil { // absent: no notice
 		t.Fatal(err)
 	}
-	e.register(ProcessInfo{ProcessID: "b", Role: RoleMaster})
+	e.holdLock("b", 3)
+	e.register(ProcessInfo{ProcessID: "b", Role: RoleMaster, Term: 3})
 	if v := expectNotice(t, ch, "registered", "b"); v["role"] != "master" {
 		t.Errorf("notice %v, want role master", v)
 	}
@@ -210,7 +212,8 @@ func testRoleChange(t *testing.T, tg target) {
 	e := newEnv(t, tg, Options{})
 	e.register(slave("a"))
 	e.pass(time.Second)
-	e.register(ProcessInfo{ProcessID: "a", Role: RoleMaster, Identifier: "worker-a"})
+	e.holdLock("a", 2)
+	e.register(ProcessInfo{ProcessID: "a", Role: RoleMaster, Identifier: "worker-a", Term: 2})
 	p, err := e.reg.Process(e.ctx, "a")
 	if err != nil || p.Role != RoleMaster || !p.RegisteredAt.Equal(start) || !p.LastSeen.Equal(start.Add(time.Second)) {
 		t.Fatalf("after the role change: %+v, %v", p, err)

@@ -142,7 +142,8 @@ func TestTracker(t *testing.T) {
 			e := newEnv(t, tg, Options{})
 			e.register(slave("old"))
 			e.pass(testSlaveTimeout + time.Second)
-			e.register(slave("s2"), slave("s1"), ProcessInfo{ProcessID: "m", Role: RoleSlave}, ProcessInfo{ProcessID: "x", Role: RoleMaster})
+			e.holdLock("x", 1)
+			e.register(slave("s2"), slave("s1"), ProcessInfo{ProcessID: "m", Role: RoleSlave}, ProcessInfo{ProcessID: "x", Role: RoleMaster, Term: 1})
 
 			te := startTracker(t, e, TrackerOptions{Self: "m"}, true)
 			// Every live slave already registered, in order; not the master's
@@ -192,7 +193,8 @@ func TestTracker(t *testing.T) {
 			te.expect(t, "join:s2")
 
 			// A slave that becomes master leaves the slaves.
-			e.register(ProcessInfo{ProcessID: "s3", Role: RoleMaster})
+			e.holdLock("s3", 2)
+			e.register(ProcessInfo{ProcessID: "s3", Role: RoleMaster, Term: 2})
 			te.expect(t, "leave:s3")
 			te.sweep(t)
 			te.settle(t)

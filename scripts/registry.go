@@ -89,35 +89,96 @@ type Put struct {
 	// Heartbeat announces the write only when the entry was absent; false
 	// (a registration) announces it always.
 	Heartbeat bool
+	// Node is the node id that Keys.Master must hold for a write with role
+	// master to be stored; "" means ID.
+	Node string
+	// Term is the term that Keys.Term must hold for a write with role
+	// master to be stored; 0 never matches.
+	Term int64
+	// Fallback is what is written and announced, with role slave, when a
+	// write with role master is refused: the ProcessInfo JSON object of the
+	// same process as a slave. Required with role master; ignored otherwise.
+	Fallback []byte
 }
 
-// RegistryPut runs registry_put.lua. It reports whether the entry was absent
-// (or expired) before the write.
-func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (created bool, err error) {
+// Stored is the outcome of RegistryPut.
+type Stored struct {
+	// Created is true when the entry was absent (or expired) before the
+	// write.
+	Created bool
+	// Fenced is true when the write had role master but Keys.Master did not
+	// hold Put.Node or Keys.Term did not hold Put.Term: Put.Fallback was
+	// written and announced instead, with role slave.
+	Fenced bool
+	// Holder is what Keys.Master held when Fenced ("" when it was missing or
+	// not a string).
+	Holder string
+	// HolderTerm is what Keys.Term held when Fenced ("" when it was missing
+	// or not a string).
+	HolderTerm string
+}
+
+// RegistryPut runs registry_put.lua: it writes the entry p.ID with its TTL
+// and announces it. A write with role master is stored only while p.Node
+// holds the lock under p.Term, checked in the same script; otherwise
+// p.Fallback is written with role slave and the result has Fenced set.
+func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (Stored, error) {
 	switch {
 	case p.Mode != TTLNative && p.Mode != TTLHPExpire && p.Mode != TTLEmulated:
-		return false, fmt.Errorf("registry put: unknown TTL mode %q", p.Mode)
+		return Stored{}, fmt.Errorf("registry put: unknown TTL mode %q", p.Mode)
 	case p.TTL < time.Millisecond:
-		return false, fmt.Errorf("registry put: TTL %s is shorter than one millisecond", p.TTL)
-	case len(p.Value) < 2 || p.Value[0] != '{' || p.Value[len(p.Value)-1] != '}':
-		return false, fmt.Errorf("registry put: process info is not a JSON object")
+		return Stored{}, fmt.Errorf("registry put: TTL %s is shorter than one millisecond", p.TTL)
+	case !isObject(p.Value):
+		return Stored{}, fmt.Errorf("registry put: process info is not a JSON object")
 	case p.Role != "master" && p.Role != "slave":
-		return false, fmt.Errorf("registry put: role %q is neither master nor slave", p.Role)
+		return Stored{}, fmt.Errorf("registry put: role %q is neither master nor slave", p.Role)
+	case p.Role == "master" && !isObject(p.Fallback):
+		return Stored{}, fmt.Errorf("registry put: the fallback of a master write is not a JSON object")
 	}
 	if err := ValidateName("process id", p.ID); err != nil {
-		return false, fmt.Errorf("registry put: %w", err)
+		return Stored{}, fmt.Errorf("registry put: %w", err)
+	}
+	node := p.Node
+	if node == "" {
+		node = p.ID
 	}
 	op := "register"
 	if p.Heartbeat {
 		op = "heartbeat"
 	}
-	reply, err := run(ctx, c, RegistryPutScript, "registry put",
-		[]string{k.Processes, k.ProcessesExpiry},
-		p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents)
-	if err != nil {
-		return false, err
+	fallback := p.Fallback
+	if p.Role != "master" {
+		fallback = nil
 	}
-	return oneOrZero("registry put", reply)
+	reply, err := run(ctx, c, RegistryPutScript, "registry put",
+		[]string{k.Processes, k.ProcessesExpiry, k.Master, k.Term},
+		p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents,
+		node, termArg(p.Term), fallback)
+	if err != nil {
+		return Stored{}, err
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 4 {
+		return Stored{}, unexpected("registry put", reply)
+	}
+	created, ok1 := arr[0].(int64)
+	fenced, ok2 := arr[1].(int64)
+	holder, ok3 := arr[2].(string)
+	term, ok4 := arr[3].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || created < 0 || created > 1 || fenced < 0 || fenced > 1 {
+		return Stored{}, unexpected("registry put", reply)
+	}
+	st := Stored{Created: created == 1, Fenced: fenced == 1}
+	if st.Fenced {
+		st.Holder, st.HolderTerm = holder, term
+	}
+	return st, nil
+}
+
+// isObject reports whether b looks like a JSON object with at least one
+// member: the scripts splice members into it.
+func isObject(b []byte) bool {
+	return len(b) > 2 && b[0] == '{' && b[len(b)-1] == '}'
 }
 
 // RegistryRemove runs registry_remove.lua. With guard non-nil it deletes the

@@ -4,9 +4,17 @@
 -- process's last known info, so an entry lost with the data (or removed by the
 -- master) comes back on the next heartbeat.
 --
+-- A write with role master is fenced like the lock: it is stored as given only
+-- while KEYS[3] holds the writer's node id and KEYS[4] the term it writes.
+-- Otherwise the process is not master (its lock expired or was taken while it
+-- was paused, say) and the fallback value, the same entry with role slave, is
+-- written and announced instead.
+--
 -- KEYS[1] -> <prefix>:processes         (hash: process id -> ProcessInfo JSON)
 -- KEYS[2] -> <prefix>:processes:expiry  (sorted set: process id scored by its
 --                                        deadline, ms since the epoch; emulated only)
+-- KEYS[3] -> <prefix>:master            (string: node id of the lock's holder)
+-- KEYS[4] -> <prefix>:term              (string: the last minted term)
 -- ARGV[1] -> backend: "native" (HSETEX PX), "hpexpire" (HSET + HPEXPIRE) or
 --            "emulated" (HSET + ZADD deadline, deadline = server TIME + TTL)
 -- ARGV[2] -> process id (the hash field)
@@ -16,33 +24,53 @@
 --            when the entry was absent, that is when this re-registers it)
 -- ARGV[6] -> role ("master" or "slave"), copied into the notice
 -- ARGV[7] -> registry events channel (<prefix>:registry-events)
--- Returns: 1 when the entry was absent (or expired) before, 0 when it replaced
---          a live entry.
+-- ARGV[8] -> node id the lock must hold for a master write (ignored for a slave)
+-- ARGV[9] -> term the lock must be held under for a master write, decimal;
+--            "" never matches (ignored for a slave)
+-- ARGV[10] -> the entry to write instead when a master write is refused: a
+--             ProcessInfo JSON object with role slave (ignored for a slave)
+-- Returns: {created, fenced, holder, term}: created is 1 when the entry was
+--          absent (or expired) before the write, 0 when it replaced a live
+--          entry; fenced is 1 when a master write was refused and ARGV[10]
+--          written with role slave, 0 otherwise; holder and term are then the
+--          contents of KEYS[3] and KEYS[4] ("" when missing or not a string).
 --
--- The notice is {"event":"registered","nodeId":<id>,"role":<role>,"process":<ARGV[3]>};
--- the caller guarantees that id and role need no JSON escaping.
-local mode, id = ARGV[1], ARGV[2]
+-- The notice is {"event":"registered","nodeId":<id>,"role":<role>,"process":<value>}
+-- with the role and value written; the caller guarantees that id and role
+-- need no JSON escaping.
+local mode, id, value, role = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
+local fenced, holder, term = 0, '', ''
+if role == 'master' then
+  holder = redis.pcall('GET', KEYS[3])
+  if type(holder) ~= 'string' then holder = '' end
+  term = redis.pcall('GET', KEYS[4])
+  if type(term) ~= 'string' then term = '' end
+  if holder ~= ARGV[8] or ARGV[9] == '' or term ~= ARGV[9] then
+    fenced, role, value = 1, 'slave', ARGV[10]
+  end
+end
 local existed = redis.call('HEXISTS', KEYS[1], id) == 1
 
 if mode == 'native' then
-  redis.call('HSETEX', KEYS[1], 'PX', ARGV[4], 'FIELDS', '1', id, ARGV[3])
+  redis.call('HSETEX', KEYS[1], 'PX', ARGV[4], 'FIELDS', '1', id, value)
 elseif mode == 'hpexpire' then
-  redis.call('HSET', KEYS[1], id, ARGV[3])
+  redis.call('HSET', KEYS[1], id, value)
   redis.call('HPEXPIRE', KEYS[1], ARGV[4], 'FIELDS', '1', id)
 elseif mode == 'emulated' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
   if existed and deadline and deadline <= now then existed = false end
-  redis.call('HSET', KEYS[1], id, ARGV[3])
+  redis.call('HSET', KEYS[1], id, value)
   redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[4])), id)
 else
   return redis.error_reply('ERR registry_put: unknown backend ' .. tostring(mode))
 end
 
-if ARGV[5] == 'register' or not existed then
+if ARGV[5] == 'register' or not existed or fenced == 1 then
   redis.call('PUBLISH', ARGV[7], '{"event":"registered","nodeId":"' .. id ..
-    '","role":"' .. ARGV[6] .. '","process":' .. ARGV[3] .. '}')
+    '","role":"' .. role .. '","process":' .. value .. '}')
 end
-if existed then return 0 end
-return 1
+local created = 0
+if not existed then created = 1 end
+return {created, fenced, holder, term}
