@@ -116,6 +116,19 @@ type Config struct {
 	// Default false.
 	Standalone bool
 
+	// TransferWindow is how long a Transfer reserves the released lock for
+	// the successor it names: until it passes only that node can acquire
+	// (Redis enforces it), and the stepping-down master does not contend.
+	// A successor that does not take the lock by then (dead, not a
+	// candidate) leaves it to the normal election. Zero means LockTTL / 10.
+	TransferWindow time.Duration
+
+	// IgnoreRemoteTransfers turns off transfer requests published on the
+	// lock's control channel (<lock>:control). Anyone who may PUBLISH there
+	// can ask the master to hand over, as anyone who may DEL the lock key
+	// can force an election; see docs/safety.md. Default false: honoured.
+	IgnoreRemoteTransfers bool
+
 	// Logger receives the election's diagnostic logs. Default: silent.
 	Logger zerolog.Logger
 }
@@ -174,6 +187,12 @@ func (c Config) Validate() error {
 	if c.WaitTimeout > 0 && c.HeartbeatInterval > 0 && c.WaitTimeout >= c.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("WaitTimeout (%v) must be less than HeartbeatInterval (%v)", c.WaitTimeout, c.HeartbeatInterval))
 	}
+	if c.TransferWindow < 0 {
+		errs = append(errs, fmt.Errorf("TransferWindow must not be negative, got %v", c.TransferWindow))
+	}
+	if c.LockTTL > 0 && c.TransferWindow >= c.LockTTL {
+		errs = append(errs, fmt.Errorf("TransferWindow (%v) must be less than LockTTL (%v)", c.TransferWindow, c.LockTTL))
+	}
 	if c.StepDownMargin < 0 {
 		errs = append(errs, fmt.Errorf("StepDownMargin must not be negative, got %v", c.StepDownMargin))
 	}
@@ -206,6 +225,14 @@ func (c Config) stepDownMargin() time.Duration {
 		return c.StepDownMargin
 	}
 	return c.LockTTL / 10
+}
+
+// transferWindow returns the effective transfer window.
+func (c Config) transferWindow() time.Duration {
+	if c.TransferWindow > 0 {
+		return c.TransferWindow
+	}
+	return max(c.LockTTL/10, time.Millisecond)
 }
 
 // replication is what the lock writes wait for.

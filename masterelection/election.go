@@ -36,10 +36,11 @@ type MasterElection struct {
 	observedTerm atomic.Int64               // highest term seen on this lock name
 	candidate    atomic.Bool
 
-	notices     chan notice     // lock notices from the events channel, read by run
-	candidacy   chan struct{}   // signals run that Candidate changed
-	roles       chan roleChange // the latest role, for the membership loop
-	infoChanged chan struct{}   // metadata changed: the membership loop registers again
+	notices     chan notice          // lock notices from the events channel, read by run
+	transfers   chan transferRequest // Transfer and control-channel requests, read by run
+	candidacy   chan struct{}        // signals run that Candidate changed
+	roles       chan roleChange      // the latest role, for the membership loop
+	infoChanged chan struct{}        // metadata changed: the membership loop registers again
 
 	reg     *registry.Registry // set by Start before run; nil in standalone mode (read under mu)
 	trackMu sync.Mutex         // orders slave events before master-lost
@@ -123,6 +124,7 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 		base:        clk.Now(),
 		log:         cfg.Logger.With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
 		notices:     make(chan notice, 64),
+		transfers:   make(chan transferRequest, 1),
 		candidacy:   make(chan struct{}, 1),
 		roles:       make(chan roleChange, 1),
 		infoChanged: make(chan struct{}, 1),
@@ -259,7 +261,7 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
 		}
 		if l := m.lead.Load(); l != nil {
-			_, err := m.resign(ctx, l, 0, "stopped")
+			_, err := m.resign(ctx, l, 0, "stopped", "", 0)
 			errs = append(errs, err)
 		}
 		if reg := m.Registry(); reg != nil {
@@ -288,7 +290,10 @@ func (m *MasterElection) closeDone() { m.doneOnce.Do(func() { close(m.done) }) }
 // when positive, by handlerWait), releases the lock (the release is
 // announced, so a slave takes over at once; not in standalone mode) and
 // emits master-lost. released tells whether the lock was released.
-func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait time.Duration, reason string) (released bool, err error) {
+//
+// A successor, when not "", gets the released lock reserved for window
+// (see Transfer).
+func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait time.Duration, reason, successor string, window time.Duration) (released bool, err error) {
 	l.end()
 	var errs []error
 	wctx, cancel := ctx, context.CancelFunc(func() {})
@@ -308,7 +313,7 @@ func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait 
 	l.deadline.Store(0)
 	if !m.cfg.Standalone {
 		rctx, cancel := m.cleanupContext(ctx)
-		released, err = scripts.Release(rctx, m.client, m.keys, m.cfg.NodeID, l.term)
+		released, err = scripts.ReleaseTo(rctx, m.client, m.keys, m.cfg.NodeID, l.term, successor, window)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("release master lock: %w", err))

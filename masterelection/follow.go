@@ -57,6 +57,8 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 				contend = false
 				timer.Reset(0) // look at the lock now; contend if it is free
 			}
+		case req := <-m.transfers:
+			req.reply(ErrNotMaster)
 		case n := <-m.notices:
 			// A notice is a hint, never a fact: anyone who may PUBLISH on
 			// the channel can send one. It only makes this process ask
@@ -310,6 +312,9 @@ func (m *MasterElection) releaseStale(ctx context.Context, term int64) bool {
 // contend runs the acquire script once. It returns the new mastership, or
 // nil and the delay before the next check.
 func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadership, time.Duration) {
+	if rest := ls.holdOff.Sub(m.clock.Now()); rest > 0 {
+		return nil, rest // this process just handed the lock over
+	}
 	if !ls.inElection {
 		ls.inElection = true
 		m.bus.emit(topicElectionStarted, payload{})
@@ -340,6 +345,13 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 		// The lock is free, but Redis lost a term this process had seen:
 		// wait, whichever path brought this attempt (see dataLossWait).
 		return nil, max(m.dataLossWait(ls, true), m.cfg.retryInterval())
+	}
+	if res.Reserved {
+		// A Transfer reserved the free lock for another node: look again
+		// when the reservation ends, unless that node took it.
+		m.observeTerm(res.HolderTerm)
+		m.complete(ls, false)
+		return nil, m.untilExpiry(res.TTL)
 	}
 	if res.Term == 0 {
 		m.observeTerm(res.HolderTerm)

@@ -32,6 +32,9 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 				m.handOver(ctx, ls, l)
 				return
 			}
+		case req := <-m.transfers:
+			m.transferOut(ctx, ls, l, req)
+			return
 		case n := <-m.notices:
 			// Another master announced? Only Redis can say: a renewal now
 			// either extends this mastership or, the lock gone, ends it.
@@ -218,7 +221,7 @@ func (m *MasterElection) renewRetry() time.Duration {
 // renewal would be due to return, then the lock is released.
 func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leadership) {
 	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
-	released, err := m.resign(ctx, l, wait, "no longer a candidate: handed over")
+	released, err := m.resign(ctx, l, wait, "no longer a candidate: handed over", "", 0)
 	if err != nil {
 		m.emitError(fmt.Errorf("hand over: %w", err))
 	}

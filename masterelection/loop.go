@@ -21,6 +21,7 @@ type loopState struct {
 	lossTerm   int64        // the observed term when lossWait was set: a higher one means a newer loss
 	claim      notice       // the acquired notice with the highest term that Redis has not yet been asked about
 	claimAt    time.Time    // when claim arrived: only an answer to a call sent since can refute it
+	holdOff    time.Time    // after a Transfer: do not contend before this instant
 	errors     int          // consecutive Redis errors, for the backoff
 
 	// renewals counts the renew attempts still running; run waits for them

@@ -42,12 +42,18 @@ func parseNotice(payload string) (notice, error) {
 }
 
 // listen subscribes to the events channel and forwards its notices to
-// m.notices until the subscription is closed. A notice is dropped when the
+// m.notices until the subscription is closed; on the same connection it
+// listens to the control channel, unless Config.IgnoreRemoteTransfers, and
+// forwards the transfer requests the master honours to m.transfers. A notice is dropped when the
 // loop is far behind: polling covers what notices only speed up. The
 // subscription is made before listen returns, so no notice published after
 // that is missed; go-redis reconnects and resubscribes by itself.
 func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeFn func()) {
-	ps := m.client.Subscribe(ctx, m.keys.Events)
+	channels := []string{m.keys.Events}
+	if !m.cfg.IgnoreRemoteTransfers {
+		channels = append(channels, m.keys.Control)
+	}
+	ps := m.client.Subscribe(ctx, channels...)
 	// Wait for the server's confirmation, so that the subscription is in
 	// place before the first election resolves: a release announced after
 	// Start returned is then never missed. On failure go-redis subscribes
@@ -61,6 +67,18 @@ func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeF
 	go func() {
 		defer wg.Done()
 		for msg := range ps.Channel(redis.WithChannelHealthCheckInterval(healthCheckInterval)) {
+			if msg.Channel == m.keys.Control {
+				if m.Term() == 0 {
+					continue // only the master hands over
+				}
+				if req, ok := m.remoteTransfer(ctx, msg.Payload); ok {
+					select {
+					case m.transfers <- req:
+					default: // a transfer is pending already
+					}
+				}
+				continue
+			}
 			n, err := parseNotice(msg.Payload)
 			if err != nil {
 				m.emitError(err)

@@ -6,6 +6,7 @@
 -- KEYS[2] -> <prefix>:heartbeat       (string: server time of the last acquire/renew, ms since the epoch)
 -- KEYS[3] -> <prefix>:master_process  (string: the master's ProcessInfo JSON; TTL = lock TTL)
 -- KEYS[4] -> <prefix>:term            (string: last minted term, decimal integer; no TTL)
+-- KEYS[5] -> <prefix>:successor       (string: node id a Transfer reserved the free lock for)
 -- ARGV[1] -> node id of the candidate
 -- ARGV[2] -> lock TTL (milliseconds)
 -- ARGV[3] -> the candidate's ProcessInfo as a JSON object without a "term" member,
@@ -18,6 +19,8 @@
 --          node id ("" when the key holds something that is not a string), pttl
 --          its remaining time to live in milliseconds (-1: the key has no TTL),
 --          term the last minted term (0 when none or unreadable);
+--          {-2, successor, pttl, term} when the lock is free but reserved for
+--          another node by a Transfer, for pttl more milliseconds;
 --          {-1, term} when the lock is free but the term key is missing, holds
 --          garbage, or holds a term below ARGV[5]: Redis lost data that the
 --          caller saw, and a master elected before the loss may still be
@@ -33,8 +36,12 @@ local prev = 0
 if type(raw) == 'string' and string.match(raw, '^%d+$') then prev = tonumber(raw) end
 
 local seen = tonumber(ARGV[5]) or 0
-if prev < seen and not redis.pcall('GET', KEYS[1]) then
-  return {-1, prev}
+local successor = redis.pcall('GET', KEYS[5])
+if type(successor) ~= 'string' then successor = false end
+local other = successor and successor ~= ARGV[1]
+if (prev < seen or other) and not redis.pcall('GET', KEYS[1]) then
+  if prev < seen then return {-1, prev} end
+  return {-2, successor, redis.call('PTTL', KEYS[5]), prev}
 end
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -49,6 +56,7 @@ local term = math.max(prev + 1, now)
 local termStr = string.format('%d', term)
 
 redis.call('SET', KEYS[4], termStr)
+if successor then redis.call('DEL', KEYS[5]) end
 redis.call('SET', KEYS[2], string.format('%d', now), 'PX', ARGV[2])
 if ARGV[3] ~= '' then
   local info = string.sub(ARGV[3], 1, -2) .. ',"term":' .. termStr .. '}'

@@ -28,6 +28,10 @@ type Keys struct {
 	MasterProcess string
 	// Term holds the last fencing term minted on this lock name; it has no TTL.
 	Term string
+	// Successor holds the node id a directed hand-over (Transfer) reserved
+	// the free lock for, with the transfer window as TTL: until it expires
+	// only that node can acquire.
+	Successor string
 	// Processes is the hash of the process registry: process id -> ProcessInfo JSON.
 	Processes string
 	// ProcessesExpiry is the sorted set that emulates per-entry TTL on servers
@@ -43,6 +47,9 @@ type Keys struct {
 	RegistryEvents string
 	// MasterInbox is the pub/sub channel on which slaves report to the master.
 	MasterInbox string
+	// Control is the pub/sub channel of operators' requests to the master
+	// (a remote Transfer).
+	Control string
 }
 
 // NewKeys returns the names for lockName. When cluster is true the prefix is
@@ -58,11 +65,13 @@ func NewKeys(lockName string, cluster bool) Keys {
 		Heartbeat:       prefix + ":heartbeat",
 		MasterProcess:   prefix + ":master_process",
 		Term:            prefix + ":term",
+		Successor:       prefix + ":successor",
 		Processes:       prefix + ":processes",
 		ProcessesExpiry: prefix + ":processes:expiry",
 		Events:          prefix + ":events",
 		RegistryEvents:  prefix + ":registry-events",
 		MasterInbox:     prefix + ":master-inbox",
+		Control:         prefix + ":control",
 	}
 }
 

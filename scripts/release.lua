@@ -5,12 +5,17 @@
 -- KEYS[2] -> <prefix>:heartbeat       (string)
 -- KEYS[3] -> <prefix>:master_process  (string)
 -- KEYS[4] -> <prefix>:term            (string: last minted term; kept, never deleted)
+-- KEYS[5] -> <prefix>:successor       (string: node id the free lock is reserved for; TTL = window)
 -- ARGV[1] -> node id of the caller
 -- ARGV[2] -> term of the caller's mastership as a decimal string, or "" to
 --            check the node id only (as the specification's release does)
 -- ARGV[3] -> events channel (<prefix>:events)
--- Returns: 1 when released (and announced); 0 when the lock was not the
---          caller's, in which case nothing is changed.
+-- ARGV[4] -> node id of the successor to reserve the lock for, or "" (or
+--            absent) for none
+-- ARGV[5] -> the reservation's TTL in milliseconds (when ARGV[4] is set)
+-- Returns: 1 when released (and announced, with "to" naming the successor
+--          when there is one); 0 when the lock was not the caller's, in
+--          which case nothing is changed.
 local holder = redis.pcall('GET', KEYS[1])
 if holder ~= ARGV[1] then return 0 end
 local term = redis.pcall('GET', KEYS[4])
@@ -18,5 +23,10 @@ if ARGV[2] ~= '' and term ~= ARGV[2] then return 0 end
 if type(term) ~= 'string' or not tonumber(term) then term = '0' end
 
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('PUBLISH', ARGV[3], '{"event":"released","nodeId":"' .. ARGV[1] .. '","term":' .. term .. '}')
+local to = ''
+if ARGV[4] and ARGV[4] ~= '' then
+  redis.call('SET', KEYS[5], ARGV[4], 'PX', ARGV[5])
+  to = ',"to":"' .. ARGV[4] .. '"'
+end
+redis.call('PUBLISH', ARGV[3], '{"event":"released","nodeId":"' .. ARGV[1] .. '","term":' .. term .. to .. '}')
 return 1

@@ -76,6 +76,9 @@ type Acquired struct {
 	// Garbage names what is wrong with the held lock when its key holds a
 	// value herd never writes; "" when all is well.
 	Garbage string
+	// Reserved is true when the lock was free but a Transfer reserved it
+	// for another node: Holder is that node and TTL the reservation's rest.
+	Reserved bool
 	// DataLoss is true when the lock was free but the term key was missing,
 	// unreadable or below the caller's seen term: Redis lost data the caller
 	// had seen. Nothing was written; HolderTerm is the key's term (0 when
@@ -101,7 +104,9 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl t
 	return parseAcquired(k, reply)
 }
 
-func acquireKeys(k Keys) []string { return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term} }
+func acquireKeys(k Keys) []string {
+	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor}
+}
 
 func acquireArgs(k Keys, nodeID string, ttl time.Duration, info []byte, seen int64) []any {
 	return []any{nodeID, ttl.Milliseconds(), info, k.Events, termArg(seen)}
@@ -132,6 +137,9 @@ func parseAcquired(k Keys, reply any) (Acquired, error) {
 	holder, ok1 := arr[1].(string)
 	pttl, ok2 := arr[2].(int64)
 	holderTerm, ok3 := arr[3].(int64)
+	if term == -2 && ok1 && ok2 && ok3 && holder != "" {
+		return Acquired{Holder: holder, TTL: pttlDuration(pttl), HolderTerm: holderTerm, Reserved: true}, nil
+	}
 	if term != 0 || !ok1 || !ok2 || !ok3 {
 		return Acquired{}, unexpected("acquire", reply)
 	}
@@ -171,9 +179,16 @@ func Renew(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term in
 // Release runs release.lua. term 0 skips the term check. It reports whether
 // the lock was the caller's and has been released.
 func Release(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64) (bool, error) {
-	reply, err := run(ctx, c, ReleaseScript, "release",
-		[]string{k.Master, k.Heartbeat, k.MasterProcess, k.Term},
-		nodeID, termArg(term), k.Events)
+	return ReleaseTo(ctx, c, k, nodeID, term, "", 0)
+}
+
+// ReleaseTo is Release that also reserves the free lock for successor, for
+// window: until then only successor can acquire it (the others' acquire
+// answers Reserved). The release notice names it ("to"). An empty successor
+// reserves nothing.
+func ReleaseTo(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, successor string, window time.Duration) (bool, error) {
+	reply, err := run(ctx, c, ReleaseScript, "release", acquireKeys(k),
+		nodeID, termArg(term), k.Events, successor, max(window.Milliseconds(), 1))
 	if err != nil {
 		return false, err
 	}
@@ -334,7 +349,7 @@ func run(ctx context.Context, c redis.Scripter, s *redis.Script, name string, ke
 var scriptCommands = map[string]string{
 	"acquire":         "GET, SET, PTTL, TIME, PUBLISH",
 	"renew":           "GET, TIME, PEXPIRE, SET",
-	"release":         "GET, DEL, PUBLISH",
+	"release":         "GET, DEL, SET, PUBLISH",
 	"check":           "GET, PTTL",
 	"route":           "GET, PUBLISH",
 	"route batch":     "GET, PUBLISH",
