@@ -64,12 +64,12 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 			// the channel can send one. It only makes this process ask
 			// Redis sooner; what Redis answers decides.
 			switch {
-			case n.Event == noticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
+			case n.Event == scripts.NoticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
 				// The acquire script is the question: it takes the lock
 				// only if it is free, and not after a data loss.
 				contend = true
 				timer.Reset(0)
-			case n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID:
+			case n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID:
 				ls.noteClaim(n, m.clock.Now())
 				if !contend && !ls.unresolved { // an attempt due, or Start's first, asks Redis anyway
 					timer.Reset(0) // check now: learn the new master and its term from Redis

@@ -38,7 +38,7 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 		case n := <-m.notices:
 			// Another master announced? Only Redis can say: a renewal now
 			// either extends this mastership or, the lock gone, ends it.
-			if n.Event == noticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
+			if n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
 				now := m.clock.Now()
 				ls.noteClaim(n, now)
 				rn.attempt(now)

@@ -2,21 +2,20 @@ package masterelection
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/scripts"
 )
 
-// notice is a message on the election's events channel: the lock scripts
-// publish {"event":"acquired"|"released","nodeId":…,"term":…}.
+// notice is a lock notice of the events channel (scripts.Notice), with
+// the payload it was read from, for reports.
 type notice struct {
-	Event  string `json:"event"`
-	NodeID string `json:"nodeId"`
-	Term   int64  `json:"term"`
-	raw    []byte
+	scripts.Notice
+	raw []byte
 }
 
 // healthCheckInterval is how often go-redis pings an idle subscription to
@@ -24,21 +23,12 @@ type notice struct {
 // only delays the push; it saves most of a slave's round trips at rest.
 const healthCheckInterval = 30 * time.Second
 
-const (
-	noticeAcquired = "acquired"
-	noticeReleased = "released"
-)
-
 func parseNotice(payload string) (notice, error) {
-	var n notice
-	if err := json.Unmarshal([]byte(payload), &n); err != nil {
-		return notice{}, fmt.Errorf("%w: notice %.64q on the events channel is not JSON: %v", ErrGarbage, payload, err)
+	n, err := scripts.ParseNotice([]byte(payload))
+	if err != nil {
+		return notice{}, fmt.Errorf("%w: on the events channel: %w", ErrGarbage, err)
 	}
-	if n.Event == "" {
-		return notice{}, fmt.Errorf("%w: notice %.64q on the events channel has no event", ErrGarbage, payload)
-	}
-	n.raw = []byte(payload)
-	return n, nil
+	return notice{Notice: n, raw: []byte(payload)}, nil
 }
 
 // listen subscribes to the events channel and forwards its notices to
@@ -84,7 +74,7 @@ func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeF
 				m.emitError(err)
 				continue
 			}
-			if n.Event != noticeAcquired && n.Event != noticeReleased {
+			if !n.Lock() {
 				continue // not a lock notice: another version's, or someone else's
 			}
 			select {

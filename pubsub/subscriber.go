@@ -2,10 +2,8 @@ package pubsub
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/google/uuid"
@@ -178,28 +176,18 @@ func (s *Subscriber) onMessage(ctx context.Context, rm *redis.Message) {
 }
 
 // notice is the part of an events-channel notice the Subscriber reads.
-type notice struct {
-	Event  string          `json:"event"`
-	NodeID string          `json:"nodeId"`
-	Term   json.RawMessage `json:"term"`
-}
-
 // onNotice raises the highest term on "acquired" and "released" notices
 // whose term Redis confirms, and ignores every other event.
 func (s *Subscriber) onNotice(ctx context.Context, payload string) {
-	var n notice
-	if err := json.Unmarshal([]byte(payload), &n); err != nil {
-		s.recv.report(&MessageError{Channel: s.keys.Events, Err: fmt.Errorf("%w: notice %s: %w", ErrMalformedEnvelope, excerpt([]byte(payload)), err)})
+	n, err := scripts.ParseNotice([]byte(payload))
+	if err != nil {
+		s.recv.report(&MessageError{Channel: s.keys.Events, Err: fmt.Errorf("%w: %w", ErrMalformedEnvelope, err)})
 		return
 	}
-	if n.Event != "acquired" && n.Event != "released" {
+	if !n.Lock() {
 		return
 	}
-	term, err := strconv.ParseInt(string(n.Term), 10, 64)
-	if err != nil || term <= 0 {
-		s.recv.report(&MessageError{Channel: s.keys.Events, Err: fmt.Errorf("%w: %q notice of node %q has the term %s", ErrMalformedEnvelope, n.Event, n.NodeID, excerpt(n.Term))})
-		return
-	}
+	term := n.Term
 	if e := s.verify(ctx, term); e != nil {
 		e.Channel, e.From, e.Type = s.keys.Events, n.NodeID, n.Event
 		s.refuse(e)
@@ -239,6 +227,7 @@ func (s *Subscriber) onRouted(ctx context.Context, payload string) {
 	}
 	if err := s.mux.dispatch(ctx, m); err != nil {
 		s.recv.report(&MessageError{Channel: s.channel, ID: m.ID, Type: m.Type, From: m.From, Err: err})
+		return
 	}
 }
 

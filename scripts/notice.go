@@ -1,0 +1,66 @@
+package scripts
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// The events of the notices herd's scripts publish. Lock notices go to
+// Keys.Events, registry notices to Keys.RegistryEvents.
+const (
+	// NoticeAcquired: acquire.lua made NodeID master under Term.
+	NoticeAcquired = "acquired"
+	// NoticeReleased: release.lua ended NodeID's mastership of Term; To
+	// names the successor a Transfer reserved the lock for, if any.
+	NoticeReleased = "released"
+	// NoticeRegistered: a registry script wrote NodeID's entry (Role,
+	// Process) where there was none, or registered it again.
+	NoticeRegistered = "registered"
+	// NoticeUnregistered: a registry script removed NodeID's entry; Reason
+	// is "" (the process left), "stale" or "expired".
+	NoticeUnregistered = "unregistered"
+)
+
+// ErrMalformedNotice is wrapped by ParseNotice's errors.
+var ErrMalformedNotice = errors.New("scripts: malformed notice")
+
+// Notice is one message of the notice channels, in the form the scripts
+// publish it. Anyone who may PUBLISH on those channels can send one, so a
+// notice is a hint to look at Redis, never a fact by itself.
+type Notice struct {
+	// Event is one of the Notice* constants (others are left to the reader).
+	Event string `json:"event"`
+	// NodeID is the process the notice is about.
+	NodeID string `json:"nodeId"`
+	// Term is the mastership's term (lock notices); 0 in registry notices.
+	Term int64 `json:"term,omitempty"`
+	// To is the successor a Transfer named (released notices).
+	To string `json:"to,omitempty"`
+	// Role is the role the entry was written with (registered notices).
+	Role string `json:"role,omitempty"`
+	// Process is the entry as written (registered notices), raw JSON.
+	Process json.RawMessage `json:"process,omitempty"`
+	// Reason tells why an entry was removed (unregistered notices).
+	Reason string `json:"reason,omitempty"`
+}
+
+// Lock reports whether n is a lock notice (acquired or released).
+func (n Notice) Lock() bool { return n.Event == NoticeAcquired || n.Event == NoticeReleased }
+
+// ParseNotice reads one notice. It accepts any JSON object with a string
+// "event" member; the members herd does not write are ignored. A lock
+// notice must carry a positive integer term.
+func ParseNotice(payload []byte) (Notice, error) {
+	var n Notice
+	if err := json.Unmarshal(payload, &n); err != nil {
+		return Notice{}, fmt.Errorf("%w %.96q: %v", ErrMalformedNotice, payload, err)
+	}
+	if n.Event == "" {
+		return Notice{}, fmt.Errorf("%w %.96q: no event", ErrMalformedNotice, payload)
+	}
+	if n.Lock() && n.Term <= 0 {
+		return Notice{}, fmt.Errorf("%w %.96q: a %s notice needs a positive term", ErrMalformedNotice, payload, n.Event)
+	}
+	return n, nil
+}

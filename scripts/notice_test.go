@@ -1,0 +1,52 @@
+package scripts_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// TestNoticesOfTheScriptsParse: what acquire.lua and release.lua publish
+// reads back through ParseNotice; malformed notices are refused.
+func TestNoticesOfTheScriptsParse(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	ps := c.Subscribe(ctx, k.Events)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err := scripts.Acquire(ctx, c, k, "n1", time.Second, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scripts.ReleaseTo(ctx, c, k, "n1", a.Term, "n2", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_ = mr
+	want := []scripts.Notice{
+		{Event: scripts.NoticeAcquired, NodeID: "n1", Term: a.Term},
+		{Event: scripts.NoticeReleased, NodeID: "n1", Term: a.Term, To: "n2"},
+	}
+	for _, w := range want {
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := scripts.ParseNotice([]byte(msg.Payload))
+		if err != nil || got.Event != w.Event || got.NodeID != w.NodeID || got.Term != w.Term || got.To != w.To {
+			t.Fatalf("notice %s = %+v, %v; want %+v", msg.Payload, got, err, w)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `{}`, `{"event":"acquired","nodeId":"x"}`, `{"event":"released","term":"5"}`, `{"event":"acquired","term":-1}`} {
+		if _, err := scripts.ParseNotice([]byte(bad)); !errors.Is(err, scripts.ErrMalformedNotice) {
+			t.Errorf("ParseNotice(%q) = %v, want ErrMalformedNotice", bad, err)
+		}
+	}
+	if n, err := scripts.ParseNotice([]byte(`{"event":"something-else","x":1}`)); err != nil || n.Lock() {
+		t.Errorf("an unknown event: %+v, %v; want it read and left to the reader", n, err)
+	}
+}
