@@ -3,11 +3,13 @@
 // from a seeded random schedule (kill -9, SIGSTOP of the master and of a
 // slave, Redis restarted without data or paused, latency, blackholes and
 // resets between one node and Redis through toxiproxy, graceful stops and
-// restarts), collects every process's records into one history on the
-// system-wide CLOCK_MONOTONIC, and checks the history (Check): no two
-// masters act at the same instant, a crashed master is replaced within its
-// bound, terms only grow, stale messages are rejected, and membership
-// changes are reported once.
+// restarts; a fault may stay in force while others are played, and
+// composites such as FaultHandoverLoss play a fixed overlap), collects every
+// process's records into one history on the system-wide CLOCK_MONOTONIC, and
+// checks the history (Check): no two masters act at the same instant, no ctx
+// handed out for a mastership outlives it, a crashed master is replaced
+// within its bound, terms only grow, stale messages are rejected, and
+// membership changes are reported once.
 //
 // The package's non-test code is the record format shared with the node
 // program (Record, Now) and the checkers (Check, WriteTimeline); the
@@ -15,7 +17,7 @@
 //
 //	go test ./integration/faults/                       # one tour of every fault kind
 //	HERD_FAULTS_SEED=42 go test ./integration/faults/   # replay a schedule
-//	make soak SOAK_SCHEDULES=50                         # random schedules and a summary table
+//	make soak SOAK_SCHEDULES=50                         # 50 random schedules added to the soak ledger
 //
 // docs/safety.md states the guarantees these tests check and why the
 // measurement is sound.

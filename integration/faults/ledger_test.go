@@ -270,8 +270,12 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 	}
 	all, run := newTally(lines), newTally(latest)
 	var b strings.Builder
-	fmt.Fprintf(&b, "Running total: %d schedules in %d runs of `make soak`, %s to %s (UTC); latest run: %d schedules, begun %s, code %s.\n\n",
-		all.schedules, len(all.runs), all.firstRun, all.lastRun, run.schedules, latestRun, strings.Join(slices.Sorted(maps.Keys(run.revs)), ", "))
+	runs := "runs"
+	if len(all.runs) == 1 {
+		runs = "run"
+	}
+	fmt.Fprintf(&b, "Running total: %d schedules in %d %s of `make soak`, %s to %s (UTC); latest run: %d schedules, begun %s, code %s.\n\n",
+		all.schedules, len(all.runs), runs, all.firstRun, all.lastRun, run.schedules, latestRun, strings.Join(slices.Sorted(maps.Keys(run.revs)), ", "))
 	b.WriteString("| soak ledger | running total | latest run |\n|---|---|---|\n")
 	row := func(k string, f func(t *tally) string) { fmt.Fprintf(&b, "| %s | %s | %s |\n", k, f(all), f(run)) }
 	row("schedules (failed)", func(t *tally) string { return fmt.Sprintf("%d (%d)", t.schedules, t.failed) })
