@@ -429,3 +429,45 @@ func Failover(ctx context.Context, env *Env, ttl time.Duration, nodes, reps int)
 	}
 	return res, nil
 }
+
+// Transfer measures, reps times, a directed hand-over at default timings:
+// from the call of the master's Transfer naming a slave until
+// OnMasterAcquired runs on that slave. Three nodes stay up; each round the
+// master transfers to the next one, round robin.
+func Transfer(ctx context.Context, env *Env, reps int) ([]time.Duration, error) {
+	lock := env.LockName("transfer")
+	var nodes []*node
+	defer func() { closeAll(ctx, nodes) }()
+	for i := range 3 {
+		n, err := newWarmNode(ctx, env, Timings(lock, fmt.Sprintf("node-%d", i), 30*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, n)
+		if err := n.Start(ctx); err != nil {
+			return nil, fmt.Errorf("transfer: start node %d: %w", i, err)
+		}
+	}
+	if !nodes[0].IsMaster() {
+		return nil, fmt.Errorf("transfer: the first node of lock %q is not master", lock)
+	}
+	<-nodes[0].acquired
+	var took []time.Duration
+	for r := range reps {
+		from, to := nodes[r%3], nodes[(r+1)%3]
+		t0 := time.Now()
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := from.Transfer(tctx, to.NodeID())
+		cancel()
+		if err != nil {
+			return took, fmt.Errorf("transfer, round %d: %w", r+1, err)
+		}
+		select {
+		case at := <-to.acquired:
+			took = append(took, at.Sub(t0))
+		case <-time.After(5 * time.Second):
+			return took, fmt.Errorf("transfer, round %d: %s's OnMasterAcquired did not run within 5s", r+1, to.NodeID())
+		}
+	}
+	return took, nil
+}

@@ -110,7 +110,7 @@ func QuickPlan() Plan {
 }
 
 // Steps are the names of the parts of a run, for Plan.Only.
-var Steps = []string{"ops", "contended", "handover", "failover", "processes", "joined", "routing", "rest", "cost", "scale"}
+var Steps = []string{"ops", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "rest", "cost", "scale"}
 
 // Run measures every row of plan on env and returns the report. A row that
 // fails carries its error and the run goes on; progress lines go to
@@ -163,6 +163,13 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 		row := LatencyRow("4", "graceful handover: master Stop → master-acquired on a slave", res.Total, "p99 ≤ 2ms",
 			fmt.Sprintf("Default timings (LockTTL 30s), 2 nodes; from the call of the master's Stop to the slave's OnMasterAcquired handler. Medians of its phases (client hooks): Stop's work before the release script is sent %s; release sent → the slave's acquire sent (release round trip, notice, the slave's loop) %s; the acquire's round trip %s; reply → handler (event bus) %s.",
 				phases[0], phases[1], phases[2], phases[3]))
+		row.Err = err
+		return []Row{row}
+	})
+	step("transfer", "directed hand-over", func() []Row {
+		s, err := Transfer(ctx, env, plan.HandoverReps)
+		row := LatencyRow("4t", "directed hand-over: master Transfer(node) → master-acquired on that node", s, "within a few round trips",
+			"Default timings (LockTTL 30s), 3 nodes up; from the call of the master's Transfer naming the next node to that node's OnMasterAcquired handler: the handlers' return, the release that reserves the lock for it, its notice, the named node's acquire, the event bus.")
 		row.Err = err
 		return []Row{row}
 	})

@@ -159,3 +159,25 @@ func TestTransfer(t *testing.T) {
 		})
 	})
 }
+
+// TestTransferRoundRobin: masters hand over to each other in turn, faster
+// than TransferWindow; each named node takes over at once, even one that
+// handed over itself a moment before.
+func TestTransferRoundRobin(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		nodes, _ := transferHerd(t, inst, "transfer-rr", []string{"a", "b", "c"}, func(cfg *masterelection.Config) {
+			cfg.TransferWindow = 500 * time.Millisecond
+		})
+		for r := range 9 {
+			from, to := nodes[r%3], nodes[(r+1)%3]
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := from.Transfer(ctx, to.NodeID())
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d, %s to %s: %v", r+1, from.NodeID(), to.NodeID(), err)
+			}
+			waitUntil(t, to.NodeID()+" master", 5*time.Second, to.IsMaster)
+		}
+	})
+}

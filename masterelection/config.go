@@ -118,7 +118,8 @@ type Config struct {
 
 	// TransferWindow is how long a Transfer reserves the released lock for
 	// the successor it names: until it passes only that node can acquire
-	// (Redis enforces it), and the stepping-down master does not contend.
+	// (Redis enforces it). After Transfer(ctx, ""), which reserves nothing,
+	// the stepping-down master does not contend for as long.
 	// A successor that does not take the lock by then (dead, not a
 	// candidate) leaves it to the normal election. Zero means LockTTL / 10.
 	TransferWindow time.Duration

@@ -65,6 +65,9 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 			// Redis sooner; what Redis answers decides.
 			switch {
 			case n.Event == scripts.NoticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
+				if n.To == m.cfg.NodeID {
+					ls.holdOff = time.Time{} // named by a Transfer: an own step-down's hold-off gives way
+				}
 				// The acquire script is the question: it takes the lock
 				// only if it is free, and not after a data loss.
 				contend = true

@@ -42,9 +42,9 @@ const controlTransfer = "transfer"
 // process, say. The master cancels its OnMasterAcquired handlers' ctx (they
 // get up to HeartbeatInterval to return, as at Stop), turns IsMaster false,
 // releases the lock and reserves it in Redis for the node to, for
-// TransferWindow: only that node can acquire it meanwhile, and the release
-// notice makes it contend at once. This process stays a candidate but does
-// not contend within the window. When to does not take the lock by then
+// TransferWindow: only that node can acquire it meanwhile (this one
+// included), and the release notice makes it contend at once. This process
+// stays a candidate. When to does not take the lock by then
 // (dead, or not a candidate), the normal election resumes.
 //
 // Transfer(ctx, "") is a plain step-down: no reservation, the others contend
@@ -108,7 +108,11 @@ func (m *MasterElection) transferOut(ctx context.Context, ls *loopState, l *lead
 	released, err := m.resign(ctx, l, wait, reason, req.to, window)
 	if released {
 		ls.lockGone()
-		ls.holdOff = m.clock.Now().Add(window)
+		if req.to == "" {
+			// No reservation keeps this process from taking the lock
+			// straight back: it holds off itself.
+			ls.holdOff = m.clock.Now().Add(window)
+		}
 	} else if err == nil {
 		err = ErrNotMaster // the lock was gone already: nothing to hand over
 	}
