@@ -39,11 +39,15 @@ type backend interface {
 	// is fenced) and reports whether it was absent before.
 	put(ctx context.Context, p scripts.Put) (scripts.Stored, error)
 	// remove deletes the entry of id (only while it holds *guard when guard
-	// is not nil) and reports whether a live entry was deleted.
-	remove(ctx context.Context, id string, guard *string, reason string) (bool, error)
-	// read returns the live entry of id, or all live entries when id is "",
-	// and the ids it removed because they had expired (emulated only).
-	read(ctx context.Context, id string) (entries map[string]string, removed []string, err error)
+	// is not nil) and returns the version minted for the deletion, 0 when
+	// no live entry was deleted.
+	remove(ctx context.Context, id string, guard *string, reason string) (int64, error)
+	// read returns the live entries of ids, or all live entries when ids is
+	// empty, and the ids it removed because they had expired (emulated
+	// only). With versioned it also returns the registry's version as of
+	// the read, atomically (a transaction); without, the view's Version may
+	// be 0.
+	read(ctx context.Context, ids []string, versioned bool) (scripts.RegistryView, error)
 }
 
 // pickBackend probes the server and returns the backend to use: want, when
@@ -94,14 +98,14 @@ func (t typeChecked) put(ctx context.Context, p scripts.Put) (scripts.Stored, er
 	return st, t.check(err)
 }
 
-func (t typeChecked) remove(ctx context.Context, id string, guard *string, reason string) (bool, error) {
-	ok, err := t.be.remove(ctx, id, guard, reason)
-	return ok, t.check(err)
+func (t typeChecked) remove(ctx context.Context, id string, guard *string, reason string) (int64, error) {
+	v, err := t.be.remove(ctx, id, guard, reason)
+	return v, t.check(err)
 }
 
-func (t typeChecked) read(ctx context.Context, id string) (map[string]string, []string, error) {
-	m, removed, err := t.be.read(ctx, id)
-	return m, removed, t.check(err)
+func (t typeChecked) read(ctx context.Context, ids []string, versioned bool) (scripts.RegistryView, error) {
+	view, err := t.be.read(ctx, ids, versioned)
+	return view, t.check(err)
 }
 
 func (t typeChecked) check(err error) error {

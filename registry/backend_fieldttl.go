@@ -23,21 +23,26 @@ func (b fieldTTL) put(ctx context.Context, p scripts.Put) (scripts.Stored, error
 	return scripts.RegistryPut(ctx, b.c, b.k, p)
 }
 
-func (b fieldTTL) remove(ctx context.Context, id string, guard *string, reason string) (bool, error) {
+func (b fieldTTL) remove(ctx context.Context, id string, guard *string, reason string) (int64, error) {
 	return scripts.RegistryRemove(ctx, b.c, b.k, id, guard, reason)
 }
 
-func (b fieldTTL) read(ctx context.Context, id string) (map[string]string, []string, error) {
-	if id == "" {
+// read is a plain HGETALL or HGET unless versioned or of several ids, which
+// take a transaction with the version counter.
+func (b fieldTTL) read(ctx context.Context, ids []string, versioned bool) (scripts.RegistryView, error) {
+	switch {
+	case versioned || len(ids) > 1:
+		return scripts.RegistryRead(ctx, b.c, b.k, false, ids...)
+	case len(ids) == 0:
 		m, err := b.c.HGetAll(ctx, b.k.Processes).Result()
-		return m, nil, err
+		return scripts.RegistryView{Entries: m}, err
 	}
-	v, err := b.c.HGet(ctx, b.k.Processes, id).Result()
+	v, err := b.c.HGet(ctx, b.k.Processes, ids[0]).Result()
 	if errors.Is(err, redis.Nil) {
-		return map[string]string{}, nil, nil
+		return scripts.RegistryView{Entries: map[string]string{}}, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return scripts.RegistryView{}, err
 	}
-	return map[string]string{id: v}, nil, nil
+	return scripts.RegistryView{Entries: map[string]string{ids[0]: v}}, nil
 }

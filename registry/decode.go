@@ -49,6 +49,8 @@ func fastDecode(value string) (w ProcessInfo, ok bool) {
 			w.Metadata, ok = d.metadata()
 		case bitTerm:
 			w.Term, ok = d.int()
+		case bitVersion:
+			w.Version, ok = d.int()
 		}
 		return ok
 	})
@@ -65,6 +67,7 @@ const (
 	bitRegisteredAt
 	bitMetadata
 	bitTerm
+	bitVersion
 )
 
 func memberBit(name string) uint16 {
@@ -87,6 +90,8 @@ func memberBit(name string) uint16 {
 		return bitMetadata
 	case "term":
 		return bitTerm
+	case "version":
+		return bitVersion
 	}
 	return 0
 }

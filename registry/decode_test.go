@@ -18,7 +18,8 @@ func TestFastDecodeTakesHerdsForm(t *testing.T) {
 			Capabilities: Capabilities{CanProcessDetections: true, MaxSubscriptions: 100, PreferredWorkload: 50},
 			Identifier:   "worker é", Metadata: map[string]any{"zone": "b", "n": 1.5, "l": []any{"}", "\"{"}}},
 		{ProcessID: "m", NodeID: "m", Role: RoleMaster, LastSeen: time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC), Term: 1772600767123,
-			Capabilities: Capabilities{MaxSubscriptions: -3}},
+			Capabilities: Capabilities{MaxSubscriptions: -3}, Version: 1772600767123456},
+		{ProcessID: "v", NodeID: "v", Role: RoleSlave, Version: 1},
 	} {
 		b, err := json.Marshal(p)
 		if err != nil {
@@ -47,6 +48,10 @@ func TestFastDecodeDefers(t *testing.T) {
 		`{"processId":"a","role":"slave","lastSeen":"2026-02-30T05:06:07.000Z"}`,
 		`{"processId":"a","role":"slave","term":1.0}`,
 		`{"processId":"a","role":"slave","term":01}`,
+		`{"processId":"a","role":"slave","version":1.5}`,
+		`{"processId":"a","role":"slave","version":1e3}`,
+		`{"processId":"a","role":"slave","version":1,"version":2}`,
+		`{"processId":"a","role":"slave","Version":1}`,
 		`{"processId":"a","role":"slave","capabilities":{"maxSubscriptions":1e3}}`,
 		`{"processId":"a","role":"slave","capabilities":null}`,
 		`{"processId":"a","role":"slave","extra":1}`,
@@ -74,6 +79,9 @@ func FuzzFastDecode(f *testing.F) {
 		`{"metadata":{"a":[}}`,
 		`{"term":-0}`,
 		`{"term":999999999999999999}`,
+		`{"processId":"a","role":"slave","lastSeen":"2026-03-04T05:06:07.123Z","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0},"version":1772600767123456}`,
+		`{"version":-1}`,
+		`{"version":9999999999999999999}`,
 	} {
 		f.Add(seed)
 	}

@@ -54,6 +54,12 @@ type ProcessInfo struct {
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// Term is the fencing term of the mastership when Role is master (herd extension).
 	Term int64 `json:"term,omitempty"`
+	// Version is the entry's version (herd extension), minted by Redis on
+	// every registry write: larger than every version written before on the
+	// lock name, so of two reads of one process the larger Version is the
+	// later state. Register ignores it; 0 in entries written by other
+	// programs.
+	Version int64 `json:"version,omitempty"`
 }
 
 // Channel returns the process's routing channel, "worker:slave:<ProcessID>".
@@ -72,6 +78,7 @@ type processJSON struct {
 	RegisteredAt *jsTime        `json:"registeredAt,omitempty"`
 	Metadata     map[string]any `json:"metadata,omitempty"`
 	Term         int64          `json:"term,omitempty"`
+	Version      int64          `json:"version,omitempty"`
 }
 
 // MarshalJSON writes the specification's form, with timestamps as
@@ -80,7 +87,7 @@ func (p ProcessInfo) MarshalJSON() ([]byte, error) {
 	w := processJSON{
 		ProcessID: p.ProcessID, NodeID: p.NodeID, Role: p.Role,
 		LastSeen: jsTime(p.LastSeen), Capabilities: p.Capabilities,
-		Identifier: p.Identifier, Metadata: p.Metadata, Term: p.Term,
+		Identifier: p.Identifier, Metadata: p.Metadata, Term: p.Term, Version: p.Version,
 	}
 	if !p.RegisteredAt.IsZero() {
 		t := jsTime(p.RegisteredAt)
@@ -105,7 +112,7 @@ func (w *processJSON) info() ProcessInfo {
 	p := ProcessInfo{
 		ProcessID: w.ProcessID, NodeID: w.NodeID, Role: w.Role,
 		LastSeen: time.Time(w.LastSeen), Capabilities: w.Capabilities,
-		Identifier: w.Identifier, Metadata: w.Metadata, Term: w.Term,
+		Identifier: w.Identifier, Metadata: w.Metadata, Term: w.Term, Version: w.Version,
 	}
 	if w.RegisteredAt != nil {
 		p.RegisteredAt = time.Time(*w.RegisteredAt)

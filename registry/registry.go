@@ -177,6 +177,7 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		info.NodeID = info.ProcessID
 	}
 	info.Metadata = copyMetadata(info.Metadata)
+	info.Version = 0 // minted by the script
 
 	var o *owned
 	for {
@@ -320,7 +321,7 @@ func (r *Registry) Unregister(ctx context.Context, processID string) error {
 // specification's getAllProcesses. Corrupt entries are skipped and reported
 // to Options.OnError.
 func (r *Registry) Processes(ctx context.Context) ([]ProcessInfo, error) {
-	snap, _, err := r.load(ctx)
+	snap, err := r.load(ctx, false)
 	return snap.infos, err
 }
 
@@ -330,11 +331,11 @@ func (r *Registry) Process(ctx context.Context, processID string) (ProcessInfo, 
 	if err := scripts.ValidateName("process id", processID); err != nil {
 		return ProcessInfo{}, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 	}
-	m, _, err := r.be.read(ctx, processID)
+	view, err := r.be.read(ctx, []string{processID}, false)
 	if err != nil {
 		return ProcessInfo{}, fmt.Errorf("read process %q: %w", processID, err)
 	}
-	raw, ok := m[processID]
+	raw, ok := view.Entries[processID]
 	if !ok {
 		return ProcessInfo{}, fmt.Errorf("process %q: %w", processID, ErrNotFound)
 	}
@@ -429,25 +430,29 @@ func (r *Registry) ProcessChannel(ctx context.Context, processID string) (string
 }
 
 // snapshot is what load read: the decoded entries, sorted by process id,
-// and the raw value each was decoded from (raws[i] is infos[i]'s).
+// the raw value each was decoded from (raws[i] is infos[i]'s), and the
+// registry's version as of the read (when asked for).
 type snapshot struct {
-	infos []ProcessInfo
-	raws  []string
+	infos   []ProcessInfo
+	raws    []string
+	version int64
 }
 
 // load reads every live entry, sorted by process id, skipping and reporting
-// corrupt ones, and returns the ids the read removed as expired.
-func (r *Registry) load(ctx context.Context) (snapshot, []string, error) {
-	m, removed, err := r.be.read(ctx, "")
+// corrupt ones. With versioned, the snapshot's version is the registry's
+// version as of the read.
+func (r *Registry) load(ctx context.Context, versioned bool) (snapshot, error) {
+	view, err := r.be.read(ctx, nil, versioned)
 	if err != nil {
-		return snapshot{}, nil, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
+		return snapshot{}, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
 	}
-	if len(removed) > 0 {
-		r.opts.Logger.Debug().Strs("processes", removed).Msg("removed expired registry entries")
+	if len(view.Removed) > 0 {
+		r.opts.Logger.Debug().Strs("processes", view.Removed).Msg("removed expired registry entries")
 	}
+	m := view.Entries
 	// The field is the process id of every entry that decodes: sort the
 	// fields and decode each entry straight into its place.
-	snap := snapshot{infos: make([]ProcessInfo, len(m)), raws: make([]string, 0, len(m))}
+	snap := snapshot{infos: make([]ProcessInfo, len(m)), raws: make([]string, 0, len(m)), version: view.Version}
 	fields := make([]string, 0, len(m))
 	for f := range m {
 		fields = append(fields, f)
@@ -483,7 +488,7 @@ func (r *Registry) load(ctx context.Context) (snapshot, []string, error) {
 		}
 	}
 	r.mu.Unlock()
-	return snap, removed, nil
+	return snap, nil
 }
 
 // decodeChunk is the least number of entries worth a goroutine of their own
@@ -535,13 +540,13 @@ func (r *Registry) corrupt(field string, err error) error {
 }
 
 // removeStale deletes the entry of id if it still holds raw, the value it
-// was read with.
-func (r *Registry) removeStale(ctx context.Context, id, raw string) (bool, error) {
-	ok, err := r.be.remove(ctx, id, &raw, "stale")
+// was read with, and returns the version of the deletion (0: not deleted).
+func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, error) {
+	v, err := r.be.remove(ctx, id, &raw, "stale")
 	if err != nil {
-		return false, fmt.Errorf("remove stale process %q: %w", id, err)
+		return 0, fmt.Errorf("remove stale process %q: %w", id, err)
 	}
-	return ok, nil
+	return v, nil
 }
 
 // write stores b, the JSON form of info (nil: encode info here); with role

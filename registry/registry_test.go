@@ -57,7 +57,11 @@ func testRegisterAndRead(t *testing.T, tg target) {
 	wantM.NodeID, wantM.LastSeen, wantM.RegisteredAt = "m1", start, start
 
 	all, err := e.reg.Processes(e.ctx)
-	if err != nil || !reflect.DeepEqual(all, []ProcessInfo{wantM, wantS1}) {
+	if err != nil || len(all) != 2 || all[1].Version <= 0 || all[0].Version <= all[1].Version {
+		t.Fatalf("Processes = %+v, %v; want m1 and s1, m1 of a version above s1's (written later)", all, err)
+	}
+	wantM.Version, wantS1.Version = all[0].Version, all[1].Version // minted by Redis
+	if !reflect.DeepEqual(all, []ProcessInfo{wantM, wantS1}) {
 		t.Fatalf("Processes = %+v, %v; want %+v", all, err, []ProcessInfo{wantM, wantS1})
 	}
 	got, err := e.reg.Process(e.ctx, "s1")
@@ -136,8 +140,11 @@ func testHeartbeatRenews(t *testing.T, tg target) {
 	}
 	// A heartbeat patches lastSeen into the entry Register encoded: the
 	// stored bytes must be exactly what encoding the new info gives.
+	if p.Version <= 0 {
+		t.Fatalf("after a heartbeat: version %d", p.Version)
+	}
 	want := a
-	want.NodeID, want.RegisteredAt, want.LastSeen = "a", start, start.Add(half)
+	want.NodeID, want.RegisteredAt, want.LastSeen, want.Version = "a", start, start.Add(half), p.Version
 	wantJSON, err := json.Marshal(want)
 	if err != nil {
 		t.Fatal(err)
@@ -440,9 +447,9 @@ func TestEmulatedReadRemovesExpired(t *testing.T) {
 	e.pass(e.ttl / 2)
 	e.heartbeat("b")
 	e.pass(e.ttl / 2) // a's deadline is now
-	entries, removed, err := e.reg.be.read(e.ctx, "")
-	if err != nil || !slices.Equal(removed, []string{"a"}) || len(entries) != 1 {
-		t.Fatalf("read = %v, removed %v, %v; want b, removed [a]", entries, removed, err)
+	view, err := e.reg.be.read(e.ctx, nil, false)
+	if err != nil || !slices.Equal(view.Removed, []string{"a"}) || len(view.Entries) != 1 {
+		t.Fatalf("read = %v, removed %v, %v; want b, removed [a]", view.Entries, view.Removed, err)
 	}
 	if v := expectNotice(t, ch, "unregistered", "a"); v["reason"] != "expired" {
 		t.Errorf("notice %v, want reason expired", v)
@@ -460,18 +467,18 @@ func TestStaleRemovalIsGuarded(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			e := newEnv(t, tg, Options{})
 			e.register(slave("a"))
-			snap, _, err := e.reg.load(e.ctx)
-			if err != nil || len(snap.infos) != 1 || len(snap.raws) != 1 {
-				t.Fatalf("load = %+v, %v", snap, err)
+			snap, err := e.reg.load(e.ctx, true)
+			if err != nil || len(snap.infos) != 1 || len(snap.raws) != 1 || snap.version != snap.infos[0].Version {
+				t.Fatalf("load = %+v, %v; want one entry, of the snapshot's version", snap, err)
 			}
 			e.pass(time.Second)
 			e.heartbeat("a") // written after the read: the removal must not delete it
-			if ok, err := e.reg.removeStale(e.ctx, "a", snap.raws[0]); ok || err != nil {
-				t.Fatalf("removeStale of a rewritten entry = %v, %v; want false", ok, err)
+			if v, err := e.reg.removeStale(e.ctx, "a", snap.raws[0]); v != 0 || err != nil {
+				t.Fatalf("removeStale of a rewritten entry = %v, %v; want 0", v, err)
 			}
-			snap, _, _ = e.reg.load(e.ctx)
-			if ok, err := e.reg.removeStale(e.ctx, "a", snap.raws[0]); !ok || err != nil {
-				t.Fatalf("removeStale of an unchanged entry = %v, %v; want true", ok, err)
+			snap, _ = e.reg.load(e.ctx, true)
+			if v, err := e.reg.removeStale(e.ctx, "a", snap.raws[0]); v <= snap.version || err != nil {
+				t.Fatalf("removeStale of an unchanged entry = %v, %v; want a version above %d", v, err, snap.version)
 			}
 			if got := e.ids(); len(got) != 0 {
 				t.Errorf("Processes lists %v after the removal", got)

@@ -162,7 +162,7 @@ func (t *SlaveTracker) Run(ctx context.Context) error {
 	defer t.running.Store(false)
 	t.discardQueued()
 
-	s := &trackerState{t: t, known: map[string]SlaveNode{}}
+	s := newTrackerState(t)
 	timer := t.opts.Clock.NewTimer(t.opts.SweepInterval)
 	defer timer.Stop()
 	s.sweep(ctx)
@@ -201,16 +201,35 @@ func (t *SlaveTracker) swept() {
 }
 
 // trackerState is the state of one Run, owned by its goroutine.
+//
+// Every registry write carries a version minted by Redis, larger than every
+// earlier one (scripts.Keys.RegistryVersion); notices carry the version of
+// their write, and a sweep reads the registry's version with the entries.
+// The tracker applies nothing older than what it has applied for the same
+// process: a notice whose version is not above the last sweep's (or the
+// last notice applied for that process) was already reflected by them.
 type trackerState struct {
-	t     *SlaveTracker
-	known map[string]SlaveNode // reported joined and not yet left, by process id
+	t      *SlaveTracker
+	known  map[string]SlaveNode // reported joined and not yet left, by process id
+	absent map[string]bool      // known slaves the last sweep found gone without a notice
+	seen   map[string]int64     // per process id, the version of the last write applied since the last sweep
+	swept  int64                // the registry's version as of the last sweep
 }
+
+func newTrackerState(t *SlaveTracker) *trackerState {
+	return &trackerState{t: t, known: map[string]SlaveNode{}, absent: map[string]bool{}, seen: map[string]int64{}}
+}
+
+// applied returns the version of the latest write of id that the state
+// reflects.
+func (s *trackerState) applied(id string) int64 { return max(s.seen[id], s.swept) }
 
 // notice is the JSON the registry scripts publish on Keys.RegistryEvents.
 type notice struct {
 	Event   string          `json:"event"`
 	NodeID  string          `json:"nodeId"`
 	Role    Role            `json:"role"`
+	Version int64           `json:"version"`
 	Process json.RawMessage `json:"process"`
 	Reason  string          `json:"reason"`
 }
@@ -221,6 +240,18 @@ func (s *trackerState) notice(ctx context.Context, payload []byte) {
 		s.fail(ctx, fmt.Errorf("events notice %q is not JSON: %w", truncate(string(payload)), err))
 		return
 	}
+	if n.Event != "registered" && n.Event != "unregistered" {
+		return
+	}
+	if n.Version > 0 && n.Version <= s.applied(n.NodeID) {
+		// Older than what was applied. Only one thing is left to learn: the
+		// last sweep found this slave gone without knowing why, and it
+		// unregistered.
+		if n.Event == "unregistered" && n.Reason != reasonExpired && s.absent[n.NodeID] {
+			s.leave(ctx, n.NodeID)
+		}
+		return
+	}
 	switch n.Event {
 	case "registered":
 		p, err := decodeProcess(n.NodeID, string(n.Process))
@@ -228,6 +259,8 @@ func (s *trackerState) notice(ctx context.Context, payload []byte) {
 			s.fail(ctx, fmt.Errorf("registered notice for %q: %w: %w", truncate(n.NodeID), ErrCorruptEntry, err))
 			return
 		}
+		s.saw(n.NodeID, n.Version)
+		delete(s.absent, p.ProcessID)
 		if p.Role == RoleSlave {
 			s.join(ctx, p)
 		} else {
@@ -239,7 +272,15 @@ func (s *trackerState) notice(ctx context.Context, payload []byte) {
 			// announce no expiry, so the sweep decides for all three alike.
 			return
 		}
+		s.saw(n.NodeID, n.Version)
 		s.leave(ctx, n.NodeID)
+	}
+}
+
+// saw records that the write version of id has been applied.
+func (s *trackerState) saw(id string, version int64) {
+	if version > s.seen[id] {
+		s.seen[id] = version
 	}
 }
 
@@ -247,16 +288,21 @@ func (s *trackerState) notice(ctx context.Context, payload []byte) {
 // with what is left: leaves first, then joins, each in process id order.
 func (s *trackerState) sweep(ctx context.Context) {
 	t := s.t
-	snap, _, err := t.reg.load(ctx)
+	snap, err := t.reg.load(ctx, true)
 	if err != nil {
 		s.fail(ctx, fmt.Errorf("sweep slaves: %w", err))
 		return
 	}
 	now := t.opts.Clock.Now()
 	present := map[string]ProcessInfo{}
+	masters := map[string]bool{}
 	for i, p := range snap.infos {
 		id := p.ProcessID
-		if p.Role != RoleSlave || id == t.opts.Self {
+		if id == t.opts.Self {
+			continue
+		}
+		if p.Role != RoleSlave {
+			masters[id] = true
 			continue
 		}
 		if now.Sub(p.LastSeen) <= t.opts.SlaveTimeout {
@@ -267,7 +313,7 @@ func (s *trackerState) sweep(ctx context.Context) {
 		if err != nil {
 			s.fail(ctx, err)
 		}
-		if !removed {
+		if removed == 0 {
 			// Not removed (an error), or rewritten or removed by someone else
 			// since the read: keep it as it is; the next sweep decides.
 			if _, ok := s.known[id]; ok {
@@ -275,17 +321,33 @@ func (s *trackerState) sweep(ctx context.Context) {
 			}
 			continue
 		}
+		s.saw(id, removed)
 		t.reg.opts.Logger.Info().Str("process", id).Time("lastSeen", p.LastSeen).
 			Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
+	}
+	// Every write up to the snapshot's version is reflected now; the
+	// versions seen before are not needed any more.
+	s.swept = max(s.swept, snap.version)
+	for id, v := range s.seen {
+		if v <= s.swept {
+			delete(s.seen, id)
+		}
 	}
 	for _, id := range sortedKeys(s.known) {
 		if p, ok := present[id]; ok {
 			s.known[id] = p.Slave() // keep its lastSeen current
+			delete(s.absent, id)
+			continue
+		}
+		if masters[id] {
+			s.leave(ctx, id) // it became master
 			continue
 		}
 		// Gone without a notice: expired, or lost with the data. It leaves
 		// when it has not been seen for SlaveTimeout, as a stale slave does;
-		// until then a heartbeat may bring it back unreported.
+		// until then a heartbeat may bring it back unreported, and a notice
+		// that it unregistered makes it leave at once.
+		s.absent[id] = true
 		if now.Sub(s.known[id].LastSeen) > t.opts.SlaveTimeout {
 			s.leave(ctx, id)
 		}
@@ -314,6 +376,7 @@ func (s *trackerState) leave(ctx context.Context, id string) {
 		return
 	}
 	delete(s.known, id)
+	delete(s.absent, id)
 	if s.t.opts.OnLeave != nil {
 		s.t.opts.OnLeave(node.NodeID)
 	}

@@ -353,3 +353,63 @@ func TestNewSlaveTracker(t *testing.T) {
 		t.Errorf("defaults: %+v, %v", tr.opts, err)
 	}
 }
+
+// TestTrackerAppliesNothingOlder: a sweep that has seen a slave's latest
+// entry comes before its older notices, still queued (a slow subscriber, a
+// burst of writes): applying them would report a live slave left and joined
+// again, or a slave that is master now joined.
+func TestTrackerAppliesNothingOlder(t *testing.T) {
+	for _, tg := range miniTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			e := newEnv(t, tg, Options{})
+			ps := e.c.Subscribe(e.ctx, e.keys.RegistryEvents)
+			defer ps.Close()
+			if _, err := ps.Receive(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			queued := func(n int) [][]byte {
+				t.Helper()
+				var out [][]byte
+				for range n {
+					m, err := ps.ReceiveMessage(e.ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, []byte(m.Payload))
+				}
+				return out
+			}
+			e.register(slave("a"), slave("b"))
+			queued(2)
+			te := startTracker(t, e, TrackerOptions{}, false)
+			te.expect(t, "join:a", "join:b")
+
+			// a restarts (unregisters, registers again); b becomes master and
+			// then a slave again; c registers and unregisters.
+			if err := e.reg.Unregister(e.ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			e.register(slave("a"))
+			e.holdLock("b", 4)
+			e.register(ProcessInfo{ProcessID: "b", Role: RoleMaster, Term: 4})
+			e.register(slave("b"), slave("c"))
+			if err := e.reg.Unregister(e.ctx, "c"); err != nil {
+				t.Fatal(err)
+			}
+			old := queued(6)
+			end := func() { // no callback until this marker, reported as an error
+				t.Helper()
+				te.tr.Notice([]byte("end"))
+				te.expect(t, "error")
+			}
+			te.sweep(t) // sees a and b live, c gone
+			end()
+			for _, p := range old {
+				te.tr.Notice(p)
+			}
+			end()
+			te.sweep(t)
+			end()
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,19 @@ const (
 	TTLEmulated = "emulated"
 )
 
+// RegistryVersion returns the key of the registry's version counter,
+// "<prefix>:processes:version": a string holding the last version minted by
+// a registry write (registry_put.lua, registry_remove.lua,
+// registry_expire.lua), with no TTL. Every write mints max(counter + 1,
+// server TIME in microseconds), so versions only grow on a lock name, also
+// across deletions and, by the server's clock, after Redis lost its data.
+func (k Keys) RegistryVersion() string { return k.Processes + ":version" }
+
+// registryKeys are the KEYS of the registry scripts that take three.
+func registryKeys(k Keys) []string {
+	return []string{k.Processes, k.ProcessesExpiry, k.RegistryVersion()}
+}
+
 // registryProbeField is the field the probe writes and deletes again. It
 // contains a space, which ValidateName refuses, so it names no process.
 const registryProbeField = "herd probe"
@@ -80,7 +94,8 @@ type Put struct {
 	Mode string
 	// ID is the process id, the hash field; it must pass ValidateName.
 	ID string
-	// Value is the ProcessInfo JSON object.
+	// Value is the ProcessInfo JSON object, with at least one member and no
+	// "version" member: the script appends the version it mints.
 	Value []byte
 	// Role is "master" or "slave", copied into the notice.
 	Role string
@@ -106,6 +121,9 @@ type Stored struct {
 	// Created is true when the entry was absent (or expired) before the
 	// write.
 	Created bool
+	// Version is the version the write minted, stored in the entry as its
+	// "version" member and sent in the notice.
+	Version int64
 	// Fenced is true when the write had role master but Keys.Master did not
 	// hold Put.Node or Keys.Term did not hold Put.Term: Put.Fallback was
 	// written and announced instead, with role slave.
@@ -119,7 +137,7 @@ type Stored struct {
 }
 
 // RegistryPut runs registry_put.lua: it writes the entry p.ID with its TTL
-// and announces it. A write with role master is stored only while p.Node
+// and a new version, and announces it. A write with role master is stored only while p.Node
 // holds the lock under p.Term, checked in the same script; otherwise
 // p.Fallback is written with role slave and the result has Fenced set.
 func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (Stored, error) {
@@ -151,24 +169,25 @@ func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (Stored, 
 		fallback = nil
 	}
 	reply, err := run(ctx, c, RegistryPutScript, "registry put",
-		[]string{k.Processes, k.ProcessesExpiry, k.Master, k.Term},
+		[]string{k.Processes, k.ProcessesExpiry, k.Master, k.Term, k.RegistryVersion()},
 		p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents,
 		node, termArg(p.Term), fallback)
 	if err != nil {
 		return Stored{}, err
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 4 {
+	if !ok || len(arr) != 5 {
 		return Stored{}, unexpected("registry put", reply)
 	}
 	created, ok1 := arr[0].(int64)
-	fenced, ok2 := arr[1].(int64)
-	holder, ok3 := arr[2].(string)
-	term, ok4 := arr[3].(string)
-	if !ok1 || !ok2 || !ok3 || !ok4 || created < 0 || created > 1 || fenced < 0 || fenced > 1 {
+	version, ok2 := arr[1].(int64)
+	fenced, ok3 := arr[2].(int64)
+	holder, ok4 := arr[3].(string)
+	term, ok5 := arr[4].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || created < 0 || created > 1 || version <= 0 || fenced < 0 || fenced > 1 {
 		return Stored{}, unexpected("registry put", reply)
 	}
-	st := Stored{Created: created == 1, Fenced: fenced == 1}
+	st := Stored{Created: created == 1, Version: version, Fenced: fenced == 1}
 	if st.Fenced {
 		st.Holder, st.HolderTerm = holder, term
 	}
@@ -183,15 +202,15 @@ func isObject(b []byte) bool {
 
 // RegistryRemove runs registry_remove.lua. With guard non-nil it deletes the
 // entry only while it holds exactly *guard. reason goes into the notice; ""
-// means the process unregistered itself. It reports whether a live entry was
-// deleted.
-func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, guard *string, reason string) (bool, error) {
+// means the process unregistered itself. It returns the version minted for
+// the deletion, or 0 when no live entry was deleted.
+func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, guard *string, reason string) (int64, error) {
 	if err := ValidateName("process id", id); err != nil {
-		return false, fmt.Errorf("registry remove: %w", err)
+		return 0, fmt.Errorf("registry remove: %w", err)
 	}
 	if reason != "" {
 		if err := ValidateName("reason", reason); err != nil {
-			return false, fmt.Errorf("registry remove: %w", err)
+			return 0, fmt.Errorf("registry remove: %w", err)
 		}
 	}
 	guarded, value := "", ""
@@ -199,80 +218,111 @@ func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, gu
 		guarded, value = "1", *guard
 	}
 	reply, err := run(ctx, c, RegistryRemoveScript, "registry remove",
-		[]string{k.Processes, k.ProcessesExpiry}, id, guarded, value, reason, k.RegistryEvents)
+		registryKeys(k), id, guarded, value, reason, k.RegistryEvents)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	return oneOrZero("registry remove", reply)
+	v, ok := reply.(int64)
+	if !ok || v < 0 {
+		return 0, unexpected("registry remove", reply)
+	}
+	return v, nil
 }
 
-// RegistryRead is the emulated backend's read: it removes the entries whose
-// deadline has passed (registry_expire.lua) and reads the entry of id, or
-// every entry when id is "", in one MULTI/EXEC, so that the read sees no
-// expired entry and the entries come back as a plain HGETALL reply. It
-// returns the live entries read (field -> value) and the ids it removed.
-func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, id string) (entries map[string]string, removed []string, err error) {
+// RegistryView is what RegistryRead read, in one atomic step.
+type RegistryView struct {
+	// Entries are the live entries read: process id -> ProcessInfo JSON.
+	Entries map[string]string
+	// Removed are the ids the emulated expiry deleted before the read.
+	Removed []string
+	// Version is the registry's version counter as of the read: every
+	// write with a version up to it is reflected in Entries, none after.
+	// 0 when the counter is missing (nothing written since Redis lost its
+	// data) or not a version.
+	Version int64
+}
+
+// RegistryRead reads the live entries of ids (every entry when ids is
+// empty) and the version counter in one MULTI/EXEC, one round trip, so the
+// entries are exactly those of Version. With expire (the emulated backend)
+// registry_expire.lua runs first in the same transaction, so the read sees
+// no expired entry.
+func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids ...string) (RegistryView, error) {
 	const name = "registry read"
-	keys := []string{k.Processes, k.ProcessesExpiry}
 	for cached := true; ; cached = false {
 		pipe := c.TxPipeline()
-		var expire *redis.Cmd
-		if cached {
-			expire = pipe.EvalSha(ctx, RegistryExpireScript.Hash(), keys, k.RegistryEvents)
-		} else {
-			expire = pipe.Eval(ctx, registryExpireSrc, keys, k.RegistryEvents)
+		var gone *redis.Cmd
+		if expire {
+			if cached {
+				gone = pipe.EvalSha(ctx, RegistryExpireScript.Hash(), registryKeys(k), k.RegistryEvents)
+			} else {
+				gone = pipe.Eval(ctx, registryExpireSrc, registryKeys(k), k.RegistryEvents)
+			}
 		}
 		var all *redis.MapStringStringCmd
-		var one *redis.StringCmd
-		if id == "" {
+		var some *redis.SliceCmd
+		var read redis.Cmder
+		if len(ids) == 0 {
 			all = pipe.HGetAll(ctx, k.Processes)
+			read = all
 		} else {
-			one = pipe.HGet(ctx, k.Processes, id)
+			some = pipe.HMGet(ctx, k.Processes, ids...)
+			read = some
 		}
+		version := pipe.Get(ctx, k.RegistryVersion())
 		_, _ = pipe.Exec(ctx) // errors are read per command
-		read := redis.Cmder(all)
-		if all == nil {
-			read = one
-		}
-		if err := expire.Err(); err != nil {
-			if strings.HasPrefix(err.Error(), "EXECABORT") && read.Err() != nil && !errors.Is(read.Err(), redis.Nil) &&
-				!strings.HasPrefix(read.Err().Error(), "EXECABORT") {
-				// Redis refused to queue the read (an ACL without HGETALL, say):
-				// that is the cause, not the aborted transaction.
-				err = read.Err()
-				return nil, nil, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
+		var view RegistryView
+		if gone != nil {
+			if err := gone.Err(); err != nil {
+				if strings.HasPrefix(err.Error(), "EXECABORT") && read.Err() != nil && !errors.Is(read.Err(), redis.Nil) &&
+					!strings.HasPrefix(read.Err().Error(), "EXECABORT") {
+					// Redis refused to queue the read (an ACL without HGETALL, say):
+					// that is the cause, not the aborted transaction.
+					err = read.Err()
+					return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
+				}
+				if cached && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+					continue // the server has not cached the script: send it whole
+				}
+				return RegistryView{}, fmt.Errorf("%s: expiry script: %w%s", name, err, aclHint(name, err))
 			}
-			if cached && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				continue // the server has not cached the script: send it whole
-			}
-			return nil, nil, fmt.Errorf("%s: expiry script: %w%s", name, err, aclHint(name, err))
-		}
-		gone, ok := expire.Val().([]any)
-		if !ok {
-			return nil, nil, unexpected(name, expire.Val())
-		}
-		for _, g := range gone {
-			s, ok := g.(string)
+			removed, ok := gone.Val().([]any)
 			if !ok {
-				return nil, nil, unexpected(name, expire.Val())
+				return RegistryView{}, unexpected(name, gone.Val())
 			}
-			removed = append(removed, s)
+			for _, g := range removed {
+				s, ok := g.(string)
+				if !ok {
+					return RegistryView{}, unexpected(name, gone.Val())
+				}
+				view.Removed = append(view.Removed, s)
+			}
 		}
 		if all != nil {
-			entries, err = all.Result()
+			entries, err := all.Result()
+			if err != nil {
+				return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
+			}
+			view.Entries = entries
 		} else {
-			var v string
-			v, err = one.Result()
-			switch {
-			case errors.Is(err, redis.Nil):
-				entries, err = map[string]string{}, nil
-			case err == nil:
-				entries = map[string]string{id: v}
+			vals, err := some.Result()
+			if err != nil {
+				return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
+			}
+			view.Entries = make(map[string]string, len(ids))
+			for i, v := range vals {
+				if s, ok := v.(string); ok && i < len(ids) {
+					view.Entries[ids[i]] = s
+				}
 			}
 		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
+		if v, err := version.Result(); err == nil {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+				view.Version = n
+			}
+		} else if !errors.Is(err, redis.Nil) && !strings.Contains(err.Error(), "WRONGTYPE") {
+			return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
 		}
-		return entries, removed, nil
+		return view, nil
 	}
 }

@@ -4,6 +4,13 @@
 -- process's last known info, so an entry lost with the data (or removed by the
 -- master) comes back on the next heartbeat.
 --
+-- Every write mints a version, stored in the entry as its "version" member and
+-- sent in the notice: max(the registry's version counter + 1, server TIME in
+-- microseconds), kept in KEYS[5], which has no TTL. It is larger than every
+-- version minted before on this lock name: by the counter while the key lives
+-- (also between writes of one microsecond, and after the entry was deleted),
+-- by the server's clock after Redis lost the key with its data.
+--
 -- A write with role master is fenced like the lock: it is stored as given only
 -- while KEYS[3] holds the writer's node id and KEYS[4] the term it writes.
 -- Otherwise the process is not master (its lock expired or was taken while it
@@ -15,10 +22,12 @@
 --                                        deadline, ms since the epoch; emulated only)
 -- KEYS[3] -> <prefix>:master            (string: node id of the lock's holder)
 -- KEYS[4] -> <prefix>:term              (string: the last minted term)
+-- KEYS[5] -> <prefix>:processes:version (string: the last minted registry version)
 -- ARGV[1] -> backend: "native" (HSETEX PX), "hpexpire" (HSET + HPEXPIRE) or
 --            "emulated" (HSET + ZADD deadline, deadline = server TIME + TTL)
 -- ARGV[2] -> process id (the hash field)
--- ARGV[3] -> ProcessInfo JSON object
+-- ARGV[3] -> ProcessInfo JSON object with at least one member and no
+--            "version" member (the script appends it)
 -- ARGV[4] -> TTL (milliseconds)
 -- ARGV[5] -> "register" (always announce) or "heartbeat" (announce only
 --            when the entry was absent, that is when this re-registers it)
@@ -28,16 +37,18 @@
 -- ARGV[9] -> term the lock must be held under for a master write, decimal;
 --            "" never matches (ignored for a slave)
 -- ARGV[10] -> the entry to write instead when a master write is refused: a
---             ProcessInfo JSON object with role slave (ignored for a slave)
--- Returns: {created, fenced, holder, term}: created is 1 when the entry was
---          absent (or expired) before the write, 0 when it replaced a live
---          entry; fenced is 1 when a master write was refused and ARGV[10]
---          written with role slave, 0 otherwise; holder and term are then the
---          contents of KEYS[3] and KEYS[4] ("" when missing or not a string).
+--             ProcessInfo JSON object with role slave, of the same form as
+--             ARGV[3] (ignored for a slave)
+-- Returns: {created, version, fenced, holder, term}: created is 1 when the
+--          entry was absent (or expired) before the write, 0 when it replaced
+--          a live entry; version is the version minted; fenced is 1 when a
+--          master write was refused and ARGV[10] written with role slave, 0
+--          otherwise; holder and term are then the contents of KEYS[3] and
+--          KEYS[4] ("" when missing or not a string).
 --
--- The notice is {"event":"registered","nodeId":<id>,"role":<role>,"process":<value>}
--- with the role and value written; the caller guarantees that id and role
--- need no JSON escaping.
+-- The notice is {"event":"registered","nodeId":<id>,"role":<role>,"version":<version>,
+-- "process":<value>} with the role and value written; the caller guarantees
+-- that id and role need no JSON escaping.
 local mode, id, value, role = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
 local fenced, holder, term = 0, '', ''
 if role == 'master' then
@@ -51,13 +62,21 @@ if role == 'master' then
 end
 local existed = redis.call('HEXISTS', KEYS[1], id) == 1
 
+local t = redis.call('TIME')
+local version = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = redis.pcall('GET', KEYS[5])
+if type(last) == 'string' and string.match(last, '^%d+$') and #last <= 16 and tonumber(last) >= version then
+  version = tonumber(last) + 1
+end
+version = string.format('%d', version)
+value = string.sub(value, 1, -2) .. ',"version":' .. version .. '}'
+
 if mode == 'native' then
   redis.call('HSETEX', KEYS[1], 'PX', ARGV[4], 'FIELDS', '1', id, value)
 elseif mode == 'hpexpire' then
   redis.call('HSET', KEYS[1], id, value)
   redis.call('HPEXPIRE', KEYS[1], ARGV[4], 'FIELDS', '1', id)
 elseif mode == 'emulated' then
-  local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
   if existed and deadline and deadline <= now then existed = false end
@@ -66,11 +85,12 @@ elseif mode == 'emulated' then
 else
   return redis.error_reply('ERR registry_put: unknown backend ' .. tostring(mode))
 end
+redis.call('SET', KEYS[5], version)
 
 if ARGV[5] == 'register' or not existed or fenced == 1 then
   redis.call('PUBLISH', ARGV[7], '{"event":"registered","nodeId":"' .. id ..
-    '","role":"' .. role .. '","process":' .. value .. '}')
+    '","role":"' .. role .. '","version":' .. version .. ',"process":' .. value .. '}')
 end
 local created = 0
 if not existed then created = 1 end
-return {created, fenced, holder, term}
+return {created, tonumber(version), fenced, holder, term}

@@ -1,10 +1,13 @@
 -- registry_remove: delete one process's entry and announce it. With a guard
 -- value it deletes only an entry that still holds that value, so the master's
 -- cleanup of a stale slave never deletes a heartbeat written after it looked.
+-- A deletion is a registry write: it mints a version as registry_put.lua does
+-- (max(KEYS[3] + 1, server TIME in microseconds)), sent in the notice.
 --
 -- KEYS[1] -> <prefix>:processes         (hash: process id -> ProcessInfo JSON)
 -- KEYS[2] -> <prefix>:processes:expiry  (sorted set: process id -> deadline ms;
 --                                        empty unless the backend is emulated)
+-- KEYS[3] -> <prefix>:processes:version (string: the last minted registry version)
 -- ARGV[1] -> process id (the hash field)
 -- ARGV[2] -> "1" to delete only when the entry holds exactly ARGV[3];
 --            "" to delete whatever it holds
@@ -12,24 +15,32 @@
 -- ARGV[4] -> reason put into the notice ("stale"), or "" when the process
 --            unregisters itself
 -- ARGV[5] -> registry events channel (<prefix>:registry-events)
--- Returns: 1 when a live entry was deleted and announced with
---          {"event":"unregistered","nodeId":<id>[,"reason":<reason>]};
+-- Returns: the version minted when a live entry was deleted and announced with
+--          {"event":"unregistered","nodeId":<id>,"version":<version>[,"reason":<reason>]};
 --          0 when there was no live entry or it did not hold the guard value.
 local id = ARGV[1]
 local value = redis.call('HGET', KEYS[1], id)
 local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
+local t = redis.call('TIME')
 local live = value ~= false
 if live and deadline then
-  local t = redis.call('TIME')
   live = deadline > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 if live and ARGV[2] == '1' and value ~= ARGV[3] then return 0 end
+local last = redis.pcall('GET', KEYS[3])
 
 redis.call('HDEL', KEYS[1], id)
 redis.call('ZREM', KEYS[2], id)
 if not live then return 0 end
 
-local notice = '{"event":"unregistered","nodeId":"' .. id .. '"'
+local version = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if type(last) == 'string' and string.match(last, '^%d+$') and #last <= 16 and tonumber(last) >= version then
+  version = tonumber(last) + 1
+end
+version = string.format('%d', version)
+redis.call('SET', KEYS[3], version)
+
+local notice = '{"event":"unregistered","nodeId":"' .. id .. '","version":' .. version
 if ARGV[4] ~= '' then notice = notice .. ',"reason":"' .. ARGV[4] .. '"' end
 redis.call('PUBLISH', ARGV[5], notice .. '}')
-return 1
+return tonumber(version)
