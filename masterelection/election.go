@@ -217,9 +217,9 @@ func (m *MasterElection) Start(ctx context.Context) error {
 		if err := m.lastError(); err != nil {
 			// The cause is what the attempts ran into (a refusal by the ACL,
 			// a wrong password, …), not the deadline itself.
-			return fmt.Errorf("masterelection: start: first election did not resolve: %w (last error: %w)", ctx.Err(), err)
+			return m.withDialCause(ctx, fmt.Errorf("masterelection: start: first election did not resolve: %w (last error: %w)", ctx.Err(), err), err)
 		}
-		return fmt.Errorf("masterelection: start: first election did not resolve: %w", ctx.Err())
+		return m.withDialCause(ctx, fmt.Errorf("masterelection: start: first election did not resolve: %w", ctx.Err()), nil)
 	}
 }
 

@@ -298,12 +298,26 @@ func TestGarbageInKeysIsReported(t *testing.T) {
 		}
 		return false
 	})
-	// Once the garbage is gone the election recovers, and the garbage term
-	// does not stop a term from being minted.
+	// With the lock gone, the garbage term still stops the election: herd
+	// writes nothing over someone else's data, and names the key.
 	w.mr.Del(k.Master)
+	before := len(a.rec.errors())
+	w.advance(2*a.cfg.CheckInterval, 50*time.Millisecond, a)
+	if a.IsMaster() || w.mr.Exists(k.Master) {
+		t.Fatal("a took the lock over a term key that holds garbage")
+	}
+	var named bool
+	for _, err := range a.rec.errors()[before:] {
+		named = named || (errors.Is(err, ErrGarbage) && strings.Contains(err.Error(), "DEL "+k.Term))
+	}
+	if !named {
+		t.Fatalf("no error names the garbage term key; errors: %v", a.rec.errors())
+	}
+	// Once an operator deletes it, the election recovers.
+	w.mr.Del(k.Term)
 	w.until(a.IsMaster, 5*time.Second, 50*time.Millisecond, "a becomes master", a)
 	if a.Term() < epoch.UnixMilli() {
-		t.Fatalf("term %d after a garbage term", a.Term())
+		t.Fatalf("term %d after the garbage term was deleted", a.Term())
 	}
 }
 

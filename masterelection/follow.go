@@ -111,7 +111,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 	ls.errors = 0
 	// The term key is never deleted and only grows: missing, or below a
 	// term seen on it, it tells that Redis lost data.
-	lost := st.TermMissing || st.Term < m.ObservedTerm()
+	lost := (st.TermMissing || st.Term < m.ObservedTerm()) && !st.TermGarbage
 	if !lost {
 		ls.lossWait = time.Time{}
 	}
@@ -348,6 +348,11 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 		// The lock is free, but Redis lost a term this process had seen:
 		// wait, whichever path brought this attempt (see dataLossWait).
 		return nil, max(m.dataLossWait(ls, true), m.cfg.retryInterval())
+	}
+	if res.TermGarbage {
+		// Someone else's data in the term key: herd writes nothing over it.
+		m.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
+		return nil, m.cfg.CheckInterval
 	}
 	if res.Reserved {
 		// A Transfer reserved the free lock for another node: look again

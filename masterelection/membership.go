@@ -62,7 +62,7 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 			if last != nil {
 				err = last // this attempt was cut short by ctx: the one before tells why
 			}
-			return nil, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err)
+			return nil, m.withDialCause(ctx, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err), err)
 		}
 		last = err
 		m.emitError(fmt.Errorf("open process registry: %w", err))
@@ -70,7 +70,7 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err)
+			return nil, m.withDialCause(ctx, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err), err)
 		case <-timer.C():
 		}
 	}

@@ -21,6 +21,9 @@
 --          term the last minted term (0 when none or unreadable);
 --          {-2, successor, pttl, term} when the lock is free but reserved for
 --          another node by a Transfer, for pttl more milliseconds;
+--          {-3, what} when the lock is free but the term key holds something
+--          herd never writes (what: the value, or "a <type>"): someone else's
+--          data, or damage. Nothing is written until an operator deletes it;
 --          {-1, term} when the lock is free but the term key is missing, holds
 --          garbage, or holds a term below ARGV[5]: Redis lost data that the
 --          caller saw, and a master elected before the loss may still be
@@ -32,14 +35,19 @@
 -- the lock wait for the masters of before a loss to fence themselves: the
 -- caller decides when it has waited, not which path brought it here.
 local raw = redis.pcall('GET', KEYS[4])
-local prev = 0
-if type(raw) == 'string' and string.match(raw, '^%d+$') then prev = tonumber(raw) end
+local prev, garbage = 0, false
+if type(raw) == 'table' then
+  garbage = 'a ' .. redis.call('TYPE', KEYS[4])['ok']
+elseif raw then
+  if string.match(raw, '^%d+$') then prev = tonumber(raw) else garbage = string.sub(raw, 1, 64) end
+end
 
 local seen = tonumber(ARGV[5]) or 0
 local successor = redis.pcall('GET', KEYS[5])
 if type(successor) ~= 'string' then successor = false end
 local other = successor and successor ~= ARGV[1]
-if (prev < seen or other) and not redis.pcall('GET', KEYS[1]) then
+if (garbage or prev < seen or other) and not redis.pcall('GET', KEYS[1]) then
+  if garbage then return {-3, garbage} end
   if prev < seen then return {-1, prev} end
   return {-2, successor, redis.call('PTTL', KEYS[5]), prev}
 end

@@ -76,6 +76,10 @@ type Acquired struct {
 	// Garbage names what is wrong with the held lock when its key holds a
 	// value herd never writes; "" when all is well.
 	Garbage string
+	// TermGarbage is true when the term key holds something herd never
+	// writes (Garbage says what): nothing was written, and nothing will be
+	// until an operator deletes the key (herd then takes it for a data loss).
+	TermGarbage bool
 	// Reserved is true when the lock was free but a Transfer reserved it
 	// for another node: Holder is that node and TTL the reservation's rest.
 	Reserved bool
@@ -120,6 +124,18 @@ func parseAcquired(k Keys, reply any) (Acquired, error) {
 	term, ok := arr[0].(int64)
 	if !ok {
 		return Acquired{}, unexpected("acquire", reply)
+	}
+	if len(arr) == 2 && term == -3 {
+		what, ok := arr[1].(string)
+		if !ok {
+			return Acquired{}, unexpected("acquire", reply)
+		}
+		if !strings.HasPrefix(what, "a ") {
+			what = strconv.Quote(what)
+		}
+		return Acquired{TermGarbage: true, TTL: -1, Garbage: fmt.Sprintf(
+			"key %q holds %s, not a term: herd writes nothing to this lock until an operator who knows it is no other program's data deletes it (DEL %s)",
+			k.Term, what, k.Term)}, nil
 	}
 	if len(arr) == 2 {
 		prev, ok := arr[1].(int64)
@@ -211,6 +227,9 @@ type MasterState struct {
 	// (a non-string lock, a term that is not an integer, a lock without TTL);
 	// "" when all is well.
 	Garbage string
+	// TermGarbage is true when the term key holds something that is not a
+	// term (see Garbage).
+	TermGarbage bool
 	// TermMissing is true when the term key does not exist. The key has no
 	// TTL and is never deleted, so once a term was minted on the lock name,
 	// its absence means Redis lost its data (a restart without persistence, a
@@ -241,8 +260,13 @@ func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
 	if rawTerm != "" {
 		t, err := strconv.ParseInt(rawTerm, 10, 64)
 		if err != nil || t < 0 {
+			st.TermGarbage = true
+			what := strconv.Quote(truncate(rawTerm))
+			if typ, ok := strings.CutPrefix(rawTerm, "!"); ok {
+				what = "a " + typ
+			}
 			if st.Garbage == "" {
-				st.Garbage = fmt.Sprintf("key %q holds %q, not a term", k.Term, truncate(rawTerm))
+				st.Garbage = fmt.Sprintf("key %q holds %s, not a term", k.Term, what)
 			}
 		} else {
 			st.Term = t

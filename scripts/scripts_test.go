@@ -150,15 +150,6 @@ func TestTermSurvivesDataLoss(t *testing.T) {
 	}
 }
 
-func TestGarbageTermCountsAsZero(t *testing.T) {
-	mr, c, k := setup(t)
-	mr.HSet(k.Term, "f", "v") // wrong type
-	got, err := scripts.Acquire(context.Background(), c, k, "n1", time.Second, nil, 0)
-	if err != nil || got.Term != now.UnixMilli() {
-		t.Fatalf("acquire over a garbage term = %+v, %v", got, err)
-	}
-}
-
 func TestRenewContract(t *testing.T) {
 	mr, c, k := setup(t)
 	ctx := context.Background()
@@ -425,8 +416,6 @@ func TestAcquireRefusesBehindSeenTerm(t *testing.T) {
 	}{
 		{"term key missing", func() { mr.Del(k.Term) }, 0},
 		{"term key behind", func() { mr.Set(k.Term, "5") }, 5},
-		{"term key garbage", func() { mr.Set(k.Term, "banana") }, 0},
-		{"term key of another type", func() { mr.Del(k.Term); mr.HSet(k.Term, "a", "b") }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.prepare()
@@ -478,5 +467,35 @@ func TestSplitMasterProcess(t *testing.T) {
 		if _, _, ok := scripts.SplitMasterProcess([]byte(bad)); ok {
 			t.Errorf("split accepted %q", bad)
 		}
+	}
+}
+
+// TestAcquireRefusesAGarbageTerm: a term key that holds something herd
+// never writes is someone else's data: acquire writes nothing and names the
+// key, and so does check.
+func TestAcquireRefusesAGarbageTerm(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		prepare    func(*miniredis.Miniredis, scripts.Keys)
+	}{
+		{"string", `"banana"`, func(mr *miniredis.Miniredis, k scripts.Keys) { mr.Set(k.Term, "banana") }},
+		{"hash", "a hash", func(mr *miniredis.Miniredis, k scripts.Keys) { mr.HSet(k.Term, "a", "b") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mr, c, k := setup(t)
+			ctx := context.Background()
+			tc.prepare(mr, k)
+			got, err := scripts.Acquire(ctx, c, k, "n1", time.Second, nil, 0)
+			if err != nil || !got.TermGarbage || got.Term != 0 || !strings.Contains(got.Garbage, k.Term) || !strings.Contains(got.Garbage, tc.want) {
+				t.Fatalf("acquire over a garbage term = %+v, %v", got, err)
+			}
+			if mr.Exists(k.Master) {
+				t.Fatal("acquire took the lock over a garbage term")
+			}
+			st, err := scripts.Check(ctx, c, k)
+			if err != nil || !st.TermGarbage || st.TermMissing || !strings.Contains(st.Garbage, tc.want) {
+				t.Fatalf("check = %+v, %v", st, err)
+			}
+		})
 	}
 }
