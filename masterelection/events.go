@@ -83,6 +83,7 @@ type bus struct {
 	closed  bool
 	dropped uint64 // error events dropped because a subscriber was far behind; under mu
 	onPanic func(topic string, v any, stack []byte)
+	obs     observers // called by emit before the handlers get the event (observe.go)
 }
 
 func newBus(onPanic func(topic string, v any, stack []byte)) *bus {
@@ -217,6 +218,7 @@ func (p payload) done() {
 func (b *bus) emit(topic string, p payload) {
 	b.emitMu.Lock()
 	defer b.emitMu.Unlock()
+	b.obs.event(topic, p)
 	if p.lead != nil {
 		// Count the handlers before they can run, so Stop can wait for them.
 		p.lead.handlers.Add(len(b.em.Listeners(topic)))

@@ -130,6 +130,7 @@ func (rn *renewals) attempt(now time.Time) {
 		rctx, cancel := context.WithTimeout(rn.ctx, min(rest, maxRenewAttempts*m.renewRetry()))
 		ok, err := m.renew(rctx, rn.l.term)
 		cancel()
+		m.observeRenew(rn.ctx, rn.l.term, now, ok, err)
 		rn.results <- renewal{sent: now, ok: ok, err: err}
 	}()
 }
@@ -256,6 +257,7 @@ func (m *MasterElection) endLeadership(l *leadership, reason string) {
 	l.end()
 	m.trackMu.Lock()
 	m.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
+	m.observeStepDown(l.term, reason)
 	m.bus.emit(topicMasterLost, payload{term: l.term})
 	m.trackMu.Unlock()
 	m.setRole(registry.RoleSlave, 0)

@@ -126,8 +126,9 @@ func (b BatchResult) Err() error {
 // never made (ErrNotSent), and may or may not have been when it failed in
 // flight (a network error, a timeout: their Err is that error).
 // An empty batch makes no call and returns a nil error, master or not.
-func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (BatchResult, error) {
-	res := BatchResult{Outcomes: make([]Outcome, len(msgs))}
+func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (res BatchResult, err error) {
+	defer func() { r.obs.batch(res) }()
+	res = BatchResult{Outcomes: make([]Outcome, len(msgs))}
 	if len(msgs) == 0 {
 		return res, nil
 	}

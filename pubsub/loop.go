@@ -111,9 +111,12 @@ type receiver struct {
 	ps     *redis.PubSub      // guarded by mu; replaced by the loop when a PING goes unanswered
 	cancel context.CancelFunc // guarded by mu; cancels the loop's context
 	done   chan struct{}      // guarded by mu; closed when the loop goroutine returns
+
+	obs observers // Subscriber.Observe (observe.go)
 }
 
 func (r *receiver) report(err error) {
+	r.obs.reported(err)
 	if r.cfg.OnError != nil {
 		r.cfg.OnError(err)
 	}

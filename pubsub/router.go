@@ -39,6 +39,7 @@ type Router struct {
 	leader Leader
 	slaves SlaveLister
 	cfg    Config
+	obs    observers // Observe (observe.go)
 }
 
 // NewRouter returns a Router publishing through client on behalf of leader.
@@ -75,7 +76,8 @@ func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, 
 // ErrInvalidName, ErrInvalidPayload or ErrPayloadTooLarge for bad input. A
 // nil error means Redis handed the message to at least one subscriber's
 // connection; it does not mean the slave processed it.
-func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any) error {
+func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any) (err error) {
+	defer func() { r.obs.sent(err) }()
 	if err := checkName("slave id", slaveID); err != nil {
 		return err
 	}
@@ -116,6 +118,7 @@ func (r *Router) route(ctx context.Context, term int64, data []byte, channels ..
 // nothing sent, when the route script finds that the lock is no longer this
 // process's under that term.
 func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (delivered int, err error) {
+	defer func() { r.obs.broadcast(delivered, err) }()
 	if r.slaves == nil {
 		return 0, errors.New("pubsub: Broadcast: the Router has no SlaveLister")
 	}

@@ -229,6 +229,7 @@ func (s *Subscriber) onRouted(ctx context.Context, payload string) {
 		s.recv.report(&MessageError{Channel: s.channel, ID: m.ID, Type: m.Type, From: m.From, Err: err})
 		return
 	}
+	s.recv.obs.received(ReceiveHandled)
 }
 
 // fence accepts term when it is not lower than the highest seen, raising

@@ -15,6 +15,10 @@
 // over when its lock expires (-lock-ttl). Type "pause" and Enter on the
 // master: it stops being a candidate and hands over, but keeps running as a
 // slave; "resume" makes it a candidate again. "status" prints the role.
+//
+// With -metrics ADDR (say -metrics :9100) the process also serves its
+// Prometheus metrics on http://ADDR/metrics, a liveness probe on /livez and
+// a readiness probe on /readyz (package metrics, docs/observability.md).
 package main
 
 import (
@@ -24,6 +28,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -32,10 +38,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/herdkit/herd/masterelection"
+	"github.com/herdkit/herd/metrics"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
 )
@@ -50,6 +59,7 @@ type options struct {
 	MaxSubs   int
 	Workload  int
 	Candidate bool
+	Metrics   string
 }
 
 func main() {
@@ -64,6 +74,7 @@ func main() {
 	fs.IntVar(&o.MaxSubs, "max-subscriptions", 50, "capability published in the registry")
 	fs.IntVar(&o.Workload, "workload", 80, "preferred workload in percent, published in the registry")
 	fs.BoolVar(&o.Candidate, "candidate", true, "contend for mastership (false: follow as a slave only)")
+	fs.StringVar(&o.Metrics, "metrics", "", "serve /metrics (Prometheus), /livez and /readyz on this address, e.g. :9100; empty: off")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -117,6 +128,11 @@ type node struct {
 	sub    *pubsub.Subscriber
 	inbox  *pubsub.Inbox
 	router *pubsub.Router
+
+	reg     *prometheus.Registry // the node's metrics; nil without -metrics
+	mx      *metrics.Metrics
+	srv     *http.Server // serves the metrics and probes; nil without -metrics
+	srvAddr net.Addr     // where srv listens, once started
 
 	jobs    atomic.Int64 // jobs received as a slave
 	reports atomic.Int64 // reports received as master
@@ -199,6 +215,13 @@ func newNode(o options, out io.Writer) (*node, error) {
 		_ = n.client.Close()
 		return nil, err
 	}
+	if o.Metrics != "" {
+		n.reg = prometheus.NewRegistry()
+		if n.mx, err = metrics.Register(n.reg, n.m, metrics.WithRouter(n.router), metrics.WithSubscriber(n.sub)); err != nil {
+			_ = n.client.Close()
+			return nil, err
+		}
+	}
 	_ = n.sub.Handle("job", n.onJob)
 	_ = n.inbox.Handle("done", n.onReport)
 	n.m.OnMasterAcquired(n.lead)
@@ -215,6 +238,9 @@ func (n *node) start(ctx context.Context) error {
 	if err := n.inbox.Start(sctx); err != nil {
 		return fmt.Errorf("listen on the master inbox: %w", err)
 	}
+	if err := n.serveMetrics(); err != nil {
+		return err
+	}
 	n.printf("joining %q on %s as pid %d (LockTTL %v)", n.o.Lock, n.o.Redis, os.Getpid(), n.o.LockTTL)
 	if err := n.m.Start(sctx); err != nil {
 		return err
@@ -229,9 +255,38 @@ func (n *node) stop(ctx context.Context) error {
 }
 
 func (n *node) close() {
+	if n.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = n.srv.Shutdown(ctx)
+		cancel()
+	}
+	if n.mx != nil {
+		n.mx.Unregister()
+	}
 	_ = n.sub.Close()
 	_ = n.inbox.Close()
 	_ = n.client.Close()
+}
+
+// serveMetrics serves the metrics and the health probes on -metrics, from
+// before the election starts: /readyz answers 503 until the first election
+// has resolved.
+func (n *node) serveMetrics() error {
+	if n.reg == nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", n.o.Metrics)
+	if err != nil {
+		return fmt.Errorf("-metrics %q: %w", n.o.Metrics, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/livez", metrics.Liveness(n.m))
+	mux.Handle("/readyz", metrics.Readiness(n.m, time.Second))
+	n.srv, n.srvAddr = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln.Addr()
+	go func() { _ = n.srv.Serve(ln) }()
+	n.printf("metrics on http://%s/metrics, probes on /livez and /readyz", ln.Addr())
+	return nil
 }
 
 func (n *node) printf(format string, args ...any) {

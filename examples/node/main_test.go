@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -47,7 +49,13 @@ type proc struct {
 
 func startProc(t *testing.T, addr, id string) *proc {
 	t.Helper()
-	o := options{Redis: addr, ID: id, Lock: "node-test", LockTTL: 600 * time.Millisecond, Every: 50 * time.Millisecond, MaxSubs: 10, Workload: 100, Candidate: true}
+	return startWith(t, options{Redis: addr, ID: id, Lock: "node-test", LockTTL: 600 * time.Millisecond, Every: 50 * time.Millisecond, MaxSubs: 10, Workload: 100, Candidate: true})
+}
+
+// startWith starts a node with the flags o.
+func startWith(t *testing.T, o options) *proc {
+	t.Helper()
+	id := o.ID
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
 	p := &proc{id: id, cancel: cancel, stdin: w, out: &syncBuffer{}, done: make(chan error, 1)}
@@ -192,5 +200,42 @@ func TestBadFlags(t *testing.T) {
 				t.Fatalf("newNode: %v, want an error naming %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// With -metrics the node serves its metrics and probes, from before its
+// election starts until it stops.
+func TestMetricsAndProbes(t *testing.T) {
+	mr := miniredis.RunT(t)
+	p := startWith(t, options{Redis: mr.Addr(), ID: "m", Lock: "node-test", LockTTL: 600 * time.Millisecond, Every: 50 * time.Millisecond, MaxSubs: 10, Workload: 100, Candidate: true, Metrics: "127.0.0.1:0"})
+	waitFor(t, "mastership", p.n.m.IsMaster)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := client.Get("http://" + p.n.srvAddr.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	waitFor(t, "the mastership counted", func() bool {
+		code, body := get("/metrics")
+		return code == http.StatusOK && strings.Contains(body, `herd_election_is_master{lock="node-test"} 1`) &&
+			strings.Contains(body, `herd_election_master_transitions_total{direction="acquired",lock="node-test"} 1`)
+	})
+	for _, path := range []string{"/livez", "/readyz"} {
+		code, body := get(path)
+		var rep struct{ Status, Role string }
+		if err := json.Unmarshal([]byte(body), &rep); err != nil || code != http.StatusOK || rep.Status != "ok" || rep.Role != "master" {
+			t.Errorf("%s: %d %s, want 200 with status ok and role master", path, code, body)
+		}
+	}
+	if !strings.Contains(p.out.String(), "metrics on http://") {
+		t.Errorf("the metrics address is not printed:\n%s", p.out.String())
 	}
 }
