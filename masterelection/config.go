@@ -3,6 +3,7 @@ package masterelection
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -132,6 +133,12 @@ type Config struct {
 
 	// Logger receives the election's diagnostic logs. Default: silent.
 	Logger zerolog.Logger
+
+	// Slog, when set, receives the election's diagnostic logs (and its
+	// registry's) through log/slog instead of Logger: one record per log
+	// line, with its level, message and fields as attributes. Default nil:
+	// Logger is used.
+	Slog *slog.Logger
 }
 
 // DefaultConfig returns the specification's defaults.

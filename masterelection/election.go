@@ -122,7 +122,7 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 		keys:        scripts.NewKeys(cfg.LockName, cluster),
 		clock:       clk,
 		base:        clk.Now(),
-		log:         cfg.Logger.With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
+		log:         cfg.logger().With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
 		notices:     make(chan notice, 64),
 		transfers:   make(chan transferRequest, 1),
 		candidacy:   make(chan struct{}, 1),
