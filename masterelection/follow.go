@@ -106,9 +106,9 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		if ctx.Err() == nil {
 			m.emitError(fmt.Errorf("check master lock: %w", err))
 		}
-		return ls.inElection && m.candidate.Load(), m.backoff(ls)
+		return ls.inElection && m.candidate.Load(), ls.retry.next(m.cfg)
 	}
-	ls.errors = 0
+	ls.retry.reset()
 	// The term key is never deleted and only grows: missing, or below a
 	// term seen on it, it tells that Redis lost data.
 	lost := (st.TermMissing || st.Term < m.ObservedTerm()) && !st.TermGarbage
@@ -341,9 +341,9 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 		if ctx.Err() == nil {
 			m.emitError(fmt.Errorf("acquire master lock: %w", err))
 		}
-		return nil, m.backoff(ls)
+		return nil, ls.retry.next(m.cfg)
 	}
-	ls.errors = 0
+	ls.retry.reset()
 	if res.DataLoss {
 		// The lock is free, but Redis lost a term this process had seen:
 		// wait, whichever path brought this attempt (see dataLossWait).

@@ -153,7 +153,7 @@ func (rn *renewals) outcome(r renewal) string {
 		m.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, r.err))
 		if rn.inFlight == 0 {
 			// Nothing else in flight: retry soon, not after renewRetry.
-			rn.due.Reset(min(m.backoff(ls), m.renewRetry(), max(m.remaining(l, now), 0)))
+			rn.due.Reset(min(ls.retry.next(m.cfg), m.renewRetry(), max(m.remaining(l, now), 0)))
 		}
 		return ""
 	case !r.ok:
@@ -168,7 +168,7 @@ func (rn *renewals) outcome(r renewal) string {
 		// heldTerm: follow releases it.
 		return "self-fencing deadline passed before a renewal's reply"
 	}
-	ls.errors = 0
+	ls.retry.reset()
 	if !r.sent.Before(ls.claimAt) {
 		m.confirmClaim(ls, m.cfg.NodeID, l.term)
 	}

@@ -22,7 +22,7 @@ type loopState struct {
 	claim      notice       // the acquired notice with the highest term that Redis has not yet been asked about
 	claimAt    time.Time    // when claim arrived: only an answer to a call sent since can refute it
 	holdOff    time.Time    // after a Transfer: do not contend before this instant
-	errors     int          // consecutive Redis errors, for the backoff
+	retry      backoff      // after Redis errors
 
 	// renewals counts the renew attempts still running; run waits for them
 	// before it returns. Only the attempts touch it besides run.
@@ -129,10 +129,17 @@ func (m *MasterElection) resolveAsSlave(ls *loopState) {
 	}
 }
 
-// backoff returns the delay before retrying after a Redis error: doubling
-// from retryInterval up to maxRetryInterval.
-func (m *MasterElection) backoff(ls *loopState) time.Duration {
-	d := m.cfg.retryInterval() << min(ls.errors, 16)
-	ls.errors++
-	return min(d, m.cfg.maxRetryInterval())
+// backoff counts consecutive Redis errors of one loop, for the delay
+// before its next retry.
+type backoff struct{ errors int }
+
+// next returns the delay before retrying after one more Redis error:
+// doubling from retryInterval up to maxRetryInterval.
+func (b *backoff) next(cfg Config) time.Duration {
+	d := cfg.retryInterval() << min(b.errors, 16)
+	b.errors++
+	return min(d, cfg.maxRetryInterval())
 }
+
+// reset: a call succeeded.
+func (b *backoff) reset() { b.errors = 0 }

@@ -40,7 +40,7 @@ func (m *MasterElection) setRole(role registry.Role, term int64) {
 // openRegistry makes the registry, retrying while Redis is unreachable,
 // until ctx ends. Errors are reported as error events.
 func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, error) {
-	ls := &loopState{}
+	var retry backoff
 	var last error // the previous attempt's error
 	for {
 		rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
@@ -66,7 +66,7 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 		}
 		last = err
 		m.emitError(fmt.Errorf("open process registry: %w", err))
-		timer := m.clock.NewTimer(m.backoff(ls))
+		timer := m.clock.NewTimer(retry.next(m.cfg))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -86,7 +86,7 @@ func (m *MasterElection) membership(ctx context.Context) {
 		role    registry.Role
 		term    int64
 		pending bool // the current role is not registered yet
-		ls      = &loopState{}
+		retry   backoff
 	)
 	timer := m.clock.NewTimer(time.Hour)
 	timer.Stop()
@@ -132,9 +132,10 @@ func (m *MasterElection) membership(ctx context.Context) {
 			return
 		case err != nil:
 			m.emitError(err)
-			next = m.backoff(ls)
+			next = retry.next(m.cfg)
 		default:
-			pending, ls.errors = false, 0
+			pending = false
+			retry.reset()
 		}
 		timer.Reset(next)
 	}
