@@ -114,6 +114,37 @@ func TestObserverSeesRenewalsAndStepDowns(t *testing.T) {
 	}
 }
 
+// A Transfer ends the mastership with the reason transferred.
+func TestObserverSeesATransfer(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.node(testConfig("a")), w.node(testConfig("b"))
+	obs, _ := observe(a.MasterElection)
+	w.start(a)
+	w.start(b)
+	b.rec.waitEvents(t, "started", "completed:slave")
+	term := a.Term()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Transfer(ctx, "b") }()
+	waitFor(t, "b takes over", b.IsMaster)
+	var err error
+	w.until(func() bool { // Transfer polls Redis on a's clock
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	}, time.Second, 10*time.Millisecond, "Transfer returns", a)
+	if err != nil {
+		t.Fatalf("Transfer: %v", err)
+	}
+	if _, stepDowns, _ := obs.snapshot(); len(stepDowns) != 1 || stepDowns[0].Reason != StepDownTransferred || stepDowns[0].Term != term {
+		t.Fatalf("step-downs %+v, want one transferred of term %d", stepDowns, term)
+	}
+}
+
 // ElectionDone gets each election's outcome and its duration on the
 // election's clock; a removed Observer gets nothing more.
 func TestObserverTimesElections(t *testing.T) {

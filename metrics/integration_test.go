@@ -47,7 +47,8 @@ func newRoutingNode(t *testing.T, addr, id string) (*routingNode, *prometheus.Re
 
 // A scrape of real registries follows two processes on a real Redis
 // through an election, a slave joining, routed messages of every outcome,
-// a hand-over, a master fencing itself while Redis is frozen, and Stop.
+// a hand-over, a master fencing itself while Redis is frozen, a Transfer,
+// and Stop.
 func TestMetricsOnRealRedis(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
 		inst := redistest.Start(t, s)
@@ -110,8 +111,19 @@ func TestMetricsOnRealRedis(t *testing.T) {
 		inst.Resume(t)
 		waitValues(t, rb, map[string]float64{"herd_election_is_master": 1, `herd_election_master_transitions_total{direction="acquired"}`: 2})
 
-		stop(t, b.e)
+		// b transfers the mastership to a, a candidate again.
+		a.e.SetCandidate(true)
+		if err := b.e.Transfer(ctx, "a"); err != nil {
+			t.Fatalf("transfer to a: %v", err)
+		}
 		waitValues(t, rb, map[string]float64{
+			"herd_election_is_master": 0, `herd_election_step_downs_total{reason="transferred"}`: 1,
+			`herd_election_master_transitions_total{direction="lost"}`: 2,
+		})
+		waitValues(t, ra, map[string]float64{"herd_election_is_master": 1, `herd_election_master_transitions_total{direction="acquired"}`: 2})
+
+		stop(t, a.e)
+		waitValues(t, ra, map[string]float64{
 			"herd_election_is_master": 0, `herd_election_step_downs_total{reason="stopped"}`: 1,
 			`herd_election_master_transitions_total{direction="lost"}`: 2,
 		})
