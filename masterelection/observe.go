@@ -142,21 +142,21 @@ type observerSet struct {
 	now  func() time.Time // the election's clock
 }
 
-func (os *observers) add(o *Observer, now func() time.Time) {
-	os.mu.Lock()
-	defer os.mu.Unlock()
+func (ol *observers) add(o *Observer, now func() time.Time) {
+	ol.mu.Lock()
+	defer ol.mu.Unlock()
 	next := &observerSet{now: now}
-	if cur := os.set.Load(); cur != nil {
+	if cur := ol.set.Load(); cur != nil {
 		next.list = append(next.list, cur.list...)
 	}
 	next.list = append(next.list, o)
-	os.set.Store(next)
+	ol.set.Store(next)
 }
 
-func (os *observers) remove(o *Observer) {
-	os.mu.Lock()
-	defer os.mu.Unlock()
-	cur := os.set.Load()
+func (ol *observers) remove(o *Observer) {
+	ol.mu.Lock()
+	defer ol.mu.Unlock()
+	cur := ol.set.Load()
 	if cur == nil {
 		return
 	}
@@ -169,21 +169,21 @@ func (os *observers) remove(o *Observer) {
 	if len(next.list) == 0 {
 		next = nil
 	}
-	os.set.Store(next)
+	ol.set.Store(next)
 }
 
 // event is called by bus.emit for every event, before the handlers get it,
 // under bus.emitMu; it times the elections.
-func (os *observers) event(topic string, p payload) {
-	set := os.set.Load()
+func (ol *observers) event(topic string, p payload) {
+	set := ol.set.Load()
 	switch {
 	case topic == topicElectionStarted && set != nil:
-		os.electionStart = set.now()
+		ol.electionStart = set.now()
 	case topic == topicElectionStarted:
-		os.electionStart = time.Time{}
+		ol.electionStart = time.Time{}
 	case topic == topicElectionCompleted:
-		start := os.electionStart
-		os.electionStart = time.Time{}
+		start := ol.electionStart
+		ol.electionStart = time.Time{}
 		if set == nil || start.IsZero() {
 			return
 		}

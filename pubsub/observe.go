@@ -99,45 +99,45 @@ type observers struct {
 	list atomic.Pointer[[]*Observer]
 }
 
-func (os *observers) add(o Observer) (remove func()) {
+func (ol *observers) add(o Observer) (remove func()) {
 	p := &o
-	os.mu.Lock()
+	ol.mu.Lock()
 	var next []*Observer
-	if cur := os.list.Load(); cur != nil {
+	if cur := ol.list.Load(); cur != nil {
 		next = append(next, *cur...)
 	}
 	next = append(next, p)
-	os.list.Store(&next)
-	os.mu.Unlock()
+	ol.list.Store(&next)
+	ol.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			os.mu.Lock()
-			defer os.mu.Unlock()
+			ol.mu.Lock()
+			defer ol.mu.Unlock()
 			var next []*Observer
-			for _, x := range *os.list.Load() {
+			for _, x := range *ol.list.Load() {
 				if x != p {
 					next = append(next, x)
 				}
 			}
-			os.list.Store(&next)
+			ol.list.Store(&next)
 		})
 	}
 }
 
-func (os *observers) load() []*Observer {
-	if l := os.list.Load(); l != nil {
+func (ol *observers) load() []*Observer {
+	if l := ol.list.Load(); l != nil {
 		return *l
 	}
 	return nil
 }
 
 // routed reports n messages with outcome; n <= 0 reports nothing.
-func (os *observers) routed(outcome RouteOutcome, n int) {
+func (ol *observers) routed(outcome RouteOutcome, n int) {
 	if n <= 0 {
 		return
 	}
-	for _, o := range os.load() {
+	for _, o := range ol.load() {
 		if o.Routed != nil {
 			o.Routed(outcome, n)
 		}
@@ -145,20 +145,20 @@ func (os *observers) routed(outcome RouteOutcome, n int) {
 }
 
 // sent reports the outcome of Send, one message.
-func (os *observers) sent(err error) {
-	if len(os.load()) == 0 {
+func (ol *observers) sent(err error) {
+	if len(ol.load()) == 0 {
 		return
 	}
-	os.routed(routeOutcome(err), 1)
+	ol.routed(routeOutcome(err), 1)
 }
 
 // broadcast reports the outcome of Broadcast: delivered messages, and one
 // outcome for each error joined into err.
-func (os *observers) broadcast(delivered int, err error) {
-	if len(os.load()) == 0 {
+func (ol *observers) broadcast(delivered int, err error) {
+	if len(ol.load()) == 0 {
 		return
 	}
-	os.routed(RouteDelivered, delivered)
+	ol.routed(RouteDelivered, delivered)
 	if err == nil {
 		return
 	}
@@ -171,13 +171,13 @@ func (os *observers) broadcast(delivered int, err error) {
 		counts[routeOutcome(e)]++
 	}
 	for outcome, n := range counts {
-		os.routed(outcome, n)
+		ol.routed(outcome, n)
 	}
 }
 
 // batch reports the outcomes of SendBatch, message by message.
-func (os *observers) batch(res BatchResult) {
-	if len(os.load()) == 0 {
+func (ol *observers) batch(res BatchResult) {
+	if len(ol.load()) == 0 {
 		return
 	}
 	counts := map[RouteOutcome]int{}
@@ -185,7 +185,7 @@ func (os *observers) batch(res BatchResult) {
 		counts[routeOutcome(o.Err)]++
 	}
 	for outcome, n := range counts {
-		os.routed(outcome, n)
+		ol.routed(outcome, n)
 	}
 }
 
@@ -207,8 +207,8 @@ func routeOutcome(err error) RouteOutcome {
 }
 
 // received reports one received message or notice.
-func (os *observers) received(outcome ReceiveOutcome) {
-	for _, o := range os.load() {
+func (ol *observers) received(outcome ReceiveOutcome) {
+	for _, o := range ol.load() {
 		if o.Received != nil {
 			o.Received(outcome)
 		}
@@ -217,17 +217,17 @@ func (os *observers) received(outcome ReceiveOutcome) {
 
 // reported reports the message behind an error of the receive loop; errors
 // that are about no message (connection problems) report nothing.
-func (os *observers) reported(err error) {
-	if len(os.load()) == 0 {
+func (ol *observers) reported(err error) {
+	if len(ol.load()) == 0 {
 		return
 	}
 	switch e := err.(type) {
 	case *StaleTermError:
-		os.received(ReceiveStaleTerm)
+		ol.received(ReceiveStaleTerm)
 	case *UnverifiedTermError:
-		os.received(ReceiveUnverifiedTerm)
+		ol.received(ReceiveUnverifiedTerm)
 	case *MessageError:
-		os.received(messageOutcome(e.Err))
+		ol.received(messageOutcome(e.Err))
 	}
 }
 
