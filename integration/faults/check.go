@@ -16,6 +16,23 @@ type Params struct {
 	CheckInterval  time.Duration
 	// SlaveTimeout is the nodes' SlaveTimeout.
 	SlaveTimeout time.Duration
+	// HeartbeatInterval, StepDownMargin, ProcessTTL and TransferWindow are
+	// the nodes' settings (TransferWindow the effective one); the membership
+	// oracle and the transfer check need them, and skip what needs one that
+	// is zero.
+	HeartbeatInterval time.Duration
+	StepDownMargin    time.Duration
+	ProcessTTL        time.Duration
+	TransferWindow    time.Duration
+	// Emulated is set when the registry expires entries by its emulated
+	// backend (Redis before 7.4): an expired entry goes at the next read
+	// that runs the expiry, so a dead process may stay listed one sweep
+	// (CheckInterval) past its TTL.
+	Emulated bool
+	// RoundTrip is the allowance for one round trip to Redis with the
+	// scheduling of a busy machine, where a rule says "beyond one round
+	// trip".
+	RoundTrip time.Duration
 	// Slack is the allowance for the scheduling of processes and for round
 	// trips, added to the failover bound and to the membership deadlines.
 	Slack time.Duration
@@ -128,6 +145,16 @@ type Report struct {
 	Joins, Leaves, Lost int
 	// Faults counts the injected faults by kind.
 	Faults map[string]int
+	// Forger counts: forgeries published; forged envelopes handed to a
+	// handler (those that carried the real term of the master they named);
+	// and, in the windows with the forger alone and in those without any
+	// fault (see deliveries), the routed messages that had to be delivered
+	// and those that were not.
+	Forgeries, ForgedAccepted                  int
+	ForgerDue, ForgerLost, QuietDue, QuietLost int
+	// Transfers are the transfers judged, with the time from the request to
+	// the next mastership.
+	Transfers []Failover
 }
 
 // OK reports whether the history broke no property.
@@ -205,6 +232,33 @@ const (
 	// Redis restarts without its data; the slave resumes. Its parts are
 	// recorded as faults of their own kinds as well.
 	FaultHandoverLoss = "handover-loss"
+	// FaultForger: a plain client (not herd) publishes forged lock notices,
+	// registry notices, routed envelopes and malformed JSON on herd's
+	// channels while the fault is in force (each one a KindForgery record).
+	FaultForger = "forger"
+	// FaultTransfer: the master is asked to transfer its mastership (Peer
+	// names the successor, Term the master's term, Variant how: see the
+	// Transfer* constants). A kill that is part of it is recorded as a
+	// fault of its own kind as well.
+	FaultTransfer = "transfer"
+)
+
+// The variants of FaultTransfer: the Variant of its record is one of them,
+// followed by ":stdin" (the node calls Transfer) or ":control" (the
+// harness publishes a request on <lock>:control).
+const (
+	// TransferLive names a live candidate slave.
+	TransferLive = "live"
+	// TransferDead names a slave killed just before the request.
+	TransferDead = "dead"
+	// TransferNonCandidate names a slave that is not a candidate.
+	TransferNonCandidate = "non-candidate"
+	// TransferRaceTarget names a live candidate slave, killed 0-20 ms after
+	// the request.
+	TransferRaceTarget = "race-target"
+	// TransferRaceMaster names a live candidate slave; the master is killed
+	// 0-20 ms after the request.
+	TransferRaceMaster = "race-master"
 )
 
 // FaultKinds lists every fault kind, in a fixed order.
@@ -212,6 +266,7 @@ var FaultKinds = []string{
 	FaultKillMaster, FaultKillSlave, FaultPauseMaster, FaultPauseSlave,
 	FaultStopMaster, FaultRestartSlave, FaultRedisRestart, FaultRedisPause,
 	FaultLatency, FaultBlackhole, FaultResetPeer, FaultHandoverLoss,
+	FaultForger, FaultTransfer,
 }
 
 // Check judges a merged history (the records of every process of one run,
@@ -249,6 +304,11 @@ func Check(records []Record, p Params) Report {
 	c.failovers()
 	c.messages()
 	c.membership()
+	c.forgeries()
+	c.transfers()
+	c.roles()
+	c.slaveEvents()
+	c.listing()
 	return c.rep
 }
 
@@ -582,6 +642,11 @@ func (c *checker) failovers() {
 				// replace.
 				continue
 			}
+			if _, replaced := c.firstStart(func(m Mastership) bool { return f.Term != 0 && m.Term > f.Term && m.Start <= from }); replaced {
+				// Another process was master already when the fault hit (a
+				// transfer raced it): nothing to replace.
+				continue
+			}
 			// A newer term started after the crash; the crashed process
 			// itself may win it once it is back.
 			next, ok = c.firstStart(func(m Mastership) bool {
@@ -658,6 +723,15 @@ func (c *checker) messages() {
 			c.rep.Rejected++
 		case KindRefused:
 			c.rep.Refused++
+		case KindForgedAccepted:
+			// A forgery that carried the real term: fenced like any message.
+			c.rep.ForgedAccepted++
+			c.rep.Judged["fencing"]++
+			if r.Term < highest[r.Proc] || r.Highest != r.Term {
+				c.rep.StaleAccepted++
+				c.fail("fencing", r.T, "%s handed a forged message from %q with term %d to its handler after accepting term %d (highest then %d)", r.Proc, r.Peer, r.Term, highest[r.Proc], r.Highest)
+			}
+			highest[r.Proc] = max(highest[r.Proc], r.Term)
 		case KindAccepted:
 			c.rep.Accepted++
 			c.rep.Judged["fencing"]++

@@ -77,6 +77,8 @@ func TestFaults(t *testing.T) {
 	t.Logf("seed %d: %d masterships, %d ctxs judged, max failover %v (LockTTL %v), %d overlaps after data loss, messages sent %d refused %d accepted %d rejected %d (late publishes %d)",
 		s.seed, len(rep.Masterships), len(rep.Ctxs), rep.MaxFailover(), fastTiming.ttl, n,
 		rep.Sent, rep.Refused, rep.Accepted, rep.Rejected, rep.LatePublishes)
+	t.Logf("forgeries %d (forged messages handled %d); routed messages due / not handled: with the forger alone %d / %d, without faults %d / %d; transfers %v; judged %v",
+		rep.Forgeries, rep.ForgedAccepted, rep.ForgerDue, rep.ForgerLost, rep.QuietDue, rep.QuietLost, rep.Transfers, rep.Judged)
 	// The tour must have exercised what it is for.
 	if len(rep.Failovers) == 0 {
 		t.Error("no failover was measured")

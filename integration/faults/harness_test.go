@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -54,7 +55,9 @@ var fastTiming = timing{
 }
 
 func (tm timing) params() Params {
-	return Params{LockTTL: tm.ttl, ElectionJitter: tm.jitter, CheckInterval: tm.check, SlaveTimeout: tm.slaveTimeout, Slack: tm.slack}
+	return Params{LockTTL: tm.ttl, ElectionJitter: tm.jitter, CheckInterval: tm.check, SlaveTimeout: tm.slaveTimeout, Slack: tm.slack,
+		HeartbeatInterval: tm.heartbeat, StepDownMargin: tm.margin, ProcessTTL: tm.processTTL,
+		TransferWindow: tm.ttl / 10, RoundTrip: 50 * time.Millisecond}
 }
 
 func (tm timing) args() []string {
@@ -136,6 +139,13 @@ type cluster struct {
 	slots []*slot
 	procs []*process // every process ever spawned
 	keys  scripts.Keys
+	// nonCandidate is the slot whose processes run with -candidate=false,
+	// or nil.
+	nonCandidate *slot
+	watcher      *watcher
+	// forgeRegistry lets the forger forge registry notices (see
+	// schedule.forgeRegistry).
+	forgeRegistry bool
 
 	mu         sync.Mutex
 	recs       []Record
@@ -158,14 +168,16 @@ type slot struct {
 
 // process is one node process.
 type process struct {
-	label  string // also its node id
-	slot   *slot
-	cmd    *exec.Cmd
-	done   chan struct{} // closed once reaped and its output read
-	stderr tail
-	master atomic.Int64 // term while its records say it is master
-	ready  atomic.Bool
-	paused atomic.Bool
+	label     string // also its node id
+	slot      *slot
+	candidate bool
+	stdin     io.WriteCloser // the node's commands (see integration/node)
+	cmd       *exec.Cmd
+	done      chan struct{} // closed once reaped and its output read
+	stderr    tail
+	master    atomic.Int64 // term while its records say it is master
+	ready     atomic.Bool
+	paused    atomic.Bool
 }
 
 func (p *process) alive() bool {
@@ -177,9 +189,10 @@ func (p *process) alive() bool {
 	}
 }
 
-// newCluster starts Redis on server s, the proxies and n nodes (each given
-// args after the timing flags).
-func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Rand, args ...string) *cluster {
+// newCluster starts Redis on server s, the proxies, the registry watcher
+// and n nodes (each given args after the timing flags); with nonCandidate
+// set, the processes of the last slot are not candidates.
+func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Rand, nonCandidate bool, args ...string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, rng: rng, tm: tm, lock: "faults", bin: nodeBinary(t), args: args}
 	c.keys = scripts.NewKeys(c.lock, false)
@@ -194,14 +207,22 @@ func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Ra
 		}
 		c.slots = append(c.slots, &slot{idx: i, proxy: px})
 	}
+	if nonCandidate && n > 1 {
+		c.nonCandidate = c.slots[n-1]
+	}
+	c.watcher = c.watch()
 	for _, sl := range c.slots {
 		c.spawn(sl)
 	}
 	return c
 }
 
-// close kills every process still running and stops the proxies.
+// close kills every process still running and stops the watcher and the
+// proxies.
 func (c *cluster) close() {
+	if c.watcher != nil {
+		c.watcher.close()
+	}
 	for _, sl := range c.slots {
 		if p := sl.cur; p != nil && p.alive() {
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
@@ -241,14 +262,20 @@ func (c *cluster) records() []Record {
 func (c *cluster) spawn(sl *slot) *process {
 	c.t.Helper()
 	sl.inc++
-	p := &process{label: fmt.Sprintf("n%d.%d", sl.idx+1, sl.inc), slot: sl, done: make(chan struct{})}
+	p := &process{label: fmt.Sprintf("n%d.%d", sl.idx+1, sl.inc), slot: sl, done: make(chan struct{}), candidate: sl != c.nonCandidate}
 	args := append([]string{"-redis", sl.proxy.Listen, "-lock", c.lock, "-id", p.label, "-proc", p.label}, c.tm.args()...)
+	if !p.candidate {
+		args = append(args, "-candidate=false")
+	}
 	args = append(args, c.args...)
 	p.cmd = exec.Command(c.bin, args...)
 	p.cmd.Stderr = &p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
+		c.t.Fatalf("spawn %s: %v", p.label, err)
+	}
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
 		c.t.Fatalf("spawn %s: %v", p.label, err)
 	}
 	if err := p.cmd.Start(); err != nil {
@@ -355,6 +382,7 @@ func (c *cluster) waitStable(what string) *process {
 		var m *process
 		if m, err = c.stableMaster(ctx); err == nil {
 			if err = c.waitListed(ctx, deadline); err == nil {
+				c.add(Record{Kind: KindSettled, Peer: m.label, Node: m.label, Term: m.master.Load(), Detail: what})
 				return m
 			}
 			break
@@ -409,6 +437,18 @@ func (c *cluster) slaves(m *process) []*process {
 	var out []*process
 	for _, p := range c.live() {
 		if p != m && !p.slot.faulted {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// otherCandidates returns the live candidates other than m that no fault
+// holds.
+func (c *cluster) otherCandidates(m *process) []*process {
+	var out []*process
+	for _, p := range c.slaves(m) {
+		if p.candidate {
 			out = append(out, p)
 		}
 	}
@@ -525,6 +565,7 @@ func (c *cluster) replaceProxy(sl *slot, toxics []string) {
 
 // shutdown stops every node gracefully, the slaves first.
 func (c *cluster) shutdown() {
+	c.add(Record{Kind: KindShutdown})
 	var master *process
 	for _, p := range c.live() {
 		if p.master.Load() != 0 {

@@ -3,6 +3,7 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -75,9 +76,25 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 			target = pickSlave()
 		}
 	}
+	switch f.kind {
+	case FaultForger:
+		rec := Record{Kind: KindFault, Seq: seq, Detail: f.kind}
+		c.add(rec)
+		stop := c.startForger(seq, master)
+		return func() { stop(); c.add(Record{Kind: KindHeal, Seq: seq, Detail: f.kind}) }
+	case FaultTransfer:
+		return c.transfer(seq, f, master)
+	}
 	needsTarget := f.kind != FaultRedisRestart && f.kind != FaultRedisPause
 	if needsTarget && target == nil {
 		c.add(Record{Kind: KindNote, Seq: seq, Detail: fmt.Sprintf("fault %s skipped: no %s to target", f.kind, f.target)})
+		return func() {}
+	}
+	crash := masterLeaves[f.kind] || target == master && (f.kind == FaultBlackhole || f.kind == FaultResetPeer)
+	if crash && target == master && len(c.otherCandidates(master)) == 0 {
+		// With no other candidate no one could take over within the
+		// failover bound: the crash would test nothing but the wait.
+		c.add(Record{Kind: KindNote, Seq: seq, Detail: fmt.Sprintf("fault %s skipped: no other candidate to take over", f.kind)})
 		return func() {}
 	}
 	rec := Record{Kind: KindFault, Seq: seq, Detail: f.kind}
@@ -134,6 +151,9 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 			rec.Highest = 1 // the master's requests are cut off: a crash for the failover check
 		}
 		c.add(Record{Kind: KindNote, Seq: seq, Peer: target.label, Detail: fmt.Sprintf("%s on %s (%s), streams %v, latency %v", f.kind, target.label, f.target, f.streams, f.latency)})
+		if f.kind == FaultLatency {
+			rec.Variant = f.latency.String()
+		}
 		c.add(rec)
 		remove := c.toxic(target, fmt.Sprintf("f%d", seq), kind, f.streams, attrs)
 		return func() { remove(); healed() }
@@ -151,4 +171,79 @@ func (c *cluster) currentMaster() *process {
 		}
 	}
 	return nil
+}
+
+// transfer plays a FaultTransfer of variant f.variant (see the Transfer*
+// constants), asking the master by f.via ("stdin" or "control"), and
+// returns what undoes it: the respawn of a process it killed.
+func (c *cluster) transfer(seq int64, f fault, master *process) (heal func()) {
+	c.t.Helper()
+	variant := f.variant
+	if variant == TransferNonCandidate && (c.nonCandidate == nil || c.nonCandidate.cur == nil || !c.nonCandidate.cur.alive() || c.nonCandidate.faulted) {
+		variant = TransferLive // no non-candidate to name in this cluster
+	}
+	var target *process
+	switch variant {
+	case TransferLive, TransferRaceTarget, TransferRaceMaster:
+		if cs := c.otherCandidates(master); len(cs) > 0 {
+			target = cs[c.rng.IntN(len(cs))]
+		}
+	case TransferDead:
+		if ss := c.slaves(master); len(ss) > 0 {
+			target = ss[c.rng.IntN(len(ss))]
+		}
+	case TransferNonCandidate:
+		target = c.nonCandidate.cur
+	}
+	if master == nil || target == nil || target == master {
+		c.add(Record{Kind: KindNote, Seq: seq, Detail: fmt.Sprintf("fault %s (%s) skipped: no master or no target", f.kind, variant)})
+		return func() {}
+	}
+	var killed []*process // respawned by the heal
+	var healRecs []Record
+	kill := func(p *process) {
+		r := Record{Kind: KindFault, Seq: c.nextSeq(), Detail: FaultKillSlave, Peer: p.label, Node: p.label}
+		if t := p.master.Load(); t != 0 {
+			r.Detail, r.Term = FaultKillMaster, t
+		}
+		p.slot.faulted = true
+		c.add(r)
+		c.kill(p)
+		killed = append(killed, p)
+		healRecs = append(healRecs, Record{Kind: KindHeal, Seq: r.Seq, Detail: r.Detail, Peer: r.Peer, Node: r.Node})
+	}
+	if variant == TransferDead {
+		kill(target)
+	}
+	rec := Record{Kind: KindFault, Seq: seq, Detail: f.kind, Peer: target.label, Node: target.label,
+		Term: master.master.Load(), Variant: variant + ":" + f.via}
+	c.add(rec)
+	if f.via == "control" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.admin.Publish(ctx, c.keys.Control, fmt.Sprintf(`{"request":"transfer","to":%q}`, target.label)).Err()
+		cancel()
+		if err != nil {
+			c.add(Record{Kind: KindNote, Seq: seq, Detail: "transfer request not published: " + err.Error()})
+		}
+	} else if _, err := fmt.Fprintf(master.stdin, "transfer %s\n", target.label); err != nil {
+		c.add(Record{Kind: KindNote, Seq: seq, Detail: "transfer command not written: " + err.Error()})
+	}
+	switch variant {
+	case TransferRaceTarget:
+		time.Sleep(between(c.rng, 0, 20*time.Millisecond))
+		kill(target)
+	case TransferRaceMaster:
+		time.Sleep(between(c.rng, 0, 20*time.Millisecond))
+		kill(master)
+	}
+	return func() {
+		for _, p := range killed {
+			c.spawn(p.slot)
+			p.slot.faulted = false
+		}
+		for _, r := range healRecs {
+			c.add(r)
+		}
+		c.add(Record{Kind: KindHeal, Seq: seq, Detail: f.kind, Peer: rec.Peer, Node: rec.Node})
+	}
 }

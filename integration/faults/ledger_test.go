@@ -55,6 +55,9 @@ type ledgerLine struct {
 	N          ledgerCounts   `json:"n"`
 	// MaxFailover is the longest failover after each kind of fault, in ms.
 	MaxFailover map[string]int64 `json:"maxFailoverMs,omitempty"`
+	// MaxTransfer is the longest time from a transfer request to the next
+	// master, per variant (Report.Transfers), in ms.
+	MaxTransfer map[string]int64 `json:"maxTransferMs,omitempty"`
 }
 
 // ledgerCounts are a schedule's counts besides the checkers'.
@@ -73,6 +76,13 @@ type ledgerCounts struct {
 	Joins          int   `json:"joins"`
 	Leaves         int   `json:"leaves"`
 	Lost           int   `json:"lost"`
+	// The forger's counts (Report.Forgeries and the next ones).
+	Forgeries      int `json:"forgeries,omitempty"`
+	ForgedAccepted int `json:"forgedHandled,omitempty"`
+	ForgerDue      int `json:"forgerDue,omitempty"`
+	ForgerLost     int `json:"forgerLost,omitempty"`
+	QuietDue       int `json:"quietDue,omitempty"`
+	QuietLost      int `json:"quietLost,omitempty"`
 }
 
 // newLedgerLine describes schedule s, played in d with report rep.
@@ -97,6 +107,15 @@ func newLedgerLine(run, rev string, s schedule, rep Report, ok bool, d time.Dura
 		LossOverlaps: n, LossOverlapMax: longest.Milliseconds(),
 		Sent: rep.Sent, Refused: rep.Refused, Accepted: rep.Accepted, Rejected: rep.Rejected,
 		Late: rep.LatePublishes, Stale: rep.StaleAccepted, Joins: rep.Joins, Leaves: rep.Leaves, Lost: rep.Lost,
+		Forgeries: rep.Forgeries, ForgedAccepted: rep.ForgedAccepted, ForgerDue: rep.ForgerDue, ForgerLost: rep.ForgerLost,
+		QuietDue: rep.QuietDue, QuietLost: rep.QuietLost,
+	}
+	for _, tr := range rep.Transfers {
+		if l.MaxTransfer == nil {
+			l.MaxTransfer = map[string]int64{}
+		}
+		v, _, _ := strings.Cut(tr.Fault, ":")
+		l.MaxTransfer[v] = max(l.MaxTransfer[v], tr.Duration.Milliseconds())
 	}
 	for _, f := range rep.Failovers {
 		if l.MaxFailover == nil {
@@ -188,6 +207,11 @@ type tally struct {
 	sent, refused, accepted         int
 	rejected, late, stale           int
 	joins, leaves, lost             int
+	forgeries, forgedAccepted       int
+	forgerDue, forgerLost           int
+	quietDue, quietLost             int
+	transfers                       int
+	maxTransfer                     map[string]int64
 	judged, violations              map[string]int
 	failedSeeds                     []string
 	firstRun, lastRun, latestServer string
@@ -195,7 +219,7 @@ type tally struct {
 
 func newTally(lines []ledgerLine) *tally {
 	t := &tally{servers: map[string]int{}, faults: map[string]int{}, faultScheds: map[string]int{},
-		runs: map[string]bool{}, revs: map[string]bool{}, maxFailover: map[string]int64{},
+		runs: map[string]bool{}, revs: map[string]bool{}, maxFailover: map[string]int64{}, maxTransfer: map[string]int64{},
 		judged: map[string]int{}, violations: map[string]int{}}
 	for _, l := range lines {
 		t.schedules++
@@ -237,6 +261,16 @@ func newTally(lines []ledgerLine) *tally {
 		t.joins += l.N.Joins
 		t.leaves += l.N.Leaves
 		t.lost += l.N.Lost
+		t.forgeries += l.N.Forgeries
+		t.forgedAccepted += l.N.ForgedAccepted
+		t.forgerDue += l.N.ForgerDue
+		t.forgerLost += l.N.ForgerLost
+		t.quietDue += l.N.QuietDue
+		t.quietLost += l.N.QuietLost
+		t.transfers += l.Judged["transfer"]
+		for k, v := range l.MaxTransfer {
+			t.maxTransfer[k] = max(t.maxTransfer[k], v)
+		}
 		for k, v := range l.Judged {
 			t.judged[k] += v
 		}
@@ -249,7 +283,8 @@ func newTally(lines []ledgerLine) *tally {
 
 // checkers lists the checkers in the order the summary shows them: those
 // of Check, then the harness's own.
-var checkers = []string{"overlap", "ctx", "self-fencing", "terms", "failover", "fencing", "membership", "liveness", "stop"}
+var checkers = []string{"overlap", "ctx", "self-fencing", "terms", "failover", "fencing", "membership",
+	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop"}
 
 // summarize returns the summary of a ledger: the running total and the
 // latest run (the lines of the last run) side by side, as a Markdown table
@@ -328,6 +363,26 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 	row("publishes after a newer master began", func(t *tally) string { return fmt.Sprint(t.late) })
 	row("slave joins / leaves reported", func(t *tally) string { return fmt.Sprintf("%d / %d", t.joins, t.leaves) })
 	row("live processes not listed (must be 0)", func(t *tally) string { return fmt.Sprint(t.lost) })
+	row("forgeries published / forged envelopes handled (with the real term)", func(t *tally) string {
+		return fmt.Sprintf("%d / %d", t.forgeries, t.forgedAccepted)
+	})
+	row("routed messages due / not handled, with the forger alone", func(t *tally) string {
+		return fmt.Sprintf("%d / %d", t.forgerDue, t.forgerLost)
+	})
+	row("routed messages due / not handled, without any fault", func(t *tally) string {
+		return fmt.Sprintf("%d / %d", t.quietDue, t.quietLost)
+	})
+	row("transfers judged", func(t *tally) string { return fmt.Sprint(t.transfers) })
+	for _, v := range []string{TransferLive, TransferDead, TransferNonCandidate} {
+		if _, ok := all.maxTransfer[v]; ok {
+			row("&nbsp;&nbsp;longest from the request to the next master, "+v, func(t *tally) string {
+				if d, ok := t.maxTransfer[v]; ok {
+					return fmt.Sprint(time.Duration(d) * time.Millisecond)
+				}
+				return "-"
+			})
+		}
+	}
 	row("violations, per checker (must be 0): judged / violations", func(t *tally) string {
 		n := 0
 		for _, v := range t.violations {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -97,7 +99,21 @@ const (
 	KindStopping Kind = "stopping"
 	// KindExit: the node is about to exit; Detail is the outcome.
 	KindExit Kind = "exit"
+	// KindForgedAccepted: a message the forger published (its ID starts
+	// with ForgedIDPrefix) was handed to the handler: Peer is the sender it
+	// claimed, Term its term, Highest the subscriber's highest term then.
+	KindForgedAccepted Kind = "forged-accepted"
+	// KindTransfer: the node was asked on its standard input to transfer
+	// its mastership to Peer ("" for a plain step-down); Detail is
+	// "requested", then "returned: ok" or "returned: <error>".
+	KindTransfer Kind = "transfer"
 )
+
+// ForgedIDPrefix starts the ID of every envelope the forger publishes, so
+// that the node can tell, when its handler is given one, that the library
+// handed it a forgery (see KindForgedAccepted). Forged notices carry the
+// member "forged":true, which herd ignores and the registry watcher reads.
+const ForgedIDPrefix = "forged-"
 
 // The ctxs a node probes, named in the Detail of KindCtxLive and KindCtxDone.
 const (
@@ -122,6 +138,30 @@ const (
 	KindRedisDown Kind = "redis-down"
 	// KindNote: anything else worth seeing in the timeline.
 	KindNote Kind = "note"
+	// KindSettled: the cluster settled (one master, Peer, with Term, that
+	// Redis agrees on, and every live process listed in the registry).
+	KindSettled Kind = "settled"
+	// KindShutdown: the harness began stopping every node at the end of the
+	// schedule.
+	KindShutdown Kind = "shutdown"
+	// KindForgery: the forger (a plain client, not herd) published a forged
+	// message during fault Seq: Detail says what and where (a lock notice,
+	// a registry notice, an envelope or malformed JSON, and the payload),
+	// Peer is the node id it names, Term the term it carries (0: none) and
+	// Highest the real term the forger read from Redis just before.
+	KindForgery Kind = "forgery"
+	// KindRegNotice: the registry watcher received a notice on
+	// <lock>:registry-events: Detail is its event (with " forged" appended
+	// for the forger's), Peer the node id, Role and Term the entry's role and
+	// term (registered notices), Seq its version (0: none), Seen the entry's
+	// lastSeen converted to the monotonic clock (0: none).
+	KindRegNotice Kind = "reg-notice"
+	// KindRegPoll: the registry watcher read every entry (Processes) between
+	// Begin and T; Detail lists them (see ParseListing).
+	KindRegPoll Kind = "reg-poll"
+	// KindRegChange: the listing of a KindRegPoll differs from the one
+	// before; Detail says how. For the timeline only.
+	KindRegChange Kind = "reg-change"
 )
 
 // HarnessNode is the Node of the records the harness writes.
@@ -144,6 +184,53 @@ type Record struct {
 	LockTTL int64  `json:"lockTtl,omitempty"` // ns
 	Margin  int64  `json:"margin,omitempty"`  // ns, the effective StepDownMargin
 	Detail  string `json:"detail,omitempty"`
+	// Role is a registry role (KindRegNotice).
+	Role string `json:"role,omitempty"`
+	// Variant is the variant of a fault (KindFault of FaultTransfer: see
+	// the Transfer* constants).
+	Variant string `json:"variant,omitempty"`
+}
+
+// Listed is one registry entry as a KindRegPoll saw it.
+type Listed struct {
+	ID   string
+	Role string
+	Term int64
+	// LastSeen is the entry's lastSeen on the monotonic clock of Now (the
+	// wall clock of the machine, converted at the read).
+	LastSeen int64
+}
+
+// FormatListing writes entries as the Detail of a KindRegPoll:
+// "id/role/term/lastSeen" separated by spaces.
+func FormatListing(entries []Listed) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s/%s/%d/%d", e.ID, e.Role, e.Term, e.LastSeen)
+	}
+	return b.String()
+}
+
+// ParseListing reads the Detail of a KindRegPoll; entries it cannot read
+// are left out.
+func ParseListing(detail string) []Listed {
+	var out []Listed
+	for _, f := range strings.Fields(detail) {
+		parts := strings.Split(f, "/")
+		if len(parts) != 4 {
+			continue
+		}
+		term, err1 := strconv.ParseInt(parts[2], 10, 64)
+		seen, err2 := strconv.ParseInt(parts[3], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, Listed{ID: parts[0], Role: parts[1], Term: term, LastSeen: seen})
+	}
+	return out
 }
 
 // ParseRecord decodes one JSON line.

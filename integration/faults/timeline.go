@@ -10,7 +10,7 @@ import (
 
 // chatty are the kinds left out of a condensed timeline: one record per
 // message or per lock call.
-var chatty = map[Kind]bool{KindAccepted: true, KindSent: true, KindPublish: true, KindLockCall: true}
+var chatty = map[Kind]bool{KindAccepted: true, KindSent: true, KindPublish: true, KindLockCall: true, KindRegPoll: true}
 
 // WriteTimeline writes records in time order, one line each, with times in
 // milliseconds since the first record. With full unset, the per-message and
@@ -47,6 +47,12 @@ func WriteTimeline(w io.Writer, records []Record, full bool) {
 		}
 		if r.Seen != 0 {
 			fmt.Fprintf(&b, " seen=%s", ms(r.Seen))
+		}
+		if r.Role != "" {
+			fmt.Fprintf(&b, " role=%s", r.Role)
+		}
+		if r.Variant != "" {
+			fmt.Fprintf(&b, " variant=%s", r.Variant)
 		}
 		if r.Pid != 0 {
 			fmt.Fprintf(&b, " pid=%d", r.Pid)

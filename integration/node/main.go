@@ -20,6 +20,14 @@
 // observation, right after Term and inside the same two clock readings, and
 // records when each was first seen live and first seen done.
 //
+// The node reads commands on its standard input, one a line: "transfer
+// <node id>" calls Transfer with that successor ("transfer" alone: a plain
+// step-down), recorded as faults.KindTransfer when asked and when it
+// returns. A routed message whose ID starts with faults.ForgedIDPrefix was
+// published by the suite's forger: handed to the handler it is recorded as
+// faults.KindForgedAccepted, not as a delivery, and rejected as stale its
+// record says "forged".
+//
 // -unsafe-ctx-delay (or HERD_NODE_UNSAFE_CTX_DELAY) is for the suite's own
 // tests only: it makes the node read, instead of each ctx, a copy that ends
 // that much after it, so that the checkers can be shown to catch a ctx that
@@ -29,6 +37,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -248,7 +257,11 @@ func run(ctx context.Context, o options, out *recorder) error {
 		OnError: func(err error) {
 			var stale *pubsub.StaleTermError
 			if errors.As(err, &stale) {
-				out.write(faults.Record{Kind: faults.KindRejected, Peer: stale.From, Term: stale.Term, Highest: stale.Highest})
+				r := faults.Record{Kind: faults.KindRejected, Peer: stale.From, Term: stale.Term, Highest: stale.Highest}
+				if strings.HasPrefix(stale.ID, faults.ForgedIDPrefix) {
+					r.Detail = "forged"
+				}
+				out.write(r)
 				return
 			}
 			out.error("subscriber", err)
@@ -262,7 +275,11 @@ func run(ctx context.Context, o options, out *recorder) error {
 		if err := msg.Decode(&p); err != nil {
 			return err
 		}
-		out.write(faults.Record{Kind: faults.KindAccepted, Peer: msg.From, Term: msg.Term, Seq: p.Seq, Highest: sub.HighestTerm()})
+		kind := faults.KindAccepted
+		if strings.HasPrefix(msg.ID, faults.ForgedIDPrefix) {
+			kind = faults.KindForgedAccepted
+		}
+		out.write(faults.Record{Kind: kind, Peer: msg.From, Term: msg.Term, Seq: p.Seq, Highest: sub.HighestTerm()})
 		return nil
 	}); err != nil {
 		return err
@@ -315,6 +332,8 @@ func run(ctx context.Context, o options, out *recorder) error {
 		defer wg.Done()
 		runIfMasterLoop(ctx, m, probe)
 	}()
+	// Not waited for: it blocks reading until the process exits.
+	go commands(ctx, os.Stdin, m, out)
 
 	<-ctx.Done()
 	out.write(faults.Record{Kind: faults.KindStopping})
@@ -332,6 +351,38 @@ func run(ctx context.Context, o options, out *recorder) error {
 	}
 	time.Sleep(wait)
 	return nil
+}
+
+// commands runs the commands read from in (see the package doc) until in
+// ends; each transfer runs on a goroutine of its own, which Stop ends
+// (Transfer returns ErrStopped) if it is still waiting.
+func commands(ctx context.Context, in io.Reader, m *masterelection.MasterElection, out *recorder) {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || fields[0] != "transfer" || len(fields) > 2 {
+			out.write(faults.Record{Kind: faults.KindError, Detail: fmt.Sprintf("unknown command %.80q", sc.Text())})
+			continue
+		}
+		to := ""
+		if len(fields) == 2 {
+			to = fields[1]
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		go func() {
+			out.write(faults.Record{Kind: faults.KindTransfer, Peer: to, Detail: "requested"})
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := m.Transfer(tctx, to)
+			cancel()
+			result := "returned: ok"
+			if err != nil {
+				result = "returned: " + err.Error()
+			}
+			out.write(faults.Record{Kind: faults.KindTransfer, Peer: to, Detail: result})
+		}()
+	}
 }
 
 // startSubscriber starts sub, retrying while Redis cannot be reached.
