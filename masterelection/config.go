@@ -33,6 +33,12 @@ type Config struct {
 	// "master-election", as the specification.
 	LockName string
 
+	// SlavePrefix prefixes the per-process routing channels: a process with
+	// node id X receives on SlavePrefix+X. The registry's ProcessChannel and
+	// a pubsub Router or Subscriber built with this election use it.
+	// Default "worker:slave:", as the specification.
+	SlavePrefix string
+
 	// Identifier is a human-readable name of this process, shown in the
 	// registry. Default: the program's file name.
 	Identifier string
@@ -144,7 +150,7 @@ type Config struct {
 // DefaultConfig returns the specification's defaults.
 func DefaultConfig() Config {
 	return Config{
-		LockName:          "master-election",
+		LockName:          scripts.DefaultLockName,
 		Identifier:        filepath.Base(os.Args[0]),
 		LockTTL:           30 * time.Second,
 		HeartbeatInterval: 10 * time.Second,
@@ -164,6 +170,11 @@ func (c Config) Validate() error {
 	var errs []error
 	if err := scripts.ValidateName("LockName", c.LockName); err != nil {
 		errs = append(errs, err)
+	}
+	if c.SlavePrefix != "" {
+		if err := scripts.ValidateName("SlavePrefix", c.SlavePrefix); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.NodeID != "" {
 		if err := scripts.ValidateName("NodeID", c.NodeID); err != nil {

@@ -119,7 +119,7 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 	m := &MasterElection{
 		client:      client,
 		cfg:         cfg,
-		keys:        scripts.NewKeys(cfg.LockName, cluster),
+		keys:        scripts.NewKeys(cfg.LockName, cluster).WithSlavePrefix(cfg.SlavePrefix),
 		clock:       clk,
 		base:        clk.Now(),
 		log:         cfg.logger().With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),

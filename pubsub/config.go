@@ -12,7 +12,16 @@ import (
 // DefaultLockName is the lock name of the specification; the events channel
 // and the master inbox derive from it ("master-election:events",
 // "master-election:master-inbox").
-const DefaultLockName = "master-election"
+const DefaultLockName = scripts.DefaultLockName
+
+// KeySource gives the Redis names of an election. When the leader of
+// NewRouter or NewInbox, or Config.Terms of NewSubscriber, implements it
+// (*masterelection.MasterElection does), the lock name, the Cluster hash tag
+// and the slave prefix are taken from it: Config.LockName, Cluster and
+// SlavePrefix may then be left empty (if set, they must agree with it).
+type KeySource interface {
+	Keys() scripts.Keys
+}
 
 // Config configures a Router, Subscriber or Inbox. The zero value of every
 // field means its default; DefaultConfig returns them filled in. The
@@ -60,8 +69,9 @@ type Config struct {
 	// message, and its term raised into the fence: pass the election
 	// (*masterelection.MasterElection implements it) so that the terms its
 	// lock checks see fence messages too. Its terms count as verified: a
-	// message up to them is handled without reading the term key. Used by
-	// Subscriber only. Default: nil.
+	// message up to them is handled without reading the term key. When it
+	// is also a KeySource (the election is), the Subscriber's channel names
+	// come from it. Used by Subscriber only. Default: nil.
 	Terms TermSource
 }
 
@@ -127,12 +137,29 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// withDefaults validates c and fills in its zero fields. With a Redis
-// Cluster client, Cluster is set whatever c says, so the names carry the
-// same hash tag as the election's (masterelection detects the client too).
-func (c Config) withDefaults(client redis.UniversalClient) (Config, error) {
+// withDefaults validates c and fills in its zero fields. The names come
+// from the first of from that is a KeySource, when there is one. With a
+// Redis Cluster client, Cluster is set whatever c says, so the names carry
+// the same hash tag as the election's (masterelection detects the client
+// too).
+func (c Config) withDefaults(client redis.UniversalClient, from ...any) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
+	}
+	for _, f := range from {
+		src, ok := f.(KeySource)
+		if !ok {
+			continue
+		}
+		k := src.Keys()
+		if c.LockName != "" && c.LockName != k.LockName {
+			return Config{}, fmt.Errorf("pubsub: LockName %q differs from the election's %q; leave it empty", c.LockName, k.LockName)
+		}
+		if c.SlavePrefix != "" && c.SlavePrefix != k.SlavePrefix {
+			return Config{}, fmt.Errorf("pubsub: SlavePrefix %q differs from the election's %q; leave it empty", c.SlavePrefix, k.SlavePrefix)
+		}
+		c.LockName, c.SlavePrefix, c.Cluster = k.LockName, k.SlavePrefix, k.Cluster()
+		break
 	}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		c.Cluster = true
@@ -159,21 +186,18 @@ func (c Config) withDefaults(client redis.UniversalClient) (Config, error) {
 	return c, nil
 }
 
-func (c Config) keys() scripts.Keys { return scripts.NewKeys(c.LockName, c.Cluster) }
+func (c Config) keys() scripts.Keys {
+	return scripts.NewKeys(c.LockName, c.Cluster).WithSlavePrefix(c.SlavePrefix)
+}
 
 // SlaveChannel returns the channel of the process processID under the
 // default prefix: "worker:slave:<processID>", the specification's name.
 // It does not validate processID; Router.Send and NewSubscriber do.
-func SlaveChannel(processID string) string { return scripts.DefaultSlavePrefix + processID }
+func SlaveChannel(processID string) string { return scripts.Keys{}.SlaveChannel(processID) }
 
 // SlaveChannel returns the channel of processID under c's prefix (the
 // default prefix when c.SlavePrefix is empty).
-func (c Config) SlaveChannel(processID string) string {
-	if c.SlavePrefix == "" {
-		return SlaveChannel(processID)
-	}
-	return c.SlavePrefix + processID
-}
+func (c Config) SlaveChannel(processID string) string { return c.keys().SlaveChannel(processID) }
 
 // MasterInbox returns the channel on which slaves report to the master:
 // "<lock name>:master-inbox" (with the defaults applied to empty fields).

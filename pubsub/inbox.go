@@ -32,7 +32,7 @@ func NewInbox(client redis.UniversalClient, leader Leader, cfg Config) (*Inbox, 
 	if client == nil {
 		return nil, errors.New("pubsub: NewInbox: client is nil")
 	}
-	cfg, err := cfg.withDefaults(client)
+	cfg, err := cfg.withDefaults(client, leader)
 	if err != nil {
 		return nil, err
 	}

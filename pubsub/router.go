@@ -43,7 +43,10 @@ type Router struct {
 }
 
 // NewRouter returns a Router publishing through client on behalf of leader.
-// slaves is used by Broadcast only and may be nil when Broadcast is not used.
+// slaves is used by Broadcast only; when it is nil and leader is also a
+// SlaveLister (as *masterelection.MasterElection is), leader is used. When
+// leader is a KeySource (the election is), the channel names come from it:
+// NewRouter(client, election, nil, pubsub.Config{}) is all it takes.
 func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, cfg Config) (*Router, error) {
 	if client == nil {
 		return nil, errors.New("pubsub: NewRouter: client is nil")
@@ -51,12 +54,15 @@ func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, 
 	if leader == nil {
 		return nil, errors.New("pubsub: NewRouter: leader is nil")
 	}
-	cfg, err := cfg.withDefaults(client)
+	cfg, err := cfg.withDefaults(client, leader)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkName("leader NodeID", leader.NodeID()); err != nil {
 		return nil, err
+	}
+	if l, ok := leader.(SlaveLister); ok && slaves == nil {
+		slaves = l
 	}
 	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg}, nil
 }

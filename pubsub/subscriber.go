@@ -52,7 +52,7 @@ func NewSubscriber(client redis.UniversalClient, processID string, cfg Config) (
 	if client == nil {
 		return nil, errors.New("pubsub: NewSubscriber: client is nil")
 	}
-	cfg, err := cfg.withDefaults(client)
+	cfg, err := cfg.withDefaults(client, cfg.Terms)
 	if err != nil {
 		return nil, err
 	}

@@ -62,10 +62,6 @@ type ProcessInfo struct {
 	Version int64 `json:"version,omitempty"`
 }
 
-// Channel returns the process's routing channel, "worker:slave:<ProcessID>".
-// It is derived, so no mapping table is stored.
-func (p ProcessInfo) Channel() string { return scripts.DefaultSlavePrefix + p.ProcessID }
-
 // processJSON is the wire form: timestamps as strings, so that the
 // JavaScript form is written and lenient forms are read.
 type processJSON struct {

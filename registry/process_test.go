@@ -28,9 +28,6 @@ func TestProcessInfoJSON(t *testing.T) {
 	if err != nil || string(b) != wantExt {
 		t.Fatalf("Marshal with extensions = %s, %v\nwant %s", b, err, wantExt)
 	}
-	if got := p.Channel(); got != "worker:slave:p1" {
-		t.Errorf("Channel = %q", got)
-	}
 }
 
 func TestLenientTimestamps(t *testing.T) {

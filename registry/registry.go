@@ -426,7 +426,7 @@ func (r *Registry) ProcessChannel(ctx context.Context, processID string) (string
 	if err != nil {
 		return "", err
 	}
-	return p.Channel(), nil
+	return r.keys.SlaveChannel(p.ProcessID), nil
 }
 
 // snapshot is what load read: the decoded entries, sorted by process id,

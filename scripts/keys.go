@@ -5,6 +5,10 @@ import (
 	"strings"
 )
 
+// DefaultLockName is the lock name of the specification: its keys are
+// "master-election:master" and so on.
+const DefaultLockName = "master-election"
+
 // DefaultSlavePrefix is the prefix of the per-process channels of the
 // specification: a process with id X receives routed messages on
 // "worker:slave:X".
@@ -18,8 +22,13 @@ const DefaultSlavePrefix = "worker:slave:"
 // Cluster set, the prefix becomes the hash tag "{master-election}" so that
 // every key of the election hashes to one slot and multi-key scripts run.
 type Keys struct {
+	// LockName is the election's lock name.
+	LockName string
 	// Prefix is the lock name, or "{lock name}" under Redis Cluster.
 	Prefix string
+	// SlavePrefix prefixes the per-process channels (SlaveChannel).
+	// NewKeys sets DefaultSlavePrefix; WithSlavePrefix changes it.
+	SlavePrefix string
 	// Master holds the bare node id of the master, with the lock TTL.
 	Master string
 	// Heartbeat holds the master's last renewal time (ms since the epoch), with the lock TTL.
@@ -60,7 +69,9 @@ func NewKeys(lockName string, cluster bool) Keys {
 		prefix = "{" + lockName + "}"
 	}
 	return Keys{
+		LockName:        lockName,
 		Prefix:          prefix,
+		SlavePrefix:     DefaultSlavePrefix,
 		Master:          prefix + ":master",
 		Heartbeat:       prefix + ":heartbeat",
 		MasterProcess:   prefix + ":master_process",
@@ -73,6 +84,29 @@ func NewKeys(lockName string, cluster bool) Keys {
 		MasterInbox:     prefix + ":master-inbox",
 		Control:         prefix + ":control",
 	}
+}
+
+// Cluster reports whether k carries a Redis Cluster hash tag.
+func (k Keys) Cluster() bool { return strings.HasPrefix(k.Prefix, "{") }
+
+// WithSlavePrefix returns k with the per-process channels under prefix; an
+// empty prefix keeps k's.
+func (k Keys) WithSlavePrefix(prefix string) Keys {
+	if prefix != "" {
+		k.SlavePrefix = prefix
+	}
+	return k
+}
+
+// SlaveChannel returns the routing channel of the process processID:
+// "worker:slave:<processID>" with the default prefix, the specification's
+// name. Every channel name of a process is built here.
+func (k Keys) SlaveChannel(processID string) string {
+	prefix := k.SlavePrefix
+	if prefix == "" {
+		prefix = DefaultSlavePrefix
+	}
+	return prefix + processID
 }
 
 // ValidateName reports whether s can be used inside a key or channel name:

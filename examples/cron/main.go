@@ -224,6 +224,10 @@ func (c *cron) schedule(ctx context.Context, term int64) {
 		switch {
 		case !ran:
 			c.printf("skipped: %v", err) // the mastership ended a moment ago
+		case errors.Is(err, context.Canceled) && ctx.Err() == nil:
+			// The run's ctx ended with the mastership, in the middle of the
+			// run: what it did not finish, the next master's run will do.
+			c.printf("run cut short: the mastership ended")
 		case err != nil:
 			c.printf("run failed: %v", err)
 		}

@@ -192,15 +192,13 @@ func newNode(o options, out io.Writer) (*node, error) {
 		_ = n.client.Close()
 		return nil, err
 	}
-	pcfg := pubsub.Config{LockName: o.Lock}
-	scfg := pcfg
-	scfg.Terms = n.m
-	scfg.OnError = func(err error) { n.printf("routing: %v", err) }
+	// The election gives the routing its names (lock, channels) and terms.
+	scfg := pubsub.Config{Terms: n.m, OnError: func(err error) { n.printf("routing: %v", err) }}
 	if n.sub, err = pubsub.NewSubscriber(n.client, o.ID, scfg); err != nil {
 		_ = n.client.Close()
 		return nil, err
 	}
-	icfg := pcfg
+	icfg := pubsub.Config{}
 	icfg.OnError = func(err error) {
 		if !errors.Is(err, pubsub.ErrNotMaster) { // reports reaching a slave's inbox are expected
 			n.printf("inbox: %v", err)
@@ -210,8 +208,8 @@ func newNode(o options, out io.Writer) (*node, error) {
 		_ = n.client.Close()
 		return nil, err
 	}
-	// The election lists the live slaves, so it is the Router's SlaveLister.
-	if n.router, err = pubsub.NewRouter(n.client, n.m, n.m, pcfg); err != nil {
+	// The election is the Router's leader, its slave list and its names.
+	if n.router, err = pubsub.NewRouter(n.client, n.m, nil, pubsub.Config{}); err != nil {
 		_ = n.client.Close()
 		return nil, err
 	}
