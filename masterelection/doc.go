@@ -9,7 +9,7 @@
 //	m, err := masterelection.New(client, cfg) // client made with ContextTimeoutEnabled: true
 //	if err != nil { … }
 //	m.OnMasterAcquired(func(ctx context.Context, term int64) {
-//		runMasterWork(ctx, term) // until ctx is cancelled: the mastership has ended
+//		runMasterWork(ctx, term) // until ctx is done: the mastership has ended
 //	})
 //	if err := m.Start(ctx); err != nil { … }
 //	defer m.Stop(context.Background()) // releases the lock: a slave takes over at once
@@ -22,7 +22,10 @@
 // is free. Acquire, renew, release and check are each one Lua script (package
 // scripts). The scripts announce acquire and release on <LockName>:events, so
 // a graceful Stop of the master is followed by a take-over in about one
-// round trip, and a master whose lock was taken steps down at once.
+// round trip, and a master whose lock was taken asks Redis at once (one
+// renewal). A notice is only a hint to look at Redis sooner: anyone who may
+// PUBLISH on the channel can send one, so no notice changes a role or a term
+// by itself. Transfer hands the mastership to a named process.
 //
 // # Process registry and slave events
 //
@@ -31,11 +34,35 @@
 // on every change of role, heartbeats its entry (every HeartbeatInterval as
 // master, every CheckInterval as slave) and unregisters on Stop. While it is
 // master it runs a registry.SlaveTracker, which turns the registry's notices
-// on <LockName>:events and a periodic sweep into slave-registered and
+// on <LockName>:registry-events and a periodic sweep into slave-registered and
 // slave-removed events, and removes slaves silent for longer than
 // SlaveTimeout. The registry's reads are exposed here with the
 // specification's meaning: Processes, Process, ProcessesByRole,
 // MasterProcess, Slaves, Slave, SlaveCount, ProcessChannel.
+//
+// # Event handlers
+//
+// Every On… method (OnMasterAcquired, OnMasterLost, OnElectionStarted,
+// OnElectionCompleted, OnSlaveRegistered, OnSlaveRemoved, OnError, OnEvent)
+// registers a handler and returns the function that removes it. The rules
+// are the same for all of them:
+//
+//   - Handlers run on a goroutine of their own, one per registration, never
+//     on the election's loop: a slow or blocked handler never delays a
+//     renewal or a check, and never delays the other handlers.
+//   - One handler sees its events one at a time, in the order they
+//     happened. Handlers of different events run independently: to see
+//     several kinds of event in one order, use OnEvent. Events waiting for
+//     a slow handler are queued without bound, except error events, of which
+//     at most 1,024 wait per handler; further ones are dropped and counted
+//     (DroppedErrors).
+//   - A handler that panics is recovered; the panic is reported as an error
+//     event wrapping ErrHandlerPanic (a panic in an OnError handler is only
+//     logged).
+//   - Registering after Stop has no effect. Unsubscribing drops the events
+//     still queued for that handler.
+//   - Stop waits, bounded by its ctx, for every handler to finish the events
+//     already queued.
 //
 // # The fencing term
 //

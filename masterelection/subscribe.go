@@ -8,29 +8,16 @@ import (
 )
 
 // Every On… method registers a handler and returns the function that
-// removes it. The rules are the same for all of them:
-//
-//   - Handlers run on a goroutine of their own, one per registration, never
-//     on the election's loop: a slow or blocked handler never delays a
-//     renewal or a check, and never delays the other handlers.
-//   - One handler sees its events one at a time, in the order they
-//     happened. Handlers of different events run independently: to see
-//     several kinds of event in one order, use OnEvent. Events waiting for a slow handler are queued without bound,
-//     except error events, of which at most 1,024 wait per handler; further
-//     ones are dropped and counted (DroppedErrors).
-//   - A handler that panics is recovered; the panic is reported as an error
-//     event wrapping ErrHandlerPanic (a panic in an OnError handler is only
-//     logged).
-//   - Registering after Stop has no effect. Unsubscribing drops the events
-//     still queued for that handler.
-//   - Stop waits, bounded by its ctx, for every handler to finish the events
-//     already queued.
+// removes it; the package documentation ("Event handlers") gives the rules
+// they share: own goroutine, order, panics, what Stop waits for.
 
 // OnMasterAcquired registers fn for master-acquired: this process became
-// master with the given term. ctx is cancelled the moment the mastership
-// ends (lock lost, self-fencing deadline passed, or Stop), so fn may run the
-// master's work until ctx is done; Stop waits for fn to return before it
-// releases the lock.
+// master with the given term. ctx is done the moment the mastership ends
+// (lock lost, self-fencing deadline passed, Transfer, or Stop), never later
+// than IsMaster turns false, so fn may run the master's work until ctx is
+// done; Stop waits for fn to return before it releases the lock. Like every
+// handler, fn runs on a goroutine of its own, never on the election's loop
+// (see the package documentation, "Event handlers").
 func (m *MasterElection) OnMasterAcquired(fn func(ctx context.Context, term int64)) (unsubscribe func()) {
 	return m.bus.subscribe(topicMasterAcquired, func(p payload) { fn(p.lead.ctx, p.term) })
 }
