@@ -157,7 +157,7 @@ func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (res BatchResul
 	}
 	res.Term = term
 
-	from, sentAt := r.leader.NodeID(), sentAtText(r.cfg.Clock.Now())
+	from, sentAt := r.leader.NodeID(), sentAtText(r.cfg.clock.Now())
 	routed := make([]scripts.Routed, len(msgs))
 	for i, m := range msgs {
 		if raws[i] == nil {

@@ -63,8 +63,9 @@ type Config struct {
 	// messages behind it. A message whose verification times out is
 	// refused (ErrUnverifiedTerm). Used by Subscriber only. Default: 1s.
 	OpTimeout time.Duration
-	// Clock stamps sentAt and times the loop's waits. Default: the real clock.
-	Clock clock.Clock
+	// clock stamps sentAt and times the loop's waits: the real clock, or a
+	// fake one set by the package's tests (export_test.go).
+	clock clock.Clock
 	// Terms, when set, is read by a Subscriber before it judges each routed
 	// message, and its term raised into the fence: pass the election
 	// (*masterelection.MasterElection implements it) so that the terms its
@@ -102,7 +103,7 @@ func DefaultConfig() Config {
 		PingInterval:  DefaultPingInterval,
 		MaxRetryDelay: DefaultMaxRetryDelay,
 		OpTimeout:     DefaultOpTimeout,
-		Clock:         clock.Real{},
+		clock:         clock.Real{},
 	}
 }
 
@@ -180,8 +181,8 @@ func (c Config) withDefaults(client redis.UniversalClient, from ...any) (Config,
 	if c.OpTimeout == 0 {
 		c.OpTimeout = d.OpTimeout
 	}
-	if c.Clock == nil {
-		c.Clock = d.Clock
+	if c.clock == nil {
+		c.clock = d.clock
 	}
 	return c, nil
 }

@@ -286,7 +286,7 @@ func (r *receiver) loop(ctx context.Context, ps *redis.PubSub, pending []*redis.
 
 // sleep waits d on the configured clock; false when ctx ended first.
 func (r *receiver) sleep(ctx context.Context, d time.Duration) bool {
-	t := r.cfg.Clock.NewTimer(d)
+	t := r.cfg.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

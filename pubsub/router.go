@@ -192,5 +192,5 @@ func (r *Router) envelope(msgType string, payload any) ([]byte, int64, error) {
 	if term <= 0 {
 		return nil, 0, ErrNotMaster
 	}
-	return encode(uuid.NewString(), r.leader.NodeID(), term, msgType, raw, r.cfg.Clock.Now()), term, nil
+	return encode(uuid.NewString(), r.leader.NodeID(), term, msgType, raw, r.cfg.clock.Now()), term, nil
 }

@@ -46,7 +46,7 @@ func TestSendEnvelope(t *testing.T) {
 	now := time.Date(2025, 11, 22, 0, 6, 40, 123456789, time.UTC)
 	mr.SetTime(now) // acquire.lua mints the server's TIME in ms: 1763770000123
 	fc := clock.NewFake(now)
-	r := newRouter(t, c, newMaster(t, c, "master-1", pubsub.Config{}), nil, pubsub.Config{Clock: fc})
+	r := newRouter(t, c, newMaster(t, c, "master-1", pubsub.Config{}), nil, pubsub.WithClock(pubsub.Config{}, fc))
 	ps := rawSubscribe(t, c, "worker:slave:s1")
 
 	mustSend(t, r, "s1", "assign", map[string]int{"camera": 3})

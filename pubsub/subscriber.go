@@ -132,7 +132,7 @@ func (s *Subscriber) ReportToMaster(ctx context.Context, msgType string, payload
 	if err != nil {
 		return err
 	}
-	data := encode(uuid.NewString(), s.processID, 0, msgType, raw, s.cfg.Clock.Now())
+	data := encode(uuid.NewString(), s.processID, 0, msgType, raw, s.cfg.clock.Now())
 	n, err := publishOnSlot(ctx, s.client, s.keys.MasterInbox, data)
 	if err != nil {
 		return fmt.Errorf("report to master: %w", err)
