@@ -50,7 +50,8 @@ type Report struct {
 	Machine Machine
 	// Server names the server ("redis-7.0.15") and how it was reached.
 	Server string
-	// MoreServers are the executables row 7 was also measured on.
+	// MoreServers are the servers (product and version) row 7 was also
+	// measured on.
 	MoreServers []string
 	// Ping is the PING round trip p50 of the run, the base of every ratio.
 	Ping time.Duration

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,7 +120,14 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	began := time.Now()
 	rep := Report{Machine: ThisMachine(), Server: server}
 	if len(plan.Only) == 0 || contains(plan.Only, "processes") {
-		rep.MoreServers = plan.RegistryServers
+		// Versions, not paths: a path names one machine's directories.
+		for _, path := range plan.RegistryServers {
+			name, err := versionOf(ctx, path)
+			if err != nil {
+				name = filepath.Base(path)
+			}
+			rep.MoreServers = append(rep.MoreServers, name)
+		}
 	}
 	step := func(key, what string, f func() []Row) {
 		if len(plan.Only) > 0 && !contains(plan.Only, key) || ctx.Err() != nil {
