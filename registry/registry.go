@@ -108,8 +108,9 @@ func asSlave(info ProcessInfo) ProcessInfo {
 // of Keys.Processes within one script, so no reader ever sees it, and fails
 // when that key holds something other than a hash.
 //
-// Set ContextTimeoutEnabled on client: go-redis ignores context deadlines
-// otherwise.
+// With a *redis.ClusterClient the keys get the Cluster hash tag whatever
+// keys says, as the election's do. Set ContextTimeoutEnabled on client:
+// go-redis ignores context deadlines otherwise.
 func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Options) (*Registry, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
@@ -117,6 +118,10 @@ func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, o
 	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.RegistryEvents == "" || keys.MasterProcess == "" ||
 		keys.Master == "" || keys.Term == "" {
 		return nil, fmt.Errorf("%w: keys are missing names; build them with scripts.NewKeys", ErrInvalidOptions)
+	}
+	if _, cluster := client.(*redis.ClusterClient); cluster && !keys.Cluster() && keys.LockName != "" {
+		// The same hash tag as the election's, which detects the client too.
+		keys = scripts.NewKeys(keys.LockName, true).WithSlavePrefix(keys.SlavePrefix)
 	}
 	switch {
 	case opts.ProcessTTL < 0:
