@@ -129,3 +129,29 @@ func ValidateName(what, s string) error {
 	}
 	return nil
 }
+
+// TermKeyPattern is a SCAN MATCH pattern that matches Keys.Term of every
+// lock name, with or without a Cluster hash tag. Operator tools use it to
+// list the lock names of the herds on a server; other keys may match it too,
+// so check each with LockNameOfTermKey. (TestLockNameOfTermKey checks that
+// it ends as NewKeys writes Term.)
+const TermKeyPattern = "*:term"
+
+// LockNameOfTermKey returns the lock name whose Keys.Term is key, with or
+// without the Cluster hash tag, and false when key is no herd term key name
+// (the suffix is missing, or the lock name would not pass ValidateName).
+func LockNameOfTermKey(key string) (string, bool) {
+	name, ok := strings.CutSuffix(key, NewKeys("", false).Term)
+	if !ok {
+		return "", false
+	}
+	if tagged, ok := strings.CutPrefix(name, "{"); ok {
+		if name, ok = strings.CutSuffix(tagged, "}"); !ok {
+			return "", false
+		}
+	}
+	if ValidateName("lock name", name) != nil {
+		return "", false
+	}
+	return name, true
+}
