@@ -1,0 +1,444 @@
+// Package cli is the herd command: its flags, its output and its exit
+// statuses. The work is done by package operate, the web page by package
+// dashboard.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/herdkit/herd/cmd/herd/internal/dashboard"
+	"github.com/herdkit/herd/cmd/herd/internal/operate"
+	"github.com/herdkit/herd/masterelection"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// DefaultURL is the Redis URL used when neither -redis nor $REDIS_URL is set.
+const DefaultURL = "redis://127.0.0.1:6379"
+
+// DefaultListen is the default address of herd dashboard.
+const DefaultListen = "127.0.0.1:8080"
+
+const usageText = `herd: see and steer the herds of a Redis: who is master, which processes run,
+what changes, and a hand-over on request.
+
+Usage:
+  herd [global flags] <command> [flags]
+
+Commands:
+  status      the master, every registered process, the registry backend and
+              warnings where the state is inconsistent [-o table|json]
+  processes   the registered processes [-role master|slave] [-o table|json]
+  watch       one line per change, live, until Ctrl+C [-o text|json] [-interval D]
+  step-down   ask the master to hand over [-to NODE] [-timeout D]; waits for the
+              new master and prints it
+  dashboard   serve the live web page, /api/status, /metrics and /healthz
+              [-listen ADDR] [-allow-step-down] [-interval D]
+
+Global flags (also accepted after the command):
+  -redis URL         Redis URL (default $REDIS_URL, else redis://127.0.0.1:6379):
+                       redis://[user:password@]host:port[/db]   one server
+                       rediss://...                             over TLS
+                       unix:///path/redis.sock                  Unix socket
+                       redis://host:port?master_name=NAME[&addr=host:port...]
+                                                                Sentinel
+                       redis+cluster://host:port[?addr=host:port...]
+                                                                Cluster
+  -lock NAME         lock name of the herd (default master-election)
+  -process-ttl D     the processes' ProcessTTL: a heartbeat older is a warning,
+                     and the dashboard's age indicator turns red near it (45s)
+
+Exit status:
+  0   success
+  1   any other error
+  2   bad command, flag or argument
+  3   the -redis URL cannot be parsed
+  4   Redis cannot be reached (refused, unknown host, timeout, TLS)
+  5   Redis refused the user name or password
+  6   Redis's ACL refused a command, key or channel
+  7   unknown lock name: nothing is registered under it (the message lists
+      the lock names found on the server)
+  8   step-down: no master, -to names no live process, or nobody listens on
+      the control channel (the master runs with IgnoreRemoteTransfers)
+  9   step-down: no new master within -timeout
+  10  step-down: a new master, but not the one -to named (or the same one)
+
+Run 'herd <command> -h' for a command's flags. docs/operating.md has more.
+`
+
+// errHelp is returned by a command whose -h was asked for.
+var errHelp = flag.ErrHelp
+
+// app is one run of the command.
+type app struct {
+	stdout, stderr io.Writer
+	redisURL       string
+	lock           string
+	processTTL     time.Duration
+}
+
+// Main runs the herd command with args, the arguments after the program
+// name; getenv reads the environment. It returns the exit status. ctx ends
+// the watch and the dashboard (Ctrl+C), which then exit with status 0.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, redisURL: getenv("REDIS_URL"), lock: masterelection.DefaultConfig().LockName,
+		processTTL: registry.DefaultProcessTTL}
+	if a.redisURL == "" {
+		a.redisURL = DefaultURL
+	}
+	fs := flag.NewFlagSet("herd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usageText) }
+	a.globalFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usageText)
+			return operate.ExitOK
+		}
+		return operate.ExitUsage
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, usageText)
+		fmt.Fprintln(stderr, "\nherd: no command given")
+		return operate.ExitUsage
+	}
+	cmds := map[string]func(context.Context, []string) error{
+		"status": a.status, "processes": a.processes, "watch": a.watch,
+		"step-down": a.stepDown, "dashboard": a.dashboard,
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	if name == "help" {
+		fmt.Fprint(stdout, usageText)
+		return operate.ExitOK
+	}
+	run, ok := cmds[name]
+	if !ok {
+		fmt.Fprintf(stderr, "herd: unknown command %q: status, processes, watch, step-down or dashboard ('herd -h' for help)\n", name)
+		return operate.ExitUsage
+	}
+	err := run(ctx, rest)
+	switch {
+	case errors.Is(err, errHelp):
+		return operate.ExitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "herd %s: %v\n", name, err)
+	}
+	return operate.ExitCode(err)
+}
+
+func (a *app) globalFlags(fs *flag.FlagSet) {
+	fs.StringVar(&a.redisURL, "redis", a.redisURL, "Redis `URL` (default $REDIS_URL, else "+DefaultURL+")")
+	fs.StringVar(&a.lock, "lock", a.lock, "lock `name` of the herd")
+	fs.DurationVar(&a.processTTL, "process-ttl", a.processTTL, "the processes' ProcessTTL: older heartbeats are warned about")
+}
+
+// command returns the flag set of a command, with the global flags, and
+// its usage text.
+func (a *app) command(name, args, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet("herd "+name, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(a.stderr, "Usage: herd [global flags] %s %s\n\n%s\n\nFlags:\n", name, args, about)
+		fs.PrintDefaults()
+		fmt.Fprintln(a.stderr, "\nExit statuses: 'herd -h'.")
+	}
+	a.globalFlags(fs)
+	return fs
+}
+
+// parse parses a command's flags; it allows no arguments.
+func (a *app) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return fmt.Errorf("%w: %w", operate.ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", operate.ErrUsage, fs.Arg(0))
+	}
+	if a.processTTL <= 0 {
+		return fmt.Errorf("%w: -process-ttl %s must be positive", operate.ErrUsage, a.processTTL)
+	}
+	return nil
+}
+
+// oneOf checks a flag's value against its choices.
+func oneOf(flagName, v string, choices ...string) error {
+	for _, c := range choices {
+		if v == c {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: -%s %q: want %s", operate.ErrUsage, flagName, v, strings.Join(choices, " or "))
+}
+
+// open connects and opens a Reader.
+func (a *app) open(ctx context.Context) (*operate.Reader, func(), error) {
+	conn, err := operate.Dial(ctx, a.redisURL, a.lock)
+	if err != nil {
+		return nil, nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, operate.DialTimeout)
+	defer cancel()
+	r, err := operate.NewReader(rctx, conn, a.processTTL)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return r, func() { _ = conn.Close() }, nil
+}
+
+// snapshot reads one snapshot of a known lock name.
+func (a *app) snapshot(ctx context.Context, r *operate.Reader) (operate.Snapshot, error) {
+	rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
+	defer cancel()
+	s, err := r.Read(rctx)
+	if err != nil {
+		return s, err
+	}
+	if !s.Known {
+		return s, operate.UnknownLock(rctx, r.Conn())
+	}
+	return s, nil
+}
+
+func (a *app) status(ctx context.Context, args []string) error {
+	fs := a.command("status", "[-o table|json]",
+		"Prints the master (node id, identifier, term, time held, lock TTL left), every\nregistered process, the registry backend and warnings.")
+	out := fs.String("o", "table", "output `format`: table or json")
+	if err := a.parse(fs, args); err != nil {
+		return err
+	}
+	if err := oneOf("o", *out, "table", "json"); err != nil {
+		return err
+	}
+	r, done, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	s, err := a.snapshot(ctx, r)
+	if err != nil {
+		return err
+	}
+	if *out == "json" {
+		return writeJSON(a.stdout, s)
+	}
+	writeStatus(a.stdout, s, r.Conn().URL)
+	return nil
+}
+
+func (a *app) processes(ctx context.Context, args []string) error {
+	fs := a.command("processes", "[-role master|slave] [-o table|json]", "Lists the registered processes, sorted by process id.")
+	out := fs.String("o", "table", "output `format`: table or json")
+	role := fs.String("role", "", "only the processes of this `role`: master or slave")
+	if err := a.parse(fs, args); err != nil {
+		return err
+	}
+	if err := oneOf("o", *out, "table", "json"); err != nil {
+		return err
+	}
+	if *role != "" {
+		if err := oneOf("role", *role, "master", "slave"); err != nil {
+			return err
+		}
+	}
+	r, done, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	s, err := a.snapshot(ctx, r)
+	if err != nil {
+		return err
+	}
+	ps := s.ByRole(registry.Role(*role))
+	if *out == "json" {
+		b, err := operate.ProcessesJSON(ps)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+		return err
+	}
+	if len(ps) == 0 {
+		fmt.Fprintln(a.stdout, "no process registered")
+		return nil
+	}
+	processTable(a.stdout, ps)
+	return nil
+}
+
+func (a *app) watch(ctx context.Context, args []string) error {
+	fs := a.command("watch", "[-o text|json] [-interval D]",
+		"Prints one line per change, with its time, until Ctrl+C: master acquired and\n"+
+			"released (with term), lock expired with no master, failovers with the time\n"+
+			"without a master, processes registered, unregistered and expired, warnings.\n"+
+			"Notices only make it look sooner: every change is read from Redis first,\n"+
+			"and Redis is read again every -interval, so a lost notice cannot hide one.")
+	out := fs.String("o", "text", "output `format`: text, or json (one object per line)")
+	interval := fs.Duration("interval", operate.DefaultInterval, "re-sync `interval`: Redis is read at least this often")
+	if err := a.parse(fs, args); err != nil {
+		return err
+	}
+	if err := oneOf("o", *out, "text", "json"); err != nil {
+		return err
+	}
+	if *interval <= 0 {
+		return fmt.Errorf("%w: -interval %s must be positive", operate.ErrUsage, *interval)
+	}
+	r, done, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	enc := json.NewEncoder(a.stdout)
+	return operate.NewWatcher(r, *interval).Run(ctx, func(u operate.Update) {
+		for _, e := range u.Events {
+			if *out == "json" {
+				_ = enc.Encode(e)
+				continue
+			}
+			fmt.Fprintf(a.stdout, "%s  %-15s %s\n", e.Time.Format("2006-01-02 15:04:05.000"), e.Kind, e.Text())
+		}
+	})
+}
+
+func (a *app) stepDown(ctx context.Context, args []string) error {
+	fs := a.command("step-down", "[-to NODE] [-timeout D] [-o text|json]",
+		"Asks the current master to hand over, by a request on <lock>:control, and waits\n"+
+			"until Redis shows the new master. With -to, the lock is reserved for that\n"+
+			"process (it must be registered and a candidate). The master must not run\n"+
+			"with IgnoreRemoteTransfers.")
+	to := fs.String("to", "", "hand over to this `node` id (default: any candidate)")
+	timeout := fs.Duration("timeout", operate.DefaultStepDownTimeout, "how long to wait for the new master")
+	out := fs.String("o", "text", "output `format`: text or json")
+	if err := a.parse(fs, args); err != nil {
+		return err
+	}
+	if err := oneOf("o", *out, "text", "json"); err != nil {
+		return err
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("%w: -timeout %s must be positive", operate.ErrUsage, *timeout)
+	}
+	r, done, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	res, err := operate.StepDown(ctx, r, *to, *timeout)
+	if res.To != "" {
+		if *out == "json" {
+			_ = writeJSON(a.stdout, res)
+		} else {
+			fmt.Fprintf(a.stdout, "%s is master, term %d (was %s, term %d); took %s\n",
+				res.To, res.Term, res.From, res.FromTerm, operate.FormatGap(res.Took))
+		}
+	}
+	return err
+}
+
+func (a *app) dashboard(ctx context.Context, args []string) error {
+	fs := a.command("dashboard", "[-listen ADDR] [-allow-step-down] [-interval D]",
+		"Serves the live web page of the herd on http://ADDR/, and /api/status (the\n"+
+			"status JSON), /api/events (Server-Sent Events), /metrics (Prometheus) and\n"+
+			"/healthz. The page's step-down button works only with -allow-step-down.")
+	listen := fs.String("listen", DefaultListen, "`address` to listen on (host:port)")
+	allow := fs.Bool("allow-step-down", false, "enable the step-down button (POST /api/step-down)")
+	interval := fs.Duration("interval", operate.DefaultInterval, "re-sync `interval`: Redis is read at least this often")
+	if err := a.parse(fs, args); err != nil {
+		return err
+	}
+	if *interval <= 0 {
+		return fmt.Errorf("%w: -interval %s must be positive", operate.ErrUsage, *interval)
+	}
+	r, done, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := a.snapshot(ctx, r); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("%w: -listen %s: %w", operate.ErrUsage, *listen, err)
+	}
+	d := dashboard.New(r, operate.NewWatcher(r, *interval), dashboard.Options{AllowStepDown: *allow})
+	fmt.Fprintf(a.stdout, "herd dashboard of %q on %s: http://%s/\n", a.lock, r.Conn().URL, ln.Addr())
+	return d.Serve(ctx, ln)
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// compactJSON writes v as compact JSON, or with %v when it cannot.
+func compactJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// writeStatus writes the table form of herd status.
+func writeStatus(w io.Writer, s operate.Snapshot, url string) {
+	fmt.Fprintf(w, "lock     %s on %s (registry backend %s)\n", s.Lock, url, s.Backend)
+	if m := s.Master; m != nil {
+		who := m.NodeID
+		if m.Identifier != "" && m.Identifier != m.NodeID {
+			who += " (" + m.Identifier + ")"
+		}
+		ttl := operate.FormatAge(m.TTL)
+		if m.TTL < 0 {
+			ttl = "none"
+		}
+		fmt.Fprintf(w, "master   %s, term %d, held %s, lock TTL %s\n", who, m.Term, operate.FormatAge(m.Held), ttl)
+	} else {
+		fmt.Fprintln(w, "master   none")
+	}
+	fmt.Fprintln(w)
+	if len(s.Processes) == 0 {
+		fmt.Fprintln(w, "no process registered")
+	} else {
+		processTable(w, s.Processes)
+		fmt.Fprintf(w, "each process receives its messages on the channel %s<PROCESS>\n", scripts.DefaultSlavePrefix)
+	}
+	if len(s.Warnings) > 0 {
+		fmt.Fprintln(w, "\nwarnings:")
+		for _, msg := range s.Warnings {
+			wrap(w, msg, "  - ", "    ", Width)
+		}
+	}
+}
+
+// wrap writes text as lines of at most width runes, the first after
+// first, the others after indent.
+func wrap(w io.Writer, text, first, indent string, width int) {
+	line, prefix := "", first
+	for _, word := range strings.Fields(text) {
+		if line != "" && len([]rune(prefix+line+" "+word)) > width {
+			fmt.Fprintln(w, prefix+line)
+			line, prefix = "", indent
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	fmt.Fprintln(w, prefix+line)
+}

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/herdkit/herd/cmd/herd/internal/operate"
+)
+
+// Width is the terminal width tables fit in.
+const Width = 80
+
+// column is one column of a table: its header, the narrowest it may be
+// squeezed to, the order in which it gives way (1 first; 0 never), and its
+// cells.
+type column struct {
+	header string
+	min    int
+	give   int
+	cells  []string
+}
+
+// writeTable writes the columns aligned, two spaces apart, squeezing the
+// columns that can give (in their order, each down to its min) until each
+// line fits in width; a cell cut short ends with "…".
+func writeTable(w io.Writer, cols []column, width int) {
+	widths := make([]int, len(cols))
+	total := 2 * (len(cols) - 1)
+	for i, c := range cols {
+		widths[i] = utf8.RuneCountInString(c.header)
+		for _, s := range c.cells {
+			widths[i] = max(widths[i], utf8.RuneCountInString(s))
+		}
+		total += widths[i]
+	}
+	for total > width {
+		next := -1
+		for i, c := range cols {
+			if c.give > 0 && widths[i] > c.min && (next < 0 || c.give < cols[next].give) {
+				next = i
+			}
+		}
+		if next < 0 {
+			break // every column at its min: let the line be long
+		}
+		widths[next]--
+		total--
+	}
+	rows := 0
+	if len(cols) > 0 {
+		rows = len(cols[0].cells)
+	}
+	line := func(cell func(i int) string) {
+		var b strings.Builder
+		for i := range cols {
+			s := fit(cell(i), widths[i])
+			b.WriteString(s)
+			if i < len(cols)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(s)+2))
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	line(func(i int) string { return cols[i].header })
+	for r := range rows {
+		line(func(i int) string { return cols[i].cells[r] })
+	}
+}
+
+// fit cuts s to n runes, ending with "…" when cut.
+func fit(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	if n <= 1 {
+		return string([]rune(s)[:n])
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+// processTable writes ps as a table: process id, role, identifier,
+// heartbeat age, the three capabilities (handles detections, maximum of
+// subscriptions, preferred workload) and metadata.
+func processTable(w io.Writer, ps []operate.Process) {
+	cols := []column{
+		{header: "PROCESS", min: 12, give: 3}, {header: "ROLE"}, {header: "IDENTIFIER", min: 10, give: 2},
+		{header: "AGE"}, {header: "DET"}, {header: "SUBS"}, {header: "LOAD"}, {header: "METADATA", min: 8, give: 1},
+	}
+	for _, p := range ps {
+		c := p.Info.Capabilities
+		det := "-"
+		if c.CanProcessDetections {
+			det = "yes"
+		}
+		cells := []string{p.Info.ProcessID, string(p.Info.Role), dash(p.Info.Identifier), operate.FormatAge(p.Age),
+			det, fmt.Sprint(c.MaxSubscriptions), fmt.Sprintf("%d%%", c.PreferredWorkload), dash(metadata(p.Info.Metadata))}
+		for i := range cols {
+			cols[i].cells = append(cols[i].cells, cells[i])
+		}
+	}
+	writeTable(w, cols, Width)
+}
+
+// metadata writes m as key=value pairs sorted by key, values as JSON
+// unless they are strings.
+func metadata(m map[string]any) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v := m[k]
+		s, ok := v.(string)
+		if !ok {
+			s = compactJSON(v)
+		}
+		parts = append(parts, k+"="+s)
+	}
+	return strings.Join(parts, " ")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/herdkit/herd/cmd/herd/internal/operate"
+	"github.com/herdkit/herd/registry"
+)
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
+
+// fixedSnapshot is a snapshot with every kind of content, some too long for
+// 80 columns.
+func fixedSnapshot() operate.Snapshot {
+	seen := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p := func(id, ident string, role registry.Role, age time.Duration, md map[string]any) operate.Process {
+		return operate.Process{Age: age, Info: registry.ProcessInfo{ProcessID: id, NodeID: id, Role: role, Identifier: ident,
+			LastSeen: seen, Metadata: md, Capabilities: registry.Capabilities{CanProcessDetections: role == registry.RoleMaster, MaxSubscriptions: 50, PreferredWorkload: 80}}}
+	}
+	return operate.Snapshot{
+		Lock: "orders", Backend: registry.BackendNative, Time: seen,
+		Master: &operate.Master{NodeID: "api-1", Identifier: "orders-api", Term: 1767225600123, Held: 123 * time.Second, TTL: 27900 * time.Millisecond},
+		Processes: []operate.Process{
+			p("api-1", "orders-api", registry.RoleMaster, 850*time.Millisecond, map[string]any{"zone": "eu-west-1", "version": "2.4.1"}),
+			p("api-2", "orders-api", registry.RoleSlave, 4200*time.Millisecond, nil),
+			p("worker-with-a-rather-long-process-id-7f3a9c", "orders-worker-pool-europe", registry.RoleSlave, 3*time.Hour+2*time.Minute,
+				map[string]any{"queues": []any{"emails", "invoices", "refunds"}, "zone": "eu-central-1", "build": map[string]any{"sha": "9f8e7d6c"}}),
+		},
+		Warnings: []string{
+			"worker-with-a-rather-long-process-id-7f3a9c: last heartbeat 3h02m ago, older than the process TTL 45s (its clock is behind the server's, or its TTL is longer than -process-ttl)",
+		},
+	}
+}
+
+func TestStatusTableGolden(t *testing.T) {
+	var b bytes.Buffer
+	writeStatus(&b, fixedSnapshot(), "redis://127.0.0.1:6379")
+	golden(t, "status.golden", b.String())
+	for _, line := range strings.Split(b.String(), "\n") {
+		if n := utf8.RuneCountInString(line); n > Width {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+
+	b.Reset()
+	s := fixedSnapshot()
+	s.Master, s.Processes, s.Warnings = nil, nil, []string{"no master: nobody holds the lock orders:master"}
+	writeStatus(&b, s, "redis://127.0.0.1:6379")
+	golden(t, "status_empty.golden", b.String())
+}
+
+func TestFormatAge(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "-"}, {0, "0ms"}, {999 * time.Millisecond, "999ms"}, {4250 * time.Millisecond, "4.2s"},
+		{42 * time.Second, "42s"}, {123 * time.Second, "2m03s"}, {62 * time.Minute, "1h02m"}, {76 * time.Hour, "3d04h"},
+	} {
+		if got := operate.FormatAge(tc.d); got != tc.want {
+			t.Errorf("FormatAge(%s) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}

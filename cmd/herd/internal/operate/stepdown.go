@@ -1,0 +1,131 @@
+package operate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// DefaultStepDownTimeout is the default bound of StepDown's wait.
+const DefaultStepDownTimeout = 10 * time.Second
+
+// controlRequest is a request on the control channel, in the form the
+// master reads (masterelection, Transfer): {"request":"transfer","to":"<node id>"}.
+type controlRequest struct {
+	Request string `json:"request"`
+	To      string `json:"to"`
+}
+
+// StepDownResult tells who was master before and after a step-down.
+type StepDownResult struct {
+	From     string        `json:"from"`
+	FromTerm int64         `json:"fromTerm"`
+	To       string        `json:"to"`
+	Term     int64         `json:"term"`
+	Took     time.Duration `json:"-"`
+	// TookMs is Took in milliseconds, for JSON.
+	TookMs int64 `json:"tookMs"`
+}
+
+// StepDown asks the master to hand over, to the process to when it is not
+// "", by publishing a transfer request on the lock's control channel, and
+// waits until Redis shows a new master (a larger term), for at most
+// timeout. The master honours the request unless it runs with
+// IgnoreRemoteTransfers; it hands over only to a process with a live
+// registry entry.
+//
+// Errors wrap ErrUsage (to is no valid node id, or is the master),
+// ErrNotDelivered (no master; to has no live entry; nobody listens on the
+// control channel), ErrStepDownTimeout, or ErrOtherMaster (the new master is
+// another process than to, or the same as before; the result names it).
+func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) (StepDownResult, error) {
+	c, k := r.conn.Client, r.conn.Keys
+	if timeout <= 0 {
+		timeout = DefaultStepDownTimeout
+	}
+	if to != "" {
+		if err := scripts.ValidateName("-to", to); err != nil {
+			return StepDownResult{}, fmt.Errorf("%w: %w", ErrUsage, err)
+		}
+	}
+	st, err := scripts.Check(ctx, c, k)
+	if err != nil {
+		return StepDownResult{}, Classify("check the lock "+k.Master, err)
+	}
+	if !st.Exists || st.NodeID == "" {
+		if st.TermMissing {
+			return StepDownResult{}, UnknownLock(ctx, r.conn)
+		}
+		return StepDownResult{}, fmt.Errorf("%w: no master: nobody holds the lock %s", ErrNotDelivered, k.Master)
+	}
+	res := StepDownResult{From: st.NodeID, FromTerm: st.Term}
+	if to != "" {
+		if to == st.NodeID {
+			return res, fmt.Errorf("%w: -to %s names the master itself", ErrUsage, to)
+		}
+		p, err := r.reg.Process(ctx, to)
+		switch {
+		case errors.Is(err, registry.ErrNotFound):
+			return res, fmt.Errorf("%w: -to %s: no live process of that id is registered under %q (the master would ignore the request)", ErrNotDelivered, to, r.conn.Lock)
+		case err != nil:
+			return res, Classify("read the registry entry of "+to, err)
+		case p.Role == registry.RoleMaster:
+			return res, fmt.Errorf("%w: -to %s: its registry entry says master, but %s holds the lock; try again in a moment", ErrNotDelivered, to, st.NodeID)
+		}
+	}
+	payload, err := json.Marshal(controlRequest{Request: "transfer", To: to})
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	n, err := c.Publish(ctx, k.Control, payload).Result()
+	if err != nil {
+		return res, Classify("publish the request on "+k.Control, err)
+	}
+	if n == 0 {
+		return res, fmt.Errorf("%w: nobody listens on %s: the master %s runs with IgnoreRemoteTransfers (every process does), or it is gone",
+			ErrNotDelivered, k.Control, st.NodeID)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	poll := 2 * time.Millisecond
+	for {
+		now, err := scripts.Check(wctx, c, k)
+		switch {
+		case err == nil && now.Exists && now.Term > st.Term:
+			res.To, res.Term = now.NodeID, now.Term
+			res.Took = time.Since(start)
+			res.TookMs = res.Took.Milliseconds()
+			switch {
+			case to != "" && now.NodeID != to:
+				again := ""
+				if now.NodeID == st.NodeID {
+					again = ", again"
+				}
+				return res, fmt.Errorf("%w: %s is master%s under term %d, not %s: %s did not take the lock within the transfer window (it is not a candidate, or could not reach Redis)",
+					ErrOtherMaster, now.NodeID, again, now.Term, to, to)
+			case now.NodeID == st.NodeID:
+				return res, fmt.Errorf("%w: %s took the lock back under term %d: no other candidate took it within the transfer window", ErrOtherMaster, now.NodeID, now.Term)
+			}
+			return res, nil
+		case err != nil && wctx.Err() == nil && ctx.Err() == nil:
+			// Redis unreachable for now: the request is out; keep asking.
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			return res, fmt.Errorf("%w: the request reached %d listener(s) on %s, but no new master within %s: the master runs with IgnoreRemoteTransfers, or cannot reach Redis",
+				ErrStepDownTimeout, n, k.Control, timeout)
+		case <-time.After(poll):
+		}
+		poll = min(2*poll, 50*time.Millisecond)
+	}
+}
