@@ -372,6 +372,16 @@ func TestCheck(t *testing.T) {
 				with(rec("b", KindSlaveJoined, 11, 0, "c", 2800)),
 		},
 		{
+			name: "slave paused before the master reported it joined is reported joined once after",
+			h: base.with(harness(KindFault, 1, FaultPauseSlave, "c", 1220), harness(KindHeal, 1, FaultPauseSlave, "c", 2700),
+				rec("b", KindSlaveJoined, 11, 0, "c", 2800)),
+		},
+		{
+			name:  "slave paused before the master reported it joined, never reported",
+			h:     base.with(harness(KindFault, 1, FaultPauseSlave, "c", 1220), harness(KindHeal, 1, FaultPauseSlave, "c", 2700)),
+			wants: []string{"membership: slave c paused for 1.48s: b (term 11) reported 0 leaves and 0 joins after it, want 0 and 1"},
+		},
+		{
 			name:  "paused slave never reported gone",
 			h:     base.with(rec("b", KindSlaveJoined, 11, 0, "c", 1210), harness(KindFault, 1, FaultPauseSlave, "c", 1220), harness(KindHeal, 1, FaultPauseSlave, "c", 2700)),
 			wants: []string{"membership: slave c paused for 1.48s: b (term 11) reported 0 leaves and 0 joins after it, want 1 and 1"},

@@ -204,13 +204,14 @@ func (f *forger) forge() {
 		what = "malformed envelope"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	at := Now() // before the PUBLISH: its receivers act on it after this instant
 	err := f.c.admin.Publish(ctx, channel, payload).Err()
 	cancel()
 	detail := fmt.Sprintf("%s on %s: %.200s", what, channel, payload)
 	if err != nil && err != redis.Nil {
 		detail += " (not published: " + err.Error() + ")"
 	}
-	f.c.add(Record{Kind: KindForgery, Seq: f.seq, Peer: named, Term: term, Highest: real, Detail: detail})
+	f.c.add(Record{T: at, Kind: KindForgery, Seq: f.seq, Peer: named, Term: term, Highest: real, Detail: detail})
 }
 
 // msgTypeWork is the message type the node program handles.
