@@ -36,6 +36,13 @@ var (
 	// instead. The process was replaced as master (its lock expired or was
 	// taken, during a pause say) and has not noticed yet.
 	ErrNotMaster = errors.New("registry: not master: the lock is not held under this term")
+	// ErrUnconfirmedNotice: a SlaveTracker ignored a notice that the
+	// registry contradicts, reported to its OnError: an "unregistered" notice
+	// for a process whose entry is present and fresh, or a notice without a
+	// version or with a version above every one Redis has minted, for an
+	// entry the registry does not show. Notices come from pub/sub, on which
+	// any client allowed to PUBLISH can write; the registry is the truth.
+	ErrUnconfirmedNotice = errors.New("registry: notice not confirmed by the registry")
 	// ErrTrackerRunning: SlaveTracker.Run was called while another Run of the
 	// same tracker had not returned.
 	ErrTrackerRunning = errors.New("registry: slave tracker already running")

@@ -544,6 +544,26 @@ func (r *Registry) corrupt(field string, err error) error {
 	return fmt.Errorf("%w: field %q of %q: %w", ErrCorruptEntry, truncate(field), r.keys.Processes, err)
 }
 
+// entries reads the live entries of ids and the registry's version as of
+// the read, atomically, in one round trip. Corrupt entries are left out and
+// reported to Options.OnError.
+func (r *Registry) entries(ctx context.Context, ids []string) (map[string]ProcessInfo, int64, error) {
+	view, err := r.be.read(ctx, ids, true)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
+	}
+	out := make(map[string]ProcessInfo, len(view.Entries))
+	for id, raw := range view.Entries {
+		p, err := decodeProcess(id, raw)
+		if err != nil {
+			r.reportOnce(id, hashOf(raw), err)
+			continue
+		}
+		out[id] = p
+	}
+	return out, view.Version, nil
+}
+
 // removeStale deletes the entry of id if it still holds raw, the value it
 // was read with, and returns the version of the deletion (0: not deleted).
 func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/scripts"
 )
 
 // Defaults of TrackerOptions, the specification's values.
@@ -22,6 +23,9 @@ const (
 
 // noticeQueue is how many notices Notice buffers before it drops them.
 const noticeQueue = 1024
+
+// confirmBatch is the largest number of notices one registry read confirms.
+const confirmBatch = 512
 
 // reasonExpired is the reason of the notices registry_expire.lua publishes.
 const reasonExpired = "expired"
@@ -172,7 +176,7 @@ func (t *SlaveTracker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case p := <-t.notices:
-			s.notice(ctx, p)
+			s.notices(ctx, t.batch(p))
 			continue
 		case <-t.resync:
 		case <-timer.C():
@@ -181,6 +185,21 @@ func (t *SlaveTracker) Run(ctx context.Context) error {
 		timer.Reset(t.opts.SweepInterval)
 		t.swept()
 	}
+}
+
+// batch returns first and the notices queued behind it, at most
+// confirmBatch in all, so that one read confirms them all.
+func (t *SlaveTracker) batch(first []byte) [][]byte {
+	out := [][]byte{first}
+	for len(out) < confirmBatch {
+		select {
+		case p := <-t.notices:
+			out = append(out, p)
+		default:
+			return out
+		}
+	}
+	return out
 }
 
 func (t *SlaveTracker) discardQueued() {
@@ -202,17 +221,22 @@ func (t *SlaveTracker) swept() {
 
 // trackerState is the state of one Run, owned by its goroutine.
 //
-// Every registry write carries a version minted by Redis, larger than every
-// earlier one (scripts.Keys.RegistryVersion); notices carry the version of
-// their write, and a sweep reads the registry's version with the entries.
-// The tracker applies nothing older than what it has applied for the same
-// process: a notice whose version is not above the last sweep's (or the
-// last notice applied for that process) was already reflected by them.
+// Notices are hints: anyone allowed to PUBLISH on the channel can send one.
+// None becomes a join or a leave until a read of the registry confirms it:
+// each batch of notices costs one read of the entries they name, with the
+// registry's version. Every registry write carries a version minted by
+// Redis, larger than every earlier one (scripts.Keys.RegistryVersion); the
+// tracker records, per process, the registry version up to which its reads
+// (a sweep, a confirming read, its own stale removal) reflect every write,
+// and skips a notice whose version is not above it: that write was read
+// already. So nothing older than what was read is applied, and a notice's
+// version, forged or not, never raises what the tracker believes it has
+// read: only Redis's replies do.
 type trackerState struct {
 	t      *SlaveTracker
 	known  map[string]SlaveNode // reported joined and not yet left, by process id
-	absent map[string]bool      // known slaves the last sweep found gone without a notice
-	seen   map[string]int64     // per process id, the version of the last write applied since the last sweep
+	absent map[string]bool      // known slaves the last read found gone, without knowing why
+	seen   map[string]int64     // per process id, the registry version its last read or removal reflects (above swept)
 	swept  int64                // the registry's version as of the last sweep
 }
 
@@ -220,9 +244,16 @@ func newTrackerState(t *SlaveTracker) *trackerState {
 	return &trackerState{t: t, known: map[string]SlaveNode{}, absent: map[string]bool{}, seen: map[string]int64{}}
 }
 
-// applied returns the version of the latest write of id that the state
-// reflects.
+// applied returns the registry version up to which the state reflects every
+// write of id.
 func (s *trackerState) applied(id string) int64 { return max(s.seen[id], s.swept) }
+
+// saw records that every write of id up to version is reflected.
+func (s *trackerState) saw(id string, version int64) {
+	if version > s.applied(id) {
+		s.seen[id] = version
+	}
+}
 
 // notice is the JSON the registry scripts publish on Keys.RegistryEvents.
 type notice struct {
@@ -234,54 +265,161 @@ type notice struct {
 	Reason  string          `json:"reason"`
 }
 
-func (s *trackerState) notice(ctx context.Context, payload []byte) {
-	var n notice
-	if err := json.Unmarshal(payload, &n); err != nil {
-		s.fail(ctx, fmt.Errorf("events notice %q is not JSON: %w", truncate(string(payload)), err))
-		return
-	}
-	if n.Event != "registered" && n.Event != "unregistered" {
-		return
-	}
-	if n.Version > 0 && n.Version <= s.applied(n.NodeID) {
-		// Older than what was applied. Only one thing is left to learn: the
-		// last sweep found this slave gone without knowing why, and it
-		// unregistered.
-		if n.Event == "unregistered" && n.Reason != reasonExpired && s.absent[n.NodeID] {
-			s.leave(ctx, n.NodeID)
+// hint is what a notice says about one process.
+type hint struct {
+	unregistered bool
+	version      int64 // 0: the notice carried none
+}
+
+// notices handles a batch of notices: it confirms the ones that could
+// change something with one read of the entries they name, then reports
+// the joins and leaves that read shows, in process id order, then the
+// malformed notices.
+func (s *trackerState) notices(ctx context.Context, payloads [][]byte) {
+	var bad []error
+	hints := map[string][]hint{}
+	for _, payload := range payloads {
+		var n notice
+		if err := json.Unmarshal(payload, &n); err != nil {
+			bad = append(bad, fmt.Errorf("events notice %q is not JSON: %w", truncate(string(payload)), err))
+			continue
 		}
-		return
-	}
-	switch n.Event {
-	case "registered":
-		p, err := decodeProcess(n.NodeID, string(n.Process))
-		if err != nil {
-			s.fail(ctx, fmt.Errorf("registered notice for %q: %w: %w", truncate(n.NodeID), ErrCorruptEntry, err))
-			return
-		}
-		s.saw(n.NodeID, n.Version)
-		delete(s.absent, p.ProcessID)
-		if p.Role == RoleSlave {
-			s.join(ctx, p)
-		} else {
-			s.leave(ctx, p.ProcessID)
-		}
-	case "unregistered":
-		if n.Reason == reasonExpired {
+		switch {
+		case n.Event != "registered" && n.Event != "unregistered":
+			continue // a lock notice, or one of another program
+		case scripts.ValidateName("node id", n.NodeID) != nil:
+			bad = append(bad, fmt.Errorf("%s notice %q: %w: no valid nodeId", n.Event, truncate(string(payload)), ErrUnconfirmedNotice))
+			continue
+		case n.NodeID == s.t.opts.Self:
+			continue
+		case n.Event == "unregistered" && n.Reason == reasonExpired:
 			// An emulated read removed an expired entry. The native backends
 			// announce no expiry, so the sweep decides for all three alike.
-			return
+			continue
+		case n.Event == "registered":
+			if _, err := decodeProcess(n.NodeID, string(n.Process)); err != nil {
+				bad = append(bad, fmt.Errorf("registered notice for %q: %w: %w", truncate(n.NodeID), ErrCorruptEntry, err))
+				continue
+			}
 		}
-		s.saw(n.NodeID, n.Version)
-		s.leave(ctx, n.NodeID)
+		hints[n.NodeID] = append(hints[n.NodeID], hint{unregistered: n.Event == "unregistered", version: n.Version})
+	}
+
+	var ids []string
+	for _, id := range sortedKeys(hints) {
+		fresh := hints[id][:0]
+		for _, h := range hints[id] {
+			if h.version > 0 && h.version <= s.applied(id) {
+				// A read reflects this write already. One thing may be left
+				// to learn: that a slave the read found gone unregistered.
+				if h.unregistered && s.absent[id] {
+					s.leave(ctx, id)
+				}
+				continue
+			}
+			fresh = append(fresh, h)
+		}
+		if hints[id] = fresh; len(fresh) > 0 {
+			ids = append(ids, id)
+		}
+	}
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), confirmBatch)]
+		ids = ids[len(chunk):]
+		s.confirm(ctx, chunk, hints)
+	}
+	for _, err := range bad {
+		s.fail(ctx, err)
 	}
 }
 
-// saw records that the write version of id has been applied.
-func (s *trackerState) saw(id string, version int64) {
-	if version > s.seen[id] {
-		s.seen[id] = version
+// confirm reads the entries of ids and applies what the read shows; each
+// hint is checked against it, and one the registry contradicts is reported.
+func (s *trackerState) confirm(ctx context.Context, ids []string, hints map[string][]hint) {
+	t := s.t
+	entries, version, err := t.reg.entries(ctx, ids)
+	if err != nil {
+		s.fail(ctx, fmt.Errorf("confirm registry notices: %w", err))
+		select { // the next sweep catches up on what these notices said
+		case t.resync <- struct{}{}:
+		default:
+		}
+		return
 	}
+	now := t.opts.Clock.Now()
+	for _, id := range ids {
+		p, present := entries[id]
+		live := present && now.Sub(p.LastSeen) <= t.opts.SlaveTimeout
+		left := false // a notice that it unregistered is consistent with the read
+		for _, h := range hints[id] {
+			future := version > 0 && h.version > version
+			switch {
+			case live && h.unregistered && !(h.version > 0 && h.version < p.Version):
+				s.fail(ctx, s.contradicted(id, h, p))
+			case future || (!present && h.version == 0 && !h.unregistered):
+				s.fail(ctx, s.unfounded(id, h, version))
+			case !present && h.unregistered:
+				left = true
+			}
+		}
+		switch {
+		case live && p.Role == RoleSlave:
+			delete(s.absent, id)
+			if _, ok := s.known[id]; ok {
+				s.known[id] = p.Slave() // keep its lastSeen current
+			} else {
+				s.join(ctx, p)
+			}
+		case present && p.Role == RoleSlave:
+			// Stale: the sweep removes it and reports it, as for any slave
+			// that stopped heartbeating.
+		case present:
+			s.leave(ctx, id) // it became master
+		case left:
+			s.leave(ctx, id)
+		default:
+			s.vanished(ctx, id, now)
+		}
+		s.saw(id, version)
+	}
+}
+
+// vanished handles a known slave that a read found absent without a
+// confirmed reason: expired, or lost with the data. It leaves when it has
+// not been seen for SlaveTimeout, as a stale slave does; until then a
+// heartbeat may bring it back unreported, and a notice that it unregistered
+// makes it leave at once.
+func (s *trackerState) vanished(ctx context.Context, id string, now time.Time) {
+	node, ok := s.known[id]
+	if !ok {
+		return
+	}
+	s.absent[id] = true
+	if now.Sub(node.LastSeen) > s.t.opts.SlaveTimeout {
+		s.leave(ctx, id)
+	}
+}
+
+// contradicted is the error of an unregistered notice for a process whose
+// entry is present and fresh, and not newer than the notice.
+func (s *trackerState) contradicted(id string, h hint, p ProcessInfo) error {
+	return fmt.Errorf("%w: unregistered notice for %q (version %d) ignored: its entry is in the registry as a live %s (version %d, lastSeen %s)",
+		ErrUnconfirmedNotice, truncate(id), h.version, p.Role, p.Version, p.LastSeen.UTC().Format(time.RFC3339Nano))
+}
+
+// unfounded is the error of a notice the registry cannot have sent: one
+// whose version is above every version minted yet, or a registration
+// without a version for an entry the read does not show.
+func (s *trackerState) unfounded(id string, h hint, version int64) error {
+	event := "registered"
+	if h.unregistered {
+		event = "unregistered"
+	}
+	if h.version == 0 {
+		return fmt.Errorf("%w: %s notice for %q without a version ignored: the registry has no such entry", ErrUnconfirmedNotice, event, truncate(id))
+	}
+	return fmt.Errorf("%w: %s notice for %q ignored: its version %d is above every version the registry has minted (%d)",
+		ErrUnconfirmedNotice, event, truncate(id), h.version, version)
 }
 
 // sweep reads the registry, removes the stale slaves and reconciles known
@@ -343,14 +481,7 @@ func (s *trackerState) sweep(ctx context.Context) {
 			s.leave(ctx, id) // it became master
 			continue
 		}
-		// Gone without a notice: expired, or lost with the data. It leaves
-		// when it has not been seen for SlaveTimeout, as a stale slave does;
-		// until then a heartbeat may bring it back unreported, and a notice
-		// that it unregistered makes it leave at once.
-		s.absent[id] = true
-		if now.Sub(s.known[id].LastSeen) > t.opts.SlaveTimeout {
-			s.leave(ctx, id)
-		}
+		s.vanished(ctx, id, now)
 	}
 	for _, id := range sortedKeys(present) {
 		s.join(ctx, present[id])

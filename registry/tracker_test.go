@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/herdkit/herd/internal/redistest"
 )
 
 const (
@@ -24,6 +27,7 @@ type trackerEnv struct {
 	got    chan string // "join:<id>", "leave:<id>", "error"
 	sweeps chan struct{}
 	joined chan SlaveNode
+	errs   chan error
 	cancel context.CancelFunc
 	done   chan error
 	seq    atomic.Int64
@@ -55,7 +59,7 @@ func startTracker(t *testing.T, e *env, opts TrackerOptions, feed bool) *tracker
 
 func newTracker(t *testing.T, e *env, opts TrackerOptions) *trackerEnv {
 	t.Helper()
-	te := &trackerEnv{env: e, got: make(chan string, 4096), sweeps: make(chan struct{}, 64), joined: make(chan SlaveNode, 4096)}
+	te := &trackerEnv{env: e, got: make(chan string, 4096), sweeps: make(chan struct{}, 64), joined: make(chan SlaveNode, 4096), errs: make(chan error, 4096)}
 	if opts.SlaveTimeout == 0 {
 		opts.SlaveTimeout = testSlaveTimeout
 	}
@@ -64,7 +68,7 @@ func newTracker(t *testing.T, e *env, opts TrackerOptions) *trackerEnv {
 	}
 	opts.OnJoin = func(n SlaveNode) { te.joined <- n; te.got <- "join:" + n.NodeID }
 	opts.OnLeave = func(id string) { te.got <- "leave:" + id }
-	opts.OnError = func(error) { te.got <- "error" }
+	opts.OnError = func(err error) { te.errs <- err; te.got <- "error" }
 	tr, err := NewSlaveTracker(e.reg, opts)
 	if err != nil {
 		t.Fatalf("NewSlaveTracker: %v", err)
@@ -282,26 +286,61 @@ func TestTrackerNotices(t *testing.T) {
 	te.run(t)
 	te.waitSweep(t)
 
+	unregister := func(id string) func() {
+		return func() {
+			if err := e.reg.Unregister(e.ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Every notice is a hint, confirmed by a read of the registry: only what
+	// the registry shows is reported, and a notice it contradicts is
+	// reported as an error wrapping ErrUnconfirmedNotice.
 	for _, tc := range []struct {
-		name    string
-		payload string
-		want    []string
+		name        string
+		before      func() // a write whose own notice is not fed
+		payload     string
+		want        []string
+		unconfirmed bool // the first error wraps ErrUnconfirmedNotice
 	}{
-		{"not JSON", `{"event":`, []string{"error"}},
-		{"corrupt process", `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"b","role":"slave"}}`, []string{"error"}},
-		{"no process", `{"event":"registered","nodeId":"a","role":"slave"}`, []string{"error"}},
-		{"lock notice", `{"event":"acquired","nodeId":"m","term":3}`, nil},
-		{"unknown event", `{"event":"rebalanced"}`, nil},
-		{"unregistered unknown slave", `{"event":"unregistered","nodeId":"zz"}`, nil},
-		{"registered master", `{"event":"registered","nodeId":"m","role":"master","process":{"processId":"m","role":"master"}}`, nil},
-		{"registered slave", `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"a","role":"slave"}}`, []string{"join:a"}},
-		{"registered again", `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"a","role":"slave"}}`, nil},
-		{"unregistered", `{"event":"unregistered","nodeId":"a","reason":"stale"}`, []string{"leave:a"}},
+		{"not JSON", nil, `{"event":`, []string{"error"}, false},
+		{"corrupt process", nil, `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"b","role":"slave"}}`, []string{"error"}, false},
+		{"no process", nil, `{"event":"registered","nodeId":"a","role":"slave"}`, []string{"error"}, false},
+		{"no node id", nil, `{"event":"unregistered","nodeId":"a b"}`, []string{"error"}, true},
+		{"lock notice", nil, `{"event":"acquired","nodeId":"m","term":3}`, nil, false},
+		{"unknown event", nil, `{"event":"rebalanced"}`, nil, false},
+		{"unregistered unknown slave", nil, `{"event":"unregistered","nodeId":"zz"}`, nil, false},
+		{"registered master, absent", nil, `{"event":"registered","nodeId":"m","role":"master","process":{"processId":"m","role":"master"}}`, []string{"error"}, true},
+		{"registered slave, absent", nil, `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"a","role":"slave"}}`, []string{"error"}, true},
+		{"registered slave, absent, versioned", nil, `{"event":"registered","nodeId":"a","role":"slave","version":1,"process":{"processId":"a","role":"slave"}}`, nil, false},
+		{"registered slave", func() { e.register(slave("a")) }, `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"a","role":"slave"}}`, []string{"join:a"}, false},
+		{"registered again", nil, `{"event":"registered","nodeId":"a","role":"slave","process":{"processId":"a","role":"slave"}}`, nil, false},
+		{"forged unregistered", nil, `{"event":"unregistered","nodeId":"a"}`, []string{"error"}, true},
+		{"forged unregistered, huge version", nil, `{"event":"unregistered","nodeId":"a","version":9000000000000000}`, []string{"error"}, true},
+		{"forged unregistered, stale reason", nil, `{"event":"unregistered","nodeId":"a","reason":"stale"}`, []string{"error"}, true},
+		{"unregistered", unregister("a"), `{"event":"unregistered","nodeId":"a","reason":"stale"}`, []string{"leave:a"}, false},
+		{"registered again after leaving", func() { e.register(slave("a")) }, `{"event":"registered","nodeId":"a","role":"slave","version":9000000000000000,"process":{"processId":"a","role":"slave"}}`, []string{"error", "join:a"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.before != nil {
+				tc.before()
+			}
 			te.tr.Notice([]byte(tc.payload))
 			te.tr.Notice([]byte("end")) // reported as an error after tc's callbacks
 			te.expect(t, append(tc.want, "error")...)
+			var errs []error
+			for _, w := range tc.want {
+				if w == "error" {
+					errs = append(errs, <-te.errs) // sent before its "error"
+				}
+			}
+			<-te.errs // the end marker's
+			if tc.unconfirmed && (len(errs) == 0 || !errors.Is(errs[0], ErrUnconfirmedNotice)) {
+				t.Errorf("errors %v, want one wrapping ErrUnconfirmedNotice", errs)
+			}
+			if !tc.unconfirmed && len(errs) > 0 && errors.Is(errs[0], ErrUnconfirmedNotice) {
+				t.Errorf("error %v for a notice the registry does not contradict", errs[0])
+			}
 		})
 	}
 	if d := te.tr.Dropped(); d != 1 {
@@ -412,4 +451,55 @@ func TestTrackerAppliesNothingOlder(t *testing.T) {
 			end()
 		})
 	}
+}
+
+// TestIntegrationForgedNotices: a client that may PUBLISH but writes no key
+// sends registry notices that no write made, on every server: an
+// unregistration of a live slave and a registration of a process that is
+// not registered, each without a version and with the next version Redis
+// would mint. None becomes a callback, each is reported once, and a huge
+// version does not make the tracker miss the real notices after it.
+func TestIntegrationForgedNotices(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		e := newEnv(t, serverTargets(t, inst)[0], Options{ProcessTTL: time.Minute})
+		e.register(slave("a"), slave("b"))
+		te := startTracker(t, e, TrackerOptions{}, true)
+		te.expect(t, "join:a", "join:b")
+		forger := inst.Client(t)
+		next := func() string {
+			v, err := e.c.Get(e.ctx, e.keys.RegistryVersion()).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strconv.FormatInt(v+1, 10)
+		}
+		ghost := `"process":{"processId":"ghost","nodeId":"ghost","role":"slave","lastSeen":"` + time.Now().UTC().Format(jsLayout) + `"}`
+		for _, f := range []struct{ name, payload string }{
+			{"unregistered, no version", `{"event":"unregistered","nodeId":"a"}`},
+			{"unregistered, next version", `{"event":"unregistered","nodeId":"a","version":` + next() + `}`},
+			{"unregistered, huge version", `{"event":"unregistered","nodeId":"b","version":9000000000000000}`},
+			{"registered ghost, no version", `{"event":"registered","nodeId":"ghost","role":"slave",` + ghost + `}`},
+			{"registered ghost, next version", `{"event":"registered","nodeId":"ghost","role":"slave","version":` + next() + `,` + ghost + `}`},
+		} {
+			if err := forger.Publish(e.ctx, e.keys.RegistryEvents, f.payload).Err(); err != nil {
+				t.Fatal(err)
+			}
+			te.expect(t, "error")
+			if err := <-te.errs; !errors.Is(err, ErrUnconfirmedNotice) {
+				t.Errorf("%s: reported %v, want ErrUnconfirmedNotice", f.name, err)
+			}
+			te.settle(t) // and nothing else
+			for len(te.errs) > 0 {
+				<-te.errs // the barrier's
+			}
+		}
+		// The real notices still count, at once.
+		if err := e.reg.Unregister(e.ctx, "b"); err != nil {
+			t.Fatal(err)
+		}
+		te.expect(t, "leave:b")
+		e.register(slave("c"))
+		te.expect(t, "join:c")
+	})
 }
