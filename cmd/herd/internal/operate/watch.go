@@ -452,7 +452,16 @@ func (w *Watcher) stateEvent(s Snapshot, prefix string) Event {
 			slaves++
 		}
 	}
-	fmt.Fprintf(&b, "; %d processes (%d master, %d slaves); registry backend %s", len(s.Processes), masters, slaves, s.Backend)
+	fmt.Fprintf(&b, "; %s (%s, %s); registry backend %s",
+		plural(len(s.Processes), "process", "processes"), plural(masters, "master", "masters"), plural(slaves, "slave", "slaves"), s.Backend)
 	e.Message = b.String()
 	return e
+}
+
+// plural writes n with the noun's form for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

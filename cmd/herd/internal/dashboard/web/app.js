@@ -125,7 +125,7 @@
 
   function capabilities(c) {
     c = c || {};
-    return (c.canProcessDetections ? 'detect' : '-') + ' · subs ' + (c.maxSubscriptions || 0) + ' · load ' + (c.preferredWorkload || 0) + '%';
+    return (c.canProcessDetections ? 'detections' : 'no detections') + ' · subs ' + (c.maxSubscriptions || 0) + ' · load ' + (c.preferredWorkload || 0) + '%';
   }
 
   function metadata(m) {
@@ -167,7 +167,7 @@
     var now = serverNow();
     var first = now;
     model.masterships.forEach(function (m) { if (m.startMs > 0 && m.startMs < first) { first = m.startMs; } });
-    var span = Math.min(Math.max(now - first + 2000, 60000), 30 * 60000);
+    var span = Math.min(Math.max((now - first) * 1.1, 10000), 30 * 60000);
     var start = now - span;
     $('axis-start').textContent = clock(start);
     model.masterships.forEach(function (m, i) {
@@ -201,7 +201,7 @@
         el('span', { className: 'time', text: m.end || '' })
       ]));
     }
-    if (shown === 0) { list.appendChild(el('li', { className: 'time', text: 'no failover seen since the dashboard started' })); }
+    if (shown === 0) { list.appendChild(el('li', { className: 'note', text: 'no failover seen since the dashboard started' })); }
   }
 
   function renderEvents() {
