@@ -69,7 +69,7 @@ soak-summary:
 ## test-topologies: herd on Redis Cluster and Sentinel deployments that the
 ## tests build from the server binaries (build tag topologies; a few minutes).
 ## Packages run one at a time (-p 1): failovers are timed by the servers.
-TOPOLOGY_PKGS ?= ./integration/topologies/ ./internal/redistest/
+TOPOLOGY_PKGS ?= ./integration/topologies/ ./internal/redistest/ ./cmd/herd/internal/operate/
 test-topologies:
 	$(GO) vet -tags topologies $(TOPOLOGY_PKGS)
 	$(GO) test -race -count=1 -p 1 -timeout 30m -tags topologies $(TOPOLOGY_PKGS)

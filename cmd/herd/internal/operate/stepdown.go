@@ -41,7 +41,8 @@ type StepDownResult struct {
 //
 // Errors wrap ErrUsage (to is no valid node id, or is the master),
 // ErrNotDelivered (no master; to has no live entry; nobody listens on the
-// control channel), ErrStepDownTimeout, or ErrOtherMaster (the new master is
+// control channel, which only a server that is not a Cluster node can
+// tell), ErrStepDownTimeout, or ErrOtherMaster (the new master is
 // another process than to, or the same as before; the result names it).
 func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) (StepDownResult, error) {
 	c, k := r.conn.Client, r.conn.Keys
@@ -87,7 +88,9 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 	if err != nil {
 		return res, Classify("publish the request on "+k.Control, err)
 	}
-	if n == 0 {
+	// On a Cluster, PUBLISH counts only the subscribers of the node that
+	// took it (it reaches the others' too): 0 proves nothing there.
+	if n == 0 && r.conn.Topology != TopologyCluster {
 		return res, fmt.Errorf("%w: nobody listens on %s: the master %s runs with IgnoreRemoteTransfers (every process does), or it is gone",
 			ErrNotDelivered, k.Control, st.NodeID)
 	}
@@ -122,8 +125,8 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			return res, fmt.Errorf("%w: the request reached %d listener(s) on %s, but no new master within %s: the master runs with IgnoreRemoteTransfers, or cannot reach Redis",
-				ErrStepDownTimeout, n, k.Control, timeout)
+			return res, fmt.Errorf("%w: the request was published on %s (%d listener(s) on the node that took it), but no new master within %s: the master runs with IgnoreRemoteTransfers, or cannot reach Redis",
+				ErrStepDownTimeout, k.Control, n, timeout)
 		case <-time.After(poll):
 		}
 		poll = min(2*poll, 50*time.Millisecond)

@@ -105,6 +105,7 @@ func TestWatch(t *testing.T) {
 		rel := w.await(t, mark, EventReleased, "a")
 		acq := w.await(t, mark, EventAcquired, "c")
 		fo := w.await(t, mark, EventFailover, "c")
+		herdtest.Eventually(t, 5*time.Second, "c master", nodes[2].IsMaster) // Transfer returns once Redis shows it
 		if rel.To != "c" || rel.Reason != "" || acq.Term != nodes[2].Term() || fo.From != "a" || fo.FromTerm != st.Term ||
 			fo.GapAtMost || fo.Gap > 200*time.Millisecond || acq.At.IsZero() {
 			t.Fatalf("hand-over events: %+v, %+v, %+v", rel, acq, fo)

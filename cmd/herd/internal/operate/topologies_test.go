@@ -1,0 +1,86 @@
+//go:build topologies
+
+package operate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
+	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/masterelection"
+)
+
+// elect starts an election of lock for each id on a client of its own made
+// by newClient, and stops them when the test ends.
+func elect(t *testing.T, newClient func() redis.UniversalClient, lock string, ids ...string) []*masterelection.MasterElection {
+	t.Helper()
+	var nodes []*masterelection.MasterElection
+	for _, id := range ids {
+		c := newClient()
+		t.Cleanup(func() { _ = c.Close() })
+		m, err := masterelection.New(c, herdtest.Config(lock, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = m.Start(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { herdtest.Stop(t, m) })
+		nodes = append(nodes, m)
+	}
+	herdtest.WaitRegistered(t, nodes[0], len(ids))
+	return nodes
+}
+
+// status, watch and step-down through a Cluster URL and a Sentinel URL.
+func TestTopologyURLs(t *testing.T) {
+	s := redistest.Default(t)
+	check := func(t *testing.T, url string, topo Topology, nodes []*masterelection.MasterElection) {
+		t.Helper()
+		c := dial(t, url, "topo")
+		if c.Topology != topo {
+			t.Fatalf("%s: topology %s, want %s", url, c.Topology, topo)
+		}
+		r := reader(t, c)
+		snap, err := r.Read(testCtx(t))
+		if err != nil || snap.Master == nil || snap.Master.NodeID != "a" || len(snap.Processes) != 2 || len(snap.Warnings) != 0 {
+			t.Fatalf("%s: %+v, %v", url, snap, err)
+		}
+		w := watch(t, r, 200*time.Millisecond)
+		w.await(t, 0, EventState, "a")
+		res, err := StepDown(testCtx(t), r, "b", 10*time.Second)
+		if err != nil || res.To != "b" {
+			t.Fatalf("%s: step-down: %+v, %v", url, res, err)
+		}
+		w.await(t, 0, EventFailover, "b")
+		herdtest.Eventually(t, 10*time.Second, "b master", nodes[1].IsMaster)
+		names, err := Locks(testCtx(t), c.Client)
+		if err != nil || strings.Join(names, ",") != "topo" {
+			t.Fatalf("%s: lock names %q, %v", url, names, err)
+		}
+	}
+
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, s, 3)
+		nodes := elect(t, func() redis.UniversalClient { return redis.NewClusterClient(cl.Options()) }, "topo", "a", "b")
+		addrs := cl.Addrs()
+		url := "redis+cluster://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+		check(t, url, TopologyCluster, nodes)
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		d := redistest.StartSentinel(t, s)
+		nodes := elect(t, func() redis.UniversalClient { return redis.NewFailoverClient(d.FailoverOptions()) }, "topo", "a", "b")
+		addrs := d.Addrs()
+		url := fmt.Sprintf("redis://%s?master_name=%s&addr=%s", addrs[0], redistest.SentinelMasterName, strings.Join(addrs[1:], "&addr="))
+		check(t, url, TopologySentinel, nodes)
+	})
+}
