@@ -29,15 +29,6 @@ func (r transferRequest) reply(err error) {
 	}
 }
 
-// controlRequest is a message on the control channel:
-// {"request":"transfer","to":"<node id>"}.
-type controlRequest struct {
-	Request string `json:"request"`
-	To      string `json:"to"`
-}
-
-const controlTransfer = "transfer"
-
 // Transfer hands mastership over on purpose, for maintenance of this
 // process, say. The master cancels its OnMasterAcquired handlers' ctx (they
 // get up to HeartbeatInterval to return, as at Stop), turns IsMaster false,
@@ -156,8 +147,8 @@ func (m *MasterElection) awaitSuccessor(ctx context.Context, to string, from int
 // and only for a node with a live registry entry other than this one: a
 // request that names no such process changes nothing.
 func (m *MasterElection) remoteTransfer(ctx context.Context, payload string) (transferRequest, bool) {
-	var c controlRequest
-	if err := json.Unmarshal([]byte(payload), &c); err != nil || c.Request != controlTransfer {
+	var c scripts.ControlRequest
+	if err := json.Unmarshal([]byte(payload), &c); err != nil || c.Request != scripts.ControlTransfer {
 		m.log.Debug().Str("payload", fmt.Sprintf("%.96q", payload)).Msg("control channel: not a transfer request, ignored")
 		return transferRequest{}, false
 	}

@@ -45,6 +45,18 @@ type Notice struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// ControlTransfer is the request of a ControlRequest that asks the master
+// to hand over (masterelection.Transfer).
+const ControlTransfer = "transfer"
+
+// ControlRequest is a message on Keys.Control, an operator's request to the
+// master: {"request":"transfer","to":"<node id>"} asks it to hand over to
+// that process ("" or no "to": to any candidate).
+type ControlRequest struct {
+	Request string `json:"request"`
+	To      string `json:"to,omitempty"`
+}
+
 // Lock reports whether n is a lock notice (acquired or released).
 func (n Notice) Lock() bool { return n.Event == NoticeAcquired || n.Event == NoticeReleased }
 

@@ -14,13 +14,6 @@ import (
 // DefaultStepDownTimeout is the default bound of StepDown's wait.
 const DefaultStepDownTimeout = 10 * time.Second
 
-// controlRequest is a request on the control channel, in the form the
-// master reads (masterelection, Transfer): {"request":"transfer","to":"<node id>"}.
-type controlRequest struct {
-	Request string `json:"request"`
-	To      string `json:"to"`
-}
-
 // StepDownResult tells who was master before and after a step-down.
 type StepDownResult struct {
 	From     string        `json:"from"`
@@ -79,7 +72,7 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 			return res, fmt.Errorf("%w: -to %s: its registry entry says master, but %s holds the lock; try again in a moment", ErrNotDelivered, to, st.NodeID)
 		}
 	}
-	payload, err := json.Marshal(controlRequest{Request: "transfer", To: to})
+	payload, err := json.Marshal(scripts.ControlRequest{Request: scripts.ControlTransfer, To: to})
 	if err != nil {
 		return res, err
 	}
