@@ -115,8 +115,8 @@ func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, o
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
 	}
-	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.RegistryEvents == "" || keys.MasterProcess == "" ||
-		keys.Master == "" || keys.Term == "" {
+	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.ProcessesVersion == "" || keys.RegistryEvents == "" ||
+		keys.MasterProcess == "" || keys.Master == "" || keys.Term == "" {
 		return nil, fmt.Errorf("%w: keys are missing names; build them with scripts.NewKeys", ErrInvalidOptions)
 	}
 	if _, cluster := client.(*redis.ClusterClient); cluster && !keys.Cluster() && keys.LockName != "" {

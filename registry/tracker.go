@@ -225,7 +225,7 @@ func (t *SlaveTracker) swept() {
 // None becomes a join or a leave until a read of the registry confirms it:
 // each batch of notices costs one read of the entries they name, with the
 // registry's version. Every registry write carries a version minted by
-// Redis, larger than every earlier one (scripts.Keys.RegistryVersion); the
+// Redis, larger than every earlier one (scripts.Keys.ProcessesVersion); the
 // tracker records, per process, the registry version up to which its reads
 // (a sweep, a confirming read, its own stale removal) reflect every write,
 // and skips a notice whose version is not above it: that write was read

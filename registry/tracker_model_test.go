@@ -637,7 +637,7 @@ func (m *modelRun) forgeNotice() {
 // forgedVersion returns the version member of a forged notice: none, a huge
 // one, one just above or below the registry's latest.
 func (m *modelRun) forgedVersion() (claim, member string) {
-	latest, _ := m.c.Get(m.ctx, m.keys.RegistryVersion()).Int64()
+	latest, _ := m.c.Get(m.ctx, m.keys.ProcessesVersion).Int64()
 	switch m.rng.IntN(4) {
 	case 0:
 		return "none", ""

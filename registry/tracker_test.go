@@ -468,7 +468,7 @@ func TestIntegrationForgedNotices(t *testing.T) {
 		te.expect(t, "join:a", "join:b")
 		forger := inst.Client(t)
 		next := func() string {
-			v, err := e.c.Get(e.ctx, e.keys.RegistryVersion()).Int64()
+			v, err := e.c.Get(e.ctx, e.keys.ProcessesVersion).Int64()
 			if err != nil {
 				t.Fatal(err)
 			}

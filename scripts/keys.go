@@ -46,6 +46,12 @@ type Keys struct {
 	// ProcessesExpiry is the sorted set that emulates per-entry TTL on servers
 	// without hash-field expiration: process id scored by its deadline (ms).
 	ProcessesExpiry string
+	// ProcessesVersion holds the last version a registry write minted; it
+	// has no TTL. Every write (registry_put.lua, registry_remove.lua,
+	// registry_expire.lua) mints max(this + 1, server TIME in microseconds),
+	// so versions only grow on a lock name, also across deletions and, by
+	// the server's clock, after Redis lost its data.
+	ProcessesVersion string
 	// Events is the pub/sub channel on which the lock scripts announce
 	// acquire and release. Every process listens to it.
 	Events string
@@ -69,20 +75,21 @@ func NewKeys(lockName string, cluster bool) Keys {
 		prefix = "{" + lockName + "}"
 	}
 	return Keys{
-		LockName:        lockName,
-		Prefix:          prefix,
-		SlavePrefix:     DefaultSlavePrefix,
-		Master:          prefix + ":master",
-		Heartbeat:       prefix + ":heartbeat",
-		MasterProcess:   prefix + ":master_process",
-		Term:            prefix + ":term",
-		Successor:       prefix + ":successor",
-		Processes:       prefix + ":processes",
-		ProcessesExpiry: prefix + ":processes:expiry",
-		Events:          prefix + ":events",
-		RegistryEvents:  prefix + ":registry-events",
-		MasterInbox:     prefix + ":master-inbox",
-		Control:         prefix + ":control",
+		LockName:         lockName,
+		Prefix:           prefix,
+		SlavePrefix:      DefaultSlavePrefix,
+		Master:           prefix + ":master",
+		Heartbeat:        prefix + ":heartbeat",
+		MasterProcess:    prefix + ":master_process",
+		Term:             prefix + ":term",
+		Successor:        prefix + ":successor",
+		Processes:        prefix + ":processes",
+		ProcessesExpiry:  prefix + ":processes:expiry",
+		ProcessesVersion: prefix + ":processes:version",
+		Events:           prefix + ":events",
+		RegistryEvents:   prefix + ":registry-events",
+		MasterInbox:      prefix + ":master-inbox",
+		Control:          prefix + ":control",
 	}
 }
 

@@ -52,17 +52,9 @@ const (
 	TTLEmulated = "emulated"
 )
 
-// RegistryVersion returns the key of the registry's version counter,
-// "<prefix>:processes:version": a string holding the last version minted by
-// a registry write (registry_put.lua, registry_remove.lua,
-// registry_expire.lua), with no TTL. Every write mints max(counter + 1,
-// server TIME in microseconds), so versions only grow on a lock name, also
-// across deletions and, by the server's clock, after Redis lost its data.
-func (k Keys) RegistryVersion() string { return k.Processes + ":version" }
-
 // registryKeys are the KEYS of the registry scripts that take three.
 func registryKeys(k Keys) []string {
-	return []string{k.Processes, k.ProcessesExpiry, k.RegistryVersion()}
+	return []string{k.Processes, k.ProcessesExpiry, k.ProcessesVersion}
 }
 
 // registryProbeField is the field the probe writes and deletes again. It
@@ -169,7 +161,7 @@ func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (Stored, 
 		fallback = nil
 	}
 	reply, err := run(ctx, c, RegistryPutScript, "registry put",
-		[]string{k.Processes, k.ProcessesExpiry, k.Master, k.Term, k.RegistryVersion()},
+		[]string{k.Processes, k.ProcessesExpiry, k.Master, k.Term, k.ProcessesVersion},
 		p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents,
 		node, termArg(p.Term), fallback)
 	if err != nil {
@@ -269,7 +261,7 @@ func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids
 			some = pipe.HMGet(ctx, k.Processes, ids...)
 			read = some
 		}
-		version := pipe.Get(ctx, k.RegistryVersion())
+		version := pipe.Get(ctx, k.ProcessesVersion)
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		var view RegistryView
 		if gone != nil {

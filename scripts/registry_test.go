@@ -85,6 +85,17 @@ func TestRegistryReadContract(t *testing.T) {
 	}
 }
 
+// TestRegistryKeys: the registry scripts' keys share the election's hash
+// tag, so they run on a Cluster.
+func TestRegistryKeys(t *testing.T) {
+	if k := scripts.NewKeys("svc", false); k.ProcessesVersion != "svc:processes:version" {
+		t.Errorf("ProcessesVersion = %q", k.ProcessesVersion)
+	}
+	if k := scripts.NewKeys("svc", true); k.ProcessesVersion != "{svc}:processes:version" {
+		t.Errorf("ProcessesVersion under Cluster = %q", k.ProcessesVersion)
+	}
+}
+
 // TestRegistryVersions checks the versions the registry scripts mint: each
 // write's is above every earlier one of the lock name, within one
 // microsecond of the server's clock, across a deletion and a
@@ -163,15 +174,15 @@ func TestRegistryVersions(t *testing.T) {
 			}
 			// A counter holding garbage counts as none; one of the wrong
 			// type too.
-			if err := c.Set(ctx, k.RegistryVersion(), "garbage", 0).Err(); err != nil {
+			if err := c.Set(ctx, k.ProcessesVersion, "garbage", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			mr.SetTime(now.Add(4 * time.Second))
 			put("over a garbage counter", "register")
-			if err := c.Del(ctx, k.RegistryVersion()).Err(); err != nil {
+			if err := c.Del(ctx, k.ProcessesVersion).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.HSet(ctx, k.RegistryVersion(), "x", "1").Err(); err != nil {
+			if err := c.HSet(ctx, k.ProcessesVersion, "x", "1").Err(); err != nil {
 				t.Fatal(err)
 			}
 			view, err := scripts.RegistryRead(ctx, c, k, mode == scripts.TTLEmulated)
