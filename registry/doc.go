@@ -25,11 +25,30 @@
 //
 // Every write is one Lua script, so it is atomic and costs one round trip:
 // Register and a Heartbeat that finds the entry gone also publish
-// {"event":"registered","nodeId":id,"role":role,"process":info} on
-// Keys.RegistryEvents, and Unregister publishes {"event":"unregistered","nodeId":id}
-// (with "reason":"stale" when the master removes a stale slave, and
-// "reason":"expired" when an emulated read removes an expired entry), beside
-// the lock scripts' "acquired" and "released" notices.
+// {"event":"registered","nodeId":id,"role":role,"version":v,"process":info} on
+// Keys.RegistryEvents, and Unregister publishes
+// {"event":"unregistered","nodeId":id,"version":v} (with "reason":"stale"
+// when the master removes a stale slave, and "reason":"expired" when an
+// emulated read removes an expired entry).
+//
+// # Versions
+//
+// Every write, deletions included, mints a version in its script:
+// max(Keys.ProcessesVersion + 1, server TIME in microseconds). It is stored
+// in the entry (ProcessInfo.Version) and sent in the notice, and it is
+// larger than every version minted before on the lock name, within one
+// microsecond, after a deletion or an expiry, and, by the server's clock,
+// after Redis lost its data. Of two states of one process, the one with the
+// larger version is the later.
+//
+// # Role master is fenced
+//
+// Redis stores an entry with role master only while its process holds the
+// lock (Keys.Master is its NodeID) under the term it writes (Keys.Term is
+// info.Term), checked in the script that writes, as the lock scripts check
+// it. A master replaced while it was paused cannot write itself back as
+// master when it resumes: its write is stored and announced with role slave,
+// and Register or Heartbeat returns an error wrapping ErrNotMaster.
 //
 // # Slave events
 //
@@ -41,6 +60,11 @@
 // master then removes its entry (the specification's cleanupStaleSlaves), or
 // finds it already gone (expired, or lost with Redis's data). A slave that
 // heartbeats again is registered, and reported, again.
+//
+// Notices are hints: any client allowed to PUBLISH can send one. The tracker
+// confirms each against the registry (one read per batch of notices) before
+// it becomes a join or a leave, applies nothing older than what a read has
+// shown, and reports a notice the registry contradicts (ErrUnconfirmedNotice).
 //
 // # Bad input
 //

@@ -52,15 +52,19 @@ type TrackerOptions struct {
 	OnJoin func(SlaveNode)
 	// OnLeave is called with the node id of a slave that left:
 	//   - at once when it unregisters or becomes master (when the notice
-	//     arrives; a lost notice leaves it to the last rule);
+	//     arrives and a read of the registry confirms it; a lost notice
+	//     leaves it to the sweep: at once for a master, by the last rule for
+	//     an unregistered slave);
 	//   - when its lastSeen gets older than SlaveTimeout: the master then
 	//     removes its entry;
 	//   - when its entry vanished without a notice (it expired, or Redis lost
 	//     its data) and the last lastSeen read is older than SlaveTimeout.
 	// Default: nil.
 	OnLeave func(nodeID string)
-	// OnError receives the errors of sweeps and malformed notices; the
-	// tracker goes on. Default: the registry's Options.OnError.
+	// OnError receives the errors of sweeps and of the reads that confirm
+	// notices, malformed notices, and notices the registry contradicts
+	// (wrapping ErrUnconfirmedNotice, once per notice); the tracker goes on.
+	// Default: the registry's Options.OnError.
 	OnError func(error)
 }
 
@@ -70,6 +74,17 @@ type TrackerOptions struct {
 // Keys.RegistryEvents (fast), fed in through Notice, and a periodic sweep of the
 // registry (the fallback for lost notices, and the only source for entries
 // that expired or went stale).
+//
+// The registry is the truth, notices are hints: a notice makes the tracker
+// read the entry it names (the notices queued together share one read, with
+// the registry's version), and only what that read shows is reported. Every
+// registry write carries a version minted by Redis; a notice whose write a
+// read has already reflected is skipped, so nothing older than what the
+// tracker has read is applied. A notice the read contradicts (an
+// "unregistered" one for a live entry, one without a version for an entry
+// that is not there, one whose version no write has reached) is ignored and
+// reported to OnError. A client that may PUBLISH on the channel can thus
+// make the tracker read more, not report a slave that Redis does not show.
 //
 // Run it while the process is master, with a ctx cancelled when the
 // mastership ends. Each Run starts from nothing and first reports OnJoin for
@@ -89,8 +104,10 @@ type TrackerOptions struct {
 // SlaveTimeout. So a Redis restart that loses the data reports nothing for
 // the slaves whose next heartbeat succeeds before their lastSeen is
 // SlaveTimeout old (ValidateTimings makes room for one heartbeat interval).
-// Not guaranteed: a slave that joins and leaves between two sweeps while its
-// notices are dropped is never reported.
+// Not guaranteed: a slave that joins and leaves between two reads while its
+// notices are dropped is never reported; a forged "unregistered" notice with
+// a plausible version for a slave whose entry is absent at the read (lost
+// with the data, say) makes it leave at once instead of after SlaveTimeout.
 type SlaveTracker struct {
 	reg  *Registry
 	opts TrackerOptions

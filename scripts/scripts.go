@@ -378,9 +378,9 @@ var scriptCommands = map[string]string{
 	"route":           "GET, PUBLISH",
 	"route batch":     "GET, PUBLISH",
 	"registry probe":  "TYPE, HSETEX, HPEXPIRE, HSET, HDEL",
-	"registry put":    "HEXISTS, HSETEX or HSET + HPEXPIRE or TIME + ZSCORE + ZADD, PUBLISH",
-	"registry remove": "HGET, HDEL, TIME, ZSCORE, ZREM, PUBLISH",
-	"registry read":   "TIME, ZRANGEBYSCORE, ZREM, HDEL, PUBLISH, and around it MULTI, EXEC, HGETALL, HGET",
+	"registry put":    "GET, HEXISTS, TIME, SET, HSETEX or HSET + HPEXPIRE or ZSCORE + ZADD, PUBLISH",
+	"registry remove": "HGET, ZSCORE, TIME, GET, HDEL, ZREM, SET, PUBLISH",
+	"registry read":   "TIME, ZRANGEBYSCORE, GET, ZREM, HDEL, SET, PUBLISH, and around it MULTI, EXEC, HGETALL or HMGET, GET",
 }
 
 // aclHint adds, to an error that is a refusal by Redis's ACL, the commands

@@ -29,8 +29,10 @@ var herdCommands = []string{
 	// Start's check of the eviction policy (INFO memory)
 	"info",
 	// reads outside scripts: registry entries, the master's entry, the last term
-	"get", "hget", "hgetall",
-	// the emulated registry backend's read: expiry script and HGETALL in one transaction
+	"get", "hget", "hgetall", "hmget",
+	// the registry's reads with its version (the slave tracker's sweeps and
+	// confirming reads), and the emulated backend's expiry script before them,
+	// in one transaction
 	"multi", "exec",
 	// inside the scripts: the lock, the term, the heartbeat, the server clock
 	"set", "del", "pexpire", "pttl", "time", "type",
