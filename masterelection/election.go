@@ -162,7 +162,10 @@ func contextTimeoutEnabled(client redis.UniversalClient) bool {
 // trying until ctx ends; it then stops the election and returns an error
 // that wraps ctx's error and names the last error the attempts ran into
 // (also reported as error events). The election keeps running after Start
-// returns, until Stop; ctx bounds only the wait.
+// returns, until Stop; ctx bounds only the wait. When the lock key holds
+// something other than a string (another program's data), no process could
+// ever become master: Start stops and returns an error wrapping ErrGarbage
+// that names the key and its type.
 func (m *MasterElection) Start(ctx context.Context) error {
 	m.mu.Lock()
 	switch m.state {
@@ -202,6 +205,13 @@ func (m *MasterElection) Start(ctx context.Context) error {
 		m.reg = reg
 		m.mu.Unlock()
 		m.checkEviction(ctx)
+		if err := m.garbageLock(ctx); err != nil { // no election can work on it
+			m.closeDone()
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
+			defer cancel()
+			_ = m.Stop(stopCtx)
+			return fmt.Errorf("masterelection: start: %w", err)
+		}
 	}
 	go m.run(runCtx)
 
@@ -394,7 +404,9 @@ func (m *MasterElection) Keys() scripts.Keys { return m.keys }
 
 // Master asks Redis who is master now and under which term. nodeID is ""
 // when no process holds the lock. In standalone mode it answers without
-// Redis: this process, while started.
+// Redis: this process, while started. A lock key that holds something herd
+// never writes is an error wrapping ErrGarbage that names the key (and its
+// type, when it is not a string).
 func (m *MasterElection) Master(ctx context.Context) (nodeID string, term int64, err error) {
 	if m.cfg.Standalone {
 		if t := m.Term(); t != 0 {
@@ -405,6 +417,9 @@ func (m *MasterElection) Master(ctx context.Context) (nodeID string, term int64,
 	st, err := scripts.Check(ctx, m.client, m.keys)
 	if err != nil {
 		return "", 0, fmt.Errorf("masterelection: check master: %w", err)
+	}
+	if st.Exists && st.NodeID == "" {
+		return "", st.Term, m.lockHolds(ctx)
 	}
 	if st.Garbage != "" {
 		return st.NodeID, st.Term, fmt.Errorf("%w: %s", ErrGarbage, st.Garbage)

@@ -1,0 +1,35 @@
+package masterelection
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// garbageLock returns an error wrapping ErrGarbage when the lock key holds
+// something other than a string: no process can take such a lock (the
+// acquire script's SET NX fails on it) while the key exists, so an election
+// on it cannot work. It returns nil when the lock is free or a node id, or
+// when Redis does not answer (the election reports that itself).
+func (m *MasterElection) garbageLock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	defer cancel()
+	st, err := scripts.Check(ctx, m.client, m.keys)
+	if err != nil || !st.Exists || st.NodeID != "" {
+		return nil
+	}
+	return m.lockHolds(ctx)
+}
+
+// lockHolds describes the lock key when it does not hold a node id: the
+// key, what it holds (its type, read with TYPE), and how an operator clears
+// it.
+func (m *MasterElection) lockHolds(ctx context.Context) error {
+	what := "something that is not a node id"
+	if typ, err := m.client.Type(ctx, m.keys.Master).Result(); err == nil && typ != "none" && typ != "string" {
+		what = fmt.Sprintf("a %s, not a node id", typ)
+	}
+	return fmt.Errorf("%w: key %q holds %s: no process can become master while it does; "+
+		"an operator who knows it is no other program's data deletes it (DEL %s)", ErrGarbage, m.keys.Master, what, m.keys.Master)
+}
