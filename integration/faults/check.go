@@ -844,7 +844,10 @@ func (c *checker) membership() {
 		if !ok || time.Duration(h-f.T) <= c.p.SlaveTimeout+2*c.p.CheckInterval {
 			continue
 		}
-		// Until the slave should be back, but not into the next fault.
+		// Until the slave should be back, but not into the next fault. A
+		// window the next fault cuts short may end before the master could
+		// report the return (seed 1795573672879275858: the master stopped
+		// 3 ms after the slave resumed): the join is not required then.
 		windowEnd := h + grace
 		for _, r := range c.recs {
 			if r.Kind == KindFault && r.T > h {
@@ -852,6 +855,7 @@ func (c *checker) membership() {
 				break
 			}
 		}
+		cutShort := windowEnd < h+grace
 		var m *Mastership
 		for i, ms := range c.rep.Masterships {
 			if ms.Start <= f.T && ms.End >= windowEnd {
@@ -874,7 +878,10 @@ func (c *checker) membership() {
 				continue
 			}
 			switch {
-			case r.T < f.T:
+			case r.T < f.T || r.Kind == KindSlaveJoined && leaves == 0 && r.T < f.T+int64(c.p.CheckInterval):
+				// Before the pause, or the report of a registration from
+				// before it, a round trip late (seed 1795573672879275856:
+				// the join came 0.3 ms after the pause began).
 				before = r.Kind
 			case r.Kind == KindSlaveLeft:
 				leaves++
@@ -886,7 +893,7 @@ func (c *checker) membership() {
 		if before != KindSlaveJoined {
 			wantLeaves = 0
 		}
-		if leaves != wantLeaves || joins != 1 {
+		if leaves != wantLeaves || joins > 1 || joins == 0 && !cutShort {
 			c.fail("membership", f.T, "slave %s paused for %v: %s (term %d) reported %d leaves and %d joins after it, want %d and 1",
 				f.Node, time.Duration(h-f.T), m.Proc, m.Term, leaves, joins, wantLeaves)
 		}

@@ -207,6 +207,11 @@ func (c *checker) windows(spans []span) (forger, quiet []interval) {
 		case FaultForger:
 			forging = append(forging, interval{s.from, s.to})
 		case FaultHandoverLoss:
+		case FaultRedisRestart:
+			// A restart without data costs every process that saw a term a
+			// LockTTL wait, then an election: a mastership may begin up to
+			// LockTTL + the failover bound after Redis answers again.
+			cut = append(cut, interval{s.from, s.to + int64(c.p.LockTTL+max(c.p.Slack, c.p.FailoverBound()))})
 		default:
 			cut = append(cut, interval{s.from, s.to + int64(c.p.Slack)})
 		}
