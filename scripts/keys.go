@@ -93,6 +93,13 @@ func NewKeys(lockName string, cluster bool) Keys {
 	}
 }
 
+// Stored returns every key herd may write for this election (channels
+// excluded), for tools that remove an election's data.
+func (k Keys) Stored() []string {
+	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor,
+		k.Processes, k.ProcessesExpiry, k.ProcessesVersion}
+}
+
 // Cluster reports whether k carries a Redis Cluster hash tag.
 func (k Keys) Cluster() bool { return strings.HasPrefix(k.Prefix, "{") }
 

@@ -140,7 +140,7 @@ func deleteKeys(newClient func() *redis.Client, lock string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	k := scripts.NewKeys(lock, false)
-	if err := c.Del(ctx, k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Processes, k.ProcessesExpiry).Err(); err != nil && !errors.Is(err, context.Canceled) {
+	if err := c.Del(ctx, k.Stored()...).Err(); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "cluster: delete the demo's keys: %v\n", err)
 	}
 }
