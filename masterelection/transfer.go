@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -161,9 +160,9 @@ func (m *MasterElection) remoteTransfer(ctx context.Context, payload string) (tr
 			return transferRequest{}, false
 		}
 		rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
-		p, err := reg.Process(rctx, c.To)
+		_, err := reg.Process(rctx, c.To)
 		cancel()
-		if err != nil || p.Role == registry.RoleMaster {
+		if err != nil {
 			m.emitError(fmt.Errorf("control channel: transfer to %q ignored: no live process of that id (%v)", c.To, err))
 			return transferRequest{}, false
 		}

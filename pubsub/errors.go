@@ -144,8 +144,8 @@ type UnverifiedTermError struct {
 	ID, Type string
 	// Err is nil when the term key held a lower term. Otherwise the term
 	// could not be verified: Err matches ErrTermMissing, or is the error of
-	// the read (a timeout after Config.OpTimeout, a connection error, a
-	// value that is not a term).
+	// the read (a timeout after Config.OpTimeout or a connection error, both
+	// matching ErrConnection; a value that is not a term).
 	Err error
 }
 

@@ -61,7 +61,8 @@ func (s *Subscriber) readTerm(ctx context.Context) (int64, error) {
 	case errors.Is(err, redis.Nil):
 		return 0, fmt.Errorf("%w: %q does not exist (Redis lost its data, or no master was ever elected)", ErrTermMissing, s.keys.Term)
 	case err != nil:
-		return 0, fmt.Errorf("read %q: %w", s.keys.Term, err)
+		// Redis could not be asked: a connection problem, reported as one.
+		return 0, fmt.Errorf("read %q: %w: %w", s.keys.Term, ErrConnection, err)
 	}
 	term, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || term < 0 {

@@ -62,14 +62,12 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 		if to == st.NodeID {
 			return res, fmt.Errorf("%w: -to %s names the master itself", ErrUsage, to)
 		}
-		p, err := r.reg.Process(ctx, to)
+		_, err := r.reg.Process(ctx, to)
 		switch {
 		case errors.Is(err, registry.ErrNotFound):
 			return res, fmt.Errorf("%w: -to %s: no live process of that id is registered under %q (the master would ignore the request)", ErrNotDelivered, to, r.conn.Lock)
 		case err != nil:
 			return res, Classify("read the registry entry of "+to, err)
-		case p.Role == registry.RoleMaster:
-			return res, fmt.Errorf("%w: -to %s: its registry entry says master, but %s holds the lock; try again in a moment", ErrNotDelivered, to, st.NodeID)
 		}
 	}
 	payload, err := json.Marshal(scripts.ControlRequest{Request: scripts.ControlTransfer, To: to})
