@@ -110,7 +110,10 @@ func TestWatch(t *testing.T) {
 			fo.GapAtMost || fo.Gap > 200*time.Millisecond || acq.At.IsZero() {
 			t.Fatalf("hand-over events: %+v, %+v, %+v", rel, acq, fo)
 		}
+		// Both registry entries follow the hand-over (a slave, c master)
+		// before the next part starts counting events.
 		w.await(t, mark, EventRole, "a")
+		w.await(t, mark, EventRole, "c")
 		cTerm := nodes[2].Term()
 
 		// Forged notices change nothing that is reported.
