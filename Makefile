@@ -34,11 +34,11 @@ demo:
 ## itself (REDIS_ADDR=host:port to use another; HERD_REDIS_SERVERS adds servers
 ## for the registry backends), print one table and write it to
 ## docs/performance.md. The Go benchmarks alone, for benchstat:
-##   go test -run '^$' -bench . -benchmem -count 10 ./bench
+##   go test -run '^$' -bench . -benchmem -count 10 ./internal/bench
 bench:
-	$(GO) run ./bench/cmd/herdbench -out docs/performance.md
+	$(GO) run ./cmd/herdbench -out docs/performance.md
 
-## soak: the fault-injection soak (integration/faults): SOAK_SCHEDULES random
+## soak: the fault-injection soak (internal/faults): SOAK_SCHEDULES random
 ## schedules of SOAK_FAULTS faults each (about 20 s per schedule; some faults
 ## overlap, and the composite handover-loss is one of the kinds) on three node
 ## processes, rotating over the server matrix (HERD_REDIS_SERVERS adds
@@ -49,22 +49,22 @@ bench:
 ## soak-ledger markers, and to SOAK_OUT when set. Fewer: make soak
 ## SOAK_SCHEDULES=50. A failed schedule prints its seed and timeline and is
 ## written to integration/failures/; replay it with
-## HERD_FAULTS_SEED=<seed> go test -run TestFaults ./integration/faults/
+## HERD_FAULTS_SEED=<seed> go test -run TestFaults ./internal/faults/
 ## (a tour) or make soak SOAK_SCHEDULES=1 HERD_FAULTS_SEED=<seed>.
 ## soak-summary: the summary again, from the ledger alone.
 SOAK_SCHEDULES ?= 1000
 SOAK_FAULTS    ?= 6
 SOAK_OUT       ?=
-SOAK_LEDGER    ?= integration/faults/ledger/soak.jsonl
+SOAK_LEDGER    ?= internal/faults/ledger/soak.jsonl
 SOAK_DOC       ?= docs/safety.md
 SOAK_ENV = HERD_SOAK_LEDGER=$(abspath $(SOAK_LEDGER)) HERD_SOAK_DOC=$(abspath $(SOAK_DOC)) HERD_SOAK_OUT=$(abspath $(SOAK_OUT))
 soak:
 	mkdir -p $(dir $(SOAK_LEDGER))
-	cd integration/faults && $(SOAK_ENV) HERD_SOAK_SCHEDULES=$(SOAK_SCHEDULES) HERD_SOAK_FAULTS=$(SOAK_FAULTS) \
+	cd internal/faults && $(SOAK_ENV) HERD_SOAK_SCHEDULES=$(SOAK_SCHEDULES) HERD_SOAK_FAULTS=$(SOAK_FAULTS) \
 		$(GO) test -count=1 -timeout 0 -run '^TestSoak$$'
 
 soak-summary:
-	cd integration/faults && $(SOAK_ENV) HERD_SOAK_SUMMARY=1 $(GO) test -count=1 -run '^TestSoakSummary$$'
+	cd internal/faults && $(SOAK_ENV) HERD_SOAK_SUMMARY=1 $(GO) test -count=1 -run '^TestSoakSummary$$'
 
 ## test-topologies: herd on Redis Cluster and Sentinel deployments that the
 ## tests build from the server binaries (build tag topologies; a few minutes).

@@ -1,5 +1,5 @@
 // Command node runs one herd process for the fault-injection suite
-// (integration/faults): an election on the Redis at -redis, with the timings
+// (internal/faults): an election on the Redis at -redis, with the timings
 // given by flags, a subscriber for routed messages, and, while master, a
 // stream of messages to every slave. It writes every fact the checkers need
 // as JSON lines (faults.Record) on stdout, each stamped with the system-wide
@@ -58,7 +58,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
-	"github.com/herdkit/herd/integration/faults"
+	"github.com/herdkit/herd/internal/faults"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/bench"
+	"github.com/herdkit/herd/internal/bench"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
 // The per-operation rows of `make bench` as Go benchmarks, for benchstat:
 //
-//	go test -run '^$' -bench . -benchmem -count 10 ./bench > new.txt
+//	go test -run '^$' -bench . -benchmem -count 10 ./internal/bench > new.txt
 //
 // Each reports p50-ns and p99-ns besides ns/op; those without an untimed
 // reset also report cpu-ns/op, this process's CPU time per operation.

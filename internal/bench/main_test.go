@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/herdkit/herd/bench"
+	"github.com/herdkit/herd/internal/bench"
 	"github.com/herdkit/herd/internal/redistest"
 )
 

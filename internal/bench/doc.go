@@ -1,10 +1,10 @@
 // Package bench measures herd against the physical limit of its Redis: a
 // PING round trip taken in the same run. It is the library behind
-// `make bench` (command herdbench, in bench/cmd/herdbench), and its
+// `make bench` (command herdbench, in cmd/herdbench), and its
 // _test.go files hold the Go benchmarks of the per-operation rows, for
 // benchstat comparisons:
 //
-//	go test -run '^$' -bench . -benchmem -count 10 ./bench > new.txt
+//	go test -run '^$' -bench . -benchmem -count 10 ./internal/bench > new.txt
 //	benchstat old.txt new.txt
 //
 // # What it measures

@@ -15,8 +15,8 @@
 // program (Record, Now) and the checkers (Check, WriteTimeline); the
 // harness and the schedules are in its tests:
 //
-//	go test ./integration/faults/                       # one tour of every fault kind
-//	HERD_FAULTS_SEED=42 go test ./integration/faults/   # replay a schedule
+//	go test ./internal/faults/                       # one tour of every fault kind
+//	HERD_FAULTS_SEED=42 go test ./internal/faults/   # replay a schedule
 //	make soak SOAK_SCHEDULES=50                         # 50 random schedules added to the soak ledger
 //
 // docs/safety.md states the guarantees these tests check and why the

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/bench"
+	"github.com/herdkit/herd/internal/bench"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )

@@ -10,9 +10,9 @@
 // HERD_REDIS_SERVERS (as for the tests), since older servers lack the
 // hash-field expiration the faster backends need:
 //
-//	go run ./bench/cmd/herdbench                 # about two minutes
-//	go run ./bench/cmd/herdbench -quick -out ''  # seconds; checks the suite works
-//	REDIS_ADDR=127.0.0.1:6379 go run ./bench/cmd/herdbench
+//	go run ./cmd/herdbench                 # about two minutes
+//	go run ./cmd/herdbench -quick -out ''  # seconds; checks the suite works
+//	REDIS_ADDR=127.0.0.1:6379 go run ./cmd/herdbench
 //
 // On a server given by REDIS_ADDR it writes only keys starting with
 // "herdbench-" and deletes them at the end; the rows read from INFO then
@@ -32,7 +32,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/herdkit/herd/bench"
+	"github.com/herdkit/herd/internal/bench"
 )
 
 func main() {
