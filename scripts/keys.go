@@ -94,11 +94,29 @@ func NewKeys(lockName string, cluster bool) Keys {
 }
 
 // Stored returns every key herd may write for this election (channels
-// excluded), for tools that remove an election's data.
+// excluded), for tools that remove an election's data. The durable inboxes
+// (Inbox) are not listed, since there is one per process id: InboxPattern
+// matches them all.
 func (k Keys) Stored() []string {
 	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor,
 		k.Processes, k.ProcessesExpiry, k.ProcessesVersion}
 }
+
+// InboxGroup is the consumer group of every durable inbox (Keys.Inbox): the
+// process the inbox belongs to is its only consumer, under its process id.
+const InboxGroup = "herd"
+
+// Inbox returns the durable inbox of the process processID, the Redis Stream
+// "<prefix>:inbox:<processID>" that package durable adds the master's
+// messages to. It carries the election's prefix, so under Cluster it hashes
+// to the lock's slot and one script can check the lock and write the inbox.
+// Every inbox name is built here.
+func (k Keys) Inbox(processID string) string { return k.Prefix + ":inbox:" + processID }
+
+// InboxPattern is a SCAN MATCH pattern that matches every durable inbox of
+// this election: "<prefix>:inbox:*". Keys of another election whose lock
+// name begins with "<lock name>:inbox:" match it too.
+func (k Keys) InboxPattern() string { return k.Inbox("*") }
 
 // Cluster reports whether k carries a Redis Cluster hash tag.
 func (k Keys) Cluster() bool { return strings.HasPrefix(k.Prefix, "{") }

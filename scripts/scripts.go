@@ -377,6 +377,8 @@ var scriptCommands = map[string]string{
 	"check":           "GET, PTTL",
 	"route":           "GET, PUBLISH",
 	"route batch":     "GET, PUBLISH",
+	"inbox send":      "GET, XLEN, XADD",
+	"inbox move":      "GET, XRANGE, XPENDING, XADD, XACK, XDEL, XLEN, DEL",
 	"registry probe":  "TYPE, HSETEX, HPEXPIRE, HSET, HDEL",
 	"registry put":    "GET, HEXISTS, TIME, SET, HSETEX or HSET + HPEXPIRE or ZSCORE + ZADD, PUBLISH",
 	"registry remove": "HGET, ZSCORE, TIME, GET, HDEL, ZREM, SET, PUBLISH",
