@@ -1,0 +1,194 @@
+package durable
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/scripts"
+)
+
+// Config configures a Router or a Consumer. The zero value of every field
+// means its default; DefaultConfig returns them filled in. The constructors
+// copy the Config, so changing it afterwards has no effect.
+type Config struct {
+	// LockName is the election's lock name, from which the inbox names are
+	// derived (scripts.Keys.Inbox). It must be the one the election uses.
+	// Default: pubsub.DefaultLockName; taken from the leader (Router) or
+	// from Terms (Consumer) when they are a pubsub.KeySource.
+	LockName string
+	// Cluster wraps the lock name in a Redis Cluster hash tag, as the
+	// election does with the same setting; set by itself with a Cluster
+	// client. Default: false.
+	Cluster bool
+	// MaxLen is the most entries one inbox may hold, counting the entries
+	// not yet acknowledged (handled entries are deleted). A send to a full
+	// inbox is refused with ErrInboxFull; nothing is trimmed, so nothing
+	// accepted is ever dropped. Moves by Reassign are not refused. Memory:
+	// about MaxLen × (envelope size + 100 bytes) per inbox at most.
+	// Default: DefaultMaxLen; negative: no limit.
+	MaxLen int64
+	// ReassignBatch is the most entries Reassign moves per script call (one
+	// round trip and one fencing check each). Default: 128.
+	ReassignBatch int
+	// ReassignTimeout bounds one Reassign run by ReassignOnRemoved.
+	// Default: 30s.
+	ReassignTimeout time.Duration
+	// ReadCount is the most entries a Consumer reads per XREADGROUP.
+	// Default: 64.
+	ReadCount int64
+	// Block is how long one XREADGROUP of a Consumer waits for new entries;
+	// it is also the longest Close waits for the loop to notice. Default: 1s.
+	Block time.Duration
+	// RetryDelay is how long a Consumer waits before it hands an entry whose
+	// handler failed to the handler again, and between attempts after a
+	// Redis error. Default: 1s.
+	RetryDelay time.Duration
+	// OpTimeout bounds a Consumer's other calls: creating the group, reading
+	// the term key, acknowledging. Default: 1s.
+	OpTimeout time.Duration
+	// OnError receives the errors of a Consumer's loop and of the runs of
+	// ReassignOnRemoved: stale entries (*pubsub.StaleTermError), entries
+	// whose term Redis did not confirm (*pubsub.UnverifiedTermError),
+	// entries that could not be handled (*pubsub.MessageError) and Redis
+	// errors (pubsub.ErrConnection). It is called on the goroutine that met
+	// the error, one call at a time for a Consumer; it must not block.
+	// Default: nil, errors are dropped (the counters still count).
+	OnError func(error)
+	// Terms, when set, is read by a Consumer before it judges each entry,
+	// and its term raised into the fence, as pubsub.Config.Terms: pass the
+	// election. When it is also a pubsub.KeySource, the inbox name comes
+	// from it. Default: nil.
+	Terms pubsub.TermSource
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxLen          = 100_000
+	DefaultReassignBatch   = 128
+	DefaultReassignTimeout = 30 * time.Second
+	DefaultReadCount       = 64
+	DefaultBlock           = time.Second
+	DefaultRetryDelay      = time.Second
+	DefaultOpTimeout       = time.Second
+)
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		LockName:        pubsub.DefaultLockName,
+		MaxLen:          DefaultMaxLen,
+		ReassignBatch:   DefaultReassignBatch,
+		ReassignTimeout: DefaultReassignTimeout,
+		ReadCount:       DefaultReadCount,
+		Block:           DefaultBlock,
+		RetryDelay:      DefaultRetryDelay,
+		OpTimeout:       DefaultOpTimeout,
+	}
+}
+
+// Validate reports the first field that cannot be used, with its value.
+// Zero values are valid: they mean the default.
+func (c Config) Validate() error {
+	if c.LockName != "" {
+		if err := checkName("LockName", c.LockName); err != nil {
+			return err
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ReassignTimeout", c.ReassignTimeout}, {"Block", c.Block}, {"RetryDelay", c.RetryDelay}, {"OpTimeout", c.OpTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("durable: %s (%s) is negative", d.name, d.v)
+		}
+		if d.v > 0 && d.v < time.Millisecond {
+			return fmt.Errorf("durable: %s (%s) is below the minimum of 1ms", d.name, d.v)
+		}
+	}
+	if c.ReassignBatch < 0 {
+		return fmt.Errorf("durable: ReassignBatch (%d) is negative", c.ReassignBatch)
+	}
+	if c.ReadCount < 0 {
+		return fmt.Errorf("durable: ReadCount (%d) is negative", c.ReadCount)
+	}
+	return nil
+}
+
+// withDefaults validates c and fills in its zero fields; the names come
+// from from when it is a pubsub.KeySource.
+func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, error) {
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	if src, ok := from.(pubsub.KeySource); ok {
+		k := src.Keys()
+		if c.LockName != "" && c.LockName != k.LockName {
+			return Config{}, fmt.Errorf("durable: LockName %q differs from the election's %q; leave it empty", c.LockName, k.LockName)
+		}
+		c.LockName, c.Cluster = k.LockName, k.Cluster()
+	}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		c.Cluster = true
+	}
+	d := DefaultConfig()
+	if c.LockName == "" {
+		c.LockName = d.LockName
+	}
+	if c.MaxLen == 0 {
+		c.MaxLen = d.MaxLen
+	}
+	if c.MaxLen < 0 {
+		c.MaxLen = 0 // the script's "no limit"
+	}
+	if c.ReassignBatch == 0 {
+		c.ReassignBatch = d.ReassignBatch
+	}
+	if c.ReassignTimeout == 0 {
+		c.ReassignTimeout = d.ReassignTimeout
+	}
+	if c.ReadCount == 0 {
+		c.ReadCount = d.ReadCount
+	}
+	if c.Block == 0 {
+		c.Block = d.Block
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = d.RetryDelay
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = d.OpTimeout
+	}
+	return c, nil
+}
+
+func (c Config) keys() scripts.Keys { return scripts.NewKeys(c.LockName, c.Cluster) }
+
+// Inbox returns the name of the durable inbox (a Redis Stream) of
+// processID under c's lock name: "<lock name>:inbox:<processID>", with the
+// hash tag under Cluster. It does not validate processID.
+func (c Config) Inbox(processID string) string {
+	if c.LockName == "" {
+		c.LockName = pubsub.DefaultLockName
+	}
+	return c.keys().Inbox(processID)
+}
+
+func (c Config) report(err error) {
+	if c.OnError != nil {
+		c.OnError(err)
+	}
+}
+
+// checkName validates one name that ends up in a key or an envelope.
+func checkName(what, s string) error {
+	if len(s) > pubsub.MaxNameLen {
+		return fmt.Errorf("%w: %s is %d bytes long, the limit is %d", pubsub.ErrInvalidName, what, len(s), pubsub.MaxNameLen)
+	}
+	if err := scripts.ValidateName(what, s); err != nil {
+		return fmt.Errorf("%w: %w", pubsub.ErrInvalidName, err)
+	}
+	return nil
+}

@@ -1,0 +1,477 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/scripts"
+)
+
+// Delivery is one entry of a slave's inbox handed to a Handler.
+type Delivery struct {
+	// Message is the envelope as the master sent it: its ID is the same on
+	// every delivery, also after the entry moved to another slave, so a
+	// handler that records the ids it has handled can skip duplicates.
+	pubsub.Message
+	// EntryID is the stream entry id in this inbox ("<ms>-<seq>"); it
+	// changes when the entry moves.
+	EntryID string
+	// Term is the term under which the entry was written to this inbox (its
+	// send, or its last move by Reassign); the fence judges this one.
+	Term int64
+	// Deliveries is the number of times the entry has been delivered,
+	// this delivery included, in this inbox and the inboxes it moved from:
+	// 1 the first time, more when an earlier delivery was not acknowledged
+	// (the handler failed, or the slave died before acknowledging).
+	Deliveries int64
+}
+
+// Handler handles one delivery. Returning nil acknowledges the entry (it is
+// deleted and not delivered again); an error, or a panic, leaves it pending
+// to be delivered again after Config.RetryDelay. Handlers run on the
+// Consumer's loop goroutine, one at a time; ctx is cancelled by Close.
+type Handler func(ctx context.Context, d Delivery) error
+
+// Consumer is a slave's side of durable routing: it reads its own inbox
+// through the consumer group scripts.InboxGroup (XREADGROUP, consumer name
+// = process id), hands each entry to the handler of its type, and
+// acknowledges it (XACK and XDEL, one round trip) only after the handler
+// returned nil. At Start it first handles the entries it had read and not
+// acknowledged before (a restart under the same process id), then new ones.
+//
+// Entries are fenced by term as pubsub.Subscriber fences messages: an entry
+// whose term is below the highest master term seen is acknowledged and
+// reported (*pubsub.StaleTermError), never handled; a term above every term
+// verified is checked once against the term key, and refused
+// (*pubsub.UnverifiedTermError, acknowledged) when Redis did not mint it.
+// Its only goroutine is the loop started by Start and stopped (and waited
+// for) by Close. All methods are safe for concurrent use.
+type Consumer struct {
+	client    redis.UniversalClient
+	processID string
+	inbox     string
+	keys      scripts.Keys
+	cfg       Config
+
+	mu       sync.Mutex
+	handlers map[string]Handler // guarded by mu
+	def      Handler            // guarded by mu
+	started  bool               // guarded by mu
+	closed   bool               // guarded by mu
+	cancel   context.CancelFunc // guarded by mu
+	done     chan struct{}      // guarded by mu; closed when the loop returns
+
+	// highest is the fence; known is the highest term known to exist
+	// (term key reads, Config.Terms, ObserveTerm); highest <= known.
+	highest, known                                     atomic.Int64
+	handled, rejected, unverified, failed, redelivered atomic.Uint64
+}
+
+// NewConsumer returns a Consumer of the inbox of processID (its node id).
+// It does not touch Redis until Start.
+func NewConsumer(client redis.UniversalClient, processID string, cfg Config) (*Consumer, error) {
+	if client == nil {
+		return nil, errors.New("durable: NewConsumer: client is nil")
+	}
+	cfg, err := cfg.withDefaults(client, cfg.Terms)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkName("process id", processID); err != nil {
+		return nil, err
+	}
+	k := cfg.keys()
+	return &Consumer{client: client, processID: processID, inbox: k.Inbox(processID), keys: k, cfg: cfg, handlers: map[string]Handler{}}, nil
+}
+
+// Inbox returns the name of the stream this Consumer reads.
+func (c *Consumer) Inbox() string { return c.inbox }
+
+// Handle registers h for entries of type msgType, replacing any previous
+// one; a nil h removes it. It may be called before or after Start.
+func (c *Consumer) Handle(msgType string, h Handler) error {
+	if err := checkName("message type", msgType); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h == nil {
+		delete(c.handlers, msgType)
+	} else {
+		c.handlers[msgType] = h
+	}
+	return nil
+}
+
+// HandleDefault registers h for entries whose type has no handler of its
+// own (nil removes it). Without one, such entries fail with
+// pubsub.ErrUnknownType and stay pending, to be delivered again.
+func (c *Consumer) HandleDefault(h Handler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.def = h
+}
+
+// Start creates the consumer group of the inbox when it does not exist
+// (reading from the inbox's first entry, so nothing the master added
+// earlier is missed), reads the last minted term (so that entries of a
+// deposed master are fenced from the first one), and starts the loop. ctx
+// bounds these steps; the loop runs until Close.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return ErrClosed
+	case c.started:
+		return ErrStarted
+	}
+	if err := c.createGroup(ctx); err != nil {
+		return err
+	}
+	term, err := c.readTerm(ctx)
+	if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
+		return fmt.Errorf("durable: start: %w", err)
+	}
+	c.ObserveTerm(term)
+	loopCtx, cancel := context.WithCancel(context.Background())
+	c.started, c.cancel, c.done = true, cancel, make(chan struct{})
+	go c.loop(loopCtx, c.done)
+	return nil
+}
+
+// Close stops the loop and waits for it to return (up to Config.Block for
+// a read in flight; the handler running sees its ctx cancelled). Close is
+// idempotent and must not be called from a handler or OnError.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	cancel, done := c.cancel, c.done
+	c.cancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// ObserveTerm tells the Consumer that a master term exists; entries with a
+// lower term are rejected from then on. Pass only terms Redis has shown.
+func (c *Consumer) ObserveTerm(term int64) {
+	raise(&c.known, term)
+	raise(&c.highest, term)
+}
+
+// HighestTerm returns the highest master term seen so far (0: none yet).
+func (c *Consumer) HighestTerm() int64 { return c.highest.Load() }
+
+// Handled returns how many entries were handled and acknowledged.
+func (c *Consumer) Handled() uint64 { return c.handled.Load() }
+
+// Rejected returns how many entries were rejected for a stale term.
+func (c *Consumer) Rejected() uint64 { return c.rejected.Load() }
+
+// Unverified returns how many entries were refused because Redis did not
+// confirm their term.
+func (c *Consumer) Unverified() uint64 { return c.unverified.Load() }
+
+// Failed returns how many deliveries failed (handler error or panic, no
+// handler, acknowledgement not confirmed): each is delivered again.
+func (c *Consumer) Failed() uint64 { return c.failed.Load() }
+
+// Redelivered returns how many deliveries had Deliveries above 1.
+func (c *Consumer) Redelivered() uint64 { return c.redelivered.Load() }
+
+// createGroup creates the inbox's group at the stream's start (MKSTREAM);
+// a group that exists is kept.
+func (c *Consumer) createGroup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	defer cancel()
+	err := c.client.XGroupCreateMkStream(ctx, c.inbox, scripts.InboxGroup, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("durable: create group %q of %q: %w: %w", scripts.InboxGroup, c.inbox, pubsub.ErrConnection, err)
+	}
+	return nil
+}
+
+// readTerm reads the term key once.
+func (c *Consumer) readTerm(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	defer cancel()
+	raw, err := c.client.Get(ctx, c.keys.Term).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, fmt.Errorf("%w: %q does not exist", pubsub.ErrTermMissing, c.keys.Term)
+	case err != nil:
+		return 0, fmt.Errorf("read %q: %w: %w", c.keys.Term, pubsub.ErrConnection, err)
+	}
+	term, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || term < 0 {
+		return 0, fmt.Errorf("key %q does not hold a term", c.keys.Term)
+	}
+	return term, nil
+}
+
+// outcome of one delivery, for the loop.
+type outcome int
+
+const (
+	settled outcome = iota // acknowledged: handled, rejected or dropped
+	retry                  // left pending: deliver again later
+)
+
+// loop reads and handles until ctx is cancelled. It starts with a pass over
+// the consumer's pending entries (a restart's unacknowledged work), and
+// makes another pass RetryDelay after any delivery failed.
+func (c *Consumer) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	history, cursor := true, "0"
+	passFailed := false
+	var retryAt time.Time
+	for ctx.Err() == nil {
+		if history && !time.Now().Before(retryAt) {
+			entries, err := c.read(ctx, cursor, -1)
+			if err != nil {
+				c.readFailed(ctx, err)
+				continue
+			}
+			if len(entries) == 0 { // the end of the pending entries
+				cursor = "0"
+				if passFailed {
+					passFailed, retryAt = false, time.Now().Add(c.cfg.RetryDelay)
+				} else {
+					history = false
+				}
+				continue
+			}
+			counts := c.deliveries(ctx, entries)
+			for _, e := range entries {
+				if ctx.Err() != nil {
+					return
+				}
+				cursor = e.ID
+				if c.deliver(ctx, e, counts[e.ID], true) == retry {
+					passFailed = true
+				}
+			}
+			continue
+		}
+		block := c.cfg.Block
+		if history {
+			if d := time.Until(retryAt); d < block {
+				block = max(d, time.Millisecond)
+			}
+		}
+		entries, err := c.read(ctx, ">", block)
+		if err != nil {
+			c.readFailed(ctx, err)
+			continue
+		}
+		for _, e := range entries {
+			if ctx.Err() != nil {
+				return
+			}
+			if c.deliver(ctx, e, 1, false) == retry && !history {
+				history, retryAt = true, time.Now().Add(c.cfg.RetryDelay)
+			}
+		}
+	}
+}
+
+// read runs one XREADGROUP from id ("0"-based cursor: pending entries;
+// ">": new ones, waiting up to block).
+func (c *Consumer) read(ctx context.Context, id string, block time.Duration) ([]redis.XMessage, error) {
+	streams, err := c.client.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: scripts.InboxGroup, Consumer: c.processID, Streams: []string{c.inbox, id},
+		Count: c.cfg.ReadCount, Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(streams) == 0 {
+		return nil, nil
+	}
+	return streams[0].Messages, nil
+}
+
+// readFailed reports a read error and waits before the next attempt; a
+// missing group (the inbox was deleted by Reassign while this process was
+// thought gone) is created again at once.
+func (c *Consumer) readFailed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		if err := c.createGroup(ctx); err == nil {
+			return
+		}
+	}
+	c.cfg.report(fmt.Errorf("durable: read %q: %w: %w", c.inbox, pubsub.ErrConnection, err))
+	t := time.NewTimer(c.cfg.RetryDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// deliveries returns the delivery counts in this inbox of pending entries
+// just read again (one XPENDING); an entry it cannot tell counts 2, since it
+// was delivered before.
+func (c *Consumer) deliveries(ctx context.Context, entries []redis.XMessage) map[string]int64 {
+	counts := make(map[string]int64, len(entries))
+	for _, e := range entries {
+		counts[e.ID] = 2
+	}
+	opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	defer cancel()
+	pend, err := c.client.XPendingExt(opCtx, &redis.XPendingExtArgs{
+		Stream: c.inbox, Group: scripts.InboxGroup, Start: entries[0].ID, End: entries[len(entries)-1].ID,
+		Count: int64(len(entries)), Consumer: c.processID,
+	}).Result()
+	if err != nil {
+		return counts
+	}
+	for _, p := range pend {
+		if _, ok := counts[p.ID]; ok && p.RetryCount > 0 {
+			counts[p.ID] = p.RetryCount
+		}
+	}
+	return counts
+}
+
+// deliver judges and handles one entry; count is its delivery count in this
+// inbox.
+func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64, pending bool) outcome {
+	raw, ok := e.Values[scripts.InboxFieldMessage].(string)
+	if !ok {
+		if pending && len(e.Values) == 0 {
+			return c.ack(ctx, e.ID) // deleted by a move while pending here: nothing to do
+		}
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, scripts.InboxFieldMessage)})
+		return c.ack(ctx, e.ID)
+	}
+	m, err := pubsub.ParseMessage([]byte(raw))
+	if err != nil {
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
+		return c.ack(ctx, e.ID)
+	}
+	term, err := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldTerm]), 10, 64)
+	if err != nil || term <= 0 {
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
+			Err: fmt.Errorf("%w: entry %s has no positive term", pubsub.ErrMalformedEnvelope, e.ID)})
+		return c.ack(ctx, e.ID)
+	}
+	prior, _ := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldDeliveries]), 10, 64)
+	if c.cfg.Terms != nil {
+		c.ObserveTerm(c.cfg.Terms.ObservedTerm())
+	}
+	if term > c.known.Load() {
+		stored, err := c.readTerm(ctx)
+		if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
+			c.cfg.report(&pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, From: m.From, ID: m.ID, Type: m.Type, Err: err})
+			c.failed.Add(1)
+			return retry // Redis could not be asked: ask again later
+		}
+		raise(&c.known, stored)
+		if term > stored {
+			c.unverified.Add(1)
+			c.cfg.report(&pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err})
+			return c.ack(ctx, e.ID)
+		}
+	}
+	if h, ok := c.fence(term); !ok {
+		c.rejected.Add(1)
+		c.cfg.report(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
+		return c.ack(ctx, e.ID)
+	}
+	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + count}
+	if d.Deliveries > 1 {
+		c.redelivered.Add(1)
+	}
+	if err := c.dispatch(ctx, d); err != nil {
+		c.failed.Add(1)
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err})
+		return retry
+	}
+	if c.ack(ctx, e.ID) == retry {
+		return retry
+	}
+	c.handled.Add(1)
+	return settled
+}
+
+// dispatch runs the handler of d's type, turning a panic into an error.
+func (c *Consumer) dispatch(ctx context.Context, d Delivery) (err error) {
+	c.mu.Lock()
+	h, ok := c.handlers[d.Type]
+	if !ok {
+		h = c.def
+	}
+	c.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%w: %q", pubsub.ErrUnknownType, d.Type)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", pubsub.ErrHandlerPanic, p)
+		}
+	}()
+	return h(ctx, d)
+}
+
+// ack acknowledges and deletes one entry in one round trip (MULTI), even
+// when ctx was just cancelled. An ack that fails leaves the entry pending:
+// it will be delivered again (the duplicate docs/routing.md describes).
+func (c *Consumer) ack(ctx context.Context, id string) outcome {
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	defer cancel()
+	_, err := c.client.TxPipelined(opCtx, func(p redis.Pipeliner) error {
+		p.XAck(opCtx, c.inbox, scripts.InboxGroup, id)
+		p.XDel(opCtx, c.inbox, id)
+		return nil
+	})
+	if err != nil {
+		c.failed.Add(1)
+		c.cfg.report(fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
+		return retry
+	}
+	return settled
+}
+
+// fence accepts term when it is not lower than the highest seen, raising
+// the highest to it; it returns the highest term it compared with.
+func (c *Consumer) fence(term int64) (int64, bool) {
+	for {
+		h := c.highest.Load()
+		if term < h {
+			return h, false
+		}
+		if term == h || c.highest.CompareAndSwap(h, term) {
+			return h, true
+		}
+	}
+}
+
+// raise sets v to term when term is higher.
+func raise(v *atomic.Int64, term int64) {
+	for {
+		h := v.Load()
+		if term <= h || v.CompareAndSwap(h, term) {
+			return
+		}
+	}
+}

@@ -1,0 +1,458 @@
+package durable_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// TestSendAndConsume: messages sent one by one are handled in order, once,
+// with their ids and a delivery count of 1, and leave the inbox empty.
+func TestSendAndConsume(t *testing.T) {
+	_, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	con, got, log := startConsumer(t, c, "s1", fast())
+	var ids []string
+	for i := range 50 {
+		id, err := r.Send(testCtx(t), "s1", "seq", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for i := range 50 {
+		d := receive(t, got)
+		var v int
+		if err := d.Decode(&v); err != nil || v != i || d.ID != ids[i] || d.Deliveries != 1 || d.From != "m" || d.Term <= 0 {
+			t.Fatalf("delivery %d: %+v (%v)", i, d, err)
+		}
+	}
+	eventually(t, "all acknowledged", func() bool { return con.Handled() == 50 })
+	if n := c.XLen(testCtx(t), r.Inbox("s1")).Val(); n != 0 {
+		t.Errorf("inbox holds %d entries after all were handled", n)
+	}
+	if errs := log.all(); len(errs) != 0 {
+		t.Errorf("errors: %v", errs)
+	}
+}
+
+// TestMessagesWaitForTheSlave: messages sent before the slave started are
+// handled when it starts (the group reads from the inbox's start).
+func TestMessagesWaitForTheSlave(t *testing.T) {
+	_, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	for i := range 5 {
+		if _, err := r.Send(testCtx(t), "late", "seq", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, got, _ := startConsumer(t, c, "late", fast())
+	for i := range 5 {
+		var v int
+		if err := receive(t, got).Decode(&v); err != nil || v != i {
+			t.Fatalf("message %d: %d, %v", i, v, err)
+		}
+	}
+}
+
+// TestFailedHandlerIsRetried: an entry whose handler fails stays pending and
+// is delivered again with a higher count; a panic counts as a failure; an
+// unknown type too.
+func TestFailedHandlerIsRetried(t *testing.T) {
+	_, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	log := &errLog{}
+	cfg := fast()
+	cfg.OnError = log.add
+	con, err := durable.NewConsumer(c, "s1", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan durable.Delivery, 100)
+	attempts := 0
+	if err := con.Handle("flaky", func(_ context.Context, d durable.Delivery) error {
+		attempts++
+		switch attempts {
+		case 1:
+			return errors.New("not now")
+		case 2:
+			panic("boom")
+		}
+		got <- d
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := con.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close()
+	id, err := r.Send(testCtx(t), "s1", "flaky", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, got)
+	if d.ID != id || d.Deliveries != 3 {
+		t.Errorf("delivery %+v; want id %s, third delivery", d, id)
+	}
+	eventually(t, "acknowledged", func() bool { return con.Handled() == 1 })
+	if con.Failed() != 2 || log.count(pubsub.ErrHandlerPanic) != 1 {
+		t.Errorf("failed %d, errors %v", con.Failed(), log.all())
+	}
+	// No handler for the type: it waits, and is handled once one exists.
+	if _, err := r.Send(testCtx(t), "s1", "later", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "unknown type reported", func() bool { return log.count(pubsub.ErrUnknownType) > 0 })
+	_ = con.Handle("later", func(_ context.Context, d durable.Delivery) error { got <- d; return nil })
+	if d := receive(t, got); d.Type != "later" || d.Deliveries < 2 {
+		t.Errorf("delivery %+v", d)
+	}
+}
+
+// TestRestartHandlesPendingFirst: entries the process read and did not
+// acknowledge before it stopped are handled first when it starts again,
+// with their delivery counts, then the new ones.
+func TestRestartHandlesPendingFirst(t *testing.T) {
+	_, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	var ids []string
+	for i := range 3 {
+		id, err := r.Send(testCtx(t), "s1", "seq", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	// The previous run of s1 read the first two and died.
+	inbox := r.Inbox("s1")
+	if err := c.XGroupCreateMkStream(testCtx(t), inbox, scripts.InboxGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: scripts.InboxGroup, Consumer: "s1", Streams: []string{inbox, ">"}, Count: 2, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, got, _ := startConsumer(t, c, "s1", fast())
+	for i, want := range []int64{2, 2, 1} {
+		d := receive(t, got)
+		if d.ID != ids[i] || d.Deliveries != want {
+			t.Errorf("delivery %d: id %s, deliveries %d; want %s, %d", i, d.ID, d.Deliveries, ids[i], want)
+		}
+	}
+}
+
+// TestStaleEntriesAreRejected: an entry of a deposed master still in the
+// inbox is acknowledged and reported, never handled, once the slave knows
+// the newer term; the deposed master can add nothing.
+func TestStaleEntriesAreRejected(t *testing.T) {
+	_, c := newMini(t)
+	old := newMaster(t, c, "a")
+	ra := newRouter(t, c, old, nil, fast())
+	if _, err := ra.Send(testCtx(t), "s1", "work", "old"); err != nil {
+		t.Fatal(err)
+	}
+	b := takeOver(t, c, "b")
+	_, err := ra.Send(testCtx(t), "s1", "work", "fenced")
+	assertFenced(t, "send of the deposed master", err)
+	if _, err := newRouter(t, c, b, nil, fast()).Send(testCtx(t), "s1", "work", "new"); err != nil {
+		t.Fatal(err)
+	}
+	con, got, log := startConsumer(t, c, "s1", fast())
+	var p string
+	if err := receive(t, got).Decode(&p); err != nil || p != "new" {
+		t.Fatalf("handled %q, %v; want only the new master's message", p, err)
+	}
+	var stale *pubsub.StaleTermError
+	errs := log.all()
+	if con.Rejected() != 1 || len(errs) != 1 || !errors.As(errs[0], &stale) || stale.Term != old.Term() {
+		t.Errorf("rejected %d, errors %v", con.Rejected(), errs)
+	}
+	select {
+	case d := <-got:
+		t.Errorf("also handled %+v", d)
+	default:
+	}
+}
+
+// TestForgedTermIsRefused: an entry added by hand with a term Redis never
+// minted is refused and acknowledged.
+func TestForgedTermIsRefused(t *testing.T) {
+	_, c := newMini(t)
+	term := acquire(t, c, "m")
+	con, got, log := startConsumer(t, c, "s1", fast())
+	env, _ := json.Marshal(pubsub.Message{ID: "forged", From: "x", Term: term + 1000, Type: "work", Payload: json.RawMessage("1")})
+	c.XAdd(testCtx(t), &redis.XAddArgs{Stream: con.Inbox(), Values: []string{"t", strconv.FormatInt(term+1000, 10), "m", string(env)}})
+	eventually(t, "refused", func() bool { return con.Unverified() == 1 })
+	if log.count(pubsub.ErrUnverifiedTerm) != 1 || len(got) != 0 || con.HighestTerm() > term {
+		t.Errorf("errors %v, handled %d, highest %d", log.all(), len(got), con.HighestTerm())
+	}
+}
+
+// TestInboxFull: a send to an inbox at MaxLen is refused, nothing trimmed.
+func TestInboxFull(t *testing.T) {
+	_, c := newMini(t)
+	cfg := fast()
+	cfg.MaxLen = 2
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, cfg)
+	for i := range 2 {
+		if _, err := r.Send(testCtx(t), "s1", "w", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Send(testCtx(t), "s1", "w", 2); !errors.Is(err, durable.ErrInboxFull) {
+		t.Errorf("third send: %v; want ErrInboxFull", err)
+	}
+	res, err := r.SendBatch(testCtx(t), []pubsub.Outgoing{{SlaveID: "s1", Type: "w"}, {SlaveID: "s2", Type: "w"}})
+	if err != nil || !errors.Is(res.Outcomes[0].Err, durable.ErrInboxFull) || res.Outcomes[1].Err != nil || res.Stored() != 1 {
+		t.Errorf("batch: %+v, %v", res, err)
+	}
+	if n := c.XLen(testCtx(t), r.Inbox("s1")).Val(); n != 2 {
+		t.Errorf("inbox holds %d", n)
+	}
+}
+
+// TestSendBatch: a batch longer than a chunk takes several calls and
+// reaches every slave in order; bad messages are refused one by one.
+func TestSendBatch(t *testing.T) {
+	_, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	_, g1, _ := startConsumer(t, c, "s1", fast())
+	_, g2, _ := startConsumer(t, c, "s2", fast())
+	var msgs []pubsub.Outgoing
+	for i := range durable.MaxBatchChunk + 10 {
+		msgs = append(msgs, pubsub.Outgoing{SlaveID: fmt.Sprintf("s%d", 1+i%2), Type: "seq", Payload: i})
+	}
+	msgs = append(msgs, pubsub.Outgoing{SlaveID: "bad id", Type: "seq"})
+	res, err := r.SendBatch(testCtx(t), msgs)
+	if err != nil || res.Calls != 2 || res.Stored() != len(msgs)-1 || !errors.Is(res.Outcomes[len(msgs)-1].Err, pubsub.ErrInvalidName) {
+		t.Fatalf("%d calls, %d stored, %v, %v", res.Calls, res.Stored(), res.Err(), err)
+	}
+	for i := range durable.MaxBatchChunk + 10 {
+		got := g1
+		if i%2 == 1 {
+			got = g2
+		}
+		var v int
+		if d := receive(t, got); d.Decode(&v) != nil || v != i || d.ID != res.Outcomes[i].ID {
+			t.Fatalf("message %d: got %d", i, v)
+		}
+	}
+	l := &fakeLeader{id: "x"}
+	res, err = newRouter(t, c, l, nil, fast()).SendBatch(testCtx(t), msgs[:2])
+	if !errors.Is(err, durable.ErrNotMaster) || !errors.Is(res.Outcomes[1].Err, durable.ErrNotSent) {
+		t.Errorf("not master: %v, %+v", err, res.Outcomes)
+	}
+}
+
+// TestReassign: a removed slave's entries, read or not, move to the live
+// slaves with their ids and delivery counts; the emptied inbox goes away; a
+// deposed master moves nothing; no slave left moves nothing.
+func TestReassign(t *testing.T) {
+	_, c := newMini(t)
+	master := newMaster(t, c, "m")
+	live := &slaveList{}
+	r := newRouter(t, c, master, live, fast())
+	var ids []string
+	for i := range 20 {
+		id, err := r.Send(testCtx(t), "dead", "seq", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	inbox := r.Inbox("dead")
+	c.XGroupCreateMkStream(testCtx(t), inbox, scripts.InboxGroup, "0")
+	c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: scripts.InboxGroup, Consumer: "dead", Streams: []string{inbox, ">"}, Count: 5, Block: -1})
+
+	live.set("dead", "m")
+	if _, err := r.Reassign(testCtx(t), "dead", nil); !errors.Is(err, durable.ErrNoSlaves) {
+		t.Fatalf("no slaves: %v", err)
+	}
+	live.set("dead", "s1", "s2")
+	if _, err := r.Reassign(testCtx(t), "dead", func(pubsub.Message, []string) string { return "elsewhere" }); !errors.Is(err, durable.ErrBadPick) {
+		t.Fatalf("bad pick: %v", err)
+	}
+	other := takeOver(t, c, "m2")
+	_, err := r.Reassign(testCtx(t), "dead", nil)
+	assertFenced(t, "reassign by the deposed master", err)
+	if n := c.XLen(testCtx(t), inbox).Val(); n != 20 {
+		t.Fatalf("the deposed master's reassign left %d of 20 entries", n)
+	}
+	r = newRouter(t, c, other, live, durable.Config{ReassignBatch: 7})
+	res, err := r.Reassign(testCtx(t), "dead", nil)
+	if err != nil || res.Total() != 20 || res.Calls != 3 || res.Moved["s1"] == 0 || res.Moved["s2"] == 0 {
+		t.Fatalf("reassign: %+v, %v", res, err)
+	}
+	if c.Exists(testCtx(t), inbox).Val() != 0 {
+		t.Error("the emptied inbox remains")
+	}
+	_, g1, _ := startConsumer(t, c, "s1", fast())
+	_, g2, _ := startConsumer(t, c, "s2", fast())
+	seen := map[string]int64{}
+	for range 20 {
+		var d durable.Delivery
+		select {
+		case d = <-g1:
+		case d = <-g2:
+		case <-time.After(waitLimit):
+			t.Fatal("not all moved entries were handled")
+		}
+		seen[d.ID] = d.Deliveries
+		if d.Term != other.Term() {
+			t.Errorf("moved entry under term %d; want the mover's %d", d.Term, other.Term())
+		}
+	}
+	for i, id := range ids {
+		want := int64(1)
+		if i < 5 {
+			want = 2 // delivered once to the dead slave
+		}
+		if seen[id] != want {
+			t.Errorf("message %d: %d deliveries, want %d", i, seen[id], want)
+		}
+	}
+}
+
+// fakeEvents is a SlaveEvents the test drives.
+type fakeEvents struct {
+	removed    func(string)
+	registered func(registry.SlaveNode)
+}
+
+func (f *fakeEvents) OnSlaveRemoved(fn func(string)) func() {
+	f.removed = fn
+	return func() { f.removed = nil }
+}
+
+func (f *fakeEvents) OnSlaveRegistered(fn func(registry.SlaveNode)) func() {
+	f.registered = fn
+	return func() { f.registered = nil }
+}
+
+// TestReassignOnRemoved: a removal with nobody to take the work leaves it
+// waiting; the next slave to register takes it.
+func TestReassignOnRemoved(t *testing.T) {
+	_, c := newMini(t)
+	live := &slaveList{}
+	log := &errLog{}
+	cfg := fast()
+	cfg.OnError = log.add
+	r := newRouter(t, c, newMaster(t, c, "m"), live, cfg)
+	for i := range 3 {
+		if _, err := r.Send(testCtx(t), "dead", "seq", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := &fakeEvents{}
+	stop := r.ReassignOnRemoved(ev, nil)
+	ev.removed("dead")
+	if got := r.Orphans(); len(got) != 1 || got[0] != "dead" || log.count(durable.ErrNoSlaves) != 1 {
+		t.Fatalf("orphans %v, errors %v", got, log.all())
+	}
+	live.set("s1")
+	ev.registered(registry.SlaveNode{NodeID: "s1"})
+	if got := r.Orphans(); len(got) != 0 {
+		t.Errorf("orphans %v after a slave registered", got)
+	}
+	if n := c.XLen(testCtx(t), r.Inbox("s1")).Val(); n != 3 {
+		t.Errorf("s1's inbox holds %d of 3 entries", n)
+	}
+	stop()
+	if ev.removed != nil || ev.registered != nil {
+		t.Error("still subscribed")
+	}
+}
+
+// TestPickRendezvous: the choice does not depend on the order of the list,
+// and removing a slave moves only its own entries.
+func TestPickRendezvous(t *testing.T) {
+	all := []string{"a", "b", "c", "d"}
+	counts := map[string]int{}
+	for i := range 1000 {
+		m := pubsub.Message{ID: strconv.Itoa(i)}
+		p := durable.PickRendezvous(m, all)
+		counts[p]++
+		if q := durable.PickRendezvous(m, []string{"d", "c", "b", "a"}); q != p {
+			t.Fatalf("order changes the pick: %s vs %s", p, q)
+		}
+		if p != "b" {
+			if q := durable.PickRendezvous(m, []string{"a", "c", "d"}); q != p {
+				t.Fatalf("removing b moved message %d from %s to %s", i, p, q)
+			}
+		}
+	}
+	for _, s := range all {
+		if counts[s] < 150 {
+			t.Errorf("counts %v: uneven", counts)
+		}
+	}
+}
+
+func TestConfigAndConstructors(t *testing.T) {
+	_, c := newMini(t)
+	for _, tc := range []struct {
+		name string
+		cfg  durable.Config
+	}{
+		{"negative block", durable.Config{Block: -1}},
+		{"tiny retry", durable.Config{RetryDelay: time.Microsecond}},
+		{"bad lock", durable.Config{LockName: "a b"}},
+		{"negative batch", durable.Config{ReassignBatch: -1}},
+		{"negative count", durable.Config{ReadCount: -1}},
+	} {
+		if err := tc.cfg.Validate(); err == nil {
+			t.Errorf("%s: valid", tc.name)
+		}
+		if _, err := durable.NewConsumer(c, "s", tc.cfg); err == nil {
+			t.Errorf("%s: NewConsumer accepted it", tc.name)
+		}
+	}
+	if _, err := durable.NewConsumer(nil, "s", durable.Config{}); err == nil {
+		t.Error("nil client accepted")
+	}
+	if _, err := durable.NewConsumer(c, "a*", durable.Config{}); !errors.Is(err, pubsub.ErrInvalidName) {
+		t.Errorf("glob id: %v", err)
+	}
+	if _, err := durable.NewRouter(c, nil, nil, durable.Config{}); err == nil {
+		t.Error("nil leader accepted")
+	}
+	r := newRouter(t, c, &fakeLeader{id: "x"}, nil, durable.Config{})
+	if _, err := r.Send(testCtx(t), "s", "t", nil); !errors.Is(err, durable.ErrNotMaster) {
+		t.Errorf("send while not master: %v", err)
+	}
+	if _, err := r.Send(testCtx(t), "s", "t", func() {}); err == nil {
+		t.Error("unencodable payload accepted")
+	}
+	if _, err := r.Reassign(testCtx(t), "s", nil); err == nil {
+		t.Error("Reassign without a SlaveLister")
+	}
+	if got := (durable.Config{}).Inbox("p"); got != "master-election:inbox:p" {
+		t.Errorf("Inbox = %q", got)
+	}
+	con, err := durable.NewConsumer(c, "s", fast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := con.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := con.Start(testCtx(t)); !errors.Is(err, durable.ErrStarted) {
+		t.Errorf("second Start: %v", err)
+	}
+	_ = con.Close()
+	_ = con.Close()
+	if err := con.Start(testCtx(t)); !errors.Is(err, durable.ErrClosed) {
+		t.Errorf("Start after Close: %v", err)
+	}
+}

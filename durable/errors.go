@@ -1,0 +1,40 @@
+package durable
+
+import (
+	"errors"
+
+	"github.com/herdkit/herd/pubsub"
+)
+
+// Errors returned by this package. Match them with errors.Is. Errors about
+// input and received entries reuse pubsub's sentinels (pubsub.ErrInvalidName,
+// pubsub.ErrInvalidPayload, pubsub.ErrPayloadTooLarge,
+// pubsub.ErrMalformedEnvelope, pubsub.ErrUnknownType, pubsub.ErrHandlerPanic,
+// pubsub.ErrConnection) and its typed errors (*pubsub.StaleTermError,
+// *pubsub.UnverifiedTermError, *pubsub.MessageError).
+var (
+	// ErrNotMaster is pubsub.ErrNotMaster itself: Router.Send, SendBatch and
+	// Reassign return it when this process is not master or has no live
+	// term, and wrap it together with scripts.ErrFenced when the script
+	// found that Redis's lock is not this process's under that term (then
+	// nothing was added or moved).
+	ErrNotMaster = pubsub.ErrNotMaster
+	// ErrInboxFull is returned by Router.Send, and is the Outcome.Err of a
+	// message of SendBatch, when the slave's inbox already held
+	// Config.MaxLen entries: the message was not added.
+	ErrInboxFull = errors.New("durable: inbox full")
+	// ErrNotSent is matched by the Outcome.Err of each message of SendBatch
+	// that was certainly not added because the batch stopped before or at
+	// its call; the error wraps the reason too.
+	ErrNotSent = errors.New("durable: not sent")
+	// ErrNoSlaves is returned by Reassign when there is no live slave to
+	// take the entries: they stay in the old inbox.
+	ErrNoSlaves = errors.New("durable: no slave to reassign to")
+	// ErrBadPick is returned by Reassign when the Pick returned an id that
+	// is not one of the slaves it was given; nothing more is moved.
+	ErrBadPick = errors.New("durable: pick returned no listed slave")
+	// ErrStarted is returned by Consumer.Start when it already runs.
+	ErrStarted = errors.New("durable: already started")
+	// ErrClosed is returned by Consumer.Start after Close.
+	ErrClosed = errors.New("durable: closed")
+)

@@ -1,0 +1,15 @@
+package durable_test
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(nodeEnv) != "" {
+		os.Exit(runNode())
+	}
+	goleak.VerifyTestMain(m)
+}

@@ -1,0 +1,268 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// Pick chooses the slave that takes over one entry of a removed slave: one
+// of slaves (the live slaves, sorted, without the removed one and this
+// process; never empty). m is the entry's envelope; when the entry could
+// not be decoded, m has only ID set, to the entry's stream id. It runs on
+// the caller's goroutine and must not block.
+type Pick func(m pubsub.Message, slaves []string) string
+
+// PickRendezvous is the default Pick: rendezvous (highest random weight)
+// hashing of the message id over the slaves, so entries spread evenly, the
+// choice does not depend on the order of the list, and a slave leaving
+// moves only the entries that would have gone to it. Weighted choices, as
+// in examples/rebalance, fit the same signature.
+func PickRendezvous(m pubsub.Message, slaves []string) string {
+	best, bestScore := "", uint64(0)
+	for _, s := range slaves {
+		if sc := rendezvous(m.ID, s); best == "" || sc > bestScore || (sc == bestScore && s < best) {
+			best, bestScore = s, sc
+		}
+	}
+	return best
+}
+
+// rendezvous is FNV-1a (64 bit) of key, a zero byte and slave, finished
+// with the splitmix64 mixer.
+func rendezvous(key, slave string) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * prime
+	}
+	h *= prime
+	for i := 0; i < len(slave); i++ {
+		h = (h ^ uint64(slave[i])) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	return h ^ h>>31
+}
+
+// Reassigned is the outcome of Router.Reassign.
+type Reassigned struct {
+	// Moved is the number of entries moved, by new owner.
+	Moved map[string]int
+	// Gone counts entries acknowledged by their consumer between the read
+	// and the move (not moved: they were handled).
+	Gone int
+	// Dropped counts entries without an envelope (not written by herd):
+	// deleted, not moved.
+	Dropped int
+	// Calls is the number of move script calls, each one round trip.
+	Calls int
+}
+
+// Total returns the number of entries moved.
+func (r Reassigned) Total() int {
+	n := 0
+	for _, v := range r.Moved {
+		n += v
+	}
+	return n
+}
+
+// Reassign moves every entry of the inbox of fromID that is not yet
+// acknowledged (delivered and unacknowledged, or not delivered yet) to the
+// inboxes of the live slaves, each to the slave pick chooses (nil:
+// PickRendezvous), and deletes the emptied inbox. Call it when fromID is
+// gone for good: when the election reports it removed (ReassignOnRemoved
+// does), or for an inbox left behind.
+//
+// Each batch of up to Config.ReassignBatch entries is one script call that
+// checks, in the same atomic step as the moves, that this process still
+// holds the lock under its term: a deposed master moves nothing and gets an
+// error matching ErrNotMaster and scripts.ErrFenced. A moved entry keeps its
+// envelope (message id, sender, original term, payload), is written under
+// this process's term (so slaves that know this term accept it), and
+// carries its deliveries so far, which the next handler sees added to its
+// own. Entries are read and moved oldest first, and each slave's share
+// keeps their order.
+//
+// It returns ErrNoSlaves, moving nothing, when no other live slave exists:
+// the entries stay until a call finds one. If fromID is still running (it
+// was removed by mistake, or is about to come back), it may be handling an
+// entry while the entry moves: that entry is then handled twice.
+func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassigned, error) {
+	res := Reassigned{Moved: map[string]int{}}
+	if err := checkName("slave id", fromID); err != nil {
+		return res, err
+	}
+	if r.slaves == nil {
+		return res, errors.New("durable: Reassign: the Router has no SlaveLister")
+	}
+	if pick == nil {
+		pick = PickRendezvous
+	}
+	term, err := r.term()
+	if err != nil {
+		return res, err
+	}
+	from := r.keys.Inbox(fromID)
+	var slaves []string
+	for {
+		entries, err := r.client.XRangeN(ctx, from, "-", "+", int64(r.cfg.ReassignBatch)).Result()
+		if err != nil {
+			return res, fmt.Errorf("reassign: read %q: %w", from, err)
+		}
+		if len(entries) == 0 {
+			return res, nil
+		}
+		if slaves == nil {
+			if slaves, err = r.liveSlaves(ctx, fromID); err != nil {
+				return res, err
+			}
+		}
+		moves := make([]scripts.Move, len(entries))
+		for i, e := range entries {
+			m := pubsub.Message{ID: e.ID}
+			if raw, ok := e.Values[scripts.InboxFieldMessage].(string); ok {
+				if pm, err := pubsub.ParseMessage([]byte(raw)); err == nil {
+					m = pm
+				}
+			}
+			to := pick(m, slaves)
+			if _, ok := slices.BinarySearch(slaves, to); !ok {
+				return res, fmt.Errorf("%w: %q is not one of %q", ErrBadPick, to, slaves)
+			}
+			moves[i] = scripts.Move{EntryID: e.ID, To: r.keys.Inbox(to)}
+		}
+		res.Calls++
+		ids, err := scripts.InboxMove(ctx, r.client, r.keys, r.leader.NodeID(), term, scripts.InboxGroup, from, moves)
+		if errors.Is(err, scripts.ErrFenced) {
+			return res, fmt.Errorf("reassign the inbox of %q: %w: %w", fromID, ErrNotMaster, err)
+		}
+		if err != nil {
+			return res, fmt.Errorf("reassign the inbox of %q: %w", fromID, err)
+		}
+		for i, id := range ids {
+			switch id {
+			case scripts.MovedGone:
+				res.Gone++
+			case scripts.MovedDropped:
+				res.Dropped++
+			default:
+				res.Moved[moves[i].To[len(r.keys.Inbox("")):]]++
+			}
+		}
+	}
+}
+
+// liveSlaves lists the live slaves other than fromID and this process,
+// sorted; ErrNoSlaves when there is none.
+func (r *Router) liveSlaves(ctx context.Context, fromID string) ([]string, error) {
+	nodes, err := r.slaves.Slaves(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reassign: list slaves: %w", err)
+	}
+	self := r.leader.NodeID()
+	var ids []string
+	for _, n := range nodes {
+		if n.NodeID == fromID || n.NodeID == self || checkName("slave id", n.NodeID) != nil {
+			continue
+		}
+		ids = append(ids, n.NodeID)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("reassign the inbox of %q: %w", fromID, ErrNoSlaves)
+	}
+	return ids, nil
+}
+
+// SlaveEvents is the part of the election ReassignOnRemoved listens to;
+// *masterelection.MasterElection implements it (its handlers run on
+// goroutines of their own).
+type SlaveEvents interface {
+	OnSlaveRemoved(fn func(nodeID string)) (unsubscribe func())
+	OnSlaveRegistered(fn func(registry.SlaveNode)) (unsubscribe func())
+}
+
+// ReassignOnRemoved runs Reassign(fromID, pick) by itself each time events
+// reports the slave fromID removed, while this process is master, each run
+// bounded by Config.ReassignTimeout. When a run finds no live slave
+// (ErrNoSlaves) or fails, the inbox is remembered and reassigned again when
+// a slave registers; a slave that registers under the removed id takes its
+// own inbox back instead (it is forgotten). Errors go to Config.OnError.
+// The returned function unsubscribes; a run already going finishes.
+//
+// It has no goroutine of its own: runs happen on the goroutines events
+// calls its handlers on.
+func (r *Router) ReassignOnRemoved(events SlaveEvents, pick Pick) (unsubscribe func()) {
+	run := func(fromID string) {
+		if !r.leader.IsMaster() {
+			return
+		}
+		// The event has no ctx of its own: a fresh one, bounded.
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ReassignTimeout)
+		defer cancel()
+		if _, err := r.Reassign(ctx, fromID, pick); err != nil {
+			r.orphans.add(fromID)
+			r.cfg.report(err)
+			return
+		}
+		r.orphans.remove(fromID)
+	}
+	u1 := events.OnSlaveRemoved(run)
+	u2 := events.OnSlaveRegistered(func(n registry.SlaveNode) {
+		r.orphans.remove(n.NodeID)
+		for _, id := range r.orphans.list() {
+			run(id)
+		}
+	})
+	return func() { u1(); u2() }
+}
+
+// Orphans returns the slaves whose inboxes ReassignOnRemoved could not
+// reassign yet (sorted).
+func (r *Router) Orphans() []string { return r.orphans.list() }
+
+// orphans is the set of removed slaves whose inboxes wait for a taker.
+type orphans struct {
+	mu  sync.Mutex
+	ids map[string]bool // guarded by mu
+}
+
+func (o *orphans) add(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ids == nil {
+		o.ids = map[string]bool{}
+	}
+	o.ids[id] = true
+}
+
+func (o *orphans) remove(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.ids, id)
+}
+
+func (o *orphans) list() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ids := make([]string, 0, len(o.ids))
+	for id := range o.ids {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
