@@ -213,3 +213,12 @@ func assertFenced(t testing.TB, what string, err error) {
 		t.Errorf("%s: %v; want ErrNotMaster and scripts.ErrFenced", what, err)
 	}
 }
+
+// batchTo returns n messages for slaveID.
+func batchTo(n int, slaveID string) []pubsub.Outgoing {
+	out := make([]pubsub.Outgoing, n)
+	for i := range out {
+		out[i] = pubsub.Outgoing{SlaveID: slaveID, Type: "work", Payload: i}
+	}
+	return out
+}
