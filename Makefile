@@ -4,7 +4,7 @@ GO        ?= go
 PKGS      ?= ./...
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all test lint fmt-check vet demo bench soak soak-summary test-topologies
+.PHONY: all test lint fmt-check vet demo bench bench-peers soak soak-summary test-topologies
 
 all: test
 
@@ -37,6 +37,19 @@ demo:
 ##   go test -run '^$' -bench . -benchmem -count 10 ./internal/bench
 bench:
 	$(GO) run ./cmd/herdbench -out docs/performance.md
+
+## bench-peers: herd against what a user would pick instead, in one run:
+## etcd's concurrency.Election on an embedded etcd, leader loops on
+## bsm/redislock and go-redsync/redsync, and the specification's polling,
+## on a redis-server it starts itself (REDIS_SERVER=/path/to/redis-server
+## for another). A module of its own (bench/peers, built on demand), so
+## herd's go.mod does not depend on the peers; it measures the working
+## tree. Writes its table into docs/performance.md ("Against its peers");
+## a few minutes. A quick check of the program: make bench-peers PEERS_FLAGS=-quick
+REDIS_SERVER ?= redis-server
+PEERS_FLAGS  ?=
+bench-peers:
+	cd bench/peers && $(GO) run . -redis-server $(REDIS_SERVER) $(PEERS_FLAGS)
 
 ## soak: the fault-injection soak (internal/faults): SOAK_SCHEDULES random
 ## schedules of SOAK_FAULTS faults each (about 20 s per schedule; some faults

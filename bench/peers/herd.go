@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/masterelection"
+)
+
+// herdPeer measures herd through its public API, the way a user runs it:
+// masterelection.New, OnMasterAcquired, Start, Stop, each process with a
+// client of its own.
+func herdPeer(addr string, hook *rtHook) peer {
+	return peer{
+		name:  "herd",
+		store: "redis",
+		hook:  hook,
+		newNode: func(ctx context.Context, lock, id string, t timings) (node, error) {
+			c, err := connectRedis(ctx, addr, hook)
+			if err != nil {
+				return nil, err
+			}
+			return &herdNode{client: c, cfg: herdConfig(lock, id, t), acq: make(chan time.Time, 4)}, nil
+		},
+		uncontested: func(ctx context.Context, lock string) (time.Duration, time.Duration, error) {
+			c, err := connectRedis(ctx, addr, nil)
+			if err != nil {
+				return 0, 0, err
+			}
+			defer c.Close()
+			cfg := herdConfig(lock, "solo", timingsOf(time.Second))
+			t0 := time.Now()
+			m, err := masterelection.New(c, cfg)
+			if err != nil {
+				return 0, 0, err
+			}
+			err = m.Start(ctx)
+			d := time.Since(t0)
+			lead := m.IsMaster()
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if serr := m.Stop(sctx); err == nil {
+				err = serr
+			}
+			if err == nil && !lead {
+				err = fmt.Errorf("herd: Start on the fresh lock %q returned as slave", lock)
+			}
+			return d, 0, err
+		},
+	}
+}
+
+// herdConfig is DefaultConfig with lock, id and t, and every timing that
+// depends on them at DefaultConfig's ratio: ElectionJitter TTL/15 (2 s of
+// 30 s), StepDownMargin and TransferWindow TTL/10, WaitTimeout a quarter
+// of the renewal interval.
+func herdConfig(lock, id string, t timings) masterelection.Config {
+	cfg := masterelection.DefaultConfig()
+	cfg.LockName = lock
+	cfg.NodeID = id
+	cfg.Identifier = id
+	cfg.LockTTL = t.TTL
+	cfg.HeartbeatInterval = t.Renew
+	cfg.CheckInterval = t.Check
+	cfg.ElectionJitter = t.TTL / 15
+	cfg.StepDownMargin = t.TTL / 10
+	cfg.TransferWindow = t.TTL / 10
+	cfg.WaitTimeout = t.Renew / 4
+	return cfg
+}
+
+// connectRedis returns a client of addr whose connection is established,
+// with hook added when it is not nil.
+func connectRedis(ctx context.Context, addr string, hook *rtHook) (*redis.Client, error) {
+	c := redis.NewClient(redisOptions(addr))
+	if hook != nil {
+		c.AddHook(hook)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+type herdNode struct {
+	client *redis.Client
+	cfg    masterelection.Config
+	acq    chan time.Time
+
+	mu sync.Mutex
+	m  *masterelection.MasterElection // set by start
+}
+
+func (n *herdNode) start(ctx context.Context) error {
+	m, err := masterelection.New(n.client, n.cfg)
+	if err != nil {
+		return err
+	}
+	m.OnMasterAcquired(func(context.Context, int64) { stamp(n.acq) })
+	n.mu.Lock()
+	n.m = m
+	n.mu.Unlock()
+	return m.Start(ctx)
+}
+
+func (n *herdNode) acquired() <-chan time.Time { return n.acq }
+
+func (n *herdNode) election() *masterelection.MasterElection {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.m
+}
+
+func (n *herdNode) leader() bool {
+	m := n.election()
+	return m != nil && m.IsMaster()
+}
+
+func (n *herdNode) stop(ctx context.Context) error {
+	var err error
+	if m := n.election(); m != nil {
+		err = m.Stop(ctx)
+	}
+	if cerr := n.client.Close(); cerr != nil && !errors.Is(cerr, redis.ErrClosed) && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (n *herdNode) crash() { _ = n.client.Close() }
