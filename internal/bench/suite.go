@@ -231,7 +231,7 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 			N: b.Messages, Value: fmt.Sprintf("%.0f msg/s", b.Rate()), Goal: "≥ 50,000 msg/s", Err: err,
 			Note: fmt.Sprintf("As 9b, but each of the %d goroutines sends its share with Router.SendBatch, %d messages per call: %d script calls in all, each one round trip and one fencing check for all its messages (route_batch.lua); timed until every handler had seen its share (%v). The herd counterpart of 9d.",
 				b.Senders, b.Batch, b.Calls, b.Elapsed.Round(time.Millisecond))})
-		return rows
+		return append(rows, durableRows(ctx, env, plan)...)
 	})
 	step("rest", "cost at rest", func() []Row {
 		res, err := CostAtRest(ctx, env, plan.RestProcesses, plan.RestWindow)
