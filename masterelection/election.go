@@ -181,31 +181,10 @@ func (m *MasterElection) Start(ctx context.Context) error {
 	m.cancel = cancel
 	m.mu.Unlock()
 
+	var sub *subscription // the events subscription, handed to run
 	if !m.cfg.Standalone {
-		// The registry is opened first: membership and slave tracking
-		// need it from the first election on.
-		openCtx, stopOpen := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-runCtx.Done(): // Stop while Start waits
-				stopOpen()
-			case <-openCtx.Done():
-			}
-		}()
-		reg, err := m.openRegistry(openCtx)
-		stopOpen()
-		if err != nil {
-			m.closeDone()
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
-			defer cancel()
-			_ = m.Stop(stopCtx)
-			return fmt.Errorf("masterelection: start: %w", err)
-		}
-		m.mu.Lock()
-		m.reg = reg
-		m.mu.Unlock()
-		m.checkEviction(ctx)
-		if err := m.garbageLock(ctx); err != nil { // no election can work on it
+		var err error
+		if sub, err = m.prepare(ctx, runCtx); err != nil {
 			m.closeDone()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
 			defer cancel()
@@ -213,10 +192,18 @@ func (m *MasterElection) Start(ctx context.Context) error {
 			return fmt.Errorf("masterelection: start: %w", err)
 		}
 	}
-	go m.run(runCtx)
+	go m.run(runCtx, sub)
 
 	select {
 	case <-m.resolved:
+		if sub != nil {
+			// In place before Start returns, or failed and reported: a
+			// release announced after Start returned is never missed.
+			select {
+			case <-sub.ready:
+			case <-ctx.Done():
+			}
+		}
 		return nil
 	case <-m.done:
 		return ErrStopped

@@ -19,11 +19,25 @@ type memoryPolicy struct {
 	maxmemory int64  // bytes; 0 means no limit, and then nothing is evicted
 }
 
-// checkEviction asks the server that holds the election's keys, once, at
-// Start, whether it may evict them, and says so: an error event wrapping
-// ErrEvictionPolicy and a warning when it may, a log line when the server
-// does not tell. It never fails Start, and it waits at most one operation
-// timeout (one round trip when Redis answers).
+// evictionRead is what readEviction found: the server's address when the
+// client tells, its eviction settings, or why they could not be read.
+type evictionRead struct {
+	addr string
+	mp   memoryPolicy
+	err  error
+}
+
+// refused tells whether the read was refused by the server (NOPERM, an
+// unknown or disabled command): asking again would get the same answer.
+func (r evictionRead) refused() bool {
+	var refused redis.Error
+	return errors.As(r.err, &refused)
+}
+
+// readEviction asks the server that holds the election's keys whether it
+// may evict them, once, at Start (prepare), waiting at most one operation
+// timeout (one round trip when Redis answers); reportEviction says what
+// the answer means.
 //
 // It reads INFO memory rather than CONFIG GET maxmemory-policy and CONFIG
 // GET maxmemory: the same two values in one command and one round trip, and
@@ -31,10 +45,19 @@ type memoryPolicy struct {
 // (with volatile-lru as their default policy, as on ElastiCache) and
 // least-privileged ACL users, whom CONFIG GET would let read every setting,
 // passwords included (docs/topologies.md grants +info instead).
-func (m *MasterElection) checkEviction(ctx context.Context) {
+func (m *MasterElection) readEviction(ctx context.Context) evictionRead {
 	ctx, cancel := context.WithTimeout(ctx, m.opTimeout())
 	defer cancel()
 	addr, mp, err := readMemoryPolicy(ctx, m.client, m.keys.Master)
+	return evictionRead{addr: addr, mp: mp, err: err}
+}
+
+// reportEviction says what readEviction found: an error event wrapping
+// ErrEvictionPolicy and a warning when the server may evict the election's
+// keys, a log line when the server does not tell. It never fails Start.
+// It needs the registry (the emulated backend has a key more).
+func (m *MasterElection) reportEviction(r evictionRead) {
+	addr, mp, err := r.addr, r.mp, r.err
 	log := m.log
 	if addr != "" {
 		log = log.With().Str("redis", addr).Logger()
@@ -42,9 +65,8 @@ func (m *MasterElection) checkEviction(ctx context.Context) {
 	if err != nil {
 		// A refusal (NOPERM, an unknown or disabled command) is the
 		// server's choice; anything else (a timeout) may deserve a look.
-		var refused redis.Error
 		ev := log.Warn()
-		if errors.As(err, &refused) {
+		if r.refused() {
 			ev = log.Info()
 		}
 		ev.Err(err).Msg("maxmemory-policy not checked: if this Redis can evict keys, it can end a healthy master's lock (docs/safety.md, \"Eviction\")")

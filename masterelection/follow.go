@@ -59,6 +59,14 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 			}
 		case req := <-m.transfers:
 			req.reply(ErrNotMaster)
+		case <-ls.subscribed:
+			// The subscription is in place only now (Start's first attempt
+			// does not wait for it): a release announced between an earlier
+			// answer and now was missed, so ask Redis again.
+			ls.subscribed = nil
+			if !ls.unresolved && !contend {
+				timer.Reset(0)
+			}
 		case n := <-m.notices:
 			// A notice is a hint, never a fact: anyone who may PUBLISH on
 			// the channel can send one. It only makes this process ask

@@ -10,16 +10,20 @@ import (
 // garbageLock returns an error wrapping ErrGarbage when the lock key holds
 // something other than a string: no process can take such a lock (the
 // acquire script's SET NX fails on it) while the key exists, so an election
-// on it cannot work. It returns nil when the lock is free or a node id, or
-// when Redis does not answer (the election reports that itself).
-func (m *MasterElection) garbageLock(ctx context.Context) error {
+// on it cannot work. It returns nil when the lock is free or a node id.
+// answered is false when Redis did not answer (the election reports that
+// itself; Start asks again once Redis answers the registry).
+func (m *MasterElection) garbageLock(ctx context.Context) (garbage error, answered bool) {
 	ctx, cancel := context.WithTimeout(ctx, m.opTimeout())
 	defer cancel()
 	st, err := scripts.Check(ctx, m.client, m.keys)
-	if err != nil || !st.Exists || st.NodeID != "" {
-		return nil
+	if err != nil {
+		return nil, false
 	}
-	return m.lockHolds(ctx)
+	if !st.Exists || st.NodeID != "" {
+		return nil, true
+	}
+	return m.lockHolds(ctx), true
 }
 
 // lockHolds describes the lock key when it does not hold a node id: the

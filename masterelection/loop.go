@@ -12,17 +12,18 @@ import (
 
 // loopState is owned by the run goroutine.
 type loopState struct {
-	unresolved bool         // the first election has not resolved yet
-	inElection bool         // election-started was emitted and its election-completed not yet
-	heldTerm   int64        // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
-	maybeHeld  bool         // an acquire's reply was lost: the lock may be ours under a term we never learnt
-	lost       lostAcquires // the acquires whose reply was lost since maybeHeld was set
-	lossWait   time.Time    // after a data loss: do not contend before this instant
-	lossTerm   int64        // the observed term when lossWait was set: a higher one means a newer loss
-	claim      notice       // the acquired notice with the highest term that Redis has not yet been asked about
-	claimAt    time.Time    // when claim arrived: only an answer to a call sent since can refute it
-	holdOff    time.Time    // after a Transfer: do not contend before this instant
-	retry      backoff      // after Redis errors
+	unresolved bool            // the first election has not resolved yet
+	inElection bool            // election-started was emitted and its election-completed not yet
+	heldTerm   int64           // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
+	maybeHeld  bool            // an acquire's reply was lost: the lock may be ours under a term we never learnt
+	lost       lostAcquires    // the acquires whose reply was lost since maybeHeld was set
+	lossWait   time.Time       // after a data loss: do not contend before this instant
+	lossTerm   int64           // the observed term when lossWait was set: a higher one means a newer loss
+	claim      notice          // the acquired notice with the highest term that Redis has not yet been asked about
+	claimAt    time.Time       // when claim arrived: only an answer to a call sent since can refute it
+	holdOff    time.Time       // after a Transfer: do not contend before this instant
+	retry      backoff         // after Redis errors
+	subscribed <-chan struct{} // closed when the events subscription is confirmed; nil once follow has seen it
 
 	// renewals counts the renew attempts still running; run waits for them
 	// before it returns. Only the attempts touch it besides run.
@@ -46,8 +47,9 @@ func (ls *loopState) lockNotOurs() {
 
 // run is the election's single loop: it owns the role, the timers and every
 // Redis call of the election, alternating between follow (slave) and lead
-// (master) until ctx ends.
-func (m *MasterElection) run(ctx context.Context) {
+// (master) until ctx ends. sub is the events subscription Start made (nil in
+// standalone mode); run closes it.
+func (m *MasterElection) run(ctx context.Context, sub *subscription) {
 	defer m.closeDone()
 	if m.cfg.Standalone {
 		m.runStandalone(ctx)
@@ -60,11 +62,11 @@ func (m *MasterElection) run(ctx context.Context) {
 		m.membership(ctx)
 	}()
 	var wg sync.WaitGroup
-	closeNotices := m.listen(ctx, &wg)
+	closeNotices := m.listen(ctx, &wg, sub)
 	defer wg.Wait()
 	defer closeNotices()
 
-	ls := &loopState{unresolved: true}
+	ls := &loopState{unresolved: true, subscribed: sub.confirmed}
 	defer ls.renewals.Wait()
 	for ctx.Err() == nil {
 		if l := m.follow(ctx, ls); l != nil {

@@ -31,31 +31,76 @@ func parseNotice(payload string) (notice, error) {
 	return notice{Notice: n, raw: []byte(payload)}, nil
 }
 
-// listen subscribes to the events channel and forwards its notices to
-// m.notices until the subscription is closed; on the same connection it
-// listens to the control channel, unless Config.IgnoreRemoteTransfers, and
-// forwards the transfer requests the master honours to m.transfers. A notice is dropped when the
-// loop is far behind: polling covers what notices only speed up. The
-// subscription is made before listen returns, so no notice published after
-// that is missed; go-redis reconnects and resubscribes by itself.
-func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeFn func()) {
+// subscribe subscribes to the events channel and, unless
+// Config.IgnoreRemoteTransfers, the control channel, on a connection of its
+// own, on a goroutine of its own so that Start's other round trips need not
+// wait for the dial. It waits for the server's confirmation (at most an
+// operation timeout), so that the subscription is in place before Start
+// returns: a release announced after that is never missed. When that fails
+// (Redis was not answering yet, most likely), it tries once more when
+// opened closes (the registry is open: Redis answers), and a second failure
+// is an error event; go-redis keeps subscribing again by itself once listen
+// reads the subscription, and polling covers the gap. ctx ends the
+// attempts.
+func (m *MasterElection) subscribe(ctx context.Context, opened <-chan struct{}) *subscription {
 	channels := []string{m.keys.Events}
 	if !m.cfg.IgnoreRemoteTransfers {
 		channels = append(channels, m.keys.Control)
 	}
-	ps := m.client.Subscribe(ctx, channels...)
-	// Wait for the server's confirmation, so that the subscription is in
-	// place before the first election resolves: a release announced after
-	// Start returned is then never missed. On failure go-redis subscribes
-	// again by itself; polling covers the gap.
-	rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
-	if _, err := ps.ReceiveTimeout(rctx, m.opTimeout()); err != nil && ctx.Err() == nil {
-		m.emitError(fmt.Errorf("subscribe to %s: %w", m.keys.Events, err))
+	sctx, cancel := context.WithCancel(ctx)
+	s := &subscription{
+		ps:        m.client.Subscribe(sctx), // no channel yet: no round trip
+		ready:     make(chan struct{}),
+		confirmed: make(chan struct{}),
+		cancel:    cancel,
 	}
-	cancel()
+	go func() {
+		defer close(s.ready)
+		confirm := func() error {
+			rctx, cancel := context.WithTimeout(sctx, m.opTimeout())
+			defer cancel()
+			_, err := s.ps.ReceiveTimeout(rctx, m.opTimeout())
+			return err
+		}
+		// Subscribe records the channels even when it fails, so the
+		// second attempt's read subscribes again on a new connection.
+		err := s.ps.Subscribe(sctx, channels...)
+		if err == nil {
+			err = confirm()
+		}
+		if err != nil {
+			select {
+			case <-opened:
+			case <-sctx.Done():
+				return
+			}
+			if err = confirm(); err != nil {
+				if sctx.Err() == nil {
+					m.emitError(fmt.Errorf("subscribe to %s: %w", m.keys.Events, err))
+				}
+				return
+			}
+		}
+		close(s.confirmed)
+	}()
+	return s
+}
+
+// listen forwards the notices of subscription s to m.notices until s is
+// closed, and the transfer requests of the control channel that the master
+// honours to m.transfers. A notice is dropped when the loop is far behind:
+// polling covers what notices only speed up. go-redis reconnects and
+// resubscribes by itself.
+func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup, s *subscription) (closeFn func()) {
+	ps := s.ps
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return
+		}
 		for msg := range ps.Channel(redis.WithChannelHealthCheckInterval(healthCheckInterval)) {
 			if msg.Channel == m.keys.Control {
 				if m.Term() == 0 {
@@ -86,5 +131,5 @@ func (m *MasterElection) listen(ctx context.Context, wg *sync.WaitGroup) (closeF
 			}
 		}
 	}()
-	return func() { _ = ps.Close() }
+	return s.close
 }

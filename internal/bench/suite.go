@@ -26,6 +26,8 @@ type Plan struct {
 	Ops int
 	// Candidates and ContendedReps: the contended election's size and rounds.
 	Candidates, ContendedReps int
+	// StartReps is the number of uncontested starts timed (row 3s).
+	StartReps int
 	// HandoverReps is the number of graceful handovers timed.
 	HandoverReps int
 	// FailoverTTL, FailoverNodes and FailoverReps: the crash failover rows.
@@ -65,6 +67,7 @@ func DefaultPlan() Plan {
 		Ops:           5000,
 		Candidates:    100,
 		ContendedReps: 20,
+		StartReps:     200,
 		HandoverReps:  200,
 		FailoverTTL:   time.Second,
 		FailoverNodes: 3,
@@ -91,6 +94,7 @@ func QuickPlan() Plan {
 		Ops:           50,
 		Candidates:    10,
 		ContendedReps: 2,
+		StartReps:     5,
 		HandoverReps:  5,
 		FailoverTTL:   300 * time.Millisecond,
 		FailoverNodes: 2,
@@ -111,7 +115,7 @@ func QuickPlan() Plan {
 }
 
 // Steps are the names of the parts of a run, for Plan.Only.
-var Steps = []string{"ops", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "rest", "cost", "scale"}
+var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "rest", "cost", "scale"}
 
 // Run measures every row of plan on env and returns the report. A row that
 // fails carries its error and the run goes on; progress lines go to
@@ -154,6 +158,13 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 		rows, ping := opRows(ctx, env, plan.Ops)
 		rep.Ping = ping
 		return rows
+	})
+	step("start", "New + Start on a fresh lock", func() []Row {
+		res, err := StartUncontested(ctx, env, plan.StartReps)
+		row := LatencyRow("3s", "uncontested start: New + Start on a fresh lock → master", res.Total, "≤ 8× PING",
+			fmt.Sprintf("Default timings, one candidate on a lock name no process uses, on a client already connected; from the call of New until Start returned as master: the registry probe, the eviction check (INFO memory), the lock check, the subscription on a connection of its own and the acquire. %d commands through the client's hooks per Start.", res.Commands))
+		row.Err = err
+		return []Row{row}
 	})
 	step("contended", fmt.Sprintf("contended election of %d", plan.Candidates), func() []Row {
 		s, err := Contended(ctx, env, plan.Candidates, plan.ContendedReps)
