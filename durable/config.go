@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -89,12 +90,14 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first field that cannot be used, with its value.
-// Zero values are valid: they mean the default.
+// Validate reports every field that cannot be used, with its value, at
+// once; the error wraps ErrInvalidConfig (and pubsub.ErrInvalidName for a
+// name). Zero values are valid: they mean the default.
 func (c Config) Validate() error {
+	var errs []error
 	if c.LockName != "" {
 		if err := checkName("LockName", c.LockName); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
 	for _, d := range []struct {
@@ -102,19 +105,22 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{{"ReassignTimeout", c.ReassignTimeout}, {"Block", c.Block}, {"RetryDelay", c.RetryDelay}, {"OpTimeout", c.OpTimeout}} {
 		if d.v < 0 {
-			return fmt.Errorf("durable: %s (%s) is negative", d.name, d.v)
+			errs = append(errs, fmt.Errorf("%s (%s) is negative", d.name, d.v))
 		}
 		if d.v > 0 && d.v < time.Millisecond {
-			return fmt.Errorf("durable: %s (%s) is below the minimum of 1ms", d.name, d.v)
+			errs = append(errs, fmt.Errorf("%s (%s) is below the minimum of 1ms", d.name, d.v))
 		}
 	}
 	if c.ReassignBatch < 0 {
-		return fmt.Errorf("durable: ReassignBatch (%d) is negative", c.ReassignBatch)
+		errs = append(errs, fmt.Errorf("ReassignBatch (%d) is negative", c.ReassignBatch))
 	}
 	if c.ReadCount < 0 {
-		return fmt.Errorf("durable: ReadCount (%d) is negative", c.ReadCount)
+		errs = append(errs, fmt.Errorf("ReadCount (%d) is negative", c.ReadCount))
 	}
-	return nil
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
 // withDefaults validates c and fills in its zero fields; the names come
@@ -126,7 +132,7 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 	if src, ok := from.(pubsub.KeySource); ok {
 		k := src.Keys()
 		if c.LockName != "" && c.LockName != k.LockName {
-			return Config{}, fmt.Errorf("durable: LockName %q differs from the election's %q; leave it empty", c.LockName, k.LockName)
+			return Config{}, fmt.Errorf("%w: LockName %q differs from the election's %q; leave it empty", ErrInvalidConfig, c.LockName, k.LockName)
 		}
 		c.LockName, c.Cluster = k.LockName, k.Cluster()
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -411,12 +412,15 @@ func TestConfigAndConstructors(t *testing.T) {
 		{"negative batch", durable.Config{ReassignBatch: -1}},
 		{"negative count", durable.Config{ReadCount: -1}},
 	} {
-		if err := tc.cfg.Validate(); err == nil {
-			t.Errorf("%s: valid", tc.name)
+		if err := tc.cfg.Validate(); !errors.Is(err, durable.ErrInvalidConfig) {
+			t.Errorf("%s: %v; want ErrInvalidConfig", tc.name, err)
 		}
 		if _, err := durable.NewConsumer(c, "s", tc.cfg); err == nil {
 			t.Errorf("%s: NewConsumer accepted it", tc.name)
 		}
+	}
+	if err := (durable.Config{Block: -1, ReadCount: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "Block") || !strings.Contains(err.Error(), "ReadCount") {
+		t.Errorf("two problems: %v; want both named", err)
 	}
 	if _, err := durable.NewConsumer(nil, "s", durable.Config{}); err == nil {
 		t.Error("nil client accepted")

@@ -33,6 +33,9 @@ var (
 	// ErrBadPick is returned by Reassign when the Pick returned an id that
 	// is not one of the slaves it was given; nothing more is moved.
 	ErrBadPick = errors.New("durable: pick returned no listed slave")
+	// ErrInvalidConfig is wrapped by Config.Validate's error and by the
+	// constructors' errors about the Config.
+	ErrInvalidConfig = errors.New("durable: invalid config")
 	// ErrStarted is returned by Consumer.Start when it already runs.
 	ErrStarted = errors.New("durable: already started")
 	// ErrClosed is returned by Consumer.Start after Close.
