@@ -1,0 +1,79 @@
+package durable_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// holder is a pubsub.Leader and SlaveLister for the example: in an
+// application, pass the *masterelection.MasterElection.
+type holder struct {
+	term   int64
+	slaves []string
+}
+
+func (h holder) NodeID() string { return "master" }
+func (h holder) IsMaster() bool { return true }
+func (h holder) Term() int64    { return h.term }
+func (h holder) Slaves(context.Context) ([]registry.SlaveNode, error) {
+	var out []registry.SlaveNode
+	for _, id := range h.slaves {
+		out = append(out, registry.SlaveNode{NodeID: id})
+	}
+	return out, nil
+}
+
+// A master stores jobs in two slaves' inboxes; one slave is gone for good,
+// so its jobs are reassigned to the other, which handles them all.
+func Example() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx := context.Background()
+
+	// The election's acquire script makes "master" the master under a term.
+	a, _ := scripts.Acquire(ctx, client, scripts.NewKeys("master-election", false), "master", time.Minute, nil, 0)
+	router, _ := durable.NewRouter(client, holder{term: a.Term, slaves: []string{"worker-1"}}, nil, durable.Config{})
+	for i, to := range []string{"worker-1", "worker-2", "worker-2"} {
+		if _, err := router.Send(ctx, to, "job", i); err != nil {
+			panic(err)
+		}
+	}
+	res, err := router.Reassign(ctx, "worker-2", nil) // worker-2 is gone
+	fmt.Println("moved:", res.Moved, err)
+
+	done := make(chan struct{})
+	c, _ := durable.NewConsumer(client, "worker-1", durable.Config{Block: 50 * time.Millisecond})
+	n := 0
+	_ = c.Handle("job", func(_ context.Context, d durable.Delivery) error {
+		var job int
+		_ = d.Decode(&job)
+		fmt.Printf("worker-1 handled job %d (delivery %d)\n", job, d.Deliveries)
+		if n++; n == 3 {
+			close(done)
+		}
+		return nil
+	})
+	if err := c.Start(ctx); err != nil {
+		panic(err)
+	}
+	<-done
+	_ = c.Close()
+	// Output:
+	// moved: map[worker-1:2] <nil>
+	// worker-1 handled job 0 (delivery 1)
+	// worker-1 handled job 1 (delivery 1)
+	// worker-1 handled job 2 (delivery 1)
+}
