@@ -77,7 +77,7 @@ func TestTransfer(t *testing.T) {
 		t.Run("to a non-candidate", func(t *testing.T) {
 			ctx := testCtx(t)
 			nodes, _ := transferHerd(t, inst, "transfer-paused", []string{"a", "b", "c"}, func(cfg *masterelection.Config) {
-				cfg.Candidate = cfg.NodeID != "c"
+				cfg.NonCandidate = cfg.NodeID == "c"
 			})
 			err := nodes[0].Transfer(ctx, "c")
 			if !errors.Is(err, masterelection.ErrTransferNotTaken) {

@@ -2,13 +2,9 @@ package masterelection
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 )
-
-// ErrNotMaster is returned by RunIfMaster when this process is not master.
-var ErrNotMaster = errors.New("masterelection: not master")
 
 // SetCandidate pauses (false) or resumes (true) this process's candidacy
 // at run time, as the "paused elector" does. A paused process keeps

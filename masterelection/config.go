@@ -14,8 +14,12 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// Config is the configuration of one MasterElection. Start from
-// DefaultConfig and change what you need; New copies it.
+// Config is the configuration of one MasterElection. Its zero value is
+// usable: every field left at zero takes the default its documentation
+// states, filled in by New (DefaultConfig shows them all). The timing
+// defaults scale with LockTTL, so setting LockTTL alone gives a valid
+// configuration; with the default LockTTL of 30s they are the
+// specification's values.
 //
 // The timings relate as follows (Validate enforces the rules):
 //
@@ -29,14 +33,14 @@ import (
 // LockTTL - StepDownMargin after its last successful renewal was sent.
 type Config struct {
 	// LockName prefixes every key and channel of the election. Processes with
-	// the same LockName on the same Redis elect one master. Default
-	// "master-election", as the specification.
+	// the same LockName on the same Redis elect one master.
+	// Default: "master-election", as the specification.
 	LockName string
 
 	// SlavePrefix prefixes the per-process routing channels: a process with
 	// node id X receives on SlavePrefix+X. The registry's ProcessChannel and
 	// a pubsub Router or Subscriber built with this election use it.
-	// Default "worker:slave:", as the specification.
+	// Default: "worker:slave:", as the specification.
 	SlavePrefix string
 
 	// Identifier is a human-readable name of this process, shown in the
@@ -44,59 +48,61 @@ type Config struct {
 	Identifier string
 
 	// NodeID identifies this process in the election and names its channel.
-	// It must be unique among the processes of the election. Default: a new
-	// random UUID.
+	// It must be unique among the processes of the election.
+	// Default: a new random UUID.
 	NodeID string
 
-	// LockTTL is how long the master lock lives without renewal. Default 30s.
+	// LockTTL is how long the master lock lives without renewal.
+	// Default: 30s.
 	LockTTL time.Duration
 
 	// HeartbeatInterval is how often the master renews the lock. A renewal
 	// still unanswered after HeartbeatInterval/2 is joined by another
 	// attempt, and a failed one is retried at least that often, until the
-	// self-fencing deadline. Default 10s.
+	// self-fencing deadline. Default: LockTTL / 3 (10s).
 	HeartbeatInterval time.Duration
 
 	// CheckInterval is how often a slave checks the lock. Slaves also check at
 	// the instant the current lock would expire, so failover does not wait
-	// for this interval. Default 5s.
+	// for this interval. Default: LockTTL / 6 (5s).
 	CheckInterval time.Duration
 
 	// ElectionJitter is the largest random delay a slave waits before it
 	// contends for a lock it found free, to spread simultaneous attempts.
-	// It does not apply when the master announced its release. Zero means
-	// no delay. Default 2s.
+	// It does not apply when the master announced its release. A negative
+	// value means no delay. Default: LockTTL / 15 (2s).
 	ElectionJitter time.Duration
 
 	// StepDownMargin is how long before its lock could expire for others the
 	// master stops considering itself master when it cannot renew. It covers
 	// the rate difference between this machine's clock and Redis's and the
-	// time a renewal spends in flight. Zero means LockTTL / 10.
+	// time a renewal spends in flight. Default: LockTTL / 10 (3s).
 	StepDownMargin time.Duration
 
-	// Candidate tells whether this process contends for mastership. A
-	// process with Candidate false follows the election and never becomes
-	// master. Default true.
-	Candidate bool
+	// NonCandidate makes this process follow the election without ever
+	// contending for mastership (as after SetCandidate(false)); it can
+	// become a candidate later with SetCandidate(true).
+	// Default: false, the process contends.
+	NonCandidate bool
 
 	// Capabilities are what this process offers for work assignment,
-	// published with its registry entry. Default: the zero value.
+	// published with its registry entry. Default: none.
 	Capabilities registry.Capabilities
 
 	// ProcessTTL is how long this process's registry entry lives without a
 	// heartbeat. It must exceed twice the longer of HeartbeatInterval and
 	// CheckInterval (the intervals of the master's and the slaves'
-	// heartbeats). Default 45s.
+	// heartbeats). Default: LockTTL * 3/2 (45s, as the specification).
 	ProcessTTL time.Duration
 
 	// SlaveTimeout is how old a slave's last heartbeat may get before the
 	// master removes it from the registry and emits slave-removed. It must
 	// exceed the longer heartbeat interval and the clock skew between hosts.
-	// Default 15s.
+	// Default: LockTTL / 2 (15s, as the specification).
 	SlaveTimeout time.Duration
 
 	// RegistryBackend chooses how registry entries get their TTL; see
-	// registry.Backend. Default registry.BackendAuto: picked by trying the
+	// registry.Backend. Default: registry.BackendAuto, picked by trying the
 	// commands once at Start.
 	RegistryBackend registry.Backend
 
@@ -108,11 +114,11 @@ type Config struct {
 	// self-fencing deadline. It narrows, but does not close, the window in
 	// which a fail-over to a replica loses the lock (see docs/topologies.md);
 	// with it, no master is elected while fewer replicas are reachable.
-	// Default 0: no waiting.
+	// Default: 0, no waiting.
 	WaitReplicas int
 
 	// WaitTimeout bounds each WAIT when WaitReplicas is positive; it must be
-	// less than HeartbeatInterval. Zero means HeartbeatInterval / 4.
+	// less than HeartbeatInterval. Default: HeartbeatInterval / 4.
 	WaitTimeout time.Duration
 
 	// Standalone makes this process master at Start, for good, without
@@ -120,7 +126,7 @@ type Config struct {
 	// for single-instance deployments that run the same code as clustered
 	// ones. There is no coordination at all: two standalone processes are
 	// two masters. Term is a timestamp in milliseconds taken at Start.
-	// Default false.
+	// Default: false.
 	Standalone bool
 
 	// TransferWindow is how long a Transfer reserves the released lock for
@@ -128,13 +134,13 @@ type Config struct {
 	// (Redis enforces it). After Transfer(ctx, ""), which reserves nothing,
 	// the stepping-down master does not contend for as long.
 	// A successor that does not take the lock by then (dead, not a
-	// candidate) leaves it to the normal election. Zero means LockTTL / 10.
+	// candidate) leaves it to the normal election. Default: LockTTL / 10.
 	TransferWindow time.Duration
 
 	// IgnoreRemoteTransfers turns off transfer requests published on the
 	// lock's control channel (<lock>:control). Anyone who may PUBLISH there
 	// can ask the master to hand over, as anyone who may DEL the lock key
-	// can force an election; see docs/safety.md. Default false: honoured.
+	// can force an election; see docs/safety.md. Default: false, honoured.
 	IgnoreRemoteTransfers bool
 
 	// Logger receives the election's diagnostic logs. Default: silent.
@@ -142,31 +148,78 @@ type Config struct {
 
 	// Slog, when set, receives the election's diagnostic logs (and its
 	// registry's) through log/slog instead of Logger: one record per log
-	// line, with its level, message and fields as attributes. Default nil:
+	// line, with its level, message and fields as attributes. Default: nil,
 	// Logger is used.
 	Slog *slog.Logger
 }
 
-// DefaultConfig returns the specification's defaults.
+// DefaultLockTTL is the default Config.LockTTL, the specification's.
+const DefaultLockTTL = 30 * time.Second
+
+// DefaultConfig returns the specification's values: LockName, LockTTL,
+// HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL and
+// SlaveTimeout set, as New would set them in a zero Config. The fields whose
+// defaults follow other fields (StepDownMargin, WaitTimeout,
+// TransferWindow) stay zero, so New derives them from the values finally
+// set; NodeID stays empty (New draws a UUID). Config{} is the same
+// configuration; DefaultConfig only spells it out.
 func DefaultConfig() Config {
-	return Config{
-		LockName:          scripts.DefaultLockName,
-		Identifier:        filepath.Base(os.Args[0]),
-		LockTTL:           30 * time.Second,
-		HeartbeatInterval: 10 * time.Second,
-		CheckInterval:     5 * time.Second,
-		ElectionJitter:    2 * time.Second,
-		ProcessTTL:        registry.DefaultProcessTTL,
-		SlaveTimeout:      registry.DefaultSlaveTimeout,
-		RegistryBackend:   registry.BackendAuto,
-		Candidate:         true,
-		Logger:            zerolog.Nop(),
-	}
+	c := Config{}.withDefaults()
+	c.StepDownMargin, c.WaitTimeout, c.TransferWindow = 0, 0, 0
+	return c
 }
 
-// Validate reports every problem of c at once, each naming the values
-// involved. An empty NodeID is valid: New fills in a UUID.
+// withDefaults returns c with every zero field set to its default: the
+// one place defaults are decided. NodeID stays as it is.
+func (c Config) withDefaults() Config {
+	if c.LockName == "" {
+		c.LockName = scripts.DefaultLockName
+	}
+	if c.Identifier == "" {
+		c.Identifier = filepath.Base(os.Args[0])
+	}
+	if c.LockTTL == 0 {
+		c.LockTTL = DefaultLockTTL
+	}
+	ttl := c.LockTTL // the base of the derived defaults
+	if ttl < 0 {
+		ttl = DefaultLockTTL // Validate reports the negative LockTTL alone
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = ttl / 3
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = ttl / 6
+	}
+	if c.ElectionJitter == 0 {
+		c.ElectionJitter = ttl / 15
+	}
+	if c.StepDownMargin == 0 {
+		c.StepDownMargin = ttl / 10
+	}
+	if c.ProcessTTL == 0 {
+		c.ProcessTTL = ttl * 3 / 2
+	}
+	if c.SlaveTimeout == 0 {
+		c.SlaveTimeout = ttl / 2
+	}
+	if c.RegistryBackend == "" {
+		c.RegistryBackend = registry.BackendAuto
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = c.HeartbeatInterval / 4
+	}
+	if c.TransferWindow == 0 {
+		c.TransferWindow = max(ttl/10, time.Millisecond)
+	}
+	return c
+}
+
+// Validate reports every problem of c, with its defaults filled in as New
+// would, at once: the error wraps ErrInvalidConfig and names the values
+// involved in each problem. An empty NodeID is valid: New fills in a UUID.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	var errs []error
 	if err := scripts.ValidateName("LockName", c.LockName); err != nil {
 		errs = append(errs, err)
@@ -193,9 +246,6 @@ func (c Config) Validate() error {
 		if p.d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", p.name, p.d))
 		}
-	}
-	if c.ElectionJitter < 0 {
-		errs = append(errs, fmt.Errorf("ElectionJitter must not be negative, got %v", c.ElectionJitter))
 	}
 	if c.WaitReplicas < 0 {
 		errs = append(errs, fmt.Errorf("WaitReplicas must not be negative, got %d", c.WaitReplicas))
@@ -235,32 +285,15 @@ func (c Config) Validate() error {
 	if c.LockTTL > 0 && c.LockTTL < time.Millisecond {
 		errs = append(errs, fmt.Errorf("LockTTL (%v) must be at least 1ms, the resolution of Redis expiry", c.LockTTL))
 	}
-	return errors.Join(errs...)
-}
-
-// stepDownMargin returns the effective margin.
-func (c Config) stepDownMargin() time.Duration {
-	if c.StepDownMargin > 0 {
-		return c.StepDownMargin
+	if len(errs) == 0 {
+		return nil
 	}
-	return c.LockTTL / 10
-}
-
-// transferWindow returns the effective transfer window.
-func (c Config) transferWindow() time.Duration {
-	if c.TransferWindow > 0 {
-		return c.TransferWindow
-	}
-	return max(c.LockTTL/10, time.Millisecond)
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
 // replication is what the lock writes wait for.
 func (c Config) replication() scripts.Replication {
-	t := c.WaitTimeout
-	if t == 0 {
-		t = c.HeartbeatInterval / 4
-	}
-	return scripts.Replication{Replicas: c.WaitReplicas, Timeout: t}
+	return scripts.Replication{Replicas: c.WaitReplicas, Timeout: c.WaitTimeout}
 }
 
 // retryInterval is the first delay before retrying after a Redis error; it

@@ -4,9 +4,8 @@
 //
 // # Usage
 //
-//	cfg := masterelection.DefaultConfig()
-//	cfg.LockName = "billing"
-//	m, err := masterelection.New(client, cfg) // client made with ContextTimeoutEnabled: true
+//	cfg := masterelection.Config{LockName: "billing"} // every other field: its default
+//	m, err := masterelection.New(client, cfg)          // client made with ContextTimeoutEnabled: true
 //	if err != nil { … }
 //	m.OnMasterAcquired(func(ctx context.Context, term int64) {
 //		runMasterWork(ctx, term) // until ctx is done: the mastership has ended

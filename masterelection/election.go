@@ -106,14 +106,12 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 	if client == nil && !cfg.Standalone {
 		return nil, ErrNilClient
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	if cfg.NodeID == "" {
 		cfg.NodeID = uuid.NewString()
-	}
-	if cfg.Identifier == "" {
-		cfg.Identifier = DefaultConfig().Identifier
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("masterelection: invalid config: %w", err)
 	}
 	_, cluster := client.(*redis.ClusterClient)
 	m := &MasterElection{
@@ -132,7 +130,7 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
-	m.candidate.Store(cfg.Candidate)
+	m.candidate.Store(!cfg.NonCandidate)
 	m.bus = newBus(m.handlerPanicked)
 	if cfg.Standalone {
 		m.log.Warn().Msg("standalone mode: always master, no coordination with any other process")

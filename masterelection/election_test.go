@@ -27,9 +27,9 @@ func TestNewFillsNodeIDAndRejectsBadConfig(t *testing.T) {
 		t.Fatalf("NodeID %q, Identifier %q: want defaults filled in", m.NodeID(), m.Identifier())
 	}
 	cfg := DefaultConfig()
-	cfg.LockTTL = 0
-	if _, err := New(w.client(), cfg); err == nil || !strings.Contains(err.Error(), "LockTTL") {
-		t.Fatalf("New with LockTTL 0: error = %v, want one naming LockTTL", err)
+	cfg.LockTTL = -time.Second
+	if _, err := New(w.client(), cfg); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "LockTTL") {
+		t.Fatalf("New with a negative LockTTL: error = %v, want ErrInvalidConfig naming LockTTL", err)
 	}
 }
 
@@ -155,7 +155,7 @@ func TestSelfFencingWithoutTheLoop(t *testing.T) {
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
 	w.mr.SetError("LOADING simulated outage") // every renewal now fails
 
-	margin := a.cfg.stepDownMargin()
+	margin := a.cfg.StepDownMargin
 	// Just before the deadline a still is master; just after, IsMaster is
 	// false the instant the clock moves, before the loop has had a chance.
 	a.clk.Advance(a.cfg.HeartbeatInterval) // a renewal is attempted and fails
@@ -253,7 +253,7 @@ func TestRedisRecoversDuringStart(t *testing.T) {
 func TestNonCandidateNeverContends(t *testing.T) {
 	w := newWorld(t)
 	cfg := testConfig("follower")
-	cfg.Candidate = false
+	cfg.NonCandidate = true
 	f := w.node(cfg)
 	w.start(f)
 	f.rec.waitEvents(t, "started", "completed:slave")

@@ -1,9 +1,28 @@
 package masterelection
 
-import "errors"
+import (
+	"errors"
 
-// Errors returned by MasterElection.
+	"github.com/herdkit/herd/scripts"
+)
+
+// Errors returned or reported by MasterElection. Match them with errors.Is.
 var (
+	// ErrInvalidConfig is wrapped by the errors of Config.Validate and New:
+	// the message names every problem of the configuration.
+	ErrInvalidConfig = errors.New("masterelection: invalid config")
+	// ErrNotMaster is returned by RunIfMaster when this process is not
+	// master, and by Transfer. It is the same error as registry.ErrNotMaster
+	// and pubsub.ErrNotMaster (scripts.ErrNotMaster): one errors.Is matches a
+	// refusal of any package.
+	ErrNotMaster = scripts.ErrNotMaster
+	// ErrNoRegistry is returned by the registry methods of a MasterElection
+	// that has no registry: before Start, or in standalone mode.
+	ErrNoRegistry = errors.New("masterelection: no process registry (not started, or standalone)")
+	// ErrTransferNotTaken is returned by Transfer when the lock it released
+	// was not taken by the successor it named within the transfer window: the
+	// normal election went on and another process, or none yet, is master.
+	ErrTransferNotTaken = errors.New("masterelection: the named successor did not take the lock")
 	// ErrNilClient is returned by New when the Redis client is nil.
 	ErrNilClient = errors.New("masterelection: nil redis client")
 	// ErrAlreadyStarted is returned by Start when it was called before.

@@ -2,6 +2,7 @@ package masterelection_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -58,12 +59,13 @@ func Example() {
 
 // Validate names every value that breaks a rule.
 func ExampleConfig_Validate() {
-	cfg := masterelection.DefaultConfig()
-	cfg.NodeID = "worker 1"
-	cfg.HeartbeatInterval = 11 * time.Second
-	fmt.Println(cfg.Validate())
+	cfg := masterelection.Config{NodeID: "worker 1", HeartbeatInterval: 11 * time.Second}
+	err := cfg.Validate()
+	fmt.Println(errors.Is(err, masterelection.ErrInvalidConfig))
+	fmt.Println(err)
 	// Output:
-	// NodeID "worker 1" contains whitespace or a control character
+	// true
+	// masterelection: invalid config: NodeID "worker 1" contains whitespace or a control character
 	// HeartbeatInterval (11s) times 3 must not exceed LockTTL (30s)
 }
 

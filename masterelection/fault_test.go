@@ -41,8 +41,8 @@ type scriptFault struct {
 	count int // calls faulted
 }
 
-func newScriptFault(s *redis.Script, err error) *scriptFault {
-	return &scriptFault{sha: s.Hash(), err: err, done: make(chan struct{}), left: -1}
+func newScriptFault(sha string, err error) *scriptFault {
+	return &scriptFault{sha: sha, err: err, done: make(chan struct{}), left: -1}
 }
 
 // set makes the next n matching calls (every one when n < 0) suffer mode.

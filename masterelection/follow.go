@@ -195,7 +195,7 @@ func (m *MasterElection) twinEvidence(ctx context.Context, ls *loopState, st scr
 			// Between two reads of an unrenewed lock the estimates differ by
 			// the clocks' rate difference (StepDownMargin per LockTTL at
 			// most) and PTTL's rounding.
-			slack := 2*time.Millisecond + time.Duration(float64(m.cfg.stepDownMargin())*float64(sent.Sub(la.since))/float64(m.cfg.LockTTL))
+			slack := 2*time.Millisecond + time.Duration(float64(m.cfg.StepDownMargin)*float64(sent.Sub(la.since))/float64(m.cfg.LockTTL))
 			if lo.After(la.expiry.Add(slack)) {
 				return fmt.Sprintf("the lock was renewed (its expiry moved %v later), and this process never renews a term it did not learn",
 					lo.Sub(la.expiry).Round(time.Millisecond))

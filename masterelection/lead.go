@@ -266,7 +266,7 @@ func (m *MasterElection) endLeadership(l *leadership, reason string) {
 // deadlineAfter is the self-fencing deadline of a lock (re)written by a call
 // sent at sent, as an offset from m.base.
 func (m *MasterElection) deadlineAfter(sent time.Time) time.Duration {
-	return sent.Sub(m.base) + m.cfg.LockTTL - m.cfg.stepDownMargin()
+	return sent.Sub(m.base) + m.cfg.LockTTL - m.cfg.StepDownMargin
 }
 
 func (m *MasterElection) remaining(l *leadership, now time.Time) time.Duration {

@@ -26,7 +26,7 @@ func TestLostRenewalIsRetriedBeforeTheDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
-			renewals := newScriptFault(scripts.RenewScript, nil)
+			renewals := newScriptFault(scripts.RenewSHA, nil)
 			a := w.nodeWith(testConfig("a"), renewals)
 			w.start(a)
 			a.rec.waitEvents(t, "started", "acquired", "completed:master")
@@ -62,7 +62,7 @@ func TestDeadlineCountsFromTheSendOfTheRenewal(t *testing.T) {
 	w.start(a)
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
 	l := a.lead.Load()
-	want := a.cfg.HeartbeatInterval + a.cfg.LockTTL - a.cfg.stepDownMargin()
+	want := a.cfg.HeartbeatInterval + a.cfg.LockTTL - a.cfg.StepDownMargin
 	// The lead loop arms its renew timer just after the election completes:
 	// let it, or a timer armed after the step below would not fire in it.
 	for quiet := false; !quiet; {
@@ -95,13 +95,13 @@ func TestDeadlineCountsFromTheSendOfTheRenewal(t *testing.T) {
 // steps down there, never later; every attempt is reported.
 func TestFailingRenewalsStepDownAtTheDeadline(t *testing.T) {
 	w := newWorld(t)
-	renewals := newScriptFault(scripts.RenewScript, errors.New("injected: connection refused"))
+	renewals := newScriptFault(scripts.RenewSHA, errors.New("injected: connection refused"))
 	a := w.nodeWith(testConfig("a"), renewals)
 	w.start(a)
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
 	term := a.Term()
 	renewals.set(faultFail, -1)
-	deadline := a.cfg.LockTTL - a.cfg.stepDownMargin()
+	deadline := a.cfg.LockTTL - a.cfg.StepDownMargin
 	w.advance(deadline-time.Millisecond, 10*time.Millisecond, a)
 	if a.Term() != term {
 		t.Fatal("stepped down before the deadline")
@@ -136,7 +136,7 @@ func TestStartErrorNamesTheCause(t *testing.T) {
 		{
 			name: "acquire refused",
 			fault: func(w *world) *node {
-				acquires := newScriptFault(scripts.AcquireScript, errors.New("NOPERM this user has no permissions to run the 'publish' command"))
+				acquires := newScriptFault(scripts.AcquireSHA, errors.New("NOPERM this user has no permissions to run the 'publish' command"))
 				acquires.set(faultFail, -1)
 				return w.nodeWith(testConfig("a"), acquires)
 			},
@@ -224,7 +224,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 			if tt.twin != nil {
 				x = tt.twin(w)
 			}
-			acquires := newScriptFault(scripts.AcquireScript, errors.New("injected: connection reset by peer"))
+			acquires := newScriptFault(scripts.AcquireSHA, errors.New("injected: connection reset by peer"))
 			acquires.set(tt.mode, 1) // the first acquire runs; its reply is lost
 			y := w.nodeWith(testConfig("a"), acquires)
 			nodes := []*node{y}

@@ -46,7 +46,7 @@ func TestMasterCtxEndsWithIsMaster(t *testing.T) {
 	waitFor(t, "a failed renewal reported", func() bool { return len(a.rec.errors()) > 0 })
 	a.trackMu.Lock() // the loop cannot finish endLeadership
 	defer a.trackMu.Unlock()
-	a.clk.Advance(a.cfg.LockTTL - a.cfg.stepDownMargin() - a.cfg.HeartbeatInterval)
+	a.clk.Advance(a.cfg.LockTTL - a.cfg.StepDownMargin - a.cfg.HeartbeatInterval)
 	if a.IsMaster() {
 		t.Fatal("still master at the self-fencing deadline")
 	}
@@ -80,7 +80,7 @@ func TestMasterCtxDoneByTimer(t *testing.T) {
 	a.trackMu.Lock()
 	defer a.trackMu.Unlock()
 	a.clk.Advance(a.cfg.HeartbeatInterval)
-	a.clk.Advance(a.cfg.LockTTL - a.cfg.stepDownMargin() - a.cfg.HeartbeatInterval)
+	a.clk.Advance(a.cfg.LockTTL - a.cfg.StepDownMargin - a.cfg.HeartbeatInterval)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -8,12 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/registry"
 )
-
-// ErrNoRegistry is returned by the registry methods of a MasterElection
-// that has no registry: before Start, or in standalone mode.
-var ErrNoRegistry = errors.New("masterelection: no process registry (not started, or standalone)")
 
 // roleChange tells the membership loop this process's role as of now.
 type roleChange struct {
@@ -44,10 +41,9 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 	var last error // the previous attempt's error
 	for {
 		rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
-		reg, err := registry.New(rctx, m.client, m.keys, registry.Options{
+		reg, err := registry.New(clock.With(rctx, m.clock), m.client, m.keys, registry.Config{
 			ProcessTTL: m.cfg.ProcessTTL,
 			Backend:    m.cfg.RegistryBackend,
-			Clock:      m.clock,
 			Logger:     m.log,
 			OnError:    m.emitError,
 		})
@@ -55,7 +51,7 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 		if err == nil {
 			return reg, nil
 		}
-		if errors.Is(err, registry.ErrInvalidOptions) {
+		if errors.Is(err, registry.ErrInvalidConfig) {
 			return nil, err
 		}
 		if ctx.Err() != nil {
@@ -146,10 +142,9 @@ func (m *MasterElection) membership(ctx context.Context) {
 // is not master at that instant, and none follows the master-lost of l.
 func (m *MasterElection) trackSlaves(l *leadership) {
 	defer m.bg.Done()
-	tracker, err := registry.NewSlaveTracker(m.reg, registry.TrackerOptions{
+	tracker, err := registry.NewSlaveTracker(m.reg, registry.TrackerConfig{
 		SlaveTimeout:  m.cfg.SlaveTimeout,
 		SweepInterval: m.cfg.CheckInterval,
-		Clock:         m.clock,
 		Self:          m.cfg.NodeID,
 		OnJoin: func(s registry.SlaveNode) {
 			m.slaveEvent(l, topicSlaveRegistered, payload{slave: s})

@@ -166,7 +166,7 @@ func TestNoSlaveEventAfterTheDeadline(t *testing.T) {
 	w := newWorld(t)
 	cfg := testConfig("a")
 	cfg.SlaveTimeout = 2 * time.Second
-	renewals := newScriptFault(scripts.RenewScript, errors.New("injected: connection reset"))
+	renewals := newScriptFault(scripts.RenewSHA, errors.New("injected: connection reset"))
 	a, b := w.nodeWith(cfg, renewals), w.node(testConfig("b"))
 	w.start(a)
 	w.start(b)

@@ -3,17 +3,11 @@ package masterelection
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/herdkit/herd/scripts"
 )
-
-// ErrTransferNotTaken is returned by Transfer when the lock it released was
-// not taken by the successor it named within the transfer window: the normal
-// election went on and another process, or none yet, is master.
-var ErrTransferNotTaken = errors.New("masterelection: the named successor did not take the lock")
 
 // transferRequest asks the lead loop to hand over to a successor ("" for
 // none).
@@ -89,7 +83,7 @@ func (m *MasterElection) Transfer(ctx context.Context, to string) error {
 // transferOut ends mastership l for a transfer request: as handOver, with
 // the released lock reserved for req.to. The answer goes to req.
 func (m *MasterElection) transferOut(ctx context.Context, ls *loopState, l *leadership, req transferRequest) {
-	window := m.cfg.transferWindow()
+	window := m.cfg.TransferWindow
 	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
 	reason := "transferred: stepped down"
 	if req.to != "" {

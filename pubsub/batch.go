@@ -189,8 +189,7 @@ func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (res BatchResul
 		counts, err := scripts.RouteBatch(ctx, r.client, r.cfg.keys(), from, term, batch)
 		res.Calls++
 		if err != nil {
-			if errors.Is(err, scripts.ErrFenced) {
-				err = fmt.Errorf("%w: %w", ErrNotMaster, err)
+			if errors.Is(err, scripts.ErrFenced) { // it matches ErrNotMaster too
 				markNotSent(res.Outcomes, ch.first, err)
 			} else {
 				for _, i := range ch.index {

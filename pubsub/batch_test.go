@@ -238,7 +238,7 @@ func TestSendBatchSplit(t *testing.T) {
 	rawSubscribe(t, c, "worker:slave:s2")
 	var n commandCounter
 	c.AddHook(&n)
-	if err := scripts.RouteBatchScript.Load(testCtx(t), c).Err(); err != nil {
+	if err := scripts.Load(testCtx(t), c); err != nil {
 		t.Fatal(err)
 	}
 	big := func(kb int) any { return strings.Repeat("x", kb<<10) }
@@ -288,7 +288,7 @@ type routeBatchHook struct {
 	after  func(call int64)
 }
 
-var routeBatchSHA = scripts.RouteBatchScript.Hash()
+var routeBatchSHA = scripts.RouteBatchSHA
 
 func isRouteBatch(cmd redis.Cmder) bool {
 	args := cmd.Args()
@@ -403,7 +403,7 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 			leader := newMaster(t, admin, "node-a", cfg)
 			r := newRouter(t, c, leader, nil, cfg)
 			ps := rawSubscribe(t, admin, cfg.SlaveChannel("s1"))
-			if err := scripts.RouteBatchScript.Load(testCtx(t), c).Err(); err != nil {
+			if err := scripts.Load(testCtx(t), c); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(testCtx(t))

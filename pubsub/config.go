@@ -1,6 +1,7 @@
 package pubsub
 
 import (
+	"errors"
 	"fmt"
 	"github.com/redis/go-redis/v9"
 	"time"
@@ -107,35 +108,40 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first field that cannot be used, with its value.
+// Validate reports every field that cannot be used, with its value, at
+// once; the error wraps ErrInvalidConfig (and ErrInvalidName for a name).
 // Zero values are valid: they mean the default.
 func (c Config) Validate() error {
+	var errs []error
 	if c.LockName != "" {
 		if err := checkName("LockName", c.LockName); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
 	if c.SlavePrefix != "" {
 		if err := checkName("SlavePrefix", c.SlavePrefix); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
 	if c.PingInterval < 0 {
-		return fmt.Errorf("pubsub: PingInterval (%s) is negative", c.PingInterval)
+		errs = append(errs, fmt.Errorf("PingInterval (%s) is negative", c.PingInterval))
 	}
 	if c.PingInterval > 0 && c.PingInterval < 10*time.Millisecond {
-		return fmt.Errorf("pubsub: PingInterval (%s) is below the minimum of 10ms", c.PingInterval)
+		errs = append(errs, fmt.Errorf("PingInterval (%s) is below the minimum of 10ms", c.PingInterval))
 	}
 	if c.MaxRetryDelay < 0 {
-		return fmt.Errorf("pubsub: MaxRetryDelay (%s) is negative", c.MaxRetryDelay)
+		errs = append(errs, fmt.Errorf("MaxRetryDelay (%s) is negative", c.MaxRetryDelay))
 	}
 	if c.MaxRetryDelay > 0 && c.MaxRetryDelay < minRetryDelay {
-		return fmt.Errorf("pubsub: MaxRetryDelay (%s) is below the first retry delay (%s)", c.MaxRetryDelay, minRetryDelay)
+		errs = append(errs, fmt.Errorf("MaxRetryDelay (%s) is below the first retry delay (%s)", c.MaxRetryDelay, minRetryDelay))
 	}
 	if c.OpTimeout < 0 {
-		return fmt.Errorf("pubsub: OpTimeout (%s) is negative", c.OpTimeout)
+		errs = append(errs, fmt.Errorf("OpTimeout (%s) is negative", c.OpTimeout))
 	}
-	return nil
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
 // withDefaults validates c and fills in its zero fields. The names come
@@ -154,10 +160,10 @@ func (c Config) withDefaults(client redis.UniversalClient, from ...any) (Config,
 		}
 		k := src.Keys()
 		if c.LockName != "" && c.LockName != k.LockName {
-			return Config{}, fmt.Errorf("pubsub: LockName %q differs from the election's %q; leave it empty", c.LockName, k.LockName)
+			return Config{}, fmt.Errorf("%w: LockName %q differs from the election's %q; leave it empty", ErrInvalidConfig, c.LockName, k.LockName)
 		}
 		if c.SlavePrefix != "" && c.SlavePrefix != k.SlavePrefix {
-			return Config{}, fmt.Errorf("pubsub: SlavePrefix %q differs from the election's %q; leave it empty", c.SlavePrefix, k.SlavePrefix)
+			return Config{}, fmt.Errorf("%w: SlavePrefix %q differs from the election's %q; leave it empty", ErrInvalidConfig, c.SlavePrefix, k.SlavePrefix)
 		}
 		c.LockName, c.SlavePrefix, c.Cluster = k.LockName, k.SlavePrefix, k.Cluster()
 		break

@@ -4,18 +4,25 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/herdkit/herd/scripts"
 )
 
 // Errors returned or reported by this package. Match them with errors.Is;
 // the typed errors below (NoSubscriberError, StaleTermError,
 // UnverifiedTermError, MessageError) match their sentinel too.
 var (
-	// ErrNotMaster is returned by Router.Send, Router.Broadcast and
-	// Router.SendBatch when this process is not the master, or its mastership
-	// has no live term; and, wrapped together with scripts.ErrFenced, when
-	// the route script found that Redis's lock is no longer this process's
-	// under that term.
-	ErrNotMaster = errors.New("pubsub: not master")
+	// ErrNotMaster is matched by the errors of Router.Send, Router.Broadcast
+	// and Router.SendBatch when this process is not the master, or its
+	// mastership has no live term; and, with scripts.ErrFenced, when the
+	// route script found that Redis's lock is no longer this process's under
+	// that term. It is scripts.ErrNotMaster, the same value as
+	// masterelection.ErrNotMaster and registry.ErrNotMaster.
+	ErrNotMaster = scripts.ErrNotMaster
+	// ErrInvalidConfig is wrapped by the errors of Config.Validate and of the
+	// constructors given a Config that cannot be used; the message names
+	// every problem.
+	ErrInvalidConfig = errors.New("pubsub: invalid config")
 	// ErrNotSent is matched by the Outcome.Err of each message of
 	// Router.SendBatch that was certainly not published because the batch
 	// stopped before or at its call (not master, fenced, a cancelled

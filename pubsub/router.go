@@ -105,11 +105,8 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 // process no longer holds the lock under term: the check and the PUBLISH
 // are one atomic step on the server, in one round trip.
 func (r *Router) route(ctx context.Context, term int64, data []byte, channels ...string) ([]int64, error) {
-	counts, err := scripts.Route(ctx, r.client, r.cfg.keys(), r.leader.NodeID(), term, data, channels...)
-	if errors.Is(err, scripts.ErrFenced) {
-		return nil, fmt.Errorf("%w: %w", ErrNotMaster, err)
-	}
-	return counts, err
+	// A refusal is scripts.ErrFenced, which matches ErrNotMaster too.
+	return scripts.Route(ctx, r.client, r.cfg.keys(), r.leader.NodeID(), term, data, channels...)
 }
 
 // Broadcast sends one message (one id, one term) to every live slave the

@@ -128,7 +128,7 @@ func parseBackend(b Backend) (Backend, error) {
 	case BackendNative, BackendHPExpire, BackendEmulated:
 		return s, nil
 	}
-	return "", fmt.Errorf("%w: unknown Backend %q (want auto, native, hpexpire or emulated)", ErrInvalidOptions, string(b))
+	return "", fmt.Errorf("unknown Backend %q (want auto, native, hpexpire or emulated)", string(b))
 }
 
 // ttlOf is the TTL actually stored: whole milliseconds, at least one.

@@ -3,7 +3,7 @@
 // stays listed only while it heartbeats; the master follows its slaves with
 // a SlaveTracker.
 //
-//	reg, err := registry.New(ctx, client, scripts.NewKeys("master-election", false), registry.Options{})
+//	reg, err := registry.New(ctx, client, scripts.NewKeys("master-election", false), registry.Config{})
 //	...
 //	err = reg.Register(ctx, registry.ProcessInfo{ProcessID: id, Role: registry.RoleSlave})
 //	...
@@ -15,7 +15,7 @@
 //
 // The registry is the hash Keys.Processes: field = process id, value =
 // ProcessInfo JSON in the specification's form (timestamps as JavaScript's
-// toISOString writes them), each entry with its own TTL (Options.ProcessTTL).
+// toISOString writes them), each entry with its own TTL (Config.ProcessTTL).
 // Slaves and channels are derived from it; there is no separate slaves or
 // channels hash. Three backends give entries their TTL, chosen once by New
 // by trying the commands: native HSETEX (Redis 8, Valkey 9), HSET + HPEXPIRE
@@ -71,7 +71,7 @@
 // Register refuses ids that would break a channel name, unknown roles and
 // metadata over MaxMetadataBytes. Reads skip an entry that is not a
 // ProcessInfo (not JSON, or the wrong shape) and report it once to
-// Options.OnError, naming its field; they never fail because of it.
+// Config.OnError, naming its field; they never fail because of it.
 //
 // # Not guaranteed
 //

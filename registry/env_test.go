@@ -74,8 +74,9 @@ type env struct {
 var lockSeq atomic.Int64
 
 // newEnv opens tg and builds a Registry on keys of a lock name of its own.
-// opts.Backend, Clock, ProcessTTL and OnError are set from tg when zero.
-func newEnv(t *testing.T, tg target, opts Options) *env {
+// opts.Backend, ProcessTTL and OnError are set from tg when zero; the
+// registry runs on e.clk.
+func newEnv(t *testing.T, tg target, opts Config) *env {
 	t.Helper()
 	c, server := tg.open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -88,14 +89,11 @@ func newEnv(t *testing.T, tg target, opts Options) *env {
 	if opts.ProcessTTL == 0 {
 		opts.ProcessTTL = tg.ttl
 	}
-	if opts.Clock == nil {
-		opts.Clock = e.clk
-	}
 	if opts.OnError == nil {
 		opts.OnError = e.errs.add
 	}
 	e.ttl = opts.ProcessTTL
-	reg, err := New(ctx, c, e.keys, opts)
+	reg, err := New(clock.With(ctx, e.clk), c, e.keys, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

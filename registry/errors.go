@@ -1,6 +1,10 @@
 package registry
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/herdkit/herd/scripts"
+)
 
 // The errors of the registry. Errors returned by this package wrap one of
 // them, or a Redis or context error, and can be tested with errors.Is.
@@ -24,18 +28,20 @@ var (
 	// key); something other than herd or a process following the
 	// specification wrote it.
 	ErrCorruptEntry = errors.New("registry: corrupt entry")
-	// ErrBackendUnsupported: Options.Backend names a backend whose commands
+	// ErrBackendUnsupported: Config.Backend names a backend whose commands
 	// the server does not run.
 	ErrBackendUnsupported = errors.New("registry: backend not supported by the server")
-	// ErrInvalidOptions: Options, TrackerOptions or the timings given to
+	// ErrInvalidConfig: Config, TrackerConfig or the timings given to
 	// ValidateTimings are inconsistent; the message names the values.
-	ErrInvalidOptions = errors.New("registry: invalid options")
+	ErrInvalidConfig = errors.New("registry: invalid config")
 	// ErrNotMaster: a registration or heartbeat with role master was refused
 	// by Redis because the process does not hold the lock (Keys.Master) under
 	// the term it wrote (Keys.Term); the entry was written with role slave
 	// instead. The process was replaced as master (its lock expired or was
-	// taken, during a pause say) and has not noticed yet.
-	ErrNotMaster = errors.New("registry: not master: the lock is not held under this term")
+	// taken, during a pause say) and has not noticed yet. The error wraps
+	// scripts.ErrFenced too. ErrNotMaster is scripts.ErrNotMaster, the same
+	// value as masterelection.ErrNotMaster and pubsub.ErrNotMaster.
+	ErrNotMaster = scripts.ErrNotMaster
 	// ErrUnconfirmedNotice: a SlaveTracker ignored a notice that the
 	// registry contradicts, reported to its OnError: an "unregistered" notice
 	// for a process whose entry is present and fresh, or a notice without a

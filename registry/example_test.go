@@ -23,7 +23,7 @@ func Example() {
 	ctx := context.Background()
 
 	keys := scripts.NewKeys("master-election", false)
-	reg, err := registry.New(ctx, client, keys, registry.Options{})
+	reg, err := registry.New(ctx, client, keys, registry.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -72,7 +72,7 @@ func ExampleSlaveTracker() {
 	defer cancel()
 
 	keys := scripts.NewKeys("master-election", false)
-	reg, err := registry.New(ctx, client, keys, registry.Options{})
+	reg, err := registry.New(ctx, client, keys, registry.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -81,7 +81,7 @@ func ExampleSlaveTracker() {
 	}
 
 	events := make(chan string)
-	tracker, err := registry.NewSlaveTracker(reg, registry.TrackerOptions{
+	tracker, err := registry.NewSlaveTracker(reg, registry.TrackerConfig{
 		Self:    "m0", // the master's own process id
 		OnJoin:  func(s registry.SlaveNode) { events <- "joined " + s.NodeID },
 		OnLeave: func(id string) { events <- "left " + id },

@@ -39,7 +39,7 @@ func TestIntegrationMasterWriteFenced(t *testing.T) {
 // entry; Redis must not let it say master under its old term: the entry and
 // its notice say slave, and the heartbeat reports the refusal.
 func testMasterWriteFenced(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	ch := e.events()
 	e.holdLock("a", 5)
 	e.register(ProcessInfo{ProcessID: "a", Role: RoleMaster, Term: 5, Identifier: "svc"})

@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/redistest"
 	"github.com/herdkit/herd/scripts"
 )
@@ -33,7 +32,7 @@ func serverTargets(t *testing.T, inst *redistest.Instance) []target {
 	keys := scripts.NewKeys("probe", false)
 	var out []target
 	for _, b := range []Backend{BackendNative, BackendHPExpire, BackendEmulated} {
-		_, err := New(t.Context(), c, keys, Options{Backend: b})
+		_, err := New(t.Context(), c, keys, Config{Backend: b})
 		if errors.Is(err, ErrBackendUnsupported) {
 			continue
 		}
@@ -45,7 +44,7 @@ func serverTargets(t *testing.T, inst *redistest.Instance) []target {
 				return inst.Client(t), func(_ time.Time, d time.Duration) { time.Sleep(d) }
 			}})
 	}
-	reg, err := New(t.Context(), c, keys, Options{})
+	reg, err := New(t.Context(), c, keys, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +91,7 @@ func TestIntegrationBackendByVersion(t *testing.T) {
 			t.Skipf("no expectation recorded for %s", s.Name)
 		}
 		inst := redistest.Start(t, s)
-		reg, err := New(t.Context(), inst.Client(t), scripts.NewKeys("herd", false), Options{})
+		reg, err := New(t.Context(), inst.Client(t), scripts.NewKeys("herd", false), Config{})
 		if err != nil || reg.Backend() != want {
 			t.Fatalf("New on %s picked %v (%v), want %s", s.Name, reg, err, want)
 		}
@@ -114,7 +113,7 @@ func TestIntegrationReadRefused(t *testing.T) {
 		c := redis.NewClient(o)
 		defer c.Close()
 		for _, b := range []Backend{BackendAuto, BackendEmulated} {
-			reg, err := New(t.Context(), c, scripts.NewKeys("herd-"+string(b), false), Options{Backend: b})
+			reg, err := New(t.Context(), c, scripts.NewKeys("herd-"+string(b), false), Config{Backend: b})
 			if err != nil {
 				t.Fatalf("New(%s): %v", b, err)
 			}
@@ -172,7 +171,7 @@ func thousand(t *testing.T, inst *redistest.Instance) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*kWaitForever)
 	defer cancel()
 	keys := scripts.NewKeys("thousand", false)
-	ropts := Options{ProcessTTL: kProcessTTL, OnError: func(err error) { t.Errorf("registry: %v", err) }}
+	ropts := Config{ProcessTTL: kProcessTTL, OnError: func(err error) { t.Errorf("registry: %v", err) }}
 
 	// The processes: half registered before the master starts tracking.
 	procs := make([]*proc, kProcesses)
@@ -212,8 +211,8 @@ func thousand(t *testing.T, inst *redistest.Instance) {
 		t.Fatal(err)
 	}
 	log := &eventLog{}
-	tr, err := NewSlaveTracker(master, TrackerOptions{
-		SlaveTimeout: kSlaveLimit, SweepInterval: kSweep, Clock: clock.Real{}, Self: "master",
+	tr, err := NewSlaveTracker(master, TrackerConfig{
+		SlaveTimeout: kSlaveLimit, SweepInterval: kSweep, Self: "master",
 		OnJoin: log.join, OnLeave: log.leave, OnError: log.fail,
 	})
 	if err != nil {

@@ -19,13 +19,13 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// DefaultProcessTTL is the default Options.ProcessTTL, the specification's
+// DefaultProcessTTL is the default Config.ProcessTTL, the specification's
 // PROCESS_TTL of 45 seconds.
 const DefaultProcessTTL = 45 * time.Second
 
-// Options configure a Registry. The zero value is usable; New fills in the
+// Config configures a Registry. The zero value is usable; New fills in the
 // defaults and keeps its own copy.
-type Options struct {
+type Config struct {
 	// ProcessTTL is how long an entry stays listed after its last
 	// registration or heartbeat, stored in whole milliseconds. It must exceed
 	// twice the heartbeat interval (see ValidateTimings). Default: 45s; zero
@@ -34,9 +34,6 @@ type Options struct {
 	// Backend chooses how each entry gets its TTL. Default: BackendAuto, which
 	// tries the commands once in New.
 	Backend Backend
-	// Clock gives the lastSeen and registeredAt times written into entries.
-	// Default: the system clock.
-	Clock clock.Clock
 	// Logger receives the backend chosen, re-registrations and expired
 	// entries removed by reads. Default: the zero Logger, which logs nothing.
 	Logger zerolog.Logger
@@ -48,6 +45,28 @@ type Options struct {
 	OnError func(error)
 }
 
+// Validate reports every problem of c at once; the error wraps
+// ErrInvalidConfig. New calls it.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ProcessTTL < 0 {
+		errs = append(errs, fmt.Errorf("ProcessTTL %s is negative", c.ProcessTTL))
+	}
+	if _, err := parseBackend(c.Backend); err != nil {
+		errs = append(errs, err)
+	}
+	return invalid(errs)
+}
+
+// invalid joins the problems of a configuration under ErrInvalidConfig; nil
+// when there are none.
+func invalid(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+}
+
 // Registry is the process registry of one election: the hash
 // Keys.Processes, field = process id, value = ProcessInfo JSON, each entry
 // with its own TTL. It also reads the master's info from Keys.MasterProcess.
@@ -56,11 +75,12 @@ type Options struct {
 // process registered through it, which Heartbeat writes back; it starts no
 // goroutine and needs no Close.
 type Registry struct {
-	c    redis.UniversalClient
-	keys scripts.Keys
-	opts Options
-	kind Backend
-	be   backend
+	c     redis.UniversalClient
+	keys  scripts.Keys
+	cfg   Config
+	clock clock.Clock // lastSeen and registeredAt; a test's, from New's ctx
+	kind  Backend
+	be    backend
 
 	mu       sync.Mutex
 	own      map[string]*owned // processes registered through r, by process id
@@ -111,44 +131,38 @@ func asSlave(info ProcessInfo) ProcessInfo {
 // With a *redis.ClusterClient the keys get the Cluster hash tag whatever
 // keys says, as the election's do. Set ContextTimeoutEnabled on client:
 // go-redis ignores context deadlines otherwise.
-func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Options) (*Registry, error) {
+func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Config) (*Registry, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
 	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.ProcessesVersion == "" || keys.RegistryEvents == "" ||
 		keys.MasterProcess == "" || keys.Master == "" || keys.Term == "" {
-		return nil, fmt.Errorf("%w: keys are missing names; build them with scripts.NewKeys", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: keys are missing names; build them with scripts.NewKeys", ErrInvalidConfig)
 	}
 	if _, cluster := client.(*redis.ClusterClient); cluster && !keys.Cluster() && keys.LockName != "" {
 		// The same hash tag as the election's, which detects the client too.
 		keys = scripts.NewKeys(keys.LockName, true).WithSlavePrefix(keys.SlavePrefix)
 	}
-	switch {
-	case opts.ProcessTTL < 0:
-		return nil, fmt.Errorf("%w: ProcessTTL %s is negative", ErrInvalidOptions, opts.ProcessTTL)
-	case opts.ProcessTTL == 0:
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.ProcessTTL == 0 {
 		opts.ProcessTTL = DefaultProcessTTL
 	}
 	opts.ProcessTTL = ttlOf(opts.ProcessTTL)
-	want, err := parseBackend(opts.Backend)
-	if err != nil {
-		return nil, err
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
+	want, _ := parseBackend(opts.Backend) // valid: checked above
 	kind, err := pickBackend(ctx, client, keys, want)
 	if err != nil {
 		return nil, err
 	}
 	opts.Backend = kind
 	r := &Registry{
-		c: client, keys: keys, opts: opts, kind: kind,
+		c: client, keys: keys, cfg: opts, clock: clock.From(ctx), kind: kind,
 		be:       newBackend(kind, client, keys),
 		own:      map[string]*owned{},
 		reported: map[string]uint64{},
 	}
-	r.opts.Logger.Info().Str("backend", string(kind)).Str("key", keys.Processes).Msg("process registry ready")
+	r.cfg.Logger.Info().Str("backend", string(kind)).Str("key", keys.Processes).Msg("process registry ready")
 	return r, nil
 }
 
@@ -156,7 +170,7 @@ func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, o
 func (r *Registry) Backend() Backend { return r.kind }
 
 // ProcessTTL returns the TTL given to every entry written.
-func (r *Registry) ProcessTTL() time.Duration { return r.opts.ProcessTTL }
+func (r *Registry) ProcessTTL() time.Duration { return r.cfg.ProcessTTL }
 
 // Register writes info as the entry of info.ProcessID with a fresh TTL and
 // announces it on Keys.RegistryEvents, in one round trip; the specification's
@@ -194,7 +208,7 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		o.mu.Unlock() // unregistered meanwhile: claim a new record
 	}
 	defer o.mu.Unlock()
-	now := r.opts.Clock.Now()
+	now := r.clock.Now()
 	if info.RegisteredAt.IsZero() {
 		info.RegisteredAt = now
 		if o.registered && !o.info.RegisteredAt.IsZero() {
@@ -241,8 +255,8 @@ func (r *Registry) fenced(op string, info ProcessInfo, st scripts.Stored) error 
 		term = "term " + truncate(st.HolderTerm)
 	}
 	err := fmt.Errorf("%s process %q as master of term %d: %s under %s; the entry was written with role slave: %w",
-		op, info.ProcessID, info.Term, holder, term, ErrNotMaster)
-	r.opts.Logger.Warn().Err(err).Msg("master registry write refused")
+		op, info.ProcessID, info.Term, holder, term, scripts.ErrFenced)
+	r.cfg.Logger.Warn().Err(err).Msg("master registry write refused")
 	return err
 }
 
@@ -273,7 +287,7 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 		return fmt.Errorf("heartbeat %q: %w", processID, ErrNotRegistered)
 	}
 	info := o.info
-	info.LastSeen = r.opts.Clock.Now()
+	info.LastSeen = r.clock.Now()
 	var fallback []byte
 	if info.Role == RoleMaster {
 		if fallback = o.fallback.at(info.LastSeen); fallback == nil {
@@ -290,7 +304,7 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 	}
 	o.info.LastSeen = info.LastSeen
 	if st.Created {
-		r.opts.Logger.Info().Str("process", processID).Msg("entry was gone; heartbeat registered it again")
+		r.cfg.Logger.Info().Str("process", processID).Msg("entry was gone; heartbeat registered it again")
 	}
 	if st.Fenced {
 		o.demote()
@@ -324,7 +338,7 @@ func (r *Registry) Unregister(ctx context.Context, processID string) error {
 
 // Processes returns every live entry, sorted by process id; the
 // specification's getAllProcesses. Corrupt entries are skipped and reported
-// to Options.OnError.
+// to Config.OnError.
 func (r *Registry) Processes(ctx context.Context) ([]ProcessInfo, error) {
 	snap, err := r.load(ctx, false)
 	return snap.infos, err
@@ -452,7 +466,7 @@ func (r *Registry) load(ctx context.Context, versioned bool) (snapshot, error) {
 		return snapshot{}, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
 	}
 	if len(view.Removed) > 0 {
-		r.opts.Logger.Debug().Strs("processes", view.Removed).Msg("removed expired registry entries")
+		r.cfg.Logger.Debug().Strs("processes", view.Removed).Msg("removed expired registry entries")
 	}
 	m := view.Entries
 	// The field is the process id of every entry that decodes: sort the
@@ -534,9 +548,9 @@ func (r *Registry) reportOnce(field string, h uint64, err error) {
 		return
 	}
 	cerr := r.corrupt(field, err)
-	r.opts.Logger.Warn().Err(cerr).Msg("skipped a corrupt registry entry")
-	if r.opts.OnError != nil {
-		r.opts.OnError(cerr)
+	r.cfg.Logger.Warn().Err(cerr).Msg("skipped a corrupt registry entry")
+	if r.cfg.OnError != nil {
+		r.cfg.OnError(cerr)
 	}
 }
 
@@ -546,7 +560,7 @@ func (r *Registry) corrupt(field string, err error) error {
 
 // entries reads the live entries of ids and the registry's version as of
 // the read, atomically, in one round trip. Corrupt entries are left out and
-// reported to Options.OnError.
+// reported to Config.OnError.
 func (r *Registry) entries(ctx context.Context, ids []string) (map[string]ProcessInfo, int64, error) {
 	view, err := r.be.read(ctx, ids, true)
 	if err != nil {
@@ -586,7 +600,7 @@ func (r *Registry) write(ctx context.Context, info ProcessInfo, b, fallback []by
 	}
 	return r.be.put(ctx, scripts.Put{
 		ID: info.ProcessID, Value: b, Role: string(info.Role),
-		TTL: r.opts.ProcessTTL, Heartbeat: heartbeat,
+		TTL: r.cfg.ProcessTTL, Heartbeat: heartbeat,
 		Node: info.NodeID, Term: info.Term, Fallback: fallback,
 	})
 }

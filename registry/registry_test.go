@@ -44,7 +44,7 @@ func registrySuite(t *testing.T, tg target) {
 }
 
 func testRegisterAndRead(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	s1 := slave("s1")
 	s1.Metadata = map[string]any{"zone": "eu-1", "weight": 1.5, "tags": []any{"a", "b"}}
 	m := ProcessInfo{ProcessID: "m1", Role: RoleMaster, Identifier: "svc", Term: 7}
@@ -102,7 +102,7 @@ func testRegisterAndRead(t *testing.T, tg target) {
 func second[T any](_ T, err error) error { return err }
 
 func testNotices(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	ch := e.events()
 
 	e.register(slave("a"))
@@ -127,7 +127,7 @@ func testNotices(t *testing.T, tg target) {
 }
 
 func testHeartbeatRenews(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	a := slave("a")
 	a.Metadata = map[string]any{"lastSeen": "x", "n": 1.0}
 	e.register(a, slave("b"))
@@ -169,7 +169,7 @@ func testHeartbeatRenews(t *testing.T, tg target) {
 }
 
 func testHeartbeatReregisters(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	ch := e.events()
 	e.register(slave("a"), slave("b"))
 	expectNotice(t, ch, "registered", "a")
@@ -197,7 +197,7 @@ func testHeartbeatReregisters(t *testing.T, tg target) {
 }
 
 func testHeartbeatRefused(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	if err := e.reg.Heartbeat(e.ctx, "never"); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("Heartbeat(never registered) = %v, want ErrNotRegistered", err)
 	}
@@ -216,7 +216,7 @@ func testHeartbeatRefused(t *testing.T, tg target) {
 }
 
 func testRoleChange(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	e.register(slave("a"))
 	e.pass(time.Second)
 	e.holdLock("a", 2)
@@ -237,7 +237,7 @@ func testRoleChange(t *testing.T, tg target) {
 }
 
 func testInvalidInput(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	big := strings.Repeat("x", MaxMetadataBytes)
 	for _, tc := range []struct {
 		name string
@@ -281,7 +281,7 @@ func testInvalidInput(t *testing.T, tg target) {
 // testWrongKeyType: a registry key of another type, written by someone
 // else, gives errors that wrap ErrCorruptEntry and name the key.
 func testWrongKeyType(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	e.register(slave("a"))
 	if err := e.c.Set(e.ctx, e.keys.Processes, "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func testWrongKeyType(t *testing.T, tg target) {
 }
 
 func testCorruptEntries(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	e.register(slave("good"))
 	garbage := map[string]string{
 		"not-json":    "{oops",
@@ -377,7 +377,7 @@ func testCorruptEntries(t *testing.T, tg target) {
 }
 
 func testMasterProcess(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	if _, err := e.reg.MasterProcess(e.ctx); !isNotFound(err) {
 		t.Errorf("MasterProcess with no master = %v, want ErrNotFound", err)
 	}
@@ -406,7 +406,7 @@ func testMasterProcess(t *testing.T, tg target) {
 // testConcurrent runs every operation from several goroutines at once (for
 // the race detector) and checks the outcome.
 func testConcurrent(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	var wg sync.WaitGroup
 	ids := []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}
 	for i, id := range ids {
@@ -439,7 +439,7 @@ func testConcurrent(t *testing.T, tg target) {
 }
 
 func TestEmulatedReadRemovesExpired(t *testing.T) {
-	e := newEnv(t, miniTarget(BackendEmulated), Options{})
+	e := newEnv(t, miniTarget(BackendEmulated), Config{})
 	ch := e.events()
 	e.register(slave("a"), slave("b"))
 	expectNotice(t, ch, "registered", "a")
@@ -465,7 +465,7 @@ func TestEmulatedReadRemovesExpired(t *testing.T) {
 func TestStaleRemovalIsGuarded(t *testing.T) {
 	for _, tg := range miniTargets {
 		t.Run(tg.name, func(t *testing.T) {
-			e := newEnv(t, tg, Options{})
+			e := newEnv(t, tg, Config{})
 			e.register(slave("a"))
 			snap, err := e.reg.load(e.ctx, true)
 			if err != nil || len(snap.infos) != 1 || len(snap.raws) != 1 || snap.version != snap.infos[0].Version {
@@ -497,21 +497,21 @@ func TestNew(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		keys scripts.Keys
-		opts Options
+		cfg  Config
 		want Backend
 		err  error
 	}{
-		{"auto picks native on miniredis", keys, Options{}, BackendNative, nil},
-		{"auto by name", keys, Options{Backend: "AUTO"}, BackendNative, nil},
-		{"native", keys, Options{Backend: BackendNative}, BackendNative, nil},
-		{"emulated", keys, Options{Backend: BackendEmulated}, BackendEmulated, nil},
-		{"hpexpire is not run by miniredis", keys, Options{Backend: BackendHPExpire}, "", ErrBackendUnsupported},
-		{"unknown backend", keys, Options{Backend: "fast"}, "", ErrInvalidOptions},
-		{"negative TTL", keys, Options{ProcessTTL: -time.Second}, "", ErrInvalidOptions},
-		{"zero keys", scripts.Keys{}, Options{}, "", ErrInvalidOptions},
+		{"auto picks native on miniredis", keys, Config{}, BackendNative, nil},
+		{"auto by name", keys, Config{Backend: "AUTO"}, BackendNative, nil},
+		{"native", keys, Config{Backend: BackendNative}, BackendNative, nil},
+		{"emulated", keys, Config{Backend: BackendEmulated}, BackendEmulated, nil},
+		{"hpexpire is not run by miniredis", keys, Config{Backend: BackendHPExpire}, "", ErrBackendUnsupported},
+		{"unknown backend", keys, Config{Backend: "fast"}, "", ErrInvalidConfig},
+		{"negative TTL", keys, Config{ProcessTTL: -time.Second}, "", ErrInvalidConfig},
+		{"zero keys", scripts.Keys{}, Config{}, "", ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reg, err := New(ctx, c, tc.keys, tc.opts)
+			reg, err := New(ctx, c, tc.keys, tc.cfg)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("New = %v, want %v", err, tc.err)
@@ -531,11 +531,11 @@ func TestNew(t *testing.T) {
 	if err := c.Set(ctx, keys.Processes, "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(ctx, c, keys, Options{}); err == nil || !strings.Contains(err.Error(), "not a hash") {
+	if _, err := New(ctx, c, keys, Config{}); err == nil || !strings.Contains(err.Error(), "not a hash") {
 		t.Errorf("New on a string key = %v, want an error saying it is not a hash", err)
 	}
-	if _, err := New(ctx, nil, keys, Options{}); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("New(nil client) = %v, want ErrInvalidOptions", err)
+	if _, err := New(ctx, nil, keys, Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("New(nil client) = %v, want ErrInvalidConfig", err)
 	}
 }
 
@@ -559,8 +559,8 @@ func TestValidateTimings(t *testing.T) {
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("ValidateTimings = %v, want nil", err)
-			case tc.want != "" && (!errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("ValidateTimings = %v, want ErrInvalidOptions with %q", err, tc.want)
+			case tc.want != "" && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("ValidateTimings = %v, want ErrInvalidConfig with %q", err, tc.want)
 			}
 		})
 	}
@@ -569,7 +569,7 @@ func TestValidateTimings(t *testing.T) {
 // testRoundTrips counts the commands each operation sends once the scripts
 // are cached on the server: every operation is one round trip.
 func testRoundTrips(t *testing.T, tg target) {
-	e := newEnv(t, tg, Options{})
+	e := newEnv(t, tg, Config{})
 	var n counter
 	e.c.AddHook(&n)
 	ops := []struct {

@@ -8,11 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/scripts"
 )
 
-// Defaults of TrackerOptions, the specification's values.
+// Defaults of TrackerConfig, the specification's values.
 const (
 	// DefaultSlaveTimeout is the specification's SLAVE_TIMEOUT_MS, 15s.
 	DefaultSlaveTimeout = 15 * time.Second
@@ -30,21 +29,18 @@ const confirmBatch = 512
 // reasonExpired is the reason of the notices registry_expire.lua publishes.
 const reasonExpired = "expired"
 
-// TrackerOptions configure a SlaveTracker. The zero value is usable.
-type TrackerOptions struct {
+// TrackerConfig configure a SlaveTracker. The zero value is usable.
+type TrackerConfig struct {
 	// SlaveTimeout is how old a slave's lastSeen may get before the master
 	// removes its entry and reports it gone (the specification's
 	// cleanupStaleSlaves). lastSeen is written with the slave's clock and
-	// compared with Clock, so it must also exceed the clock skew between
+	// compared with this machine's clock, so it must also exceed the clock skew between
 	// hosts. Default: 15s; negative is an error.
 	SlaveTimeout time.Duration
 	// SweepInterval is the period of the sweep that reads the whole registry,
 	// removes stale slaves and catches every change a notice did not report.
 	// Default: 5s; negative is an error.
 	SweepInterval time.Duration
-	// Clock drives the sweeps and the staleness test. Default: the
-	// registry's clock.
-	Clock clock.Clock
 	// Self is the process id of the master running the tracker; that entry
 	// is never reported, whatever its role. Default: "" (none).
 	Self string
@@ -64,8 +60,21 @@ type TrackerOptions struct {
 	// OnError receives the errors of sweeps and of the reads that confirm
 	// notices, malformed notices, and notices the registry contradicts
 	// (wrapping ErrUnconfirmedNotice, once per notice); the tracker goes on.
-	// Default: the registry's Options.OnError.
+	// Default: the registry's Config.OnError.
 	OnError func(error)
+}
+
+// Validate reports every problem of c at once; the error wraps
+// ErrInvalidConfig. NewSlaveTracker calls it.
+func (c TrackerConfig) Validate() error {
+	var errs []error
+	if c.SlaveTimeout < 0 {
+		errs = append(errs, fmt.Errorf("SlaveTimeout %s is negative", c.SlaveTimeout))
+	}
+	if c.SweepInterval < 0 {
+		errs = append(errs, fmt.Errorf("SweepInterval %s is negative", c.SweepInterval))
+	}
+	return invalid(errs)
 }
 
 // SlaveTracker is the master's view of its slaves: it reports each slave
@@ -110,7 +119,7 @@ type TrackerOptions struct {
 // with the data, say) makes it leave at once instead of after SlaveTimeout.
 type SlaveTracker struct {
 	reg  *Registry
-	opts TrackerOptions
+	opts TrackerConfig
 
 	notices chan []byte   // queued notices, consumed by Run
 	resync  chan struct{} // a notice was dropped: sweep soon (capacity 1)
@@ -121,15 +130,12 @@ type SlaveTracker struct {
 }
 
 // NewSlaveTracker returns a tracker of reg's slaves. It does no I/O.
-func NewSlaveTracker(reg *Registry, opts TrackerOptions) (*SlaveTracker, error) {
+func NewSlaveTracker(reg *Registry, opts TrackerConfig) (*SlaveTracker, error) {
 	if reg == nil {
-		return nil, fmt.Errorf("%w: nil registry", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: nil registry", ErrInvalidConfig)
 	}
-	switch {
-	case opts.SlaveTimeout < 0:
-		return nil, fmt.Errorf("%w: SlaveTimeout %s is negative", ErrInvalidOptions, opts.SlaveTimeout)
-	case opts.SweepInterval < 0:
-		return nil, fmt.Errorf("%w: SweepInterval %s is negative", ErrInvalidOptions, opts.SweepInterval)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.SlaveTimeout == 0 {
 		opts.SlaveTimeout = DefaultSlaveTimeout
@@ -137,11 +143,8 @@ func NewSlaveTracker(reg *Registry, opts TrackerOptions) (*SlaveTracker, error) 
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = DefaultSweepInterval
 	}
-	if opts.Clock == nil {
-		opts.Clock = reg.opts.Clock
-	}
 	if opts.OnError == nil {
-		opts.OnError = reg.opts.OnError
+		opts.OnError = reg.cfg.OnError
 	}
 	return &SlaveTracker{
 		reg: reg, opts: opts,
@@ -184,7 +187,7 @@ func (t *SlaveTracker) Run(ctx context.Context) error {
 	t.discardQueued()
 
 	s := newTrackerState(t)
-	timer := t.opts.Clock.NewTimer(t.opts.SweepInterval)
+	timer := t.reg.clock.NewTimer(t.opts.SweepInterval)
 	defer timer.Stop()
 	s.sweep(ctx)
 	t.swept()
@@ -363,7 +366,7 @@ func (s *trackerState) confirm(ctx context.Context, ids []string, hints map[stri
 		}
 		return
 	}
-	now := t.opts.Clock.Now()
+	now := t.reg.clock.Now()
 	for _, id := range ids {
 		p, present := entries[id]
 		live := present && now.Sub(p.LastSeen) <= t.opts.SlaveTimeout
@@ -448,7 +451,7 @@ func (s *trackerState) sweep(ctx context.Context) {
 		s.fail(ctx, fmt.Errorf("sweep slaves: %w", err))
 		return
 	}
-	now := t.opts.Clock.Now()
+	now := t.reg.clock.Now()
 	present := map[string]ProcessInfo{}
 	masters := map[string]bool{}
 	for i, p := range snap.infos {
@@ -477,7 +480,7 @@ func (s *trackerState) sweep(ctx context.Context) {
 			continue
 		}
 		s.saw(id, removed)
-		t.reg.opts.Logger.Info().Str("process", id).Time("lastSeen", p.LastSeen).
+		t.reg.cfg.Logger.Info().Str("process", id).Time("lastSeen", p.LastSeen).
 			Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
 	}
 	// Every write up to the snapshot's version is reflected now; the
@@ -534,7 +537,7 @@ func (s *trackerState) fail(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return // the run is over; the error is its cancellation
 	}
-	s.t.reg.opts.Logger.Warn().Err(err).Msg("slave tracker")
+	s.t.reg.cfg.Logger.Warn().Err(err).Msg("slave tracker")
 	if s.t.opts.OnError != nil {
 		s.t.opts.OnError(err)
 	}

@@ -181,7 +181,7 @@ func runModel(t *testing.T, seed uint64, forge bool) (failure string) {
 		backend = BackendEmulated
 	}
 	var err error
-	m.reg, err = New(ctx, m.c, m.keys, Options{ProcessTTL: modelTTL, Backend: backend, Clock: m.clk})
+	m.reg, err = New(clock.With(ctx, m.clk), m.c, m.keys, Config{ProcessTTL: modelTTL, Backend: backend})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +190,8 @@ func runModel(t *testing.T, seed uint64, forge bool) (failure string) {
 	if _, err := m.sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := NewSlaveTracker(m.reg, TrackerOptions{
-		SlaveTimeout: modelTimeout, SweepInterval: time.Hour, Clock: m.clk, Self: modelSelf,
+	tr, err := NewSlaveTracker(m.reg, TrackerConfig{
+		SlaveTimeout: modelTimeout, SweepInterval: time.Hour, Self: modelSelf,
 		OnJoin:  func(n SlaveNode) { m.events = append(m.events, "join:"+n.NodeID) },
 		OnLeave: func(id string) { m.events = append(m.events, "leave:"+id) },
 		OnError: func(err error) { m.errs = append(m.errs, err) },

@@ -35,7 +35,7 @@ type trackerEnv struct {
 
 // startTracker starts a tracker on e; with feed it forwards every message of
 // the events channel to Notice.
-func startTracker(t *testing.T, e *env, opts TrackerOptions, feed bool) *trackerEnv {
+func startTracker(t *testing.T, e *env, opts TrackerConfig, feed bool) *trackerEnv {
 	t.Helper()
 	te := newTracker(t, e, opts)
 	if feed {
@@ -57,7 +57,7 @@ func startTracker(t *testing.T, e *env, opts TrackerOptions, feed bool) *tracker
 	return te
 }
 
-func newTracker(t *testing.T, e *env, opts TrackerOptions) *trackerEnv {
+func newTracker(t *testing.T, e *env, opts TrackerConfig) *trackerEnv {
 	t.Helper()
 	te := &trackerEnv{env: e, got: make(chan string, 4096), sweeps: make(chan struct{}, 64), joined: make(chan SlaveNode, 4096), errs: make(chan error, 4096)}
 	if opts.SlaveTimeout == 0 {
@@ -143,13 +143,13 @@ func (te *trackerEnv) settle(t *testing.T) {
 func TestTracker(t *testing.T) {
 	for _, tg := range miniTargets {
 		t.Run(tg.name, func(t *testing.T) {
-			e := newEnv(t, tg, Options{})
+			e := newEnv(t, tg, Config{})
 			e.register(slave("old"))
 			e.pass(testSlaveTimeout + time.Second)
 			e.holdLock("x", 1)
 			e.register(slave("s2"), slave("s1"), ProcessInfo{ProcessID: "m", Role: RoleSlave}, ProcessInfo{ProcessID: "x", Role: RoleMaster, Term: 1})
 
-			te := startTracker(t, e, TrackerOptions{Self: "m"}, true)
+			te := startTracker(t, e, TrackerConfig{Self: "m"}, true)
 			// Every live slave already registered, in order; not the master's
 			// own entry; not the stale one, which is removed.
 			te.expect(t, "join:s1", "join:s2")
@@ -216,9 +216,9 @@ func TestTracker(t *testing.T) {
 func TestTrackerVanished(t *testing.T) {
 	for _, tg := range miniTargets {
 		t.Run(tg.name, func(t *testing.T) {
-			e := newEnv(t, tg, Options{ProcessTTL: 10 * time.Second})
+			e := newEnv(t, tg, Config{ProcessTTL: 10 * time.Second})
 			e.register(slave("a"), slave("b"), slave("c"))
-			te := startTracker(t, e, TrackerOptions{}, true)
+			te := startTracker(t, e, TrackerConfig{}, true)
 			te.expect(t, "join:a", "join:b", "join:c")
 
 			// The data is lost; b and c heartbeat again, a stays away.
@@ -252,8 +252,8 @@ func TestTrackerVanished(t *testing.T) {
 func TestTrackerWithoutNotices(t *testing.T) {
 	for _, tg := range miniTargets {
 		t.Run(tg.name, func(t *testing.T) {
-			e := newEnv(t, tg, Options{})
-			te := startTracker(t, e, TrackerOptions{}, false)
+			e := newEnv(t, tg, Config{})
+			te := startTracker(t, e, TrackerConfig{}, false)
 			e.register(slave("a"))
 			te.sweep(t)
 			te.expect(t, "join:a")
@@ -272,8 +272,8 @@ func TestTrackerWithoutNotices(t *testing.T) {
 }
 
 func TestTrackerNotices(t *testing.T) {
-	e := newEnv(t, miniTarget(BackendNative), Options{})
-	te := newTracker(t, e, TrackerOptions{})
+	e := newEnv(t, miniTarget(BackendNative), Config{})
+	te := newTracker(t, e, TrackerConfig{})
 	// Queued while no Run is running, and more than the queue holds: the
 	// overflow is counted, and Run discards the queue and sweeps instead.
 	ghost := []byte(`{"event":"registered","nodeId":"ghost","role":"slave","process":{"processId":"ghost","role":"slave"}}`)
@@ -349,9 +349,9 @@ func TestTrackerNotices(t *testing.T) {
 }
 
 func TestTrackerRuns(t *testing.T) {
-	e := newEnv(t, miniTarget(BackendNative), Options{})
+	e := newEnv(t, miniTarget(BackendNative), Config{})
 	e.register(slave("a"))
-	te := startTracker(t, e, TrackerOptions{}, false)
+	te := startTracker(t, e, TrackerConfig{}, false)
 	te.expect(t, "join:a")
 	if err := te.tr.Run(e.ctx); !errors.Is(err, ErrTrackerRunning) {
 		t.Errorf("a second Run = %v, want ErrTrackerRunning", err)
@@ -369,26 +369,26 @@ func TestTrackerRuns(t *testing.T) {
 }
 
 func TestNewSlaveTracker(t *testing.T) {
-	e := newEnv(t, miniTarget(BackendNative), Options{})
+	e := newEnv(t, miniTarget(BackendNative), Config{})
 	for _, tc := range []struct {
 		name string
 		reg  *Registry
-		opts TrackerOptions
+		opts TrackerConfig
 		want string
 	}{
-		{"nil registry", nil, TrackerOptions{}, "nil registry"},
-		{"negative timeout", e.reg, TrackerOptions{SlaveTimeout: -1}, "SlaveTimeout"},
-		{"negative interval", e.reg, TrackerOptions{SweepInterval: -1}, "SweepInterval"},
+		{"nil registry", nil, TrackerConfig{}, "nil registry"},
+		{"negative timeout", e.reg, TrackerConfig{SlaveTimeout: -1}, "SlaveTimeout"},
+		{"negative interval", e.reg, TrackerConfig{SweepInterval: -1}, "SweepInterval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewSlaveTracker(tc.reg, tc.opts)
-			if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("NewSlaveTracker = %v, want ErrInvalidOptions naming %s", err, tc.want)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("NewSlaveTracker = %v, want ErrInvalidConfig naming %s", err, tc.want)
 			}
 		})
 	}
-	tr, err := NewSlaveTracker(e.reg, TrackerOptions{})
-	if err != nil || tr.opts.SlaveTimeout != DefaultSlaveTimeout || tr.opts.SweepInterval != DefaultSweepInterval || tr.opts.Clock != e.clk {
+	tr, err := NewSlaveTracker(e.reg, TrackerConfig{})
+	if err != nil || tr.opts.SlaveTimeout != DefaultSlaveTimeout || tr.opts.SweepInterval != DefaultSweepInterval || tr.reg.clock != e.clk {
 		t.Errorf("defaults: %+v, %v", tr.opts, err)
 	}
 }
@@ -400,7 +400,7 @@ func TestNewSlaveTracker(t *testing.T) {
 func TestTrackerAppliesNothingOlder(t *testing.T) {
 	for _, tg := range miniTargets {
 		t.Run(tg.name, func(t *testing.T) {
-			e := newEnv(t, tg, Options{})
+			e := newEnv(t, tg, Config{})
 			ps := e.c.Subscribe(e.ctx, e.keys.RegistryEvents)
 			defer ps.Close()
 			if _, err := ps.Receive(e.ctx); err != nil {
@@ -420,7 +420,7 @@ func TestTrackerAppliesNothingOlder(t *testing.T) {
 			}
 			e.register(slave("a"), slave("b"))
 			queued(2)
-			te := startTracker(t, e, TrackerOptions{}, false)
+			te := startTracker(t, e, TrackerConfig{}, false)
 			te.expect(t, "join:a", "join:b")
 
 			// a restarts (unregisters, registers again); b becomes master and
@@ -462,9 +462,9 @@ func TestTrackerAppliesNothingOlder(t *testing.T) {
 func TestIntegrationForgedNotices(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
 		inst := redistest.Start(t, s)
-		e := newEnv(t, serverTargets(t, inst)[0], Options{ProcessTTL: time.Minute})
+		e := newEnv(t, serverTargets(t, inst)[0], Config{ProcessTTL: time.Minute})
 		e.register(slave("a"), slave("b"))
-		te := startTracker(t, e, TrackerOptions{}, true)
+		te := startTracker(t, e, TrackerConfig{}, true)
 		te.expect(t, "join:a", "join:b")
 		forger := inst.Client(t)
 		next := func() string {

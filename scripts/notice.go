@@ -2,7 +2,6 @@ package scripts
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 )
 
@@ -21,9 +20,6 @@ const (
 	// is "" (the process left), "stale" or "expired".
 	NoticeUnregistered = "unregistered"
 )
-
-// ErrMalformedNotice is wrapped by ParseNotice's errors.
-var ErrMalformedNotice = errors.New("scripts: malformed notice")
 
 // Notice is one message of the notice channels, in the form the scripts
 // publish it. Anyone who may PUBLISH on those channels can send one, so a

@@ -27,19 +27,19 @@ var (
 // The process registry scripts. Their contracts are in the headers of the
 // .lua files; the typed functions below are the only callers in herd.
 var (
-	// RegistryProbeScript is registry_probe.lua: which per-entry TTL commands
+	// registryProbeScript is registry_probe.lua: which per-entry TTL commands
 	// the server runs inside scripts.
-	RegistryProbeScript = redis.NewScript(registryProbeSrc)
-	// RegistryPutScript is registry_put.lua: write an entry with its TTL and
+	registryProbeScript = redis.NewScript(registryProbeSrc)
+	// registryPutScript is registry_put.lua: write an entry with its TTL and
 	// announce a registration.
-	RegistryPutScript = redis.NewScript(registryPutSrc)
-	// RegistryRemoveScript is registry_remove.lua: delete an entry, optionally
+	registryPutScript = redis.NewScript(registryPutSrc)
+	// registryRemoveScript is registry_remove.lua: delete an entry, optionally
 	// only when it still holds a given value, and announce it.
-	RegistryRemoveScript = redis.NewScript(registryRemoveSrc)
-	// RegistryExpireScript is registry_expire.lua: the emulated backend's
+	registryRemoveScript = redis.NewScript(registryRemoveSrc)
+	// registryExpireScript is registry_expire.lua: the emulated backend's
 	// expiry, which removes and announces the expired entries; RegistryRead
 	// runs it atomically with the read.
-	RegistryExpireScript = redis.NewScript(registryExpireSrc)
+	registryExpireScript = redis.NewScript(registryExpireSrc)
 )
 
 // The TTL modes of RegistryPut, one per registry backend.
@@ -64,7 +64,7 @@ const registryProbeField = "herd probe"
 // RegistryProbe runs registry_probe.lua and reports whether HSETEX (native)
 // and HPEXPIRE work inside scripts on the server behind c.
 func RegistryProbe(ctx context.Context, c redis.Scripter, k Keys) (native, hpexpire bool, err error) {
-	reply, err := run(ctx, c, RegistryProbeScript, "registry probe", []string{k.Processes}, registryProbeField)
+	reply, err := run(ctx, c, registryProbeScript, "registry probe", []string{k.Processes}, registryProbeField)
 	if err != nil {
 		return false, false, err
 	}
@@ -160,7 +160,7 @@ func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (Stored, 
 	if p.Role != "master" {
 		fallback = nil
 	}
-	reply, err := run(ctx, c, RegistryPutScript, "registry put",
+	reply, err := run(ctx, c, registryPutScript, "registry put",
 		[]string{k.Processes, k.ProcessesExpiry, k.Master, k.Term, k.ProcessesVersion},
 		p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents,
 		node, termArg(p.Term), fallback)
@@ -209,7 +209,7 @@ func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, gu
 	if guard != nil {
 		guarded, value = "1", *guard
 	}
-	reply, err := run(ctx, c, RegistryRemoveScript, "registry remove",
+	reply, err := run(ctx, c, registryRemoveScript, "registry remove",
 		registryKeys(k), id, guarded, value, reason, k.RegistryEvents)
 	if err != nil {
 		return 0, err
@@ -246,7 +246,7 @@ func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids
 		var gone *redis.Cmd
 		if expire {
 			if cached {
-				gone = pipe.EvalSha(ctx, RegistryExpireScript.Hash(), registryKeys(k), k.RegistryEvents)
+				gone = pipe.EvalSha(ctx, registryExpireScript.Hash(), registryKeys(k), k.RegistryEvents)
 			} else {
 				gone = pipe.Eval(ctx, registryExpireSrc, registryKeys(k), k.RegistryEvents)
 			}

@@ -23,7 +23,7 @@ type Replication struct {
 // replicas that acknowledged the write (meaningful when a term was minted).
 // The caller decides what too few acknowledgements mean.
 func AcquireReplicated(ctx context.Context, c redis.UniversalClient, k Keys, nodeID string, ttl time.Duration, info []byte, seen int64, r Replication) (Acquired, int64, error) {
-	reply, acked, err := runWaited(ctx, c, AcquireScript, acquireSrc, "acquire", acquireKeys(k), r, acquireArgs(k, nodeID, ttl, info, seen)...)
+	reply, acked, err := runWaited(ctx, c, acquireScript, acquireSrc, "acquire", acquireKeys(k), r, acquireArgs(k, nodeID, ttl, info, seen)...)
 	if err != nil {
 		return Acquired{}, 0, err
 	}
@@ -33,7 +33,7 @@ func AcquireReplicated(ctx context.Context, c redis.UniversalClient, k Keys, nod
 
 // RenewReplicated is Renew followed by WAIT; acked is as for AcquireReplicated.
 func RenewReplicated(ctx context.Context, c redis.UniversalClient, k Keys, nodeID string, term int64, ttl time.Duration, r Replication) (ok bool, acked int64, err error) {
-	reply, acked, err := runWaited(ctx, c, RenewScript, renewSrc, "renew", acquireKeys(k), r, nodeID, ttl.Milliseconds(), termArg(term))
+	reply, acked, err := runWaited(ctx, c, renewScript, renewSrc, "renew", acquireKeys(k), r, nodeID, ttl.Milliseconds(), termArg(term))
 	if err != nil {
 		return false, 0, err
 	}

@@ -31,34 +31,55 @@ var (
 // The lock scripts. Their contracts (KEYS, ARGV, reply) are in the headers of
 // the .lua files; the typed functions below are the only callers in herd.
 var (
-	// AcquireScript is acquire.lua: SET master NX PX, mint the term, store the
+	// acquireScript is acquire.lua: SET master NX PX, mint the term, store the
 	// heartbeat and master_process, publish an "acquired" notice.
-	AcquireScript = redis.NewScript(acquireSrc)
-	// RenewScript is renew.lua: extend the lock, heartbeat and master_process
+	acquireScript = redis.NewScript(acquireSrc)
+	// renewScript is renew.lua: extend the lock, heartbeat and master_process
 	// while the lock is the caller's.
-	RenewScript = redis.NewScript(renewSrc)
-	// ReleaseScript is release.lua: delete the lock keys if the lock is the
+	renewScript = redis.NewScript(renewSrc)
+	// releaseScript is release.lua: delete the lock keys if the lock is the
 	// caller's and publish a "released" notice.
-	ReleaseScript = redis.NewScript(releaseSrc)
-	// CheckScript is check.lua: the master's node id, term and remaining TTL.
-	CheckScript = redis.NewScript(checkSrc)
-	// RouteScript is route.lua: PUBLISH a message to channels only while the
+	releaseScript = redis.NewScript(releaseSrc)
+	// checkScript is check.lua: the master's node id, term and remaining TTL.
+	checkScript = redis.NewScript(checkSrc)
+	// routeScript is route.lua: PUBLISH a message to channels only while the
 	// sender holds the lock under its term.
-	RouteScript = redis.NewScript(routeSrc)
-	// RouteBatchScript is route_batch.lua: PUBLISH many messages, each to its
+	routeScript = redis.NewScript(routeSrc)
+	// routeBatchScript is route_batch.lua: PUBLISH many messages, each to its
 	// own channel, after one check that the sender holds the lock under its
 	// term.
-	RouteBatchScript = redis.NewScript(routeBatchSrc)
+	routeBatchScript = redis.NewScript(routeBatchSrc)
 )
 
-// ErrFenced is returned by Route and RouteBatch when the sender no longer
-// holds the lock under the term it stamped on the message; nothing was
-// published.
-var ErrFenced = errors.New("scripts: lock not held under this term")
+// The SHA1 digests by which EVALSHA names the scripts, for hooks that
+// recognise a script's calls on the wire (fault injection in tests, command
+// counts); the scripts themselves are run only through the typed functions.
+var (
+	AcquireSHA        = acquireScript.Hash()
+	RenewSHA          = renewScript.Hash()
+	ReleaseSHA        = releaseScript.Hash()
+	CheckSHA          = checkScript.Hash()
+	RouteSHA          = routeScript.Hash()
+	RouteBatchSHA     = routeBatchScript.Hash()
+	RegistryProbeSHA  = registryProbeScript.Hash()
+	RegistryPutSHA    = registryPutScript.Hash()
+	RegistryRemoveSHA = registryRemoveScript.Hash()
+	RegistryExpireSHA = registryExpireScript.Hash()
+)
 
-// ErrUnexpectedReply is wrapped by every error about a script reply whose
-// shape is not the one its header documents.
-var ErrUnexpectedReply = errors.New("scripts: unexpected reply")
+// Load puts every script of herd into the script cache of the server c
+// reaches, so that no later call pays the NOSCRIPT round
+// trip (the typed functions send EVALSHA and fall back to EVAL once). It is
+// never needed for correctness; under Cluster it loads on the node c picks.
+func Load(ctx context.Context, c redis.Scripter) error {
+	for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript, checkScript, routeScript,
+		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return fmt.Errorf("scripts: load: %w", err)
+		}
+	}
+	return nil
+}
 
 // Acquired is the outcome of Acquire.
 type Acquired struct {
@@ -101,7 +122,7 @@ func Acquire(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ttl t
 	if len(info) > 0 && (info[0] != '{' || info[len(info)-1] != '}') {
 		return Acquired{}, fmt.Errorf("acquire: process info is not a JSON object")
 	}
-	reply, err := run(ctx, c, AcquireScript, "acquire", acquireKeys(k), acquireArgs(k, nodeID, ttl, info, seen)...)
+	reply, err := run(ctx, c, acquireScript, "acquire", acquireKeys(k), acquireArgs(k, nodeID, ttl, info, seen)...)
 	if err != nil {
 		return Acquired{}, err
 	}
@@ -185,7 +206,7 @@ func SplitMasterProcess(raw []byte) (info []byte, term int64, ok bool) {
 // Renew runs renew.lua. term 0 skips the term check. It reports whether the
 // lock was still the caller's and has been extended.
 func Renew(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, ttl time.Duration) (bool, error) {
-	reply, err := run(ctx, c, RenewScript, "renew", acquireKeys(k), nodeID, ttl.Milliseconds(), termArg(term))
+	reply, err := run(ctx, c, renewScript, "renew", acquireKeys(k), nodeID, ttl.Milliseconds(), termArg(term))
 	if err != nil {
 		return false, err
 	}
@@ -203,7 +224,7 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term 
 // answers Reserved). The release notice names it ("to"). An empty successor
 // reserves nothing.
 func ReleaseTo(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, successor string, window time.Duration) (bool, error) {
-	reply, err := run(ctx, c, ReleaseScript, "release", acquireKeys(k),
+	reply, err := run(ctx, c, releaseScript, "release", acquireKeys(k),
 		nodeID, termArg(term), k.Events, successor, max(window.Milliseconds(), 1))
 	if err != nil {
 		return false, err
@@ -239,7 +260,7 @@ type MasterState struct {
 
 // Check runs check.lua.
 func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
-	reply, err := run(ctx, c, CheckScript, "check", []string{k.Master, k.Term})
+	reply, err := run(ctx, c, checkScript, "check", []string{k.Master, k.Term})
 	if err != nil {
 		return MasterState{}, err
 	}
@@ -284,7 +305,7 @@ func Route(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term in
 	for _, ch := range channels {
 		args = append(args, ch)
 	}
-	reply, err := run(ctx, c, RouteScript, "route", []string{k.Master, k.Term}, args...)
+	reply, err := run(ctx, c, routeScript, "route", []string{k.Master, k.Term}, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +358,7 @@ func RouteBatch(ctx context.Context, c redis.Scripter, k Keys, nodeID string, te
 	for _, m := range msgs {
 		args = append(args, m.Channel, m.Message)
 	}
-	reply, err := run(ctx, c, RouteBatchScript, "route batch", []string{k.Master, k.Term}, args...)
+	reply, err := run(ctx, c, routeBatchScript, "route batch", []string{k.Master, k.Term}, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -161,7 +161,7 @@ func newProcess(o options, out io.Writer) (*process, error) {
 	}
 	p := &process{o: o, out: out, client: redis.NewClient(opts), keys: newAppKeys(o.Lock), lock: scripts.NewKeys(o.Lock, false), notice: make(chan struct{}, 1), serving: make(chan struct{})}
 	cfg := masterelection.DefaultConfig()
-	cfg.LockName, cfg.NodeID, cfg.Identifier, cfg.Candidate = o.Lock, o.ID, o.ID, o.Candidate
+	cfg.LockName, cfg.NodeID, cfg.Identifier, cfg.NonCandidate = o.Lock, o.ID, o.ID, !o.Candidate
 	cfg.LockTTL = o.LockTTL
 	cfg.HeartbeatInterval = o.LockTTL / 3
 	cfg.CheckInterval = o.LockTTL / 6

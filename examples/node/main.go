@@ -168,7 +168,7 @@ func config(o options) masterelection.Config {
 	cfg.LockName = o.Lock
 	cfg.NodeID = o.ID
 	cfg.Identifier = o.ID
-	cfg.Candidate = o.Candidate
+	cfg.NonCandidate = !o.Candidate
 	cfg.LockTTL = o.LockTTL
 	cfg.HeartbeatInterval = o.LockTTL / 3
 	cfg.CheckInterval = o.LockTTL / 6

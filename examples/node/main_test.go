@@ -190,7 +190,7 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{"bad url", options{Redis: "redis://[::1", ID: "x", Lock: "l", LockTTL: time.Second, Every: time.Second}, "-redis"},
 		{"bad id", options{Redis: "127.0.0.1:1", ID: "has space", Lock: "l", LockTTL: time.Second, Every: time.Second}, "NodeID"},
-		{"bad ttl", options{Redis: "127.0.0.1:1", ID: "x", Lock: "l", LockTTL: 0, Every: time.Second}, "LockTTL"},
+		{"bad ttl", options{Redis: "127.0.0.1:1", ID: "x", Lock: "l", LockTTL: -time.Second, Every: time.Second}, "LockTTL"},
 		{"bad every", options{Redis: "127.0.0.1:1", ID: "x", Lock: "l", LockTTL: time.Second}, "-every"},
 	}
 	for _, tt := range tests {

@@ -97,7 +97,6 @@ type options struct {
 const unsafeCtxEnv = "HERD_NODE_UNSAFE_CTX_DELAY"
 
 func parseFlags(args []string, errOut io.Writer) (options, error) {
-	d := masterelection.DefaultConfig()
 	o := options{}
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	fs.SetOutput(errOut)
@@ -118,7 +117,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.DurationVar(&o.publishDelay, "publish-delay", 0, "work done between deciding to send and the PUBLISH leaving the process")
 	fs.IntVar(&o.rawEvery, "raw-every", 2, "send every n-th message with a plain PUBLISH, fenced by the receivers only (0: never)")
 	fs.DurationVar(&o.ping, "ping", 500*time.Millisecond, "PingInterval of the subscriber")
-	fs.BoolVar(&o.candidate, "candidate", d.Candidate, "contend for mastership")
+	fs.BoolVar(&o.candidate, "candidate", true, "contend for mastership")
 	var unsafeDefault time.Duration
 	if v := os.Getenv(unsafeCtxEnv); v != "" {
 		var err error
@@ -210,7 +209,7 @@ func run(ctx context.Context, o options, out *recorder) error {
 	cfg.StepDownMargin = o.margin
 	cfg.ProcessTTL = o.processTTL
 	cfg.SlaveTimeout = o.slaveTimeout
-	cfg.Candidate = o.candidate
+	cfg.NonCandidate = !o.candidate
 	margin := o.margin
 	if margin == 0 {
 		margin = o.ttl / 10
@@ -704,8 +703,8 @@ type hook struct {
 }
 
 var (
-	acquireSHA = scripts.AcquireScript.Hash()
-	renewSHA   = scripts.RenewScript.Hash()
+	acquireSHA = scripts.AcquireSHA
+	renewSHA   = scripts.RenewSHA
 )
 
 func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }

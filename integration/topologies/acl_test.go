@@ -185,7 +185,7 @@ func testACL(t *testing.T, dep deployment) {
 
 	// The registry chose the backend an unrestricted user gets.
 	free := dep.newClient(t, clientOpts{})
-	reg, err := registry.New(ctx, free, last.el.Keys(), registry.Options{})
+	reg, err := registry.New(ctx, free, last.el.Keys(), registry.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ package topologies
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,21 +60,11 @@ func writeAndWait(ctx context.Context, c redis.UniversalClient, s *redis.Script,
 	return nil, 0, errors.New("topologies: script still unknown after EVAL")
 }
 
-// renewAndWait is scripts.Renew followed by WAIT, as the proposed design
-// would run it; it returns whether the lock was renewed and how many
-// replicas acknowledged the renewal.
+// renewAndWait is scripts.RenewReplicated (renew.lua and WAIT in one
+// pipeline); it returns whether the lock was renewed and how many replicas
+// acknowledged the renewal.
 func renewAndWait(ctx context.Context, c redis.UniversalClient, k scripts.Keys, nodeID string, term int64, ttl time.Duration, replicas int, timeout time.Duration) (bool, int64, error) {
-	reply, acked, err := writeAndWait(ctx, c, scripts.RenewScript,
-		[]string{k.Master, k.Heartbeat, k.MasterProcess, k.Term}, replicas, timeout,
-		nodeID, ttl.Milliseconds(), strconv.FormatInt(term, 10))
-	if err != nil {
-		return false, 0, err
-	}
-	n, ok := reply.(int64)
-	if !ok {
-		return false, 0, errors.New("topologies: renew reply is not an integer")
-	}
-	return n == 1, acked, nil
+	return scripts.RenewReplicated(ctx, c, k, nodeID, term, ttl, scripts.Replication{Replicas: replicas, Timeout: timeout})
 }
 
 // acquire takes the lock for nodeID and returns its term.

@@ -240,8 +240,8 @@ func Handover(ctx context.Context, env *Env, reps int) (HandoverResult, error) {
 		case <-time.After(5 * time.Second):
 		}
 		_ = master.client.Close()
-		rel, _ := mh.first(scripts.ReleaseScript.Hash())
-		acqSent, acqDone := nh.first(scripts.AcquireScript.Hash())
+		rel, _ := mh.first(scripts.ReleaseSHA)
+		acqSent, acqDone := nh.first(scripts.AcquireSHA)
 		master, mh = next, nh
 		if stopErr != nil {
 			return res, fmt.Errorf("handover, round %d: %w", r+1, stopErr)

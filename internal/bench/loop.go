@@ -81,7 +81,7 @@ func isRenew(cmd redis.Cmder) bool {
 	}
 	name, _ := args[0].(string)
 	sha, _ := args[1].(string)
-	return name == "evalsha" && sha == scripts.RenewScript.Hash()
+	return name == "evalsha" && sha == scripts.RenewSHA
 }
 
 // renewHook closes done once it has seen target more renew script calls

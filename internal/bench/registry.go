@@ -20,7 +20,7 @@ var Backends = []registry.Backend{registry.BackendNative, registry.BackendHPExpi
 // returns an error wrapping registry.ErrBackendUnsupported when the server
 // does not run b.
 func OpenRegistry(ctx context.Context, c redis.UniversalClient, lockName string, b registry.Backend) (*registry.Registry, error) {
-	return registry.New(ctx, c, scripts.NewKeys(lockName, false), registry.Options{Backend: b})
+	return registry.New(ctx, c, scripts.NewKeys(lockName, false), registry.Config{Backend: b})
 }
 
 // slaveInfo is the entry of a slave process as herd writes it.
@@ -133,7 +133,7 @@ func SlaveRegistered(ctx context.Context, env *Env, reps int) ([]time.Duration, 
 		return nil, err
 	}
 	joined := make(chan joinEvent, 16)
-	tracker, err := registry.NewSlaveTracker(master, registry.TrackerOptions{
+	tracker, err := registry.NewSlaveTracker(master, registry.TrackerConfig{
 		Self: "master",
 		OnJoin: func(s registry.SlaveNode) {
 			at := time.Now()

@@ -4,6 +4,7 @@
 package clock
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -169,4 +170,21 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	}
 	t.f.notify()
 	return active
+}
+
+type ctxKey struct{}
+
+// With returns a copy of ctx that carries c. Packages of herd hand a test
+// clock to each other this way (registry.New reads it), so that no public
+// option has to name this package's types.
+func With(ctx context.Context, c Clock) context.Context {
+	return context.WithValue(ctx, ctxKey{}, c)
+}
+
+// From returns the clock ctx carries, or Real when it carries none.
+func From(ctx context.Context) Clock {
+	if c, ok := ctx.Value(ctxKey{}).(Clock); ok && c != nil {
+		return c
+	}
+	return Real{}
 }

@@ -396,7 +396,7 @@ func (c *cluster) waitStable(what string) *process {
 // waitListed waits until the registry lists every live process, which
 // heartbeats; one missing at the deadline is counted as lost.
 func (c *cluster) waitListed(ctx context.Context, deadline time.Time) error {
-	reg, err := registry.New(ctx, c.admin, c.keys, registry.Options{})
+	reg, err := registry.New(ctx, c.admin, c.keys, registry.Config{})
 	if err != nil {
 		return fmt.Errorf("open the registry: %w", err)
 	}

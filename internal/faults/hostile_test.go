@@ -419,7 +419,7 @@ func hostileDuplicateAfterLostReply(t *testing.T, inst *redistest.Instance) {
 		t.Fatal("first process is not master")
 	}
 	cb := inst.Client(t)
-	cb.AddHook(&loseReply{sha: scripts.AcquireScript.Hash()})
+	cb.AddHook(&loseReply{sha: scripts.AcquireSHA})
 	b := newMember(t, cb, hostileConfig("twin"))
 	w := overlap.Start([]*member{a, b})
 	_ = startWithin(b, 5*time.Second)

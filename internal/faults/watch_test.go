@@ -42,7 +42,7 @@ func (c *cluster) watch() *watcher {
 		c.t.Fatalf("registry watcher: subscribe: %v", err)
 	}
 	rctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-	reg, err := registry.New(rctx, c.admin, c.keys, registry.Options{})
+	reg, err := registry.New(rctx, c.admin, c.keys, registry.Config{})
 	cancel()
 	if err != nil {
 		c.t.Fatalf("registry watcher: %v", err)

@@ -245,7 +245,7 @@ func TestStepDownRefused(t *testing.T) {
 	inst := redistest.Start(t, redistest.Default(t))
 	deaf := func(lock, id string, candidate bool) {
 		cfg := herdtest.Config(lock, id)
-		cfg.IgnoreRemoteTransfers, cfg.Candidate = true, candidate
+		cfg.IgnoreRemoteTransfers, cfg.NonCandidate = true, !candidate
 		herdtest.Node(t, inst, cfg)
 	}
 
@@ -266,7 +266,7 @@ func TestStepDownRefused(t *testing.T) {
 	herdtest.Node(t, inst, herdtest.Config("paused", "a"))
 	herdtest.Node(t, inst, herdtest.Config("paused", "b"))
 	cfg := herdtest.Config("paused", "c")
-	cfg.Candidate = false
+	cfg.NonCandidate = true
 	herdtest.Node(t, inst, cfg)
 	r := reader(t, dial(t, herdtest.URL(inst), "paused"))
 	herdtest.Eventually(t, 5*time.Second, "c registered", func() bool {

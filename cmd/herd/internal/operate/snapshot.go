@@ -109,7 +109,7 @@ func NewReader(ctx context.Context, conn *Conn, processTTL time.Duration) (*Read
 		processTTL = registry.DefaultProcessTTL
 	}
 	r := &Reader{conn: conn, processTTL: processTTL}
-	reg, err := registry.New(ctx, conn.Client, conn.Keys, registry.Options{OnError: r.reportCorrupt})
+	reg, err := registry.New(ctx, conn.Client, conn.Keys, registry.Config{OnError: r.reportCorrupt})
 	if err != nil {
 		return nil, Classify("open the process registry", err)
 	}
