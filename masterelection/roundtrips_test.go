@@ -1,0 +1,352 @@
+package masterelection
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/clock"
+)
+
+// The round-trip budgets of the election (docs/performance.md, "Round-trip
+// budgets"): these tests count what each operation sends and fail when one
+// grows. Timings never are asserted; round trips are what a timing is made
+// of on a quiet network.
+
+// scriptNames maps the SHA1 of every script in ../scripts to its file name
+// without ".lua", so that a hook can name the EVALSHA calls it sees.
+func scriptNames(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "scripts", "*.lua"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts in ../scripts: %v", err)
+	}
+	names := map[string]string{}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha1.Sum(src)
+		names[hex.EncodeToString(sum[:])] = strings.TrimSuffix(filepath.Base(f), ".lua")
+	}
+	return names
+}
+
+// loadScripts puts every script of ../scripts into the server's script
+// cache, so that the counts below are those of a server that has seen herd
+// before (a first call costs one more round trip: EVALSHA, NOSCRIPT, EVAL).
+func loadScripts(t *testing.T, c *redis.Client) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join("..", "scripts", "*.lua"))
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ScriptLoad(context.Background(), string(src)).Err(); err != nil {
+			t.Fatalf("SCRIPT LOAD %s: %v", f, err)
+		}
+	}
+}
+
+// wire is a go-redis hook that records the round trips of one client: a
+// command sent alone is one, named by its command (EVALSHA by its script);
+// a pipeline is one, named by its commands joined with "+". The handshakes
+// of new connections are left out.
+type wire struct {
+	scripts map[string]string
+	mu      sync.Mutex
+	trips   []string
+}
+
+func (w *wire) name(cmd redis.Cmder) string {
+	args := cmd.Args()
+	if cmd.Name() == "evalsha" && len(args) > 1 {
+		if s, ok := w.scripts[fmt.Sprint(args[1])]; ok {
+			return s
+		}
+	}
+	if cmd.Name() == "info" && len(args) > 1 {
+		return fmt.Sprintf("info %v", args[1])
+	}
+	return cmd.Name()
+}
+
+func (w *wire) add(trip string) {
+	if trip == "hello" || strings.HasPrefix(trip, "client") || strings.HasPrefix(trip, "hello+") {
+		// A new connection's handshake (HELLO, CLIENT SETINFO): how many
+		// connections a client's pool opens depends on how many calls
+		// overlap, and a warm client has them already.
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.trips = append(w.trips, trip)
+}
+
+// take returns the round trips recorded since the last take.
+func (w *wire) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.trips
+	w.trips = nil
+	return t
+}
+
+// settled waits until no round trip has started for 50 ms of real time
+// (the loops have finished what the last clock move set off), then takes
+// the round trips recorded since the last take.
+func (w *wire) settled() []string {
+	for {
+		w.mu.Lock()
+		n := len(w.trips)
+		w.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		w.mu.Lock()
+		same := len(w.trips) == n
+		w.mu.Unlock()
+		if same {
+			return w.take()
+		}
+	}
+}
+
+func (w *wire) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (w *wire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		w.add(w.name(cmd))
+		return next(ctx, cmd)
+	}
+}
+
+func (w *wire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = w.name(c)
+		}
+		w.add(strings.Join(names, "+"))
+		return next(ctx, cmds)
+	}
+}
+
+// wiredNode is a node whose client records its round trips.
+func (w *world) wiredNode(cfg Config, names map[string]string) (*node, *wire) {
+	w.t.Helper()
+	rec := &wire{scripts: names}
+	c := w.client()
+	c.AddHook(rec)
+	clk := clock.NewFake(w.redisClock.Now())
+	m, err := newElection(c, cfg, clk)
+	if err != nil {
+		w.t.Fatalf("new election: %v", err)
+	}
+	n := &node{MasterElection: m, clk: clk, rec: record(m)}
+	w.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = m.Stop(ctx)
+	})
+	return n, rec
+}
+
+// count returns how many of trips are trip.
+func count(trips []string, trip string) int {
+	n := 0
+	for _, t := range trips {
+		if t == trip {
+			n++
+		}
+	}
+	return n
+}
+
+// sameTrips reports whether got and want hold the same round trips, in any
+// order.
+func sameTrips(got, want []string) bool {
+	g, w := slices.Clone(got), slices.Clone(want)
+	slices.Sort(g)
+	slices.Sort(w)
+	return slices.Equal(g, w)
+}
+
+// registered waits (in real time; the loops' timers do not move) until
+// Redis holds n's registry entry with role.
+func (w *world) registered(n *node, role string) {
+	w.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v := w.mr.HGet(n.keys.Processes, n.NodeID())
+		if strings.Contains(v, fmt.Sprintf("%q:%q", "role", role)) {
+			settle(n)
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%s not registered as %s: %q", n.NodeID(), role, v)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// trackerRead is the round trip of a slave tracker's read of the registry
+// on the emulated backend (miniredis has no hash-field TTLs): the entries
+// and the registry's version in one MULTI.
+const trackerRead = "multi+hgetall+get+exec"
+
+// TestRoundTripsStart: Start on a fresh lock, uncontested, sends the
+// registry's backend probe, INFO memory (the eviction check), the lock
+// check and the acquire, one round trip each, plus the subscription on a
+// connection of its own, which the client's hooks do not see; the new
+// master then registers itself and its slave tracker reads the registry,
+// one round trip each. Start sends the first four at once and the acquire
+// after the probe: two round trips deep (docs/performance.md, row 3s).
+func TestRoundTripsStart(t *testing.T) {
+	w := newWorld(t)
+	names := scriptNames(t)
+	loadScripts(t, w.client())
+	a, wa := w.wiredNode(testConfig("a"), names)
+	w.start(a)
+	if !a.IsMaster() {
+		t.Fatal("the only candidate of a fresh lock is not master")
+	}
+	startTrips := wa.take()
+	w.registered(a, "master")
+	later := wa.settled()
+
+	want := []string{"registry_probe", "info memory", "check", "acquire"}
+	// The registration may go out before Start returns: it follows the
+	// acquire at once, on the membership goroutine.
+	own := slices.DeleteFunc(slices.Clone(startTrips), func(s string) bool { return s == "registry_put" || s == trackerRead })
+	if !sameTrips(own, want) {
+		t.Errorf("Start sent %q before it returned; want %q (registration and tracker read aside)", startTrips, want)
+	}
+	all := append(startTrips, later...)
+	if got := count(all, "registry_put"); got != 1 {
+		t.Errorf("the new master registered itself in %d round trips, want 1 (all: %q)", got, all)
+	}
+	if got := count(all, trackerRead); got != 1 {
+		t.Errorf("the new master's tracker read the registry in %d round trips, want 1 (all: %q)", got, all)
+	}
+	if got, want := len(all), len(want)+2; got != want {
+		t.Errorf("Start and what follows it took %d round trips, want %d: %q", got, want, all)
+	}
+	if subs := w.mr.PubSubNumSub(a.keys.Events)[a.keys.Events]; subs != 1 {
+		t.Errorf("%d subscriptions to %s, want 1", subs, a.keys.Events)
+	}
+}
+
+// TestRoundTripsRenew: a master renews with one round trip per
+// HeartbeatInterval (the renew script) and heartbeats its registry entry
+// with one more; its slave tracker reads the registry once per
+// CheckInterval. Nothing else is sent at rest.
+func TestRoundTripsRenew(t *testing.T) {
+	w := newWorld(t)
+	names := scriptNames(t)
+	loadScripts(t, w.client())
+	cfg := testConfig("a")
+	a, wa := w.wiredNode(cfg, names)
+	w.start(a)
+	w.registered(a, "master")
+	wa.settled()
+
+	const beats = 3
+	w.advance(beats*cfg.HeartbeatInterval, 50*time.Millisecond, a)
+	trips := wa.settled()
+	if !a.IsMaster() {
+		t.Fatal("the master lost its lock")
+	}
+	sweeps := int(beats * cfg.HeartbeatInterval / cfg.CheckInterval)
+	periodic(t, trips, map[string]int{"renew": beats, "registry_put": beats, trackerRead: sweeps})
+}
+
+// periodic checks the round trips of a window of fake time against the
+// number of each that its timers allow: a timer's phase is its own (set when
+// its loop last acted), so the window may end just before the last one,
+// and one fewer passes; one more, or anything else, fails.
+func periodic(t *testing.T, trips []string, want map[string]int) {
+	t.Helper()
+	total := 0
+	for trip, n := range want {
+		total += n
+		if got := count(trips, trip); got > n || got < n-1 {
+			t.Errorf("%d round trips %s, want %d (or %d): %q", got, trip, n, n-1, trips)
+		}
+	}
+	if len(trips) > total {
+		t.Errorf("%d round trips, want at most %d: %q", len(trips), total, trips)
+	}
+}
+
+// TestRoundTripsSlave: a slave checks the lock with one round trip per
+// CheckInterval and heartbeats its registry entry with one more.
+func TestRoundTripsSlave(t *testing.T) {
+	w := newWorld(t)
+	names := scriptNames(t)
+	loadScripts(t, w.client())
+	cfg := testConfig("b")
+	a, _ := w.wiredNode(testConfig("a"), names)
+	w.start(a)
+	b, wb := w.wiredNode(cfg, names)
+	w.start(b)
+	w.registered(b, "slave")
+	wb.settled()
+
+	const checks = 4
+	w.advance(checks*cfg.CheckInterval, 50*time.Millisecond, a, b)
+	trips := wb.settled()
+	if !a.IsMaster() || b.IsMaster() {
+		t.Fatalf("roles changed: a master %v, b master %v", a.IsMaster(), b.IsMaster())
+	}
+	periodic(t, trips, map[string]int{"check": checks, "registry_put": checks})
+}
+
+// TestRoundTripsHandover: a graceful handover is the master's release (whose
+// script publishes the notice: no round trip of its own) and the slave's
+// acquire, which the notice sets off with no check before it; then the old
+// master unregisters, and the new one registers and its tracker reads the
+// registry, one round trip each.
+func TestRoundTripsHandover(t *testing.T) {
+	w := newWorld(t)
+	names := scriptNames(t)
+	loadScripts(t, w.client())
+	a, wa := w.wiredNode(testConfig("a"), names)
+	w.start(a)
+	b, wb := w.wiredNode(testConfig("b"), names)
+	w.start(b)
+	w.registered(a, "master")
+	w.registered(b, "slave")
+	wa.settled()
+	wb.settled()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.registered(b, "master") // real time only: the notice, not a timer, wakes b
+	if !b.IsMaster() {
+		t.Fatal("b did not take over")
+	}
+	old, next := wa.settled(), wb.settled()
+	if want := []string{"release", "registry_remove"}; !slices.Equal(old, want) {
+		t.Errorf("the old master sent %q, want %q", old, want)
+	}
+	if len(next) == 0 || next[0] != "acquire" {
+		t.Errorf("the slave's first round trip after the release: %q, want acquire (no check: the notice says the lock is free)", next)
+	}
+	if want := []string{"acquire", "registry_put", trackerRead}; !sameTrips(next, want) {
+		t.Errorf("the new master sent %q, want %q in any order after the acquire", next, want)
+	}
+}
