@@ -60,8 +60,10 @@ type Config struct {
 	OnError func(error)
 	// Terms, when set, is read by a Consumer before it judges each entry,
 	// and its term raised into the fence, as pubsub.Config.Terms: pass the
-	// election. When it is also a pubsub.KeySource, the inbox name comes
-	// from it. Default: nil.
+	// election. A Consumer does not listen to the events channel, so
+	// without Terms its fence rises only with the term key read at Start,
+	// the entries it accepts and ObserveTerm. When it is also a
+	// pubsub.KeySource, the inbox name comes from it. Default: nil.
 	Terms pubsub.TermSource
 }
 

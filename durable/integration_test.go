@@ -367,3 +367,65 @@ func TestIntegrationACL(t *testing.T) {
 		}
 	})
 }
+
+// TestIntegrationRestartedSlaveHandlesItsPendingFirst: a slave process
+// killed with SIGKILL and started again under the same process id first
+// handles the entries its previous run had read and not acknowledged (each
+// delivered more than once), then the others; none is lost.
+func TestIntegrationRestartedSlaveHandlesItsPendingFirst(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
+		inst := redistest.Start(t, srv)
+		c := inst.Client(t)
+		r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+		const n = 400
+		var sent []string
+		for i := range n {
+			id, err := r.Send(testCtx(t), "s1", "work", i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent = append(sent, id)
+		}
+		first := startNode(t, inst.Addr, "s1", "ledger:1", 2*time.Millisecond)
+		eventually(t, "50 handled", func() bool { return len(readLedger(t, c, "ledger:1")) >= 50 })
+		if err := first.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = first.Wait()
+		pending, err := c.XPending(testCtx(t), r.Inbox("s1"), scripts.InboxGroup).Result()
+		if err != nil || pending.Count == 0 {
+			t.Fatalf("no entry was pending when the slave died: %+v, %v", pending, err)
+		}
+		startNode(t, inst.Addr, "s1", "ledger:2", 0)
+		handled := func() map[string]bool {
+			seen := map[string]bool{}
+			for _, l := range []string{"ledger:1", "ledger:2"} {
+				for _, rec := range readLedger(t, c, l) {
+					seen[rec.id] = true
+				}
+			}
+			return seen
+		}
+		eventually(t, "all handled", func() bool { return len(handled()) == n })
+		seen := handled()
+		for _, id := range sent {
+			if !seen[id] {
+				t.Fatalf("message %s lost", id)
+			}
+		}
+		second := readLedger(t, c, "ledger:2")
+		redelivered := 0
+		for i, rec := range second {
+			if rec.deliveries > 1 {
+				redelivered++
+				if i >= redelivered {
+					t.Fatalf("handling %d of the restarted slave is a redelivery, after %d first deliveries", i, i-redelivered+1)
+				}
+			}
+		}
+		if int64(redelivered) != pending.Count {
+			t.Errorf("%d redeliveries after the restart; %d entries were pending", redelivered, pending.Count)
+		}
+		t.Logf("%s: %d pending at the kill, handled first after the restart", srv.Name, pending.Count)
+	})
+}
