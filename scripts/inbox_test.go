@@ -131,3 +131,43 @@ func TestInboxMoveContract(t *testing.T) {
 }
 
 func strTerm(t int64) string { return strconv.FormatInt(t, 10) }
+
+// commandNames records the name of every command a client sends.
+type commandNames struct{ names []string }
+
+func (h *commandNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *commandNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.names = append(h.names, cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+func (h *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLoadCachesTheInboxScripts: after Load, the inbox scripts run with
+// EVALSHA alone (no NOSCRIPT round trip and EVAL).
+func TestLoadCachesTheInboxScripts(t *testing.T) {
+	_, c, k := setup(t)
+	ctx := context.Background()
+	a, err := scripts.Acquire(ctx, c, k, "m", time.Minute, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := scripts.Load(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	h := &commandNames{}
+	c.AddHook(h)
+	ids, err := scripts.InboxSend(ctx, c, k, "m", a.Term, 0, []scripts.Queued{{Inbox: k.Inbox("a"), Message: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scripts.InboxMove(ctx, c, k, "m", a.Term, scripts.InboxGroup, k.Inbox("a"), []scripts.Move{{EntryID: ids[0], To: k.Inbox("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(h.names, " ") != "evalsha evalsha" {
+		t.Errorf("commands %q; want two EVALSHA", h.names)
+	}
+}

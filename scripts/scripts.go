@@ -73,7 +73,8 @@ var (
 // never needed for correctness; under Cluster it loads on the node c picks.
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript, checkScript, routeScript,
-		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript} {
+		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript,
+		inboxSendScript, inboxMoveScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("scripts: load: %w", err)
 		}
