@@ -386,7 +386,11 @@ func idle(ctx context.Context, peers []peer, servers map[string]*redis.Client, t
 			}
 		}
 		res.perMinute = float64(sent+subs) * scale
-		res.detail = fmt.Sprintf("%d requests from the command paths and %d on subscriptions in %v among %d processes", sent, subs, elapsed.Round(100*time.Millisecond), processes)
+		if p.hook != nil {
+			res.detail = fmt.Sprintf("%d round trips on the clients' command paths and %d on subscriptions in %v among %d processes", sent, subs, elapsed.Round(100*time.Millisecond), processes)
+		} else {
+			res.detail = fmt.Sprintf("%d requests sent by the clients in %v among %d processes", sent, elapsed.Round(100*time.Millisecond), processes)
+		}
 	}
 	return out
 }
