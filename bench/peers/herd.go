@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +17,10 @@ import (
 // herdPeer measures herd through its public API, the way a user runs it:
 // masterelection.New, OnMasterAcquired, Start, Stop, each process with a
 // client of its own.
-func herdPeer(addr string, hook *rtHook) peer {
+//
+// trace, when not nil, receives after every uncontested Start what its
+// client sent until Start returned (seqHook.String).
+func herdPeer(addr string, hook *rtHook, trace func(string)) peer {
 	return peer{
 		name:  "herd",
 		store: "redis",
@@ -34,6 +39,11 @@ func herdPeer(addr string, hook *rtHook) peer {
 			}
 			defer c.Close()
 			cfg := herdConfig(lock, "solo", timingsOf(time.Second))
+			var seq *seqHook
+			if trace != nil {
+				seq = &seqHook{}
+				c.AddHook(seq)
+			}
 			t0 := time.Now()
 			m, err := masterelection.New(c, cfg)
 			if err != nil {
@@ -41,6 +51,9 @@ func herdPeer(addr string, hook *rtHook) peer {
 			}
 			err = m.Start(ctx)
 			d := time.Since(t0)
+			if seq != nil {
+				trace(seq.String())
+			}
 			lead := m.IsMaster()
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -134,3 +147,53 @@ func (n *herdNode) stop(ctx context.Context) error {
 }
 
 func (n *herdNode) crash() { _ = n.client.Close() }
+
+// seqHook records what a client sends: the commands of its command path
+// in order (a pipeline or transaction as one bracketed entry, one round
+// trip) and the connections it dials (a subscription's among them).
+type seqHook struct {
+	mu    sync.Mutex
+	sent  []string
+	dials int
+}
+
+func (h *seqHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.mu.Lock()
+		h.dials++
+		h.mu.Unlock()
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *seqHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.add(cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+
+func (h *seqHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = c.Name()
+		}
+		h.add("[" + strings.Join(names, " ") + "]")
+		return next(ctx, cmds)
+	}
+}
+
+func (h *seqHook) add(s string) {
+	h.mu.Lock()
+	h.sent = append(h.sent, s)
+	h.mu.Unlock()
+}
+
+// String is "<n> round trips on the command path (a, b, [c d]), <k>
+// connections dialled".
+func (h *seqHook) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return fmt.Sprintf("%d round trips on the command path (%s), %d connections dialled", len(h.sent), strings.Join(h.sent, ", "), h.dials)
+}

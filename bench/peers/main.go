@@ -132,7 +132,8 @@ func run(ctx context.Context, cfg config) (report, error) {
 	r.rtWhat["etcd"] = "etcd Get of one key through clientv3, linearizable (the default), one connection"
 
 	t := timingsOf(cfg.ttl)
-	herd := herdPeer(rs.addr, nil)
+	traces := map[string]int{}
+	herd := herdPeer(rs.addr, nil, func(s string) { traces[s]++ })
 	etcd := etcdPeer(es.endpoint)
 	rl := pollingPeer("redislock", rs.addr, nil, newRedislock)
 	rsy := pollingPeer("redsync", rs.addr, nil, newRedsync)
@@ -142,7 +143,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 	log.Printf("uncontested elections (%d per peer)", cfg.uncontested)
 	u := uncontested(ctx, []peer{herd, etcd, rl, rsy}, cfg.uncontested)
 	herdU := &row{id: "1a", what: "uncontested election: New + Start on a fresh lock until Start returns as master", peer: "herd", store: "redis", s: summarize(u["herd"].total), err: u["herd"].err,
-		note: "A connected client; masterelection.New and Start on a lock nobody holds (Start also opens the process registry and its subscriptions); timed until Start returned with IsMaster true."}
+		note: "A connected client; masterelection.New and Start on a lock nobody holds (Start also opens the process registry and its subscriptions); timed until Start returned with IsMaster true. What Start sent (a client hook; the subscriptions' own commands do not pass it): " + mostCommon(traces) + "."}
 	r.rows = append(r.rows, *herdU,
 		row{id: "1b", what: "uncontested election: NewSession + NewElection + Campaign until it returns", peer: display["etcd"], store: "etcd", s: summarize(u["etcd"].total), err: u["etcd"].err, herd: herdU, goal50: 0.5, goal99: 0.8,
 			note: "A connected client; a session (lease grant and keep-alive stream) and a Campaign on a prefix nobody holds, as a process joining an election does."},
@@ -217,7 +218,7 @@ func idleRows(ctx context.Context, cfg config, etcdEndpoint string) ([]row, erro
 		servers[name], addrs[name] = c, s.addr
 	}
 	peers := []peer{
-		herdPeer(addrs["herd"], &rtHook{}),
+		herdPeer(addrs["herd"], &rtHook{}, nil),
 		etcdPeer(etcdEndpoint),
 		pollingPeer("redislock", addrs["redislock"], &rtHook{}, newRedislock),
 		pollingPeer("redsync", addrs["redsync"], &rtHook{}, newRedsync),
@@ -291,4 +292,20 @@ func machine() string {
 		}
 	}
 	return s
+}
+
+// mostCommon returns the most frequent key of counts, with how many of all
+// it was.
+func mostCommon(counts map[string]int) string {
+	best, n, all := "", 0, 0
+	for k, c := range counts {
+		all += c
+		if c > n || (c == n && k < best) {
+			best, n = k, c
+		}
+	}
+	if all == 0 {
+		return "nothing recorded"
+	}
+	return fmt.Sprintf("%s (in %d of %d Starts)", best, n, all)
 }
