@@ -28,6 +28,12 @@
 // faults.KindForgedAccepted, not as a delivery, and rejected as stale its
 // record says "forged".
 //
+// With -durable the node also routes through package durable: the master
+// adds one message per slave per -send tick to the slave's inbox
+// (faults.KindDurableStored when Send returns nil) and reassigns a removed
+// slave's inbox to the others (ReassignOnRemoved); every node consumes its
+// own inbox (faults.KindDurableHandled, faults.KindDurableRejected).
+//
 // -unsafe-ctx-delay (or HERD_NODE_UNSAFE_CTX_DELAY) is for the suite's own
 // tests only: it makes the node read, instead of each ctx, a copy that ends
 // that much after it, so that the checkers can be shown to catch a ctx that
@@ -58,6 +64,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/internal/faults"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
@@ -87,6 +94,7 @@ type options struct {
 	rawEvery     int
 	ping         time.Duration
 	candidate    bool
+	durable      bool
 	// unsafeCtxDelay makes the probed ctxs end this much late (tests of the
 	// suite only).
 	unsafeCtxDelay time.Duration
@@ -118,6 +126,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&o.rawEvery, "raw-every", 2, "send every n-th message with a plain PUBLISH, fenced by the receivers only (0: never)")
 	fs.DurationVar(&o.ping, "ping", 500*time.Millisecond, "PingInterval of the subscriber")
 	fs.BoolVar(&o.candidate, "candidate", true, "contend for mastership")
+	fs.BoolVar(&o.durable, "durable", false, "also route through package durable: per-slave inboxes, reassigned when a slave is removed")
 	var unsafeDefault time.Duration
 	if v := os.Getenv(unsafeCtxEnv); v != "" {
 		var err error
@@ -287,6 +296,14 @@ func run(ctx context.Context, o options, out *recorder) error {
 	if err != nil {
 		return err
 	}
+	var dr *durable.Router
+	if o.durable {
+		var con *durable.Consumer
+		if dr, con, err = startDurable(ctx, client, m, o, out); err != nil {
+			return err
+		}
+		defer con.Close()
+	}
 
 	// The poller runs from before Start until after Stop, so it sees every
 	// transition, including the release in Stop.
@@ -323,7 +340,7 @@ func run(ctx context.Context, o options, out *recorder) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sendLoop(ctx, m, client, router, o, out)
+			sendLoop(ctx, m, client, router, dr, o, out)
 		}()
 	}
 	wg.Add(1)
@@ -620,8 +637,9 @@ type payload struct {
 	Seq int64 `json:"seq"`
 }
 
-// sendLoop sends, while master, one message to every slave every o.send.
-func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *redis.Client, router *pubsub.Router, o options, out *recorder) {
+// sendLoop sends, while master, one message to every slave every o.send;
+// with dr, one durable message to every slave too.
+func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *redis.Client, router *pubsub.Router, dr *durable.Router, o options, out *recorder) {
 	ticker := time.NewTicker(o.send)
 	defer ticker.Stop()
 	var seq int64
@@ -675,8 +693,78 @@ func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *red
 			case ctx.Err() == nil:
 				out.error("send to "+s.NodeID, err)
 			}
+			if dr != nil {
+				sendDurable(ctx, dr, o, out, s.NodeID, ob.term, seq)
+			}
 		}
 	}
+}
+
+// sendDurable adds message seq to slave's inbox and records the outcome.
+func sendDurable(ctx context.Context, dr *durable.Router, o options, out *recorder, slave string, term, seq int64) {
+	sctx, cancel := context.WithTimeout(ctx, o.ttl)
+	defer cancel()
+	begin := faults.Now()
+	id, err := dr.Send(sctx, slave, msgType, payload{Seq: seq})
+	switch {
+	case err == nil:
+		out.write(faults.Record{Kind: faults.KindDurableStored, Term: term, Seq: seq, Peer: slave, Detail: id, Begin: begin})
+	case errors.Is(err, durable.ErrNotMaster):
+		out.write(faults.Record{Kind: faults.KindRefused, Term: term, Seq: seq, Peer: slave, Detail: "durable: " + err.Error()})
+	case ctx.Err() == nil:
+		out.error("durable send to "+slave, err)
+	}
+}
+
+// startDurable starts the node's Consumer of its inbox and, for when it is
+// master, a durable Router that reassigns removed slaves' inboxes.
+func startDurable(ctx context.Context, client *redis.Client, m *masterelection.MasterElection, o options, out *recorder) (*durable.Router, *durable.Consumer, error) {
+	cfg := durable.Config{LockName: o.lock, Terms: m, Block: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
+		OnError: func(err error) {
+			var stale *pubsub.StaleTermError
+			var unverified *pubsub.UnverifiedTermError
+			switch {
+			case errors.As(err, &stale):
+				out.write(faults.Record{Kind: faults.KindDurableRejected, Peer: stale.From, Term: stale.Term, Highest: stale.Highest, Detail: stale.ID})
+			case errors.As(err, &unverified) && unverified.Err == nil:
+				out.write(faults.Record{Kind: faults.KindDurableRejected, Peer: unverified.From, Term: unverified.Term, Seq: 1, Detail: unverified.ID})
+			default:
+				out.error("durable", err)
+			}
+		}}
+	con, err := durable.NewConsumer(client, o.id, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	con.HandleDefault(func(_ context.Context, d durable.Delivery) error {
+		var p payload
+		_ = d.Decode(&p)
+		out.write(faults.Record{Kind: faults.KindDurableHandled, Peer: d.From, Term: d.Term, Seq: p.Seq, Detail: d.ID,
+			Deliveries: d.Deliveries, Highest: con.HighestTerm()})
+		return nil
+	})
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = con.Start(sctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		out.error("start durable consumer", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	rcfg := cfg
+	rcfg.OnError = func(err error) { out.error("durable reassign", err) }
+	dr, err := durable.NewRouter(client, m, nil, rcfg)
+	if err != nil {
+		_ = con.Close()
+		return nil, nil, err
+	}
+	dr.ReassignOnRemoved(m, nil)
+	return dr, con, nil
 }
 
 // publishRaw sends message seq to slave with a plain PUBLISH of the

@@ -155,6 +155,8 @@ type Report struct {
 	// Transfers are the transfers judged, with the time from the request to
 	// the next mastership.
 	Transfers []Failover
+	// Durable counts durable routing (nodes run with -durable).
+	Durable DurableCounts
 }
 
 // OK reports whether the history broke no property.
@@ -288,6 +290,11 @@ var FaultKinds = []string{
 //   - fencing: every receiver accepts terms in non-decreasing order, each
 //     equal to the highest it had seen, and rejects every message whose
 //     PUBLISH left its sender after a newer master was in office;
+//   - durable (nodes run with -durable): no message a master stored in an
+//     inbox is lost (never handled, rejected or left in an inbox at the
+//     end, with Redis's data intact since), none is handled under a stale
+//     term (each receiver's terms never go down), no store is taken from a
+//     master after a newer mastership began; duplicates are counted;
 //   - membership: each master reports each slave's join and leave once,
 //     a slave paused past SlaveTimeout is reported removed once and
 //     registered again once, and the leave of each ended process is
@@ -309,6 +316,7 @@ func Check(records []Record, p Params) Report {
 	c.roles()
 	c.slaveEvents()
 	c.listing()
+	c.durable()
 	return c.rep
 }
 

@@ -8,8 +8,9 @@
 // process's records into one history on the system-wide CLOCK_MONOTONIC, and
 // checks the history (Check): no two masters act at the same instant, no ctx
 // handed out for a mastership outlives it, a crashed master is replaced
-// within its bound, terms only grow, stale messages are rejected, and
-// membership changes are reported once.
+// within its bound, terms only grow, stale messages are rejected,
+// membership changes are reported once, and no message stored by durable
+// routing is lost or handled under a stale term (duplicates counted).
 //
 // The package's non-test code is the record format shared with the node
 // program (Record, Now) and the checkers (Check, WriteTimeline); the

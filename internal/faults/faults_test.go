@@ -79,7 +79,13 @@ func TestFaults(t *testing.T) {
 		rep.Sent, rep.Refused, rep.Accepted, rep.Rejected, rep.LatePublishes)
 	t.Logf("forgeries %d (forged messages handled %d); routed messages due / not handled: with the forger alone %d / %d, without faults %d / %d; transfers %v; judged %v",
 		rep.Forgeries, rep.ForgedAccepted, rep.ForgerDue, rep.ForgerLost, rep.QuietDue, rep.QuietLost, rep.Transfers, rep.Judged)
+	d := rep.Durable
+	t.Logf("durable: stored %d, handled %d (%d messages), rejected %d, left in inboxes %d; messages lost: %d (%d more with Redis's data), handled under a stale term: %d, stores after a newer mastership: %d, duplicates: %d",
+		d.Stored, d.Handled, d.Distinct, d.Rejected, d.Left, d.Lost, d.LostToDataLoss, d.Stale, d.LateStores, d.Duplicates)
 	// The tour must have exercised what it is for.
+	if durableArgs() != nil && d.Handled == 0 {
+		t.Error("no durable message was handled")
+	}
 	if len(rep.Failovers) == 0 {
 		t.Error("no failover was measured")
 	}
@@ -190,6 +196,9 @@ func TestSoak(t *testing.T) {
 		}
 		if slices.Contains(line.Faults, FaultHandoverLoss) {
 			extra += ", " + FaultHandoverLoss
+		}
+		if d := rep.Durable; d.Stored > 0 {
+			extra += fmt.Sprintf("; durable: messages lost: %d, handled under a stale term: %d, duplicates: %d (of %d stored)", d.Lost, d.Stale, d.Duplicates, d.Stored)
 		}
 		fmt.Printf("soak %d/%d seed %d on %s: %s in %ds: %d masterships, %d ctxs, max failover %v, %d overlaps after data loss, %d violations%s\n",
 			i+1, n, sd, s.server.Name, outcome, line.Secs, len(rep.Masterships), len(rep.Ctxs),

@@ -107,6 +107,21 @@ const (
 	// its mastership to Peer ("" for a plain step-down); Detail is
 	// "requested", then "returned: ok" or "returned: <error>".
 	KindTransfer Kind = "transfer"
+	// KindDurableStored (node -durable): the master's durable Send of
+	// message Detail (its id, Seq in its payload) to Peer's inbox under Term
+	// returned nil; Begin is the instant just before the call, T just after.
+	KindDurableStored Kind = "durable-stored"
+	// KindDurableHandled: the durable handler was given message Detail (Seq
+	// in its payload) from Peer, written to the inbox under Term, delivered
+	// for the Deliveries-th time; Highest is the Consumer's fence then.
+	KindDurableHandled Kind = "durable-handled"
+	// KindDurableRejected: the Consumer rejected message Detail from Peer,
+	// written under Term, as stale (Highest is the term it was compared
+	// with), or refused it as unverified (Seq is 1).
+	KindDurableRejected Kind = "durable-rejected"
+	// KindDurableLeft (written by the harness after the shutdown): message
+	// Detail was still in the inbox of Peer when every node had stopped.
+	KindDurableLeft Kind = "durable-left"
 )
 
 // ForgedIDPrefix starts the ID of every envelope the forger publishes, so
@@ -189,6 +204,8 @@ type Record struct {
 	// Variant is the variant of a fault (KindFault of FaultTransfer: see
 	// the Transfer* constants).
 	Variant string `json:"variant,omitempty"`
+	// Deliveries is a durable entry's delivery count (KindDurableHandled).
+	Deliveries int64 `json:"deliveries,omitempty"`
 }
 
 // Listed is one registry entry as a KindRegPoll saw it.

@@ -265,7 +265,8 @@ func (s schedule) run(t *testing.T, n int, tm timing) Report {
 func (s schedule) play(t *testing.T, n int, tm timing) (*cluster, []Record, Report) {
 	t.Helper()
 	t.Logf("schedule %s", s)
-	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)), s.nonCandidate, s.args...)
+	args := append(append([]string(nil), s.args...), durableArgs()...)
+	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)), s.nonCandidate, args...)
 	c.forgeRegistry = s.forgeRegistry
 	c.waitStable("start")
 	for _, f := range s.faults {
@@ -275,6 +276,7 @@ func (s schedule) play(t *testing.T, n int, tm timing) (*cluster, []Record, Repo
 	}
 	c.shutdown()
 	c.watcher.close()
+	c.recordInboxes()
 	recs := c.records()
 	rep := Check(recs, tm.params())
 	c.mu.Lock()
