@@ -7,10 +7,6 @@ import (
 	"github.com/herdkit/herd/registry"
 )
 
-// Every On… method registers a handler and returns the function that
-// removes it; the package documentation ("Event handlers") gives the rules
-// they share: own goroutine, order, panics, what Stop waits for.
-
 // OnMasterAcquired registers fn for master-acquired: this process became
 // master with the given term. ctx is done the moment the mastership ends
 // (lock lost, self-fencing deadline passed, Transfer, or Stop), never later
@@ -24,13 +20,20 @@ func (m *MasterElection) OnMasterAcquired(fn func(ctx context.Context, term int6
 
 // OnMasterLost registers fn for master-lost: this process is no longer
 // master. It follows every master-acquired exactly once.
+// fn runs on a goroutine of its own, one event at a time in order; Stop
+// waits, bounded by its ctx, for fn to finish the events already queued
+// (package documentation, "Event handlers").
 func (m *MasterElection) OnMasterLost(fn func()) (unsubscribe func()) {
 	return m.bus.subscribe(topicMasterLost, func(payload) { fn() })
 }
 
 // OnElectionStarted registers fn for election-started: this process is
 // about to contend for the lock (at Start, and whenever it found the lock
-// free while slave). A process with Candidate false emits it once, at Start.
+// free while slave). A process with Config.NonCandidate emits it once, at
+// Start.
+// fn runs on a goroutine of its own, one event at a time in order; Stop
+// waits, bounded by its ctx, for fn to finish the events already queued
+// (package documentation, "Event handlers").
 func (m *MasterElection) OnElectionStarted(fn func()) (unsubscribe func()) {
 	return m.bus.subscribe(topicElectionStarted, func(payload) { fn() })
 }
@@ -38,6 +41,9 @@ func (m *MasterElection) OnElectionStarted(fn func()) (unsubscribe func()) {
 // OnElectionCompleted registers fn for election-completed: the election
 // that election-started announced has resolved, with this process as master
 // (after master-acquired) or as slave.
+// fn runs on a goroutine of its own, one event at a time in order; Stop
+// waits, bounded by its ctx, for fn to finish the events already queued
+// (package documentation, "Event handlers").
 func (m *MasterElection) OnElectionCompleted(fn func(isMaster bool)) (unsubscribe func()) {
 	return m.bus.subscribe(topicElectionCompleted, func(p payload) { fn(p.isMaster) })
 }
@@ -46,6 +52,9 @@ func (m *MasterElection) OnElectionCompleted(fn func(isMaster bool)) (unsubscrib
 // when a slave joins. When this process becomes master it is emitted once
 // for every slave already registered, so a handler that builds its view
 // from these events alone starts from the full set.
+// fn runs on a goroutine of its own, one event at a time in order; Stop
+// waits, bounded by its ctx, for fn to finish the events already queued
+// (package documentation, "Event handlers").
 func (m *MasterElection) OnSlaveRegistered(fn func(registry.SlaveNode)) (unsubscribe func()) {
 	return m.bus.subscribe(topicSlaveRegistered, func(p payload) { fn(p.slave) })
 }
@@ -53,20 +62,30 @@ func (m *MasterElection) OnSlaveRegistered(fn func(registry.SlaveNode)) (unsubsc
 // OnSlaveRemoved registers fn for slave-removed, emitted on the master when
 // a slave unregisters, stops heartbeating for longer than the slave timeout,
 // or its registry entry expires. Each leave is reported once per mastership.
+// fn runs on a goroutine of its own, one event at a time in order; Stop
+// waits, bounded by its ctx, for fn to finish the events already queued
+// (package documentation, "Event handlers").
 func (m *MasterElection) OnSlaveRemoved(fn func(nodeID string)) (unsubscribe func()) {
 	return m.bus.subscribe(topicSlaveRemoved, func(p payload) { fn(p.nodeID) })
 }
 
 // OnError registers fn for error events: Redis errors of the loops (which
 // keep retrying), unexpected values found in herd's keys, and handler
-// panics. Errors are wrapped with what was being done; use errors.Is.
+// panics. Errors are wrapped with what was being done; use errors.Is. fn
+// runs on a goroutine of its own, in order; at most 1,024 error events wait
+// for it, further ones are dropped and counted (DroppedErrors). Stop waits,
+// bounded by its ctx, for fn to finish the events already queued (package
+// documentation, "Event handlers").
 func (m *MasterElection) OnError(fn func(error)) (unsubscribe func()) {
 	return m.bus.subscribe(topicError, func(p payload) { fn(p.err) })
 }
 
 // OnEvent registers fn for every event of this election. Unlike handlers
 // registered per event, fn sees all of them in the one order they happened
-// (master-acquired before its election-completed, for example).
+// (master-acquired before its election-completed, for example), one at a
+// time on a goroutine of its own; Stop waits, bounded by its ctx, for fn to
+// finish the events already queued (package documentation, "Event
+// handlers").
 func (m *MasterElection) OnEvent(fn func(Event)) (unsubscribe func()) {
 	return m.bus.subscribe(topicAll, func(p payload) {
 		fn(Event{Kind: EventKind(p.topic), Term: p.term, IsMaster: p.isMaster, Slave: p.slave, NodeID: p.nodeID, Err: p.err})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/herdkit/herd/internal/wire"
 )
 
 // Limits of the envelope. They are part of the wire contract: a message
@@ -56,9 +58,9 @@ func (m Message) Decode(v any) error {
 	return nil
 }
 
-// wire is the JSON form. SentAt is raw so that both strings and numbers can
+// envelopeJSON is the JSON form. SentAt is raw so that both strings and numbers can
 // be read.
-type wire struct {
+type envelopeJSON struct {
 	ID      string          `json:"id"`
 	From    string          `json:"from"`
 	Term    int64           `json:"term"`
@@ -67,19 +69,17 @@ type wire struct {
 	SentAt  json.RawMessage `json:"sentAt"`
 }
 
-const jsLayout = "2006-01-02T15:04:05.000Z"
-
 // MarshalJSON writes the wire form. It does not validate; senders in this
 // package validate before.
 func (m Message) MarshalJSON() ([]byte, error) {
-	w := wire{ID: m.ID, From: m.From, Term: m.Term, Type: m.Type, Payload: m.Payload}
+	w := envelopeJSON{ID: m.ID, From: m.From, Term: m.Term, Type: m.Type, Payload: m.Payload}
 	if len(w.Payload) == 0 {
 		w.Payload = json.RawMessage("null")
 	}
 	if m.SentAt.IsZero() {
 		w.SentAt = json.RawMessage(`""`)
 	} else {
-		w.SentAt = json.RawMessage(`"` + m.SentAt.UTC().Format(jsLayout) + `"`)
+		w.SentAt = json.RawMessage(`"` + m.SentAt.UTC().Format(wire.TimeLayout) + `"`)
 	}
 	return json.Marshal(w)
 }
@@ -108,7 +108,7 @@ func ParseMessage(b []byte) (Message, error) {
 	if len(b) == 0 || b[0] != '{' {
 		return Message{}, fmt.Errorf("%w: not a JSON object: %s", ErrMalformedEnvelope, excerpt(b))
 	}
-	var w wire
+	var w envelopeJSON
 	if err := json.Unmarshal(b, &w); err != nil {
 		return Message{}, fmt.Errorf("%w: %w", ErrMalformedEnvelope, err)
 	}
@@ -126,38 +126,11 @@ func ParseMessage(b []byte) (Message, error) {
 	if len(w.Payload) == 0 {
 		w.Payload = json.RawMessage("null")
 	}
-	sentAt, err := parseSentAt(w.SentAt)
+	sentAt, err := wire.ParseTime(w.SentAt)
 	if err != nil {
-		return Message{}, fmt.Errorf("%w: %w", ErrMalformedEnvelope, err)
+		return Message{}, fmt.Errorf("%w: sentAt: %w", ErrMalformedEnvelope, err)
 	}
 	return Message{ID: w.ID, From: w.From, Term: w.Term, Type: w.Type, Payload: w.Payload, SentAt: sentAt}, nil
-}
-
-// parseSentAt reads an RFC 3339 string of any precision, milliseconds since
-// the epoch, or nothing.
-func parseSentAt(raw json.RawMessage) (time.Time, error) {
-	s := string(raw)
-	if s == "" || s == "null" || s == `""` {
-		return time.Time{}, nil
-	}
-	if s[0] != '"' {
-		var ms int64
-		if err := json.Unmarshal(raw, &ms); err != nil {
-			return time.Time{}, fmt.Errorf("sentAt %s is neither an RFC 3339 string nor integer milliseconds", excerpt(raw))
-		}
-		return time.UnixMilli(ms).UTC(), nil
-	}
-	var str string
-	if len(raw) >= 2 && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
-		str = string(raw[1 : len(raw)-1]) // nothing escaped: what herd senders write
-	} else if err := json.Unmarshal(raw, &str); err != nil {
-		return time.Time{}, fmt.Errorf("sentAt: %w", err)
-	}
-	t, err := time.Parse(time.RFC3339Nano, str)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("sentAt %q is not an RFC 3339 time", truncate(str))
-	}
-	return t.UTC(), nil
 }
 
 // encodePayload turns what a caller passes into raw JSON as the envelope
@@ -208,7 +181,7 @@ func encode(id, from string, term int64, msgType string, payload json.RawMessage
 }
 
 // sentAtText is the sentAt member's value for t, without quotes.
-func sentAtText(t time.Time) []byte { return t.UTC().AppendFormat(nil, jsLayout) }
+func sentAtText(t time.Time) []byte { return t.UTC().AppendFormat(nil, wire.TimeLayout) }
 
 // encodeAt is encode with sentAt already formatted (sentAtText), for
 // messages sent together.
@@ -245,12 +218,4 @@ func appendName(b []byte, s string) []byte {
 }
 
 // excerpt quotes the start of b for an error message.
-func excerpt(b []byte) string { return fmt.Sprintf("%q", truncate(string(b))) }
-
-// truncate shortens s to 64 bytes for an error message.
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
+func excerpt(b []byte) string { return fmt.Sprintf("%q", wire.Truncate(string(b))) }

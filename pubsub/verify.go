@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/wire"
 )
 
 // Term verification. A term on a message or notice is a claim that anyone
@@ -66,7 +68,7 @@ func (s *Subscriber) readTerm(ctx context.Context) (int64, error) {
 	}
 	term, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || term < 0 {
-		return 0, fmt.Errorf("key %q holds %q, %w", s.keys.Term, truncate(raw), errNotATerm)
+		return 0, fmt.Errorf("key %q holds %q, %w", s.keys.Term, wire.Truncate(raw), errNotATerm)
 	}
 	return term, nil
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"time"
 	"unicode/utf8"
+
+	"github.com/herdkit/herd/internal/wire"
 )
 
 // fastDecode reads the form herd itself writes (ProcessInfo.MarshalJSON)
@@ -210,7 +212,7 @@ func (d *scanner) time() (time.Time, bool) {
 	if ok && s == "" {
 		return time.Time{}, true // the zero time, as MarshalJSON writes it
 	}
-	if !ok || len(s) != len(jsLayout) {
+	if !ok || len(s) != len(wire.TimeLayout) {
 		return time.Time{}, false
 	}
 	if s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != '.' || s[23] != 'Z' {

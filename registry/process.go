@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/herdkit/herd/internal/wire"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -138,59 +138,21 @@ func (p ProcessInfo) Slave() SlaveNode {
 // jsTime is a time written as JavaScript's Date.prototype.toISOString.
 type jsTime time.Time
 
-const jsLayout = "2006-01-02T15:04:05.000Z"
-
-// The range of timestamps in milliseconds since the epoch that jsTime reads:
-// the years 0000 to 9999.
-const (
-	minMillis = -62167219200000
-	maxMillis = 253402300799999
-)
-
+// MarshalJSON writes t in wire.TimeLayout, and the zero time as "".
 func (t jsTime) MarshalJSON() ([]byte, error) {
 	if time.Time(t).IsZero() {
 		return []byte(`""`), nil
 	}
-	return []byte(`"` + time.Time(t).UTC().Format(jsLayout) + `"`), nil
+	return []byte(`"` + time.Time(t).UTC().Format(wire.TimeLayout) + `"`), nil
 }
 
+// UnmarshalJSON reads a timestamp leniently (wire.ParseTime).
 func (t *jsTime) UnmarshalJSON(b []byte) error {
-	s := strings.TrimSpace(string(b))
-	if s == "null" || s == `""` {
-		*t = jsTime{}
-		return nil
-	}
-	if len(s) > 0 && s[0] != '"' {
-		var ms float64
-		if err := json.Unmarshal(b, &ms); err != nil {
-			return fmt.Errorf("timestamp %s is neither a string nor milliseconds", s)
-		}
-		if ms != ms || ms < minMillis || ms > maxMillis {
-			return fmt.Errorf("timestamp %s ms is outside the years 0000-9999", s)
-		}
-		*t = jsTime(time.UnixMilli(int64(ms)).UTC())
-		return nil
-	}
-	var str string
-	if len(s) >= 2 && s[len(s)-1] == '"' && !strings.ContainsRune(s, '\\') {
-		str = s[1 : len(s)-1] // the usual case: no escapes to decode
-	} else if err := json.Unmarshal(b, &str); err != nil {
+	v, err := wire.ParseTime(b)
+	if err != nil {
 		return err
 	}
-	v, err := time.Parse(time.RFC3339Nano, str)
-	if err != nil {
-		return fmt.Errorf("timestamp %q is not RFC 3339", str)
-	}
-	*t = jsTime(v.UTC())
-	return t.check()
-}
-
-// check refuses times that toISOString would write with a six-digit year,
-// which RFC 3339 cannot read back.
-func (t jsTime) check() error {
-	if y := time.Time(t).Year(); y < 0 || y > 9999 {
-		return fmt.Errorf("timestamp year %d is outside 0000-9999", y)
-	}
+	*t = jsTime(v)
 	return nil
 }
 
@@ -247,9 +209,9 @@ func decodeProcess(field, value string) (ProcessInfo, error) {
 	case p.ProcessID == "":
 		return ProcessInfo{}, errors.New("no processId")
 	case field != "" && p.ProcessID != field:
-		return ProcessInfo{}, fmt.Errorf("processId %q differs from the field name", truncate(p.ProcessID))
+		return ProcessInfo{}, fmt.Errorf("processId %q differs from the field name", wire.Truncate(p.ProcessID))
 	case p.Role != RoleMaster && p.Role != RoleSlave:
-		return ProcessInfo{}, fmt.Errorf("role %q is neither %q nor %q", truncate(string(p.Role)), RoleMaster, RoleSlave)
+		return ProcessInfo{}, fmt.Errorf("role %q is neither %q nor %q", wire.Truncate(string(p.Role)), RoleMaster, RoleSlave)
 	}
 	if p.NodeID == "" {
 		p.NodeID = p.ProcessID
@@ -272,11 +234,4 @@ func copyMetadata(m map[string]any) map[string]any {
 		return nil
 	}
 	return out
-}
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/wire"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -248,11 +249,11 @@ func (o *owned) demote() {
 func (r *Registry) fenced(op string, info ProcessInfo, st scripts.Stored) error {
 	holder := "nobody holds the lock"
 	if st.Holder != "" {
-		holder = fmt.Sprintf("the lock is held by %q", truncate(st.Holder))
+		holder = fmt.Sprintf("the lock is held by %q", wire.Truncate(st.Holder))
 	}
 	term := "no term"
 	if st.HolderTerm != "" {
-		term = "term " + truncate(st.HolderTerm)
+		term = "term " + wire.Truncate(st.HolderTerm)
 	}
 	err := fmt.Errorf("%s process %q as master of term %d: %s under %s; the entry was written with role slave: %w",
 		op, info.ProcessID, info.Term, holder, term, scripts.ErrFenced)
@@ -555,7 +556,7 @@ func (r *Registry) reportOnce(field string, h uint64, err error) {
 }
 
 func (r *Registry) corrupt(field string, err error) error {
-	return fmt.Errorf("%w: field %q of %q: %w", ErrCorruptEntry, truncate(field), r.keys.Processes, err)
+	return fmt.Errorf("%w: field %q of %q: %w", ErrCorruptEntry, wire.Truncate(field), r.keys.Processes, err)
 }
 
 // entries reads the live entries of ids and the registry's version as of
@@ -581,7 +582,7 @@ func (r *Registry) entries(ctx context.Context, ids []string) (map[string]Proces
 // removeStale deletes the entry of id if it still holds raw, the value it
 // was read with, and returns the version of the deletion (0: not deleted).
 func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, error) {
-	v, err := r.be.remove(ctx, id, &raw, "stale")
+	v, err := r.be.remove(ctx, id, &raw, scripts.ReasonStale)
 	if err != nil {
 		return 0, fmt.Errorf("remove stale process %q: %w", id, err)
 	}
@@ -618,7 +619,7 @@ func lastSeenAt(b []byte) int {
 		return 0
 	}
 	at := i + len(lastSeenMember)
-	if len(b) < at+len(jsLayout)+1 || b[at+len(jsLayout)] != '"' {
+	if len(b) < at+len(wire.TimeLayout)+1 || b[at+len(wire.TimeLayout)] != '"' {
 		return 0
 	}
 	return at
@@ -633,8 +634,8 @@ func withLastSeen(encoded []byte, at int, t time.Time) []byte {
 		return nil
 	}
 	var buf [64]byte
-	ts := t.UTC().AppendFormat(buf[:0], jsLayout)
-	if len(ts) != len(jsLayout) {
+	ts := t.UTC().AppendFormat(buf[:0], wire.TimeLayout)
+	if len(ts) != len(wire.TimeLayout) {
 		return nil // a year outside 0000-9999 would need another length
 	}
 	b := append([]byte(nil), encoded...)

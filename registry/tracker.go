@@ -2,12 +2,12 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"sync/atomic"
 	"time"
 
+	"github.com/herdkit/herd/internal/wire"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -25,9 +25,6 @@ const noticeQueue = 1024
 
 // confirmBatch is the largest number of notices one registry read confirms.
 const confirmBatch = 512
-
-// reasonExpired is the reason of the notices registry_expire.lua publishes.
-const reasonExpired = "expired"
 
 // TrackerConfig configure a SlaveTracker. The zero value is usable.
 type TrackerConfig struct {
@@ -275,16 +272,6 @@ func (s *trackerState) saw(id string, version int64) {
 	}
 }
 
-// notice is the JSON the registry scripts publish on Keys.RegistryEvents.
-type notice struct {
-	Event   string          `json:"event"`
-	NodeID  string          `json:"nodeId"`
-	Role    Role            `json:"role"`
-	Version int64           `json:"version"`
-	Process json.RawMessage `json:"process"`
-	Reason  string          `json:"reason"`
-}
-
 // hint is what a notice says about one process.
 type hint struct {
 	unregistered bool
@@ -299,30 +286,30 @@ func (s *trackerState) notices(ctx context.Context, payloads [][]byte) {
 	var bad []error
 	hints := map[string][]hint{}
 	for _, payload := range payloads {
-		var n notice
-		if err := json.Unmarshal(payload, &n); err != nil {
-			bad = append(bad, fmt.Errorf("events notice %q is not JSON: %w", truncate(string(payload)), err))
+		n, err := scripts.ParseNotice(payload)
+		if err != nil {
+			bad = append(bad, fmt.Errorf("registry events: %w", err))
 			continue
 		}
 		switch {
-		case n.Event != "registered" && n.Event != "unregistered":
+		case n.Event != scripts.NoticeRegistered && n.Event != scripts.NoticeUnregistered:
 			continue // a lock notice, or one of another program
 		case scripts.ValidateName("node id", n.NodeID) != nil:
-			bad = append(bad, fmt.Errorf("%s notice %q: %w: no valid nodeId", n.Event, truncate(string(payload)), ErrUnconfirmedNotice))
+			bad = append(bad, fmt.Errorf("%s notice %q: %w: no valid nodeId", n.Event, wire.Truncate(string(payload)), ErrUnconfirmedNotice))
 			continue
 		case n.NodeID == s.t.opts.Self:
 			continue
-		case n.Event == "unregistered" && n.Reason == reasonExpired:
+		case n.Event == scripts.NoticeUnregistered && n.Reason == scripts.ReasonExpired:
 			// An emulated read removed an expired entry. The native backends
 			// announce no expiry, so the sweep decides for all three alike.
 			continue
-		case n.Event == "registered":
+		case n.Event == scripts.NoticeRegistered:
 			if _, err := decodeProcess(n.NodeID, string(n.Process)); err != nil {
-				bad = append(bad, fmt.Errorf("registered notice for %q: %w: %w", truncate(n.NodeID), ErrCorruptEntry, err))
+				bad = append(bad, fmt.Errorf("registered notice for %q: %w: %w", wire.Truncate(n.NodeID), ErrCorruptEntry, err))
 				continue
 			}
 		}
-		hints[n.NodeID] = append(hints[n.NodeID], hint{unregistered: n.Event == "unregistered", version: n.Version})
+		hints[n.NodeID] = append(hints[n.NodeID], hint{unregistered: n.Event == scripts.NoticeUnregistered, version: n.Version})
 	}
 
 	var ids []string
@@ -424,22 +411,22 @@ func (s *trackerState) vanished(ctx context.Context, id string, now time.Time) {
 // entry is present and fresh, and not newer than the notice.
 func (s *trackerState) contradicted(id string, h hint, p ProcessInfo) error {
 	return fmt.Errorf("%w: unregistered notice for %q (version %d) ignored: its entry is in the registry as a live %s (version %d, lastSeen %s)",
-		ErrUnconfirmedNotice, truncate(id), h.version, p.Role, p.Version, p.LastSeen.UTC().Format(time.RFC3339Nano))
+		ErrUnconfirmedNotice, wire.Truncate(id), h.version, p.Role, p.Version, p.LastSeen.UTC().Format(time.RFC3339Nano))
 }
 
 // unfounded is the error of a notice the registry cannot have sent: one
 // whose version is above every version minted yet, or a registration
 // without a version for an entry the read does not show.
 func (s *trackerState) unfounded(id string, h hint, version int64) error {
-	event := "registered"
+	event := scripts.NoticeRegistered
 	if h.unregistered {
-		event = "unregistered"
+		event = scripts.NoticeUnregistered
 	}
 	if h.version == 0 {
-		return fmt.Errorf("%w: %s notice for %q without a version ignored: the registry has no such entry", ErrUnconfirmedNotice, event, truncate(id))
+		return fmt.Errorf("%w: %s notice for %q without a version ignored: the registry has no such entry", ErrUnconfirmedNotice, event, wire.Truncate(id))
 	}
 	return fmt.Errorf("%w: %s notice for %q ignored: its version %d is above every version the registry has minted (%d)",
-		ErrUnconfirmedNotice, event, truncate(id), h.version, version)
+		ErrUnconfirmedNotice, event, wire.Truncate(id), h.version, version)
 }
 
 // sweep reads the registry, removes the stale slaves and reconciles known

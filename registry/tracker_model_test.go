@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/wire"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -592,7 +593,7 @@ func (m *modelRun) checkPrompt(batch []modelNotice, before, after map[string]str
 			}
 			continue
 		}
-		if n.id == "" || n.id == modelSelf || n.write != m.writes[n.id] || n.reason == reasonExpired {
+		if n.id == "" || n.id == modelSelf || n.write != m.writes[n.id] || n.reason == scripts.ReasonExpired {
 			continue
 		}
 		switch {
@@ -620,7 +621,7 @@ func (m *modelRun) forgeNotice() {
 	case 0, 1:
 		payload = `{"event":"unregistered","nodeId":"` + id + `"` + version + `}`
 	case 2, 3:
-		now := m.clk.Now().UTC().Format(jsLayout)
+		now := m.clk.Now().UTC().Format(wire.TimeLayout)
 		payload = `{"event":"registered","nodeId":"` + id + `","role":"slave"` + version +
 			`,"process":{"processId":"` + id + `","nodeId":"` + id + `","role":"slave","lastSeen":"` + now + `"}}`
 	default:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/wire"
 )
 
 const (
@@ -474,7 +475,7 @@ func TestIntegrationForgedNotices(t *testing.T) {
 			}
 			return strconv.FormatInt(v+1, 10)
 		}
-		ghost := `"process":{"processId":"ghost","nodeId":"ghost","role":"slave","lastSeen":"` + time.Now().UTC().Format(jsLayout) + `"}`
+		ghost := `"process":{"processId":"ghost","nodeId":"ghost","role":"slave","lastSeen":"` + time.Now().UTC().Format(wire.TimeLayout) + `"}`
 		for _, f := range []struct{ name, payload string }{
 			{"unregistered, no version", `{"event":"unregistered","nodeId":"a"}`},
 			{"unregistered, next version", `{"event":"unregistered","nodeId":"a","version":` + next() + `}`},

@@ -34,6 +34,12 @@
 -- was lost with the data. The data-loss answer is what makes every path to
 -- the lock wait for the masters of before a loss to fence themselves: the
 -- caller decides when it has waited, not which path brought it here.
+--
+-- The notice is JSON built in a fixed member order: strings that come from
+-- the caller or from Redis through cjson.encode, numbers as decimal text
+-- (string.format('%d')). cjson.encode writes numbers above 10^14 in exponent
+-- form with 14 digits (1.7726007670001e+15) and orders a table's members
+-- differently on each server, so it never encodes a number or a whole notice.
 local raw = redis.pcall('GET', KEYS[4])
 local prev, garbage = 0, false
 if type(raw) == 'table' then
@@ -70,5 +76,5 @@ if ARGV[3] ~= '' then
   local info = string.sub(ARGV[3], 1, -2) .. ',"term":' .. termStr .. '}'
   redis.call('SET', KEYS[3], info, 'PX', ARGV[2])
 end
-redis.call('PUBLISH', ARGV[4], '{"event":"acquired","nodeId":"' .. ARGV[1] .. '","term":' .. termStr .. '}')
+redis.call('PUBLISH', ARGV[4], '{"event":"acquired","nodeId":' .. cjson.encode(ARGV[1]) .. ',"term":' .. termStr .. '}')
 return {term}

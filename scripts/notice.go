@@ -17,8 +17,19 @@ const (
 	// Process) where there was none, or registered it again.
 	NoticeRegistered = "registered"
 	// NoticeUnregistered: a registry script removed NodeID's entry; Reason
-	// is "" (the process left), "stale" or "expired".
+	// is "" (the process left), ReasonStale or ReasonExpired.
 	NoticeUnregistered = "unregistered"
+)
+
+// The reasons of unregistered notices (Notice.Reason).
+const (
+	// ReasonStale: the master removed an entry whose lastSeen was older
+	// than its SlaveTimeout (registry_remove.lua).
+	ReasonStale = "stale"
+	// ReasonExpired: a reader of the emulated backend removed an entry
+	// whose TTL had run out (registry_expire.lua). The native backends
+	// announce no expiry.
+	ReasonExpired = "expired"
 )
 
 // Notice is one message of the notice channels, in the form the scripts
@@ -31,6 +42,10 @@ type Notice struct {
 	NodeID string `json:"nodeId"`
 	// Term is the mastership's term (lock notices); 0 in registry notices.
 	Term int64 `json:"term,omitempty"`
+	// Version is the registry version the write minted (registry notices;
+	// registry_put.lua), 0 when the notice carries none. A reader compares
+	// it with the version it read with the entries to tell which is later.
+	Version int64 `json:"version,omitempty"`
 	// To is the successor a Transfer named (released notices).
 	To string `json:"to,omitempty"`
 	// Role is the role the entry was written with (registered notices).

@@ -13,6 +13,12 @@
 -- Returns: the process ids deleted now because their deadline had passed,
 --          each announced with
 --          {"event":"unregistered","nodeId":<id>,"version":<version>,"reason":"expired"}.
+--
+-- The notice is JSON built in a fixed member order: strings that come from
+-- the caller or from Redis through cjson.encode, numbers as decimal text
+-- (string.format('%d')). cjson.encode writes numbers above 10^14 in exponent
+-- form with 14 digits (1.7726007670001e+15) and orders a table's members
+-- differently on each server, so it never encodes a number or a whole notice.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))
@@ -30,8 +36,6 @@ for _, id in ipairs(expired) do
     local v = string.format('%d', version)
     version = version + 1
     redis.call('SET', KEYS[3], v)
-    -- ids in the sorted set come from registry_put, but encode them anyway:
-    -- anything may have written there.
     redis.call('PUBLISH', ARGV[1], '{"event":"unregistered","nodeId":' .. cjson.encode(id) ..
       ',"version":' .. v .. ',"reason":"expired"}')
   end

@@ -47,8 +47,12 @@
 --          KEYS[4] ("" when missing or not a string).
 --
 -- The notice is {"event":"registered","nodeId":<id>,"role":<role>,"version":<version>,
--- "process":<value>} with the role and value written; the caller guarantees
--- that id and role need no JSON escaping.
+-- "process":<value>} with the role and value written (value as stored, byte
+-- for byte), in that member order: strings that come from the caller through
+-- cjson.encode, numbers as decimal text
+-- (string.format('%d')). cjson.encode writes numbers above 10^14 in exponent
+-- form with 14 digits (1.7726007670001e+15) and orders a table's members
+-- differently on each server, so it never encodes a number or a whole notice.
 local mode, id, value, role = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
 local fenced, holder, term = 0, '', ''
 if role == 'master' then
@@ -88,8 +92,8 @@ end
 redis.call('SET', KEYS[5], version)
 
 if ARGV[5] == 'register' or not existed or fenced == 1 then
-  redis.call('PUBLISH', ARGV[7], '{"event":"registered","nodeId":"' .. id ..
-    '","role":"' .. role .. '","version":' .. version .. ',"process":' .. value .. '}')
+  redis.call('PUBLISH', ARGV[7], '{"event":"registered","nodeId":' .. cjson.encode(id) ..
+    ',"role":' .. cjson.encode(role) .. ',"version":' .. version .. ',"process":' .. value .. '}')
 end
 local created = 0
 if not existed then created = 1 end

@@ -18,6 +18,12 @@
 -- Returns: the version minted when a live entry was deleted and announced with
 --          {"event":"unregistered","nodeId":<id>,"version":<version>[,"reason":<reason>]};
 --          0 when there was no live entry or it did not hold the guard value.
+--
+-- The notice is JSON built in a fixed member order: strings that come from
+-- the caller or from Redis through cjson.encode, numbers as decimal text
+-- (string.format('%d')). cjson.encode writes numbers above 10^14 in exponent
+-- form with 14 digits (1.7726007670001e+15) and orders a table's members
+-- differently on each server, so it never encodes a number or a whole notice.
 local id = ARGV[1]
 local value = redis.call('HGET', KEYS[1], id)
 local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
@@ -40,7 +46,7 @@ end
 version = string.format('%d', version)
 redis.call('SET', KEYS[3], version)
 
-local notice = '{"event":"unregistered","nodeId":"' .. id .. '","version":' .. version
-if ARGV[4] ~= '' then notice = notice .. ',"reason":"' .. ARGV[4] .. '"' end
+local notice = '{"event":"unregistered","nodeId":' .. cjson.encode(id) .. ',"version":' .. version
+if ARGV[4] ~= '' then notice = notice .. ',"reason":' .. cjson.encode(ARGV[4]) end
 redis.call('PUBLISH', ARGV[5], notice .. '}')
 return tonumber(version)

@@ -16,17 +16,25 @@
 -- Returns: 1 when released (and announced, with "to" naming the successor
 --          when there is one); 0 when the lock was not the caller's, in
 --          which case nothing is changed.
+--
+-- The notice is JSON built in a fixed member order: strings that come from
+-- the caller or from Redis through cjson.encode, numbers as decimal text
+-- (string.format('%d')). cjson.encode writes numbers above 10^14 in exponent
+-- form with 14 digits (1.7726007670001e+15) and orders a table's members
+-- differently on each server, so it never encodes a number or a whole notice.
+-- The term is the term key's text when it is a decimal integer (acquire
+-- writes it so), else 0.
 local holder = redis.pcall('GET', KEYS[1])
 if holder ~= ARGV[1] then return 0 end
 local term = redis.pcall('GET', KEYS[4])
 if ARGV[2] ~= '' and term ~= ARGV[2] then return 0 end
-if type(term) ~= 'string' or not tonumber(term) then term = '0' end
+if type(term) ~= 'string' or not string.match(term, '^[1-9]%d*$') then term = '0' end
 
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 local to = ''
 if ARGV[4] and ARGV[4] ~= '' then
   redis.call('SET', KEYS[5], ARGV[4], 'PX', ARGV[5])
-  to = ',"to":"' .. ARGV[4] .. '"'
+  to = ',"to":' .. cjson.encode(ARGV[4])
 end
-redis.call('PUBLISH', ARGV[3], '{"event":"released","nodeId":"' .. ARGV[1] .. '","term":' .. term .. to .. '}')
+redis.call('PUBLISH', ARGV[3], '{"event":"released","nodeId":' .. cjson.encode(ARGV[1]) .. ',"term":' .. term .. to .. '}')
 return 1

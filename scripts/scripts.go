@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/wire"
 )
 
 var (
@@ -283,7 +285,7 @@ func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
 		t, err := strconv.ParseInt(rawTerm, 10, 64)
 		if err != nil || t < 0 {
 			st.TermGarbage = true
-			what := strconv.Quote(truncate(rawTerm))
+			what := strconv.Quote(wire.Truncate(rawTerm))
 			if typ, ok := strings.CutPrefix(rawTerm, "!"); ok {
 				what = "a " + typ
 			}
@@ -444,11 +446,4 @@ func pttlDuration(ms int64) time.Duration {
 		return -1
 	}
 	return time.Duration(ms) * time.Millisecond
-}
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }

@@ -122,8 +122,9 @@ func (w *Watcher) Run(ctx context.Context, fn func(Update)) error {
 	go func() {
 		defer close(forwarded)
 		for msg := range ps.Channel(redis.WithChannelHealthCheckInterval(10 * time.Second)) {
+			n, _ := scripts.ParseNotice([]byte(msg.Payload)) // one that does not parse still wakes the watcher
 			select {
-			case notices <- notice{payload: msg.Payload, at: w.now()}:
+			case notices <- notice{Notice: n, at: w.now()}:
 			default: // far behind: the periodic read covers what is dropped
 			}
 		}
@@ -268,20 +269,17 @@ func (w *Watcher) next(s Snapshot) time.Duration {
 	return d
 }
 
-// notice is a message of the notice channels and when it arrived.
+// notice is a message of the notice channels, as scripts.ParseNotice read
+// it (the zero Notice when it did not parse), and when it arrived.
 type notice struct {
-	payload string
-	at      time.Time // local clock
+	scripts.Notice
+	at time.Time // local clock
 }
 
-// hint records a notice. Notices that do not parse, or that the watcher has
-// no use for, are dropped: they only made it read sooner.
-func (w *Watcher) hint(msg notice) {
-	n, err := scripts.ParseNotice([]byte(msg.payload))
-	if err != nil {
-		return
-	}
-	now := msg.at
+// hint records a notice. Notices that did not parse, or that the watcher
+// has no use for, are dropped: they only made it read sooner.
+func (w *Watcher) hint(n notice) {
+	now := n.at
 	switch n.Event {
 	case scripts.NoticeReleased:
 		w.released[n.Term] = releaseHint{at: now, to: n.To}
@@ -376,7 +374,7 @@ func (w *Watcher) diff(s Snapshot, start time.Time) []Event {
 		}
 		id := p.Info.ProcessID
 		switch h, noticed := w.left[id]; {
-		case noticed && h.reason == "expired":
+		case noticed && h.reason == scripts.ReasonExpired:
 			add(Event{Kind: EventProcessExpired, NodeID: id, Identifier: p.Info.Identifier})
 		case noticed:
 			add(Event{Kind: EventUnregistered, NodeID: id, Identifier: p.Info.Identifier, Reason: h.reason})
