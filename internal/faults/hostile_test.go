@@ -169,16 +169,16 @@ func hostileInvalidConfigs(t *testing.T, inst *redistest.Instance) {
 		want   []string // every one must appear in the error
 	}{
 		{"nil client", nil, func(*masterelection.Config) {}, []string{"nil redis client"}},
-		{"zero LockTTL", c, func(c *masterelection.Config) { c.LockTTL = 0 }, []string{"LockTTL must be positive"}},
+		{"negative LockTTL", c, func(c *masterelection.Config) { c.LockTTL = -time.Second }, []string{"LockTTL must be positive"}},
 		{"heartbeat too slow for the TTL", c, func(c *masterelection.Config) { c.HeartbeatInterval = 400 * time.Millisecond },
 			[]string{"HeartbeatInterval (400ms) times 3 must not exceed LockTTL (1s)"}},
 		{"check interval not below the TTL", c, func(c *masterelection.Config) { c.CheckInterval = time.Second },
 			[]string{"CheckInterval (1s) must be less than LockTTL (1s)"}},
-		{"negative jitter", c, func(c *masterelection.Config) { c.ElectionJitter = -time.Millisecond }, []string{"ElectionJitter", "negative"}},
+		{"negative margin", c, func(c *masterelection.Config) { c.StepDownMargin = -time.Millisecond }, []string{"StepDownMargin", "negative"}},
 		{"lock name with a space", c, func(c *masterelection.Config) { c.LockName = "my lock" }, []string{"LockName"}},
 		{"node id with a glob character", c, func(c *masterelection.Config) { c.NodeID = "node*" }, []string{"NodeID"}},
 		{"process TTL below two heartbeats", c, func(c *masterelection.Config) { c.ProcessTTL = 300 * time.Millisecond }, []string{"ProcessTTL 300ms"}},
-		{"several problems at once", c, func(c *masterelection.Config) { c.LockTTL = 0; c.LockName = "" }, []string{"LockTTL must be positive", "LockName"}},
+		{"several problems at once", c, func(c *masterelection.Config) { c.LockTTL = -1; c.LockName = " " }, []string{"LockTTL must be positive", "LockName"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
