@@ -50,6 +50,7 @@ type MasterElection struct {
 	metadata map[string]any
 	state    lifecycle
 	cancel   context.CancelFunc // ends run; set by Start
+	stops    chan *stopRequest  // Stop's request that run resign first (stop.go); made by Start
 	resolved chan struct{}      // closed when the first election has resolved
 	done     chan struct{}      // closed when run has returned (or will never run)
 	doneOnce sync.Once
@@ -177,6 +178,7 @@ func (m *MasterElection) Start(ctx context.Context) error {
 	m.state = stateStarted
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
+	m.stops = make(chan *stopRequest)
 	m.mu.Unlock()
 
 	var sub *subscription // the events subscription, handed to run
@@ -249,6 +251,9 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 
 	var errs []error
 	if wasStarted {
+		if m.lead.Load() != nil && !m.cfg.Standalone { // standalone: nothing to release
+			errs = append(errs, m.resignFirst(ctx))
+		}
 		m.cancel()
 		select {
 		case <-m.done:

@@ -59,6 +59,10 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 			}
 		case req := <-m.transfers:
 			req.reply(ErrNotMaster)
+		case req := <-m.stops:
+			ls.stopped = true // no mastership to end: Stop stops the loop
+			close(req.done)
+			return nil
 		case <-ls.subscribed:
 			// The subscription is in place only now (Start's first attempt
 			// does not wait for it): a release announced between an earlier

@@ -35,6 +35,9 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 		case req := <-m.transfers:
 			m.transferOut(ctx, ls, l, req)
 			return
+		case req := <-m.stops:
+			m.stopAsMaster(ls, l, req)
+			return
 		case n := <-m.notices:
 			// Another master announced? Only Redis can say: a renewal now
 			// either extends this mastership or, the lock gone, ends it.

@@ -24,6 +24,12 @@ type loopState struct {
 	holdOff    time.Time       // after a Transfer: do not contend before this instant
 	retry      backoff         // after Redis errors
 	subscribed <-chan struct{} // closed when the events subscription is confirmed; nil once follow has seen it
+	stopped    bool            // Stop's request came (stop.go): run returns without another attempt
+
+	// haltMembership stops the membership loop and waits for it (Stop's
+	// resignation does so before the release: no registry write of this
+	// process may follow it, Stop unregisters).
+	haltMembership func()
 
 	// renewals counts the renew attempts still running; run waits for them
 	// before it returns. Only the attempts touch it besides run.
@@ -56,10 +62,14 @@ func (m *MasterElection) run(ctx context.Context, sub *subscription) {
 		return
 	}
 	defer m.bg.Wait()
+	memCtx, stopMembership := context.WithCancel(ctx)
+	defer stopMembership()
+	membershipDone := make(chan struct{})
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
-		m.membership(ctx)
+		defer close(membershipDone)
+		m.membership(memCtx)
 	}()
 	var wg sync.WaitGroup
 	closeNotices := m.listen(ctx, &wg, sub)
@@ -67,8 +77,12 @@ func (m *MasterElection) run(ctx context.Context, sub *subscription) {
 	defer closeNotices()
 
 	ls := &loopState{unresolved: true, subscribed: sub.confirmed}
+	ls.haltMembership = func() {
+		stopMembership()
+		<-membershipDone
+	}
 	defer ls.renewals.Wait()
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !ls.stopped {
 		if l := m.follow(ctx, ls); l != nil {
 			m.leadLoop(ctx, ls, l)
 		}
