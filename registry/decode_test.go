@@ -2,10 +2,13 @@ package registry
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/herdkit/herd/scripts"
 )
 
 // TestFastDecodeTakesHerdsForm checks that what herd writes is read by the
@@ -32,6 +35,33 @@ func TestFastDecodeTakesHerdsForm(t *testing.T) {
 		}
 		if got := w; !sameInfo(got, p) {
 			t.Errorf("fast path read %s as\n%+v\nwant %+v", b, got, p)
+		}
+		// The literal reading takes it too, and so does it once the
+		// registry script has appended the version.
+		for _, v := range []string{string(b), strings.TrimSuffix(string(b), "}") + `,"version":1772600767123457}`} {
+			if p.Version != 0 && v != string(b) {
+				continue
+			}
+			want := p
+			if v != string(b) {
+				want.Version = 1772600767123457
+			}
+			if got, ok := herdsForm(v); !ok || !sameInfo(got, want) {
+				t.Errorf("herdsForm(%s) = %+v, %v; want %+v, true", v, got, ok, want)
+			}
+		}
+	}
+	// Other orders and spacing are fastDecode's member-by-member reading.
+	for _, v := range []string{
+		`{"nodeId":"a","processId":"a","role":"slave","lastSeen":"","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0}}`,
+		`{"processId":"a", "nodeId":"a","role":"slave","lastSeen":"","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0}}`,
+		`{"processId":"a","nodeId":"a","role":"slave","lastSeen":"","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0},"version":1,"term":2}`,
+	} {
+		if _, ok := herdsForm(v); ok {
+			t.Errorf("herdsForm took %s, which is not in MarshalJSON's order", v)
+		}
+		if _, ok := fastDecode(v); !ok {
+			t.Errorf("fastDecode refused %s", v)
 		}
 	}
 }
@@ -165,5 +195,28 @@ func TestWithLastSeen(t *testing.T) {
 	}
 	if at := lastSeenAt(zb); at != 0 {
 		t.Errorf("lastSeenAt found a patchable timestamp in %s at %d", zb, at)
+	}
+}
+
+// BenchmarkSnapshot10k is Processes()'s work after the read: 10,000
+// entries as herd writes them, sorted and decoded.
+func BenchmarkSnapshot10k(b *testing.B) {
+	at := time.Date(2026, 11, 22, 5, 6, 7, 123e6, time.UTC)
+	view := scripts.RegistryView{Entries: map[string]string{}}
+	for i := range 10000 {
+		id := fmt.Sprintf("p-%d", i)
+		v, err := json.Marshal(ProcessInfo{ProcessID: id, NodeID: id, Role: RoleSlave, LastSeen: at, RegisteredAt: at, Version: 1764048000000 + int64(i),
+			Identifier: "herdbench", Capabilities: Capabilities{CanProcessDetections: true, MaxSubscriptions: 100, PreferredWorkload: 50}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		view.Entries[id] = string(v)
+	}
+	r := &Registry{reported: map[string]uint64{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if snap := r.snapshotOf(view); len(snap.infos) != len(view.Entries) {
+			b.Fatalf("%d entries decoded, want %d", len(snap.infos), len(view.Entries))
+		}
 	}
 }

@@ -469,6 +469,12 @@ func (r *Registry) load(ctx context.Context, versioned bool) (snapshot, error) {
 	if len(view.Removed) > 0 {
 		r.cfg.Logger.Debug().Strs("processes", view.Removed).Msg("removed expired registry entries")
 	}
+	return r.snapshotOf(view), nil
+}
+
+// snapshotOf decodes the entries of view, sorted by process id, skipping
+// and reporting corrupt ones: load's work after the read.
+func (r *Registry) snapshotOf(view scripts.RegistryView) snapshot {
 	m := view.Entries
 	// The field is the process id of every entry that decodes: sort the
 	// fields and decode each entry straight into its place.
@@ -508,7 +514,7 @@ func (r *Registry) load(ctx context.Context, versioned bool) (snapshot, error) {
 		}
 	}
 	r.mu.Unlock()
-	return snap, nil
+	return snap
 }
 
 // decodeChunk is the least number of entries worth a goroutine of their own
