@@ -36,6 +36,11 @@ type Params struct {
 	// Slack is the allowance for the scheduling of processes and for round
 	// trips, added to the failover bound and to the membership deadlines.
 	Slack time.Duration
+	// Reconnect is the longest a subscriber whose connection a fault kept
+	// cutting may still wait, once the fault ends, before it reconnects: its
+	// retry delay has grown to pubsub's MaxRetryDelay by then. Routed
+	// messages are judged only from Slack + Reconnect after a fault.
+	Reconnect time.Duration
 }
 
 // FailoverBound is the longest a crashed master may take to be replaced,

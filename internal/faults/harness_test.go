@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
@@ -57,7 +58,7 @@ var fastTiming = timing{
 func (tm timing) params() Params {
 	return Params{LockTTL: tm.ttl, ElectionJitter: tm.jitter, CheckInterval: tm.check, SlaveTimeout: tm.slaveTimeout, Slack: tm.slack,
 		HeartbeatInterval: tm.heartbeat, StepDownMargin: tm.margin, ProcessTTL: tm.processTTL,
-		TransferWindow: tm.ttl / 10, RoundTrip: 50 * time.Millisecond}
+		TransferWindow: tm.ttl / 10, RoundTrip: 50 * time.Millisecond, Reconnect: pubsub.DefaultMaxRetryDelay}
 }
 
 func (tm timing) args() []string {

@@ -185,7 +185,7 @@ func inside(ws []interval, t int64) bool {
 // force: those in which the forger was (forger) and the others (quiet).
 // Both start once the cluster first settled and end when the harness began
 // the shutdown; each fault other than the forger takes out the time from its
-// injection to Slack after its heal, which is what the guarantees allow a
+// injection to Slack + Reconnect after its heal, which is what the guarantees allow a
 // fault to disturb (connections re-made, a new master's first messages).
 func (c *checker) windows(spans []span) (forger, quiet []interval) {
 	var from, to int64 = 0, c.end()
@@ -213,7 +213,7 @@ func (c *checker) windows(spans []span) (forger, quiet []interval) {
 			// LockTTL + the failover bound after Redis answers again.
 			cut = append(cut, interval{s.from, s.to + int64(c.p.LockTTL+max(c.p.Slack, c.p.FailoverBound()))})
 		default:
-			cut = append(cut, interval{s.from, s.to + int64(c.p.Slack)})
+			cut = append(cut, interval{s.from, s.to + int64(c.p.Slack+c.p.Reconnect)})
 		}
 	}
 	all := minus([]interval{{from, to}}, cut)
