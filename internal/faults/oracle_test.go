@@ -164,7 +164,7 @@ func TestOracle(t *testing.T) {
 			wants: []string{"transfer: transfer 5 to the dead node b: it became master (term 11)"},
 		},
 		{
-			// Defect 1 of issue 12: a master resumed after a pause past its
+			// A defect fixed before: a master resumed after a pause past its
 			// lock registered itself as master under its old term.
 			name: "a replaced master registered as master under its old term",
 			h:    cluster3.with(Record{T: 4000 * ms, Proc: HarnessNode, Kind: KindRegNotice, Detail: NoticeRegistered, Peer: "a", Role: "master", Term: 10}),
@@ -188,7 +188,7 @@ func TestOracle(t *testing.T) {
 			wants: []string{"says b is master under term 11, written after Redis lost its data at 5000.000ms"},
 		},
 		{
-			// Defect 2 of issue 12, and a forged unregistered notice: a
+			// A defect fixed before (a notice older than a sweep), and a forged unregistered notice: a
 			// live slave reported removed.
 			name:  "a slave whose heartbeats kept arriving reported removed",
 			h:     cluster3.with(rec("b", KindSlaveLeft, 11, 0, "c", 5000), rec("b", KindSlaveJoined, 11, 0, "c", 5200)),
