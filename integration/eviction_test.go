@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testsync"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/scripts"
 )
@@ -87,7 +86,7 @@ func TestEvictionPolicyIsReported(t *testing.T) {
 					c = redis.NewClient(opts)
 					t.Cleanup(func() { _ = c.Close() })
 				}
-				logs := &logBuffer{}
+				logs := &testsync.Buffer{}
 				cfg := fastConfig("evict-report", "a")
 				cfg.Logger = zerolog.New(logs)
 				m := newElection(t, c, cfg)
@@ -111,7 +110,7 @@ func TestEvictionPolicyIsReported(t *testing.T) {
 						}
 					}
 				}
-				lines := logs.lines(t, tt.logMsg)
+				lines := logs.LogLines(t, tt.logMsg)
 				if len(lines) != 1 {
 					t.Fatalf("%d log lines saying %q, want 1; log:\n%s", len(lines), tt.logMsg, logs.String())
 				}
@@ -480,38 +479,4 @@ func isError(target error) func(masterelection.Event) bool {
 	return func(e masterelection.Event) bool {
 		return e.Kind == masterelection.EventError && errors.Is(e.Err, target)
 	}
-}
-
-// logBuffer collects zerolog's JSON lines; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the log lines whose message contains msg, decoded.
-func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for line := range strings.Lines(b.String()) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if s, _ := m["message"].(string); strings.Contains(s, msg) {
-			out = append(out, m)
-		}
-	}
-	return out
 }

@@ -1,12 +1,9 @@
 package masterelection
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/testsync"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -114,36 +112,6 @@ func (h infoHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return next
 }
 
-// logBuffer collects zerolog's JSON lines; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the log lines whose message contains msg, decoded.
-func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(b.buf.String()) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if s, _ := m["message"].(string); strings.Contains(s, msg) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 func memoryInfo(policy, maxmemory string) string {
 	return "# Memory\r\nused_memory:1000000\r\nmaxmemory:" + maxmemory + "\r\nmaxmemory_policy:" + policy + "\r\n"
 }
@@ -205,7 +173,7 @@ func TestEvictionCheckAtStart(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
-			logs := &logBuffer{}
+			logs := &testsync.Buffer{}
 			cfg := testConfig("a")
 			cfg.HeartbeatInterval = 200 * time.Millisecond // the check's bound
 			cfg.Logger = zerolog.New(logs)
@@ -256,9 +224,9 @@ func TestEvictionCheckAtStart(t *testing.T) {
 					t.Errorf("Start's last error is %v: the check's report is no failed attempt", err)
 				}
 			}
-			lines := logs.lines(t, tt.logMsg)
+			lines := logs.LogLines(t, tt.logMsg)
 			if len(lines) != 1 {
-				t.Fatalf("%d log lines saying %q, want 1; log:\n%s", len(lines), tt.logMsg, logs.buf.String())
+				t.Fatalf("%d log lines saying %q, want 1; log:\n%s", len(lines), tt.logMsg, logs.String())
 			}
 			if got := lines[0]["level"]; got != tt.logLevel {
 				t.Errorf("log level %v, want %s: %v", got, tt.logLevel, lines[0])

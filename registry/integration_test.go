@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testsync"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -371,13 +372,7 @@ func ids(ps []*proc) []string {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(kWaitForever)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testsync.WaitWithin(t, kWaitForever, what, cond)
 }
 
 // eventLog records a tracker's callbacks.

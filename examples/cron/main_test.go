@@ -1,52 +1,35 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/herdkit/herd/internal/testsync"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // instance is one cron process run as main runs it.
 type instance struct {
 	c      *cron
-	out    *syncBuffer
+	out    *testsync.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
 
 func startCron(t *testing.T, o options) *instance {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testsync.Buffer{}
 	c, err := newCron(o, out)
 	if err != nil {
 		t.Fatal(err)
@@ -72,17 +55,6 @@ func (in *instance) stop(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Errorf("%s did not stop", in.c.o.ID)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -121,7 +93,7 @@ func TestJobRunsOnTheMasterOnly(t *testing.T) {
 	mr := miniredis.RunT(t)
 	mr.ClockTTL(true)
 	a, b := startCron(t, opts(mr.Addr(), "a")), startCron(t, opts(mr.Addr(), "b"))
-	waitFor(t, "three runs", func() bool { return a.c.runs.Load()+b.c.runs.Load() >= 3 })
+	testsync.WaitFor(t, "three runs", func() bool { return a.c.runs.Load()+b.c.runs.Load() >= 3 })
 	first, other := a, b
 	if b.c.m.IsMaster() {
 		first, other = b, a
@@ -131,7 +103,7 @@ func TestJobRunsOnTheMasterOnly(t *testing.T) {
 	}
 
 	first.c.m.SetCandidate(false) // hands over; its schedule stops with the mastership
-	waitFor(t, "runs on the other process", func() bool { return other.c.runs.Load() >= 3 })
+	testsync.WaitFor(t, "runs on the other process", func() bool { return other.c.runs.Load() >= 3 })
 	before := first.c.runs.Load()
 	time.Sleep(5 * first.c.o.Every)
 	if after := first.c.runs.Load(); after != before {
@@ -167,7 +139,7 @@ func TestJobRunsOnTheMasterOnly(t *testing.T) {
 // writes nothing.
 func TestStaleRunIsFenced(t *testing.T) {
 	mr := miniredis.RunT(t)
-	c, err := newCron(opts(mr.Addr(), "late"), &syncBuffer{})
+	c, err := newCron(opts(mr.Addr(), "late"), &testsync.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +164,7 @@ func TestStandaloneRunsWithoutRedis(t *testing.T) {
 	o := opts("", "solo")
 	o.Standalone = true
 	in := startCron(t, o)
-	waitFor(t, "two runs", func() bool { return in.c.runs.Load() >= 2 })
+	testsync.WaitFor(t, "two runs", func() bool { return in.c.runs.Load() >= 2 })
 	in.stop(t)
 	out := in.out.String()
 	for _, want := range []string{"MASTER with term", "run #1 (standalone)", "no longer master"} {
@@ -217,7 +189,7 @@ func TestBadFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := opts("127.0.0.1:1", "x")
 			tt.edit(&o)
-			c, err := newCron(o, &syncBuffer{})
+			c, err := newCron(o, &testsync.Buffer{})
 			if err == nil {
 				c.close()
 			}

@@ -1,43 +1,26 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"go.uber.org/goleak"
+
+	"github.com/herdkit/herd/internal/testsync"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type instance struct {
 	p      *process
-	out    *syncBuffer
+	out    *testsync.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -48,7 +31,7 @@ func opts(addr, id string) options {
 
 func start(t *testing.T, o options) *instance {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testsync.Buffer{}
 	p, err := newProcess(o, out)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +135,7 @@ func TestSlaveGivesUpWithoutMaster(t *testing.T) {
 	mr := miniredis.RunT(t)
 	o := opts(mr.Addr(), "follower")
 	o.Candidate, o.Wait = false, 150*time.Millisecond
-	p, err := newProcess(o, &syncBuffer{})
+	p, err := newProcess(o, &testsync.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +149,7 @@ func TestSlaveGivesUpWithoutMaster(t *testing.T) {
 // apply a step, whatever it believes.
 func TestStepRefusedWithoutTheLock(t *testing.T) {
 	mr := miniredis.RunT(t)
-	p, err := newProcess(opts(mr.Addr(), "stale"), &syncBuffer{})
+	p, err := newProcess(opts(mr.Addr(), "stale"), &testsync.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +181,7 @@ func TestBadFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := opts("127.0.0.1:1", "x")
 			tt.edit(&o)
-			if _, err := newProcess(o, &syncBuffer{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := newProcess(o, &testsync.Buffer{}); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("newProcess: %v, want an error naming %q", err, tt.want)
 			}
 		})

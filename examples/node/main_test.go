@@ -1,40 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"go.uber.org/goleak"
+
+	"github.com/herdkit/herd/internal/testsync"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// syncBuffer is an io.Writer safe for the concurrent prints of a node.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // proc is one node run as main runs it, with its own ctx (Ctrl+C) and stdin.
@@ -42,7 +24,7 @@ type proc struct {
 	id     string
 	cancel context.CancelFunc
 	stdin  *io.PipeWriter
-	out    *syncBuffer
+	out    *testsync.Buffer
 	done   chan error
 	n      *node
 }
@@ -58,7 +40,7 @@ func startWith(t *testing.T, o options) *proc {
 	id := o.ID
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
-	p := &proc{id: id, cancel: cancel, stdin: w, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{id: id, cancel: cancel, stdin: w, out: &testsync.Buffer{}, done: make(chan error, 1)}
 	n, err := newNode(o, p.out)
 	if err != nil {
 		t.Fatal(err)
@@ -88,17 +70,6 @@ func (p *proc) exit(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func masters(ps []*proc) []*proc {
 	var out []*proc
 	for _, p := range ps {
@@ -113,11 +84,11 @@ func TestNodesElectRouteAndHandOver(t *testing.T) {
 	mr := miniredis.RunT(t)
 	mr.ClockTTL(true)
 	ps := []*proc{startProc(t, mr.Addr(), "a"), startProc(t, "redis://"+mr.Addr(), "b"), startProc(t, mr.Addr(), "c")}
-	waitFor(t, "one master", func() bool { return len(masters(ps)) == 1 })
+	testsync.WaitFor(t, "one master", func() bool { return len(masters(ps)) == 1 })
 	first := masters(ps)[0]
 
 	// The master broadcasts jobs; both slaves get them and report back.
-	waitFor(t, "jobs and reports", func() bool {
+	testsync.WaitFor(t, "jobs and reports", func() bool {
 		for _, p := range ps {
 			if p != first && p.n.jobs.Load() < 2 {
 				return false
@@ -133,19 +104,19 @@ func TestNodesElectRouteAndHandOver(t *testing.T) {
 
 	// "pause" makes the master hand over while it keeps running.
 	_, _ = io.WriteString(first.stdin, "pause\n")
-	waitFor(t, "a new master after pause", func() bool { m := masters(ps); return len(m) == 1 && m[0] != first })
+	testsync.WaitFor(t, "a new master after pause", func() bool { m := masters(ps); return len(m) == 1 && m[0] != first })
 	second := masters(ps)[0]
-	waitFor(t, "the new master's jobs and reports", func() bool { return second.n.reports.Load() >= 2 })
+	testsync.WaitFor(t, "the new master's jobs and reports", func() bool { return second.n.reports.Load() >= 2 })
 	_, _ = io.WriteString(first.stdin, "status\nbogus\n")
 	// The node reads its commands one at a time: "bogus" is answered after
 	// the status line, so wait for both rather than check the second at once.
-	waitFor(t, "status output", func() bool { return strings.Contains(first.out.String(), "candidate: false") })
-	waitFor(t, "the unknown command reported", func() bool { return strings.Contains(first.out.String(), `unknown command "bogus"`) })
+	testsync.WaitFor(t, "status output", func() bool { return strings.Contains(first.out.String(), "candidate: false") })
+	testsync.WaitFor(t, "the unknown command reported", func() bool { return strings.Contains(first.out.String(), `unknown command "bogus"`) })
 	_, _ = io.WriteString(first.stdin, "resume\n")
 
 	// Ctrl+C on the master: graceful handover to another node.
 	second.exit(t)
-	waitFor(t, "a master after Ctrl+C", func() bool { return len(masters(ps)) == 1 })
+	testsync.WaitFor(t, "a master after Ctrl+C", func() bool { return len(masters(ps)) == 1 })
 	if m := masters(ps)[0]; m == second {
 		t.Fatal("the stopped node is still master")
 	}
@@ -160,14 +131,14 @@ func TestNodesElectRouteAndHandOver(t *testing.T) {
 func TestRunStopsOnCtrlC(t *testing.T) {
 	mr := miniredis.RunT(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testsync.Buffer{}
 	r, w := io.Pipe()
 	defer w.Close()
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, options{Redis: mr.Addr(), ID: "solo", Lock: "run-test", LockTTL: 600 * time.Millisecond, Every: time.Second, MaxSubs: 1, Workload: 1, Candidate: true}, r, out)
 	}()
-	waitFor(t, "mastership", func() bool { return strings.Contains(out.String(), "MASTER with term") })
+	testsync.WaitFor(t, "mastership", func() bool { return strings.Contains(out.String(), "MASTER with term") })
 	cancel()
 	select {
 	case err := <-done:
@@ -208,7 +179,7 @@ func TestBadFlags(t *testing.T) {
 func TestMetricsAndProbes(t *testing.T) {
 	mr := miniredis.RunT(t)
 	p := startWith(t, options{Redis: mr.Addr(), ID: "m", Lock: "node-test", LockTTL: 600 * time.Millisecond, Every: 50 * time.Millisecond, MaxSubs: 10, Workload: 100, Candidate: true, Metrics: "127.0.0.1:0"})
-	waitFor(t, "mastership", p.n.m.IsMaster)
+	testsync.WaitFor(t, "mastership", p.n.m.IsMaster)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path string) (int, string) {
 		t.Helper()
@@ -223,7 +194,7 @@ func TestMetricsAndProbes(t *testing.T) {
 		}
 		return resp.StatusCode, string(b)
 	}
-	waitFor(t, "the mastership counted", func() bool {
+	testsync.WaitFor(t, "the mastership counted", func() bool {
 		code, body := get("/metrics")
 		return code == http.StatusOK && strings.Contains(body, `herd_election_is_master{lock="node-test"} 1`) &&
 			strings.Contains(body, `herd_election_master_transitions_total{direction="acquired",lock="node-test"} 1`)

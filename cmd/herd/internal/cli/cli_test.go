@@ -1,47 +1,28 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
 	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testsync"
 	"github.com/herdkit/herd/registry"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // herd runs the command in this process with the environment env.
 func herd(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testsync.Buffer
 	code = Main(ctx, args, func(k string) string { return env[k] }, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
@@ -228,7 +209,7 @@ func TestStepDownAndWatch(t *testing.T) {
 		env := map[string]string{"REDIS_URL": herdtest.URL(inst)}
 
 		ctx, cancel := context.WithCancel(context.Background())
-		var text, js syncBuffer
+		var text, js testsync.Buffer
 		done := make(chan int, 2)
 		go func() {
 			done <- Main(ctx, []string{"-lock", "orders", "watch", "-interval", "200ms"}, func(k string) string { return env[k] }, &text, &text)
