@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/herdkit/herd/internal/redistest"
 )
 
 // TestMasterWriteFenced runs testMasterWriteFenced on miniredis; the
@@ -19,20 +17,7 @@ func TestMasterWriteFenced(t *testing.T) {
 
 // TestIntegrationMasterWriteFenced: the same on every server of the matrix,
 // with every backend it runs (hpexpire forced on Redis 8 and Valkey 9).
-func TestIntegrationMasterWriteFenced(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real servers and real TTLs: skipped in -short mode")
-	}
-	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
-		inst := redistest.Start(t, s)
-		for _, tg := range serverTargets(t, inst) {
-			t.Run(tg.name, func(t *testing.T) {
-				t.Parallel()
-				testMasterWriteFenced(t, tg)
-			})
-		}
-	})
-}
+func TestIntegrationMasterWriteFenced(t *testing.T) { forEachServerTarget(t, testMasterWriteFenced) }
 
 // testMasterWriteFenced: a master paused past its lock, replaced, whose entry
 // expired meanwhile, heartbeats on resuming. Its heartbeat re-registers the

@@ -61,7 +61,13 @@ func (tg target) String() string { return tg.name }
 // TestIntegrationSuite runs the registry suite on every server of the
 // matrix, with every backend the server runs. Time is real there: the
 // registries' clock is still the fake one, moved together with the sleeps.
-func TestIntegrationSuite(t *testing.T) {
+func TestIntegrationSuite(t *testing.T) { forEachServerTarget(t, registrySuite) }
+
+// forEachServerTarget runs fn on every server of the matrix, once for every
+// backend the server runs, the backends of one server in parallel (they
+// share the server; their waits overlap). Real servers and real TTLs: it is
+// skipped in -short mode.
+func forEachServerTarget(t *testing.T, fn func(t *testing.T, tg target)) {
 	if testing.Short() {
 		t.Skip("real servers and real TTLs: skipped in -short mode")
 	}
@@ -69,8 +75,8 @@ func TestIntegrationSuite(t *testing.T) {
 		inst := redistest.Start(t, s)
 		for _, tg := range serverTargets(t, inst) {
 			t.Run(tg.name, func(t *testing.T) {
-				t.Parallel() // the backends share the server; the waits overlap
-				registrySuite(t, tg)
+				t.Parallel()
+				fn(t, tg)
 			})
 		}
 	})

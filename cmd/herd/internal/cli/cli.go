@@ -171,18 +171,43 @@ func (a *app) parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// oneOf checks a flag's value against its choices.
-func oneOf(flagName, v string, choices ...string) error {
-	for _, c := range choices {
-		if v == c {
+// oneOf is the check of a flag whose value must be one of choices; an
+// empty value passes when optional.
+func oneOf(flagName string, v *string, optional bool, choices ...string) func() error {
+	return func() error {
+		if *v == "" && optional {
 			return nil
 		}
+		for _, c := range choices {
+			if *v == c {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: -%s %q: want %s", operate.ErrUsage, flagName, *v, strings.Join(choices, " or "))
 	}
-	return fmt.Errorf("%w: -%s %q: want %s", operate.ErrUsage, flagName, v, strings.Join(choices, " or "))
 }
 
-// open connects and opens a Reader.
-func (a *app) open(ctx context.Context) (*operate.Reader, func(), error) {
+// positive is the check of a duration flag that must be above zero.
+func positive(flagName string, d *time.Duration) func() error {
+	return func() error {
+		if *d <= 0 {
+			return fmt.Errorf("%w: -%s %s must be positive", operate.ErrUsage, flagName, *d)
+		}
+		return nil
+	}
+}
+
+// open parses a command's flags (parse), runs the checks of their values
+// in order, then connects and opens a Reader; the func closes it.
+func (a *app) open(ctx context.Context, fs *flag.FlagSet, args []string, checks ...func() error) (*operate.Reader, func(), error) {
+	if err := a.parse(fs, args); err != nil {
+		return nil, nil, err
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return nil, nil, err
+		}
+	}
 	conn, err := operate.Dial(ctx, a.redisURL, a.lock)
 	if err != nil {
 		return nil, nil, err
@@ -215,13 +240,7 @@ func (a *app) status(ctx context.Context, args []string) error {
 	fs := a.command("status", "[-o table|json]",
 		"Prints the master (node id, identifier, term, time held, lock TTL left), every\nregistered process, the registry backend and warnings.")
 	out := fs.String("o", "table", "output `format`: table or json")
-	if err := a.parse(fs, args); err != nil {
-		return err
-	}
-	if err := oneOf("o", *out, "table", "json"); err != nil {
-		return err
-	}
-	r, done, err := a.open(ctx)
+	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "table", "json"))
 	if err != nil {
 		return err
 	}
@@ -241,18 +260,7 @@ func (a *app) processes(ctx context.Context, args []string) error {
 	fs := a.command("processes", "[-role master|slave] [-o table|json]", "Lists the registered processes, sorted by process id.")
 	out := fs.String("o", "table", "output `format`: table or json")
 	role := fs.String("role", "", "only the processes of this `role`: master or slave")
-	if err := a.parse(fs, args); err != nil {
-		return err
-	}
-	if err := oneOf("o", *out, "table", "json"); err != nil {
-		return err
-	}
-	if *role != "" {
-		if err := oneOf("role", *role, "master", "slave"); err != nil {
-			return err
-		}
-	}
-	r, done, err := a.open(ctx)
+	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "table", "json"), oneOf("role", role, true, "master", "slave"))
 	if err != nil {
 		return err
 	}
@@ -287,16 +295,7 @@ func (a *app) watch(ctx context.Context, args []string) error {
 			"and Redis is read again every -interval, so a lost notice cannot hide one.")
 	out := fs.String("o", "text", "output `format`: text, or json (one object per line)")
 	interval := fs.Duration("interval", operate.DefaultInterval, "re-sync `interval`: Redis is read at least this often")
-	if err := a.parse(fs, args); err != nil {
-		return err
-	}
-	if err := oneOf("o", *out, "text", "json"); err != nil {
-		return err
-	}
-	if *interval <= 0 {
-		return fmt.Errorf("%w: -interval %s must be positive", operate.ErrUsage, *interval)
-	}
-	r, done, err := a.open(ctx)
+	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "text", "json"), positive("interval", interval))
 	if err != nil {
 		return err
 	}
@@ -322,16 +321,7 @@ func (a *app) stepDown(ctx context.Context, args []string) error {
 	to := fs.String("to", "", "hand over to this `node` id (default: any candidate)")
 	timeout := fs.Duration("timeout", operate.DefaultStepDownTimeout, "how long to wait for the new master")
 	out := fs.String("o", "text", "output `format`: text or json")
-	if err := a.parse(fs, args); err != nil {
-		return err
-	}
-	if err := oneOf("o", *out, "text", "json"); err != nil {
-		return err
-	}
-	if *timeout <= 0 {
-		return fmt.Errorf("%w: -timeout %s must be positive", operate.ErrUsage, *timeout)
-	}
-	r, done, err := a.open(ctx)
+	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "text", "json"), positive("timeout", timeout))
 	if err != nil {
 		return err
 	}
@@ -356,13 +346,7 @@ func (a *app) dashboard(ctx context.Context, args []string) error {
 	listen := fs.String("listen", DefaultListen, "`address` to listen on (host:port)")
 	allow := fs.Bool("allow-step-down", false, "enable the step-down button (POST /api/step-down)")
 	interval := fs.Duration("interval", operate.DefaultInterval, "re-sync `interval`: Redis is read at least this often")
-	if err := a.parse(fs, args); err != nil {
-		return err
-	}
-	if *interval <= 0 {
-		return fmt.Errorf("%w: -interval %s must be positive", operate.ErrUsage, *interval)
-	}
-	r, done, err := a.open(ctx)
+	r, done, err := a.open(ctx, fs, args, positive("interval", interval))
 	if err != nil {
 		return err
 	}
