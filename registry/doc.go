@@ -29,7 +29,8 @@
 // Keys.RegistryEvents, and Unregister publishes
 // {"event":"unregistered","nodeId":id,"version":v} (with "reason":"stale"
 // when the master removes a stale slave, and "reason":"expired" when an
-// emulated read removes an expired entry).
+// emulated read removes an expired entry). A Go program reads them as
+// scripts.Notice values, with scripts.ParseNotice, as the tracker does.
 //
 // # Versions
 //
