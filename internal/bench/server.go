@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/testsync"
 )
 
 // Server is a redis-server process started by StartServer, listening on
@@ -26,7 +27,7 @@ type Server struct {
 
 	cmd  *exec.Cmd
 	dir  string
-	out  *lockedWriter
+	out  *testsync.Buffer
 	done chan struct{}
 	once sync.Once
 }
@@ -77,7 +78,7 @@ func launch(ctx context.Context, path, name string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Name: name, dir: dir, out: &lockedWriter{}, done: make(chan struct{})}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Name: name, dir: dir, out: &testsync.Buffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(path,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--dir", dir, "--save", "", "--appendonly", "no",
@@ -122,9 +123,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 
 // Output returns what the server wrote to stdout and stderr.
 func (s *Server) Output() string {
-	s.out.mu.Lock()
-	defer s.out.mu.Unlock()
-	return s.out.buf.String()
+	return s.out.String()
 }
 
 // Close kills the server, waits for it to exit and removes its directory.
@@ -152,16 +151,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// lockedWriter serialises the server's stdout and stderr into one buffer.
-type lockedWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
 }

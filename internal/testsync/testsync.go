@@ -1,7 +1,7 @@
 // Package testsync holds what herd's tests of concurrent programs share: a
 // Buffer that a program (or its logger) writes while the test reads it, and
-// WaitFor, which polls a condition the program will make true. It is imported only from
-// _test.go files.
+// WaitFor, which polls a condition the program will make true. Tests and the
+// benchmark harness (internal/bench) import it.
 package testsync
 
 import (
