@@ -42,9 +42,10 @@ type Notice struct {
 	NodeID string `json:"nodeId"`
 	// Term is the mastership's term (lock notices); 0 in registry notices.
 	Term int64 `json:"term,omitempty"`
-	// Version is the registry version the write minted (registry notices;
-	// registry_put.lua), 0 when the notice carries none. A reader compares
-	// it with the version it read with the entries to tell which is later.
+	// Version is the registry version the write minted (registry notices:
+	// each write of registry_put, registry_remove and registry_expire mints
+	// one), 0 when the notice carries none. A reader compares it with the
+	// version it read with the entries to tell which is later.
 	Version int64 `json:"version,omitempty"`
 	// To is the successor a Transfer named (released notices).
 	To string `json:"to,omitempty"`
