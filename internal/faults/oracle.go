@@ -402,6 +402,9 @@ func (c *checker) transfers() {
 		switch variant {
 		case TransferLive:
 			bound := c.p.TransferWindow + c.p.Slack
+			if c.targetDisturbed(f.Peer, f.T, f.T+int64(bound)) {
+				continue // the named node may not reach Redis in time: the promise is for a healthy one
+			}
 			switch {
 			case !stepped:
 				c.fail("transfer", f.T, "transfer %d to the live candidate %s: %s stayed master (term %d) for %v after the request",
@@ -437,6 +440,29 @@ func (c *checker) transfers() {
 			}
 		}
 	}
+}
+
+// targetDisturbed reports whether a fault could keep node from Redis at some
+// instant of [from, to]: one on node itself or on Redis, in force then or
+// healed less than Slack + Reconnect before from (its client may still be
+// re-dialling, its subscription sleeping in its retry delay).
+func (c *checker) targetDisturbed(node string, from, to int64) bool {
+	settle := int64(c.p.Slack + c.p.Reconnect)
+	for _, s := range c.spans() {
+		switch s.kind {
+		case FaultTransfer, FaultForger:
+			continue
+		case FaultRedisRestart, FaultRedisPause, FaultLatency, FaultHandoverLoss:
+		default:
+			if s.peer != node {
+				continue
+			}
+		}
+		if s.from <= to && s.to+settle >= from {
+			return true
+		}
+	}
+	return false
 }
 
 // mastershipByTerm returns the mastership of term.

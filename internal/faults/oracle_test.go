@@ -150,6 +150,15 @@ func TestOracle(t *testing.T) {
 			wants: []string{"transfer: transfer 5 to the live candidate c: the next master was b (term 11)"},
 		},
 		{
+			// Its link was reset until just before the request: it may still be
+			// re-dialling when the lock is free, so the promise is not judged.
+			name: "transfer to a live candidate whose link had just been reset",
+			h: cluster3.with(
+				Record{T: 2000 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 4, Detail: FaultResetPeer, Peer: "c"},
+				Record{T: 2989 * ms, Proc: HarnessNode, Kind: KindHeal, Seq: 4, Detail: FaultResetPeer, Peer: "c"},
+				Record{T: 2990 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 5, Detail: FaultTransfer, Peer: "c", Term: 10, Variant: "live:stdin"}),
+		},
+		{
 			name: "transfer to a live candidate that won",
 			h:    cluster3.with(Record{T: 2990 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 5, Detail: FaultTransfer, Peer: "b", Term: 10, Variant: "live:control"}),
 		},
