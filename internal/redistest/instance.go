@@ -349,6 +349,14 @@ func (i *Instance) launch(port int) (*proc, error) {
 		"--enable-debug-command", "local",
 	}
 	args = append(args, i.extraArgs...)
+	return i.spawn(args, i.Server.Name, port)
+}
+
+// spawn runs the server's executable with args in i.Dir, its output into
+// i.log after a line naming what and port, and waits until the process
+// answers on port as itself. On error the process has been killed and
+// reaped.
+func (i *Instance) spawn(args []string, what string, port int) (*proc, error) {
 	cmd := exec.Command(i.Server.Path, args...)
 	cmd.Dir = i.Dir
 	own := &tailBuffer{limit: outputLimit} // this process only, to tell why it exited
@@ -359,7 +367,7 @@ func (i *Instance) launch(port int) (*proc, error) {
 	// A forked child (BGSAVE) keeps the output pipe open; do not let it
 	// hold Wait after the server itself has gone.
 	cmd.WaitDelay = 2 * time.Second
-	fmt.Fprintf(i.log, "--- redistest: %s on 127.0.0.1:%d ---\n", i.Server.Name, port)
+	fmt.Fprintf(i.log, "--- redistest: %s on 127.0.0.1:%d ---\n", what, port)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("exec %s: %w", i.Server.Path, err)
 	}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -171,30 +169,7 @@ func launchSentinel(inst *Instance, port, primaryPort int) (*proc, error) {
 	if err := os.WriteFile(conf, []byte(sentinelConf(port, primaryPort, inst.Dir)), 0o600); err != nil {
 		return nil, fmt.Errorf("write %s: %w", conf, err)
 	}
-	cmd := exec.Command(inst.Server.Path, conf, "--sentinel")
-	cmd.Dir = inst.Dir
-	own := &tailBuffer{limit: outputLimit}
-	out := io.MultiWriter(inst.log, own)
-	cmd.Stdout = out
-	cmd.Stderr = out
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.WaitDelay = 2 * time.Second
-	fmt.Fprintf(inst.log, "--- redistest: sentinel of %s on 127.0.0.1:%d ---\n", inst.Server.Name, port)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("exec %s: %w", inst.Server.Path, err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	if err := inst.waitReady(p, port, own); err != nil {
-		p.expected.Store(true)
-		_ = cmd.Process.Kill()
-		<-p.done
-		return nil, err
-	}
-	return p, nil
+	return inst.spawn([]string{conf, "--sentinel"}, "sentinel of "+inst.Server.Name, port)
 }
 
 // Addrs returns the sentinels' addresses.
