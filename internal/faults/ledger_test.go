@@ -83,6 +83,14 @@ type ledgerCounts struct {
 	ForgerLost     int `json:"forgerLost,omitempty"`
 	QuietDue       int `json:"quietDue,omitempty"`
 	QuietLost      int `json:"quietLost,omitempty"`
+	// Durable routing (Report.Durable): messages stored, lost (violations),
+	// lost with Redis's data (excused), handled under a stale term
+	// (violations) and handled more than once (counted).
+	DurableStored     int `json:"durableStored,omitempty"`
+	DurableLost       int `json:"durableLost,omitempty"`
+	DurableDataLost   int `json:"durableDataLost,omitempty"`
+	DurableStale      int `json:"durableStale,omitempty"`
+	DurableDuplicates int `json:"durableDuplicates,omitempty"`
 }
 
 // newLedgerLine describes schedule s, played in d with report rep.
@@ -109,6 +117,8 @@ func newLedgerLine(run, rev string, s schedule, rep Report, ok bool, d time.Dura
 		Late: rep.LatePublishes, Stale: rep.StaleAccepted, Joins: rep.Joins, Leaves: rep.Leaves, Lost: rep.Lost,
 		Forgeries: rep.Forgeries, ForgedAccepted: rep.ForgedAccepted, ForgerDue: rep.ForgerDue, ForgerLost: rep.ForgerLost,
 		QuietDue: rep.QuietDue, QuietLost: rep.QuietLost,
+		DurableStored: rep.Durable.Stored, DurableLost: rep.Durable.Lost, DurableDataLost: rep.Durable.LostToDataLoss,
+		DurableStale: rep.Durable.Stale, DurableDuplicates: rep.Durable.Duplicates,
 	}
 	for _, tr := range rep.Transfers {
 		if l.MaxTransfer == nil {
@@ -208,6 +218,7 @@ type tally struct {
 	rejected, late, stale           int
 	joins, leaves, lost             int
 	forgeries, forgedAccepted       int
+	durable                         ledgerCounts // only its Durable* fields
 	forgerDue, forgerLost           int
 	quietDue, quietLost             int
 	transfers                       int
@@ -267,6 +278,11 @@ func newTally(lines []ledgerLine) *tally {
 		t.forgerLost += l.N.ForgerLost
 		t.quietDue += l.N.QuietDue
 		t.quietLost += l.N.QuietLost
+		t.durable.DurableStored += l.N.DurableStored
+		t.durable.DurableLost += l.N.DurableLost
+		t.durable.DurableDataLost += l.N.DurableDataLost
+		t.durable.DurableStale += l.N.DurableStale
+		t.durable.DurableDuplicates += l.N.DurableDuplicates
 		t.transfers += l.Judged["transfer"]
 		for k, v := range l.MaxTransfer {
 			t.maxTransfer[k] = max(t.maxTransfer[k], v)
@@ -284,7 +300,7 @@ func newTally(lines []ledgerLine) *tally {
 // checkers lists the checkers in the order the summary shows them: those
 // of Check, then the harness's own.
 var checkers = []string{"overlap", "ctx", "self-fencing", "terms", "failover", "fencing", "membership",
-	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop"}
+	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop", "durable"}
 
 // summarize returns the summary of a ledger: the running total and the
 // latest run (the lines of the last run) side by side, as a Markdown table
@@ -363,6 +379,10 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 	row("publishes after a newer master began", func(t *tally) string { return fmt.Sprint(t.late) })
 	row("slave joins / leaves reported", func(t *tally) string { return fmt.Sprintf("%d / %d", t.joins, t.leaves) })
 	row("live processes not listed (must be 0)", func(t *tally) string { return fmt.Sprint(t.lost) })
+	row("durable messages stored / lost / lost with Redis's data / handled under a stale term / duplicates", func(t *tally) string {
+		d := t.durable
+		return fmt.Sprintf("%d / %d / %d / %d / %d", d.DurableStored, d.DurableLost, d.DurableDataLost, d.DurableStale, d.DurableDuplicates)
+	})
 	row("forgeries published / forged envelopes handled (with the real term)", func(t *tally) string {
 		return fmt.Sprintf("%d / %d", t.forgeries, t.forgedAccepted)
 	})
