@@ -147,7 +147,7 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 		res.Calls++
 		ids, err := scripts.InboxMove(ctx, r.client, r.keys, r.leader.NodeID(), term, scripts.InboxGroup, from, moves)
 		if errors.Is(err, scripts.ErrFenced) {
-			return res, fmt.Errorf("reassign the inbox of %q: %w: %w", fromID, ErrNotMaster, err)
+			return res, fmt.Errorf("reassign the inbox of %q: %w", fromID, err) // matches ErrNotMaster too
 		}
 		if err != nil {
 			return res, fmt.Errorf("reassign the inbox of %q: %w", fromID, err)

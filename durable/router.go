@@ -115,13 +115,14 @@ func (r *Router) term() (int64, error) {
 	return term, nil
 }
 
-// send runs the inbox_send script; a fenced call becomes ErrNotMaster too.
+// send runs the inbox_send script; a fenced call's scripts.ErrFenced
+// matches ErrNotMaster too.
 func (r *Router) send(ctx context.Context, term int64, msgs []scripts.Queued) ([]string, error) {
 	ids, err := scripts.InboxSend(ctx, r.client, r.keys, r.leader.NodeID(), term, r.cfg.MaxLen, msgs)
-	if errors.Is(err, scripts.ErrFenced) {
-		return nil, fmt.Errorf("%w: %w", ErrNotMaster, err)
+	if err != nil {
+		return nil, err
 	}
-	return ids, err
+	return ids, nil
 }
 
 // Outcome is what became of one message of Router.SendBatch.
