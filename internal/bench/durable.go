@@ -59,22 +59,10 @@ func startDurable(ctx context.Context, env *Env, slaves int) (_ *durableRig, err
 		if err != nil {
 			return nil, err
 		}
-		if err := s.Handle("lat", func(context.Context, durable.Delivery) error {
-			at := time.Now()
-			select {
-			case g.latCh <- at:
-			default:
-			}
-			return nil
-		}); err != nil {
+		if err := s.Handle("lat", func(context.Context, durable.Delivery) error { g.arrived(); return nil }); err != nil {
 			return nil, err
 		}
-		if err := s.Handle("tput", func(context.Context, durable.Delivery) error {
-			if n := g.received.Add(1); n == g.target.Load() {
-				g.doneOnce.Do(func() { close(g.done) })
-			}
-			return nil
-		}); err != nil {
+		if err := s.Handle("tput", func(context.Context, durable.Delivery) error { g.counted(); return nil }); err != nil {
 			return nil, err
 		}
 		if err := s.Start(ctx); err != nil {

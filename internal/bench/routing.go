@@ -58,6 +58,23 @@ type routingRig struct {
 	closers  []func()
 }
 
+// arrived is the "lat" handler's work: it hands the arrival time to latCh
+// when the measuring loop waits for it.
+func (g *routingRig) arrived() {
+	select {
+	case g.latCh <- time.Now():
+	default:
+	}
+}
+
+// counted is the "tput" handler's work: it counts one message and closes
+// done at the target.
+func (g *routingRig) counted() {
+	if n := g.received.Add(1); n == g.target.Load() {
+		g.doneOnce.Do(func() { close(g.done) })
+	}
+}
+
 // close stops the slaves and the master, in the reverse order of start.
 func (g *routingRig) close() {
 	for i := len(g.closers) - 1; i >= 0; i-- {
@@ -98,22 +115,10 @@ func startRouting(ctx context.Context, env *Env, slaves int) (_ *routingRig, err
 		if err != nil {
 			return nil, err
 		}
-		if err := s.Handle("lat", func(context.Context, pubsub.Message) error {
-			at := time.Now()
-			select {
-			case g.latCh <- at:
-			default:
-			}
-			return nil
-		}); err != nil {
+		if err := s.Handle("lat", func(context.Context, pubsub.Message) error { g.arrived(); return nil }); err != nil {
 			return nil, err
 		}
-		if err := s.Handle("tput", func(context.Context, pubsub.Message) error {
-			if n := g.received.Add(1); n == g.target.Load() {
-				g.doneOnce.Do(func() { close(g.done) })
-			}
-			return nil
-		}); err != nil {
+		if err := s.Handle("tput", func(context.Context, pubsub.Message) error { g.counted(); return nil }); err != nil {
 			return nil, err
 		}
 		if err := s.Start(ctx); err != nil {
