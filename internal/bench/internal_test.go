@@ -70,6 +70,14 @@ func TestParseCommandStats(t *testing.T) {
 	if tot := d.Total("client|setinfo"); tot != 2 {
 		t.Errorf("Total without client|setinfo = %d, want 2", tot)
 	}
+	if calls, usec, ok := commandUsec(info, "evalsha"); !ok || calls != 7 || usec != 87 {
+		t.Errorf("commandUsec(evalsha) = %d, %d, %v; want 7, 87, true", calls, usec, ok)
+	}
+	for _, cmd := range []string{"broken", "ping", "client"} {
+		if _, _, ok := commandUsec(info, cmd); ok {
+			t.Errorf("commandUsec(%s) found, want not found", cmd)
+		}
+	}
 }
 
 func TestServerCPU(t *testing.T) {

@@ -336,6 +336,22 @@ func opRows(ctx context.Context, env *Env, n int) ([]Row, time.Duration) {
 	if err != nil {
 		return fail(err)
 	}
+	// What each call costs inside Redis, from INFO commandstats: the part
+	// of a round trip that trimming a script can change.
+	inside := map[string]string{}
+	for _, i := range []int{0, 2, 3, 5, 6} {
+		command := "evalsha"
+		if i == 0 {
+			command = "ping"
+		}
+		us, err := ServerMicros(ctx, c, ops[i], command, min(n, 2000))
+		if err != nil {
+			return fail(err)
+		}
+		inside[ops[i].Name] = fmt.Sprintf("%.2fµs", us)
+	}
+	insideNote := fmt.Sprintf(" Inside Redis (INFO commandstats, mean per call): PING %s, empty script %s, renew %s, check %s, heartbeat %s; the rest of each round trip is loopback, go-redis and the scheduler.",
+		inside["ping"], inside["empty script"], inside["renew"], inside["check"], inside["heartbeat"])
 	rows := []Row{
 		LatencyRow("1", "PING round trip (the baseline)", samples[0], "—",
 			"One client, one connection, calls one after the other; the operations of rows 1, 2 and 6 are interleaved call by call so that load on the machine affects them alike."),
@@ -343,7 +359,7 @@ func opRows(ctx context.Context, env *Env, n int) ([]Row, time.Duration) {
 			"scripts.Acquire on a free lock with a ProcessInfo JSON of "+fmt.Sprint(len(info))+" bytes (EVALSHA); the lock is released untimed after each call."),
 		LatencyRow("2b", "renew script", samples[2], "≤ 1.15× row 2d", "scripts.Renew with the term, as the master's loop calls it (EVALSHA)."),
 		LatencyRow("2c", "check script (a slave's poll)", samples[3], "—", "scripts.Check of a held lock, as every slave calls it each CheckInterval (EVALSHA)."),
-		LatencyRow("2d", "empty script (EVALSHA of \"return 1\"): the floor of any script call", samples[6], "—", "What calling a script costs before it does anything; rows 2a-2c and 6 minus this is the work of their scripts."),
+		LatencyRow("2d", "empty script (EVALSHA of \"return 1\"): the floor of any script call", samples[6], "—", "What calling a script costs before it does anything; rows 2a-2c and 6 minus this is the work of their scripts."+insideNote),
 		LatencyRow("6a", "registration (registry.Register)", samples[4], "≤ 1.5× PING",
 			fmt.Sprintf("registry.Register of a slave entry (%d bytes of JSON) on the %s backend: entry, TTL and notice in one script.", exampleEntrySize(), reg.Backend())),
 		LatencyRow("6b", "heartbeat (registry.Heartbeat)", samples[5], "≤ 1.5× PING",
