@@ -165,7 +165,7 @@ func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (res BatchResul
 		}
 		id := uuid.NewString()
 		res.Outcomes[i].ID = id
-		routed[i] = scripts.Routed{Channel: r.cfg.SlaveChannel(m.SlaveID), Message: encodeAt(id, from, term, m.Type, raws[i], sentAt)}
+		routed[i] = scripts.Routed{Channel: r.keys.SlaveChannel(m.SlaveID), Message: encodeAt(id, from, term, m.Type, raws[i], sentAt)}
 	}
 
 	chunks := splitBatch(routed)
@@ -186,7 +186,7 @@ func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (res BatchResul
 		for _, i := range ch.index {
 			batch = append(batch, routed[i])
 		}
-		counts, err := scripts.RouteBatch(ctx, r.client, r.cfg.keys(), from, term, batch)
+		counts, err := scripts.RouteBatch(ctx, r.client, r.keys, from, term, batch)
 		res.Calls++
 		if err != nil {
 			if errors.Is(err, scripts.ErrFenced) { // it matches ErrNotMaster too

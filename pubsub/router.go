@@ -39,7 +39,8 @@ type Router struct {
 	leader Leader
 	slaves SlaveLister
 	cfg    Config
-	obs    observers // Observe (observe.go)
+	keys   scripts.Keys // cfg.keys(), built once, not on every Send
+	obs    observers    // Observe (observe.go)
 }
 
 // NewRouter returns a Router publishing through client on behalf of leader.
@@ -64,7 +65,7 @@ func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, 
 	if l, ok := leader.(SlaveLister); ok && slaves == nil {
 		slaves = l
 	}
-	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg}, nil
+	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg, keys: cfg.keys()}, nil
 }
 
 // Send publishes one message of type msgType to the channel of slaveID,
@@ -91,7 +92,7 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 	if err != nil {
 		return err
 	}
-	counts, err := r.route(ctx, term, data, r.cfg.SlaveChannel(slaveID))
+	counts, err := r.route(ctx, term, data, r.keys.SlaveChannel(slaveID))
 	if err != nil {
 		return fmt.Errorf("send to slave %q: %w", slaveID, err)
 	}
@@ -106,7 +107,7 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 // are one atomic step on the server, in one round trip.
 func (r *Router) route(ctx context.Context, term int64, data []byte, channels ...string) ([]int64, error) {
 	// A refusal is scripts.ErrFenced, which matches ErrNotMaster too.
-	return scripts.Route(ctx, r.client, r.cfg.keys(), r.leader.NodeID(), term, data, channels...)
+	return scripts.Route(ctx, r.client, r.keys, r.leader.NodeID(), term, data, channels...)
 }
 
 // Broadcast sends one message (one id, one term) to every live slave the
@@ -157,7 +158,7 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 	}
 	channels := make([]string, len(ids))
 	for i, id := range ids {
-		channels[i] = r.cfg.SlaveChannel(id)
+		channels[i] = r.keys.SlaveChannel(id)
 	}
 	counts, err := r.route(ctx, term, data, channels...)
 	if err != nil {

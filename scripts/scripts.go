@@ -312,15 +312,16 @@ func Route(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term in
 	if err != nil {
 		return nil, err
 	}
-	return routeCounts("route", reply, len(channels), fmt.Sprintf("route as %q with term %d", nodeID, term))
+	return routeCounts("route", reply, len(channels), func() string { return fmt.Sprintf("route as %q with term %d", nodeID, term) })
 }
 
 // routeCounts reads the reply of route.lua or route_batch.lua: n receiver
 // counts, or -1 when the sender was fenced (an error wrapping ErrFenced,
-// prefixed with fenced).
-func routeCounts(name string, reply any, n int, fenced string) ([]int64, error) {
+// prefixed with what fenced returns: it is formatted only then, not on
+// every message).
+func routeCounts(name string, reply any, n int, fenced func() string) ([]int64, error) {
 	if v, ok := reply.(int64); ok && v == -1 {
-		return nil, fmt.Errorf("%s: %w", fenced, ErrFenced)
+		return nil, fmt.Errorf("%s: %w", fenced(), ErrFenced)
 	}
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != n {
@@ -365,7 +366,9 @@ func RouteBatch(ctx context.Context, c redis.Scripter, k Keys, nodeID string, te
 	if err != nil {
 		return nil, err
 	}
-	return routeCounts("route batch", reply, len(msgs), fmt.Sprintf("route batch of %d messages as %q with term %d", len(msgs), nodeID, term))
+	return routeCounts("route batch", reply, len(msgs), func() string {
+		return fmt.Sprintf("route batch of %d messages as %q with term %d", len(msgs), nodeID, term)
+	})
 }
 
 // lockGarbage describes what is wrong with a held lock, or returns "".
