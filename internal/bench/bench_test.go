@@ -191,7 +191,7 @@ func BenchmarkRoutedBatch(b *testing.B) {
 // BenchmarkRawPublish is the floor under BenchmarkRouted: plain PUBLISH to
 // 10 plain subscriptions from 16 goroutines, one message per round trip.
 func BenchmarkRawPublish(b *testing.B) {
-	rate, err := bench.RawPublish(context.Background(), benchEnv(b), 10, b.N, 16, 1)
+	rate, _, err := bench.RawPublish(context.Background(), benchEnv(b), 10, b.N, 16, 1)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -29,6 +29,40 @@ type RoutingResult struct {
 	// Calls is the number of SendBatch calls' script calls (round trips);
 	// 0 with Send, where it is one per message.
 	Calls int
+	// CPU is what the throughput run cost per message.
+	CPU CPU
+}
+
+// CPU is the CPU time a throughput run took per message: this process's
+// (the master's senders and every slave's receiver, which run in it) and
+// the server's (INFO cpu). On a machine whose cores they share, throughput
+// is bounded by their sum, whatever the round trips.
+type CPU struct {
+	Process, Server time.Duration
+}
+
+// String is the note's form: "CPU per message: this process 41µs, Redis 19µs".
+func (c CPU) String() string {
+	if c == (CPU{}) {
+		return "CPU per message not measured"
+	}
+	return fmt.Sprintf("CPU per message: this process %v, Redis %v", c.Process.Round(100*time.Nanosecond), c.Server.Round(100*time.Nanosecond))
+}
+
+// meterCPU starts counting this process's and the server's CPU time; the
+// function it returns gives what each used per message for n messages
+// since. A zero CPU (and no error) when either cannot be read.
+func meterCPU(ctx context.Context, admin redis.UniversalClient) func(n int) CPU {
+	p0, ok0 := processCPU()
+	s0, err0 := serverCPU(ctx, admin)
+	return func(n int) CPU {
+		p1, ok1 := processCPU()
+		s1, err1 := serverCPU(ctx, admin)
+		if !ok0 || !ok1 || err0 != nil || err1 != nil || n <= 0 {
+			return CPU{}
+		}
+		return CPU{Process: (p1 - p0) / time.Duration(n), Server: time.Duration((s1 - s0) * float64(time.Second) / float64(n))}
+	}
 }
 
 // Rate is the throughput in messages per second.
@@ -197,6 +231,9 @@ func Routing(ctx context.Context, env *Env, slaves, latencyN, messages, senders 
 		}
 	}
 
+	admin := env.NewClient()
+	defer admin.Close()
+	meter := meterCPU(ctx, admin)
 	res.Elapsed, err = g.throughput(ctx, messages, senders, func(mine []int) error {
 		for _, i := range mine {
 			if err := g.router.Send(ctx, g.ids[i%slaves], "tput", benchPayload{Seq: i}); err != nil {
@@ -205,6 +242,7 @@ func Routing(ctx context.Context, env *Env, slaves, latencyN, messages, senders 
 		}
 		return nil
 	})
+	res.CPU = meter(messages)
 	return res, err
 }
 
@@ -223,6 +261,9 @@ func RoutingBatch(ctx context.Context, env *Env, slaves, messages, senders, batc
 	}
 	defer g.close()
 	var calls atomic.Int64
+	admin := env.NewClient()
+	defer admin.Close()
+	meter := meterCPU(ctx, admin)
 	res.Elapsed, err = g.throughput(ctx, messages, senders, func(mine []int) error {
 		out := make([]pubsub.Outgoing, 0, batch)
 		for len(mine) > 0 {
@@ -244,6 +285,7 @@ func RoutingBatch(ctx context.Context, env *Env, slaves, messages, senders, batc
 		return nil
 	})
 	res.Calls = int(calls.Load())
+	res.CPU = meter(messages)
 	return res, err
 }
 
@@ -251,10 +293,11 @@ func RoutingBatch(ctx context.Context, env *Env, slaves, messages, senders, batc
 // payload of the same size to slaves plain go-redis subscriptions (one
 // connection each), sent by senders goroutines, batch messages per round
 // trip (1: one PUBLISH per round trip, as Router.Send). It returns the
-// messages per second until every subscriber had its share.
-func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch int) (float64, error) {
+// messages per second until every subscriber had its share, and what they
+// cost per message.
+func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch int) (float64, CPU, error) {
 	if slaves < 1 || senders < 1 || batch < 1 {
-		return 0, fmt.Errorf("raw publish needs at least 1 slave, sender and batch, got %d, %d, %d", slaves, senders, batch)
+		return 0, CPU{}, fmt.Errorf("raw publish needs at least 1 slave, sender and batch, got %d, %d, %d", slaves, senders, batch)
 	}
 	prefix := env.LockName("raw")
 	pub := env.NewClient()
@@ -274,7 +317,7 @@ func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch 
 		ps := c.Subscribe(ctx, channels[i])
 		defer ps.Close()
 		if _, err := ps.Receive(ctx); err != nil {
-			return 0, fmt.Errorf("subscribe: %w", err)
+			return 0, CPU{}, fmt.Errorf("subscribe: %w", err)
 		}
 		ch := ps.Channel(redis.WithChannelSize(1000))
 		wg.Add(1)
@@ -301,6 +344,7 @@ func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch 
 	}
 	errs := make(chan error, senders)
 	var swg sync.WaitGroup
+	meter := meterCPU(ctx, pub)
 	t0 := time.Now()
 	for w := range senders {
 		swg.Add(1)
@@ -334,12 +378,13 @@ func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch 
 	swg.Wait()
 	close(errs)
 	if err := errors.Join(collect(errs)...); err != nil {
-		return 0, err
+		return 0, CPU{}, err
 	}
 	select {
 	case <-done:
-		return float64(messages) / time.Since(t0).Seconds(), nil
+		rate := float64(messages) / time.Since(t0).Seconds()
+		return rate, meter(messages), nil
 	case <-time.After(30 * time.Second):
-		return 0, fmt.Errorf("raw publish: %d of %d messages received within 30s", received.Load(), messages)
+		return 0, CPU{}, fmt.Errorf("raw publish: %d of %d messages received within 30s", received.Load(), messages)
 	}
 }

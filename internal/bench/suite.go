@@ -222,26 +222,26 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 			"pubsub.Router on the master's client (a real MasterElection, for the term), pubsub.Subscriber per slave with its own client; one message in flight at a time, round-robin over the slaves; a small JSON payload.")
 		tput := Row{ID: "9b", What: fmt.Sprintf("routed message throughput, 1 master → %d slaves", plan.Slaves), N: res.Messages,
 			Value: fmt.Sprintf("%.0f msg/s", res.Rate()), Goal: "≥ 50,000 msg/s",
-			Note: fmt.Sprintf("%d messages sent with Router.Send by %d goroutines of the master at once, spread evenly over the slaves; timed until every handler had seen its share (%v).", res.Messages, res.Senders, res.Elapsed.Round(time.Millisecond))}
+			Note: fmt.Sprintf("%d messages sent with Router.Send by %d goroutines of the master at once, spread evenly over the slaves; timed until every handler had seen its share (%v). %v.", res.Messages, res.Senders, res.Elapsed.Round(time.Millisecond), res.CPU)}
 		lat.Err, tput.Err = err, err
 		rows := []Row{lat, tput}
 		for _, batch := range []int{1, 64} {
-			rate, err := RawPublish(ctx, env, plan.Slaves, plan.RouteMessages, plan.RouteSenders, batch)
+			rate, cpu, err := RawPublish(ctx, env, plan.Slaves, plan.RouteMessages, plan.RouteSenders, batch)
 			r := Row{ID: fmt.Sprintf("9%c", 'c'+len(rows)-2), N: plan.RouteMessages, Value: fmt.Sprintf("%.0f msg/s", rate), Goal: "—", Err: err}
 			if batch == 1 {
 				r.What = "floor under 9b: plain PUBLISH, one message per round trip"
-				r.Note = fmt.Sprintf("The same traffic without herd: %d goroutines PUBLISH a 200-byte payload to %d plain go-redis subscriptions, one PUBLISH per round trip as Router.Send; what this machine allows without batching.", plan.RouteSenders, plan.Slaves)
+				r.Note = fmt.Sprintf("The same traffic without herd: %d goroutines PUBLISH a 200-byte payload to %d plain go-redis subscriptions, one PUBLISH per round trip as Router.Send; what this machine allows without batching. %v.", plan.RouteSenders, plan.Slaves, cpu)
 			} else {
 				r.What = fmt.Sprintf("plain PUBLISH pipelined, %d messages per round trip", batch)
-				r.Note = fmt.Sprintf("As 9c with %d PUBLISH commands per pipeline: what batching would allow.", batch)
+				r.Note = fmt.Sprintf("As 9c with %d PUBLISH commands per pipeline: what batching would allow. %v.", batch, cpu)
 			}
 			rows = append(rows, r)
 		}
 		b, err := RoutingBatch(ctx, env, plan.Slaves, plan.RouteMessages, plan.RouteSenders, plan.RouteBatch)
 		rows = append(rows, Row{ID: "9e", What: fmt.Sprintf("routed message throughput with Router.SendBatch, %d messages per call, 1 master → %d slaves", b.Batch, plan.Slaves),
 			N: b.Messages, Value: fmt.Sprintf("%.0f msg/s", b.Rate()), Goal: "≥ 50,000 msg/s", Err: err,
-			Note: fmt.Sprintf("As 9b, but each of the %d goroutines sends its share with Router.SendBatch, %d messages per call: %d script calls in all, each one round trip and one fencing check for all its messages (route_batch.lua); timed until every handler had seen its share (%v). The herd counterpart of 9d.",
-				b.Senders, b.Batch, b.Calls, b.Elapsed.Round(time.Millisecond))})
+			Note: fmt.Sprintf("As 9b, but each of the %d goroutines sends its share with Router.SendBatch, %d messages per call: %d script calls in all, each one round trip and one fencing check for all its messages (route_batch.lua); timed until every handler had seen its share (%v). The herd counterpart of 9d. %v.",
+				b.Senders, b.Batch, b.Calls, b.Elapsed.Round(time.Millisecond), b.CPU)})
 		return append(rows, durableRows(ctx, env, plan)...)
 	})
 	step("rest", "cost at rest", func() []Row {
