@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
-
-	"github.com/olebedev/emitter"
+	"sync/atomic"
 
 	"github.com/herdkit/herd/registry"
 )
@@ -60,7 +59,7 @@ const maxPendingErrors = 1024
 
 // payload is what travels on the bus; which fields are set depends on the topic.
 type payload struct {
-	topic    string // set on delivery
+	topic    string // set by emit: the event's own topic, also for topicAll subscribers
 	term     int64
 	lead     *leadership // master-acquired: the mastership, for its ctx and handler count
 	isMaster bool
@@ -69,37 +68,44 @@ type payload struct {
 	err      error
 }
 
-// bus is the typed layer over olebedev/emitter. Each subscriber gets its own
-// emitter listener, a pump goroutine that moves events into an unbounded
-// queue, and a runner goroutine that calls the handler. So emitting never
-// waits for a handler, each subscriber sees events in emission order, and a
-// slow subscriber delays only itself.
+// bus delivers the election's events to its handlers. Each subscriber has
+// an unbounded queue and a runner goroutine that calls the handler; emit
+// appends the event to the queue of every subscriber of its topic and
+// wakes the runner, so an event reaches a handler with one goroutine
+// switch. Emitting never waits for a handler, each subscriber sees events
+// in emission order (emit is serialised), and a slow subscriber delays
+// only itself.
 type bus struct {
-	em      *emitter.Emitter
-	emitMu  sync.Mutex // serialises emit so every listener sees one order
+	emitMu  sync.Mutex // serialises emit so every subscriber sees one order
 	wg      sync.WaitGroup
 	mu      sync.Mutex
-	subs    map[*subscriber]struct{}
-	closed  bool
-	dropped uint64 // error events dropped because a subscriber was far behind; under mu
+	subs    []*subscriber // under mu; replaced, never changed in place, so emit can walk a copy unlocked
+	closed  bool          // under mu
+	dropped atomic.Uint64 // error events dropped because a subscriber was far behind
 	onPanic func(topic string, v any, stack []byte)
 	obs     observers // called by emit before the handlers get the event (observe.go)
 }
 
 func newBus(onPanic func(topic string, v any, stack []byte)) *bus {
-	return &bus{em: emitter.New(16), subs: map[*subscriber]struct{}{}, onPanic: onPanic}
+	return &bus{onPanic: onPanic}
 }
 
 type subscriber struct {
-	topic   string
-	ch      <-chan emitter.Event
-	handle  func(payload)
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []payload
-	errs    int  // error events in queue
-	ended   bool // the emitter channel is closed
-	discard bool // unsubscribed: drop what is queued
+	topic  string // an event's topic, or topicAll
+	handle func(payload)
+	mu     sync.Mutex
+	cond   *sync.Cond // signalled when queue grows, or ended or discard is set
+	queue  []payload  // queue[head:] waits for the handler
+	head   int
+	errs   int  // error events in queue[head:]
+	ended  bool // the bus closed: run what is queued, then return
+	// discard: unsubscribed; drop what is queued and accept nothing more.
+	discard bool
+}
+
+// wants reports whether s subscribed to topic.
+func (s *subscriber) wants(topic string) bool {
+	return s.topic == topic || s.topic == topicAll
 }
 
 // subscribe registers handle for topic and returns the function that
@@ -112,60 +118,29 @@ func (b *bus) subscribe(topic string, handle func(payload)) (unsubscribe func())
 	}
 	s := &subscriber{topic: topic, handle: handle}
 	s.cond = sync.NewCond(&s.mu)
-	s.ch = b.em.On(topic, emitter.Sync)
-	b.subs[s] = struct{}{}
-	b.wg.Add(2)
-	go b.pump(s)
+	b.subs = append(b.subs[:len(b.subs):len(b.subs)], s) // a new array: emit may be walking the old one
+	b.wg.Add(1)
 	go b.runner(s)
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			s.discard = true
-			s.mu.Unlock()
-			b.off(s)
-		})
-	}
+	return func() { once.Do(func() { b.off(s) }) }
 }
 
+// off unsubscribes s: its runner drops what is queued and returns once the
+// handler call in progress, if any, has returned; emit gives it nothing more.
 func (b *bus) off(s *subscriber) {
-	b.mu.Lock()
-	_, ok := b.subs[s]
-	delete(b.subs, s)
-	b.mu.Unlock()
-	if ok {
-		b.emitMu.Lock()
-		b.em.Off(s.topic, s.ch)
-		b.emitMu.Unlock()
-	}
-}
-
-// pump moves events from the emitter channel into the queue; it never blocks
-// on the handler.
-func (b *bus) pump(s *subscriber) {
-	defer b.wg.Done()
-	for ev := range s.ch {
-		p := ev.Args[0].(payload)
-		p.topic = ev.OriginalTopic
-		s.mu.Lock()
-		if p.err != nil && s.errs >= maxPendingErrors {
-			s.mu.Unlock()
-			b.mu.Lock()
-			b.dropped++
-			b.mu.Unlock()
-			continue
-		}
-		if p.err != nil {
-			s.errs++
-		}
-		s.queue = append(s.queue, p)
-		s.cond.Signal()
-		s.mu.Unlock()
-	}
 	s.mu.Lock()
-	s.ended = true
+	s.discard = true
 	s.cond.Signal()
 	s.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, x := range b.subs {
+		if x == s {
+			next := make([]*subscriber, 0, len(b.subs)-1)
+			b.subs = append(append(next, b.subs[:i]...), b.subs[i+1:]...)
+			return
+		}
+	}
 }
 
 // runner calls the handler for each queued event, in order, recovering panics.
@@ -173,21 +148,26 @@ func (b *bus) runner(s *subscriber) {
 	defer b.wg.Done()
 	for {
 		s.mu.Lock()
-		for len(s.queue) == 0 && !s.ended && !s.discard {
+		for s.head == len(s.queue) && !s.ended && !s.discard {
 			s.cond.Wait()
 		}
-		if s.discard || len(s.queue) == 0 {
-			dropped := s.queue
-			s.queue = nil
+		if s.discard || s.head == len(s.queue) {
+			dropped := s.queue[s.head:]
+			s.queue, s.head, s.errs = nil, 0, 0
 			s.mu.Unlock()
 			for _, p := range dropped {
 				p.done()
 			}
 			return
 		}
-		p := s.queue[0]
-		s.queue[0] = payload{}
-		s.queue = s.queue[1:]
+		p := s.queue[s.head]
+		s.queue[s.head] = payload{} // let the GC have what it holds
+		s.head++
+		if s.head == len(s.queue) {
+			// Empty: start again at the front of the same array, so a
+			// subscriber that keeps up appends without allocating.
+			s.queue, s.head = s.queue[:0], 0
+		}
 		if p.err != nil {
 			s.errs--
 		}
@@ -206,39 +186,90 @@ func (b *bus) call(s *subscriber, p payload) {
 	s.handle(p)
 }
 
-// done tells the mastership that one master-acquired handler has returned.
+// done tells the mastership that one master-acquired handler has returned
+// (or will never get the event).
 func (p payload) done() {
 	if p.lead != nil {
 		p.lead.handlers.Done()
 	}
 }
 
-// emit delivers p to every subscriber of topic. It returns once every pump
-// has taken the event, which is immediate: pumps only append to a queue.
+// emit delivers p to every subscriber of topic and of topicAll: it appends
+// p to their queues and wakes their runners. It never waits for a handler.
 func (b *bus) emit(topic string, p payload) {
 	b.emitMu.Lock()
 	defer b.emitMu.Unlock()
 	b.obs.event(topic, p)
+	b.mu.Lock()
+	subs := b.subs
+	b.mu.Unlock()
+	p.topic = topic
 	if p.lead != nil {
-		// Count the handlers before they can run, so Stop can wait for them.
-		p.lead.handlers.Add(len(b.em.Listeners(topic)))
+		// Count the handlers before any of them can run, so Stop can wait
+		// for them; a subscriber that turns the event down below is
+		// counted off at once.
+		n := 0
+		for _, s := range subs {
+			if s.wants(topic) {
+				n++
+			}
+		}
+		p.lead.handlers.Add(n)
 	}
-	<-b.em.Emit(topic, p)
+	for _, s := range subs {
+		if !s.wants(topic) {
+			continue
+		}
+		s.mu.Lock()
+		switch {
+		case s.ended || s.discard:
+			// Closed or unsubscribed since subs was read.
+			s.mu.Unlock()
+			p.done()
+			continue
+		case p.err != nil && s.errs >= maxPendingErrors:
+			s.mu.Unlock()
+			b.dropped.Add(1)
+			p.done()
+			continue
+		}
+		s.push(p)
+		s.cond.Signal()
+		s.mu.Unlock()
+	}
+}
+
+// push appends p to the queue; s.mu is held. When the array is full and
+// at least half of it holds events already run, the waiting ones move to
+// the front instead of the array growing, so a subscriber that is always a
+// little behind does not grow it without bound.
+func (s *subscriber) push(p payload) {
+	if len(s.queue) == cap(s.queue) && s.head > 0 && s.head >= len(s.queue)/2 {
+		n := copy(s.queue, s.queue[s.head:])
+		clear(s.queue[n:])
+		s.queue, s.head = s.queue[:n], 0
+	}
+	s.queue = append(s.queue, p)
+	if p.err != nil {
+		s.errs++
+	}
 }
 
 // close stops accepting subscribers, lets every runner finish the events
-// already queued, and waits for the goroutines until ctx ends.
+// already queued, and waits for the runners until ctx ends. Events emitted
+// after close reach no handler.
 func (b *bus) close(ctx context.Context) error {
 	b.mu.Lock()
 	b.closed = true
 	subs := b.subs
-	b.subs = map[*subscriber]struct{}{}
+	b.subs = nil
 	b.mu.Unlock()
-	b.emitMu.Lock()
-	for s := range subs {
-		b.em.Off(s.topic, s.ch)
+	for _, s := range subs {
+		s.mu.Lock()
+		s.ended = true
+		s.cond.Signal()
+		s.mu.Unlock()
 	}
-	b.emitMu.Unlock()
 	done := make(chan struct{})
 	go func() { b.wg.Wait(); close(done) }()
 	select {
@@ -249,8 +280,4 @@ func (b *bus) close(ctx context.Context) error {
 	}
 }
 
-func (b *bus) droppedErrors() uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.dropped
-}
+func (b *bus) droppedErrors() uint64 { return b.dropped.Load() }

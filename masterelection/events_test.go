@@ -3,6 +3,7 @@ package masterelection
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -235,5 +236,219 @@ func TestMasterIsFencedBeforeItsReleaseIsAnnounced(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The tests below drive the bus alone, without an election.
+
+func newTestBus(t *testing.T) *bus {
+	t.Helper()
+	b := newBus(func(topic string, v any, _ []byte) { t.Errorf("%s handler panicked: %v", topic, v) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := b.close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
+
+func TestBusAllTopicsInEmissionOrder(t *testing.T) {
+	b := newTestBus(t)
+	got := make(chan string, 100)
+	b.subscribe(topicAll, func(p payload) { got <- p.topic })
+	var lost []string
+	b.subscribe(topicMasterLost, func(p payload) { lost = append(lost, p.topic) })
+	want := []string{topicElectionStarted, topicMasterAcquired, topicElectionCompleted, topicSlaveRegistered,
+		topicError, topicSlaveRemoved, topicMasterLost, topicElectionStarted, topicElectionCompleted}
+	for _, topic := range want {
+		p := payload{}
+		if topic == topicError {
+			p.err = errors.New("x")
+		}
+		b.emit(topic, p)
+	}
+	for i, w := range want {
+		select {
+		case g := <-got:
+			if g != w {
+				t.Fatalf("event %d: topic %q, want %q", i, g, w)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("event %d (%s) not delivered", i, w)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(lost) != 1 || lost[0] != topicMasterLost {
+		t.Fatalf("master-lost subscriber got %v", lost)
+	}
+}
+
+func TestBusCountsMasterAcquiredHandlers(t *testing.T) {
+	b := newTestBus(t)
+	release := make(chan struct{})
+	var ran atomic.Int32
+	for range 2 {
+		b.subscribe(topicMasterAcquired, func(payload) { <-release; ran.Add(1) })
+	}
+	b.subscribe(topicAll, func(payload) { <-release; ran.Add(1) })
+	b.subscribe(topicMasterLost, func(payload) { t.Error("master-lost handler got master-acquired") })
+	l := &leadership{term: 7}
+	b.emit(topicMasterAcquired, payload{term: 7, lead: l})
+	waited := make(chan struct{})
+	go func() { l.handlers.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("the handlers' count reached zero while all three were blocked")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handlers' count did not reach zero after they returned")
+	}
+	if n := ran.Load(); n != 3 {
+		t.Fatalf("%d handlers ran, want 3", n)
+	}
+}
+
+func TestBusDropsOnlyErrorsOfASlowSubscriber(t *testing.T) {
+	b := newTestBus(t)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var errs, lost atomic.Int32
+	b.subscribe(topicAll, func(p payload) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		switch p.topic {
+		case topicError:
+			errs.Add(1)
+		case topicMasterLost:
+			lost.Add(1)
+		}
+	})
+	var fast atomic.Int32
+	b.subscribe(topicError, func(payload) { fast.Add(1) })
+	b.emit(topicElectionStarted, payload{})
+	<-entered // the runner holds that one; everything below waits in its queue
+	const extra = 5
+	for range maxPendingErrors + extra {
+		b.emit(topicError, payload{err: errors.New("x")})
+		b.emit(topicMasterLost, payload{})
+	}
+	if n := b.droppedErrors(); n != extra {
+		t.Fatalf("%d error events dropped, want %d", n, extra)
+	}
+	close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := errs.Load(); n != maxPendingErrors {
+		t.Fatalf("slow subscriber got %d error events, want %d", n, maxPendingErrors)
+	}
+	if n := lost.Load(); n != maxPendingErrors+extra {
+		t.Fatalf("slow subscriber got %d master-lost events, want %d: a role event was dropped", n, maxPendingErrors+extra)
+	}
+	if n := fast.Load(); n < maxPendingErrors || n > maxPendingErrors+extra {
+		t.Fatalf("the other error subscriber got %d events", n)
+	}
+}
+
+func TestBusUnsubscribeDropsQueuedAndCountsThemDone(t *testing.T) {
+	b := newTestBus(t)
+	release := make(chan struct{})
+	entered := make(chan int64, 2)
+	unsubscribe := b.subscribe(topicMasterAcquired, func(p payload) { entered <- p.term; <-release })
+	l1, l2 := &leadership{term: 1}, &leadership{term: 2}
+	b.emit(topicMasterAcquired, payload{term: 1, lead: l1})
+	if term := <-entered; term != 1 {
+		t.Fatalf("handler got term %d first", term)
+	}
+	b.emit(topicMasterAcquired, payload{term: 2, lead: l2}) // queued behind the blocked call
+	unsubscribe()
+	b.emit(topicMasterAcquired, payload{term: 3, lead: l2}) // after unsubscribe: not delivered, not counted
+	close(release)
+	for _, l := range []*leadership{l1, l2} {
+		waited := make(chan struct{})
+		go func() { l.handlers.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("term %d: handler count not back to zero after unsubscribe", l.term)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case term := <-entered:
+		t.Fatalf("handler got term %d after unsubscribe", term)
+	default:
+	}
+}
+
+func TestBusCloseRunsQueuedAndIsBoundedByCtx(t *testing.T) {
+	b := newBus(func(string, any, []byte) {})
+	release := make(chan struct{})
+	var ran atomic.Int32
+	b.subscribe(topicSlaveRegistered, func(payload) { <-release; ran.Add(1) })
+	for range 3 {
+		b.emit(topicSlaveRegistered, payload{})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	err := b.close(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close with a blocked handler = %v, want a deadline error", err)
+	}
+	b.subscribe(topicSlaveRegistered, func(payload) { t.Error("subscribed after close") })
+	l := &leadership{}
+	b.emit(topicSlaveRegistered, payload{lead: l}) // after close: reaches no handler, counted off
+	l.handlers.Wait()
+	close(release)
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n != 3 {
+		t.Fatalf("%d queued events ran before close returned, want 3", n)
+	}
+}
+
+func TestBusRecoversPanicsAndCallsObserversFirst(t *testing.T) {
+	panics := make(chan string, 1)
+	b := newBus(func(topic string, v any, _ []byte) { panics <- fmt.Sprint(topic, ": ", v) })
+	defer func() { _ = b.close(context.Background()) }()
+	var observed atomic.Bool
+	b.obs.add(&Observer{ElectionDone: func(ElectionResult) { observed.Store(true) }}, time.Now)
+	b.subscribe(topicElectionCompleted, func(payload) {
+		if !observed.Load() {
+			t.Error("handler ran before the observer saw the event")
+		}
+		panic("boom")
+	})
+	b.emit(topicElectionStarted, payload{})
+	b.emit(topicElectionCompleted, payload{isMaster: true})
+	select {
+	case got := <-panics:
+		if got != topicElectionCompleted+": boom" {
+			t.Fatalf("panic reported as %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("panic not reported")
 	}
 }
