@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -397,6 +398,16 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	m.lead.Store(l)
 	m.log.Info().Int64("term", res.Term).Msg("became master")
 	m.bus.emit(topicMasterAcquired, payload{term: res.Term, lead: l})
+	// The handlers' runners were made runnable on this goroutine's
+	// processor, where they would wait until this loop blocks or another
+	// processor wakes up to take them: about 100 µs here, with the
+	// registration and the slave tracker started below going first, most
+	// of a handover's last phase (docs/performance.md, row 4). Yield once
+	// so that OnMasterAcquired starts now. The next renewal is a
+	// HeartbeatInterval away; a handler that computes without blocking
+	// holds this loop for about a scheduler time slice (10 ms) at worst,
+	// until another processor takes the loop or the handler is preempted.
+	runtime.Gosched()
 	m.complete(ls, true)
 	m.setRole(registry.RoleMaster, res.Term)
 	m.bg.Add(1)
