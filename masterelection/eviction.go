@@ -96,30 +96,46 @@ func (m *MasterElection) reportEviction(r evictionRead) {
 	m.bus.emit(topicError, payload{err: err})
 }
 
-// readMemoryPolicy reads the eviction settings of the server that holds key:
-// on a *redis.ClusterClient the master of key's slot (maxmemory is per
-// node), otherwise the server the client talks to. addr names that server
-// when the client tells ("" for a Sentinel failover client).
+// readMemoryPolicy reads the eviction settings of the server that holds key
+// (serverOf). addr names that server when the client tells.
 func readMemoryPolicy(ctx context.Context, client redis.UniversalClient, key string) (addr string, mp memoryPolicy, err error) {
-	var c redis.Cmdable = client
+	srv, addr, err := serverOf(ctx, client, key)
+	if err != nil {
+		return addr, mp, err
+	}
+	r := memoryRead(addr, srv.Info(ctx, "memory"))
+	return r.addr, r.mp, r.err
+}
+
+// serverOf returns the server that holds key: on a *redis.ClusterClient the
+// master of key's slot (maxmemory is per node, and the keys of one election
+// share a slot), otherwise client itself. addr names that server when the
+// client tells ("" for a Sentinel failover client).
+func serverOf(ctx context.Context, client redis.UniversalClient, key string) (srv redis.UniversalClient, addr string, err error) {
 	switch cl := client.(type) {
 	case *redis.ClusterClient:
 		node, err := cl.MasterForKey(ctx, key)
 		if err != nil {
-			return "", mp, fmt.Errorf("find the cluster node of %s: %w", key, err)
+			return nil, "", fmt.Errorf("find the cluster node of %s: %w", key, err)
 		}
-		c, addr = node, node.Options().Addr
+		return node, node.Options().Addr, nil
 	case *redis.Client:
 		if a := cl.Options().Addr; a != "FailoverClient" { // go-redis's placeholder for a Sentinel client
 			addr = a
 		}
 	}
-	info, err := c.Info(ctx, "memory").Result()
+	return client, addr, nil
+}
+
+// memoryRead is what the reply of INFO memory, sent to the server at addr,
+// says about eviction.
+func memoryRead(addr string, info *redis.StringCmd) evictionRead {
+	reply, err := info.Result()
 	if err != nil {
-		return addr, mp, fmt.Errorf("INFO memory: %w", err)
+		return evictionRead{addr: addr, err: fmt.Errorf("INFO memory: %w", err)}
 	}
-	mp, err = parseMemoryPolicy(info)
-	return addr, mp, err
+	mp, err := parseMemoryPolicy(reply)
+	return evictionRead{addr: addr, mp: mp, err: err}
 }
 
 // parseMemoryPolicy reads maxmemory and maxmemory_policy from the reply of

@@ -3,6 +3,7 @@ package masterelection
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +86,9 @@ func TestEvictionRisk(t *testing.T) {
 
 // infoHook answers INFO memory in place of the server (miniredis has no
 // memory section): with reply, or, when block is set, not before the
-// call's ctx ends.
+// call's ctx ends. A pipeline with INFO in it (Start's first round trip)
+// gets the other replies from the server; with block, none comes, as on
+// a connection where one reply never comes.
 type infoHook struct {
 	reply string
 	block bool
@@ -109,7 +112,22 @@ func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (h infoHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		i := slices.IndexFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "info" })
+		if i < 0 {
+			return next(ctx, cmds)
+		}
+		if h.block {
+			<-ctx.Done()
+			for _, c := range cmds {
+				c.SetErr(ctx.Err())
+			}
+			return ctx.Err()
+		}
+		err := next(ctx, slices.Delete(slices.Clone(cmds), i, i+1))
+		cmds[i].(*redis.StringCmd).SetVal(h.reply)
+		return err
+	}
 }
 
 func memoryInfo(policy, maxmemory string) string {
@@ -235,6 +253,52 @@ func TestEvictionCheckAtStart(t *testing.T) {
 				if got := lines[0][k]; got != v {
 					t.Errorf("log field %s = %v, want %v", k, got, v)
 				}
+			}
+		})
+	}
+}
+
+// TestStopDuringStart: Stop while Start waits for its first round trip (the
+// pipeline with INFO memory gets no reply) or for the registry (Redis
+// refuses every command, and the probe is retried) ends Start at once with
+// an error wrapping context.Canceled, and Stop returns.
+func TestStopDuringStart(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		setup func(w *world, c *redis.Client)
+	}{
+		{"first round trip unanswered", func(_ *world, c *redis.Client) { c.AddHook(infoHook{block: true}) }},
+		{"registry retrying", func(w *world, _ *redis.Client) { w.mr.SetError("LOADING simulated outage") }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			// HeartbeatInterval (LockTTL/3), the first round trip's bound, is
+			// longer than the test.
+			cfg := Config{LockName: "test", NodeID: "a", LockTTL: 3 * time.Minute}
+			c := w.client()
+			tt.setup(w, c)
+			m, err := newElection(c, cfg, clock.NewFake(w.redisClock.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan error, 1)
+			go func() { started <- m.Start(context.Background()) }()
+			time.Sleep(100 * time.Millisecond) // Start is waiting
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := m.Stop(ctx); err != nil {
+				t.Errorf("Stop during Start = %v", err)
+			}
+			select {
+			case err := <-started:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Start stopped = %v, want an error wrapping context.Canceled", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("Start did not return after Stop")
+			}
+			if m.IsMaster() {
+				t.Error("master after Stop during Start")
 			}
 		})
 	}

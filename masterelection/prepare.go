@@ -2,9 +2,14 @@ package masterelection
 
 import (
 	"context"
-	"sync"
+	"errors"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 // subscription is the election's subscription to its events channel (and
@@ -30,17 +35,18 @@ func (s *subscription) close() {
 // prepare does what Start needs before the election loop runs: it opens
 // the process registry (membership and slave tracking need it from the
 // first election on), reads the eviction policy and refuses a lock key that
-// holds garbage, and it subscribes to the events channel. None of these
-// needs another's answer, so their round trips go out at once; the
-// subscription, which dials a connection of its own, goes on while the loop
-// makes its first attempt (follow checks the lock again if that attempt
-// was answered before the subscription was in place, and Start returns
-// only once it is). Start thus waits for the slowest of them, not for
-// their sum (docs/performance.md, row 3s). What Redis did not answer at
-// first (it was unreachable while the registry's probe kept retrying) is
-// asked again once the registry is open, so a Redis that comes up late
-// gets the same checks as one that was there all along. runCtx ends when
-// Stop is called.
+// holds garbage, and it subscribes to the events channel. The questions
+// these put to Redis (the registry's backend probe, INFO memory, the lock
+// check) go out as one pipeline, one round trip on one connection (ask);
+// the subscription, which dials a connection of its own, goes on meanwhile,
+// and while the loop makes its first attempt (follow checks the lock again
+// if that attempt was answered before the subscription was in place, and
+// Start returns only once it is). Start thus waits for the slower of the
+// two, not for their sum (docs/performance.md, row 3s). What Redis did not
+// answer at first (it was unreachable, and the registry kept probing until
+// it answered) is asked again once the registry is open, so a Redis that
+// comes up late gets the same checks as one that was there all along.
+// runCtx ends when Stop is called.
 //
 // The subscription is returned for run; on an error Start fails, and
 // every goroutine prepare started has returned.
@@ -57,23 +63,8 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*subscription, er
 
 	opened := make(chan struct{}) // the registry is open: Redis answers
 	sub := m.subscribe(runCtx, opened)
-	var (
-		wg       sync.WaitGroup
-		eviction evictionRead
-		garbage  error
-		answered bool
-	)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		eviction = m.readEviction(openCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		garbage, answered = m.garbageLock(openCtx)
-	}()
-	reg, err := m.openRegistry(openCtx)
-	wg.Wait()
+	first := m.ask(openCtx)
+	reg, err := m.openFirst(openCtx, first)
 	if err != nil {
 		sub.close()
 		return nil, err
@@ -83,16 +74,112 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*subscription, er
 	m.reg = reg
 	m.mu.Unlock()
 
+	eviction := first.eviction
 	if eviction.err != nil && !eviction.refused() {
 		eviction = m.readEviction(openCtx)
 	}
 	m.reportEviction(eviction)
+	garbage, answered := first.garbage, first.checked
 	if !answered {
-		garbage, _ = m.garbageLock(openCtx)
+		garbage, _ = m.garbageLock(openCtx, m.client)
 	}
 	if garbage != nil { // no election can work on this lock
 		sub.close()
 		return nil, garbage
 	}
 	return sub, nil
+}
+
+// answers is what Start's first round trip (ask) found.
+type answers struct {
+	probed   *registry.Probed // the registry's backend probe; nil when it failed
+	probeErr error            // why it failed
+	eviction evictionRead
+	garbage  error // the lock check's verdict (garbageLock), when checked
+	checked  bool  // the lock check was answered
+}
+
+// ask puts Start's three questions to the server that holds the election's
+// keys in one pipeline, one round trip on one connection: the registry's
+// backend probe, INFO memory (the eviction check) and the lock check.
+// Three calls at once would each take a connection of its own from the
+// client's pool, and open it (a dial, then HELLO and CLIENT SETINFO, a
+// round trip each) on a client that holds a single idle connection, as a
+// warm one does.
+//
+// go-redis gives pipelines a pool of their own, so the first pipeline of a
+// client opens a connection there; every later one (a master's slave
+// tracker reads the registry with one) finds it idle. Client.Conn would
+// take the idle connection of the main pool instead, but go-redis 9.23
+// guards the client's Options with a lock of each derived client's own: a
+// Conn that opens a connection while the subscription's is being opened,
+// on a server that refuses CLIENT MAINT_NOTIFICATIONS (miniredis in this
+// package's tests), writes them beside it, and the race detector says so.
+//
+// The probe goes as EVAL (scripts.QueueRegistryProbe), so it needs no
+// NOSCRIPT fallback; the check goes as EVALSHA, and on a server that has not
+// seen it its EVAL follows, one more round trip (replay). A question whose
+// answer is an error is asked again by prepare: the probe by New's own
+// probe, the others once the registry is open.
+func (m *MasterElection) ask(ctx context.Context) answers {
+	pctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	defer cancel()
+	srv, addr, err := serverOf(pctx, m.client, m.keys.Master)
+	if err != nil {
+		return answers{probeErr: err, eviction: evictionRead{err: err}}
+	}
+	var (
+		probe *scripts.RegistryProbeCall
+		info  *redis.StringCmd
+		check *redis.Cmd
+	)
+	queue := func(pipe redis.Pipeliner) error {
+		probe = scripts.QueueRegistryProbe(pctx, pipe, m.keys)
+		info = pipe.Info(pctx, "memory")
+		check = m.queueCheck(pctx, pipe)
+		return nil
+	}
+	_, _ = srv.Pipelined(pctx, queue) // each command's error is read on its own
+
+	var a answers
+	if native, hpexpire, err := probe.Result(); err != nil {
+		a.probeErr = err
+	} else {
+		a.probed = &registry.Probed{Native: native, HPExpire: hpexpire}
+	}
+	a.eviction = memoryRead(addr, info)
+	a.garbage, a.checked = m.garbageLock(ctx, replay{Scripter: m.client, cmd: check})
+	return a
+}
+
+// openFirst opens the registry with the backend probe's answer from ask.
+// When the probe failed, or its answer does not do (a configured backend
+// the server does not run), that is reported as openRegistry reports the
+// errors of its attempts, and openRegistry takes over: it probes again at
+// once, then after each backoff, until ctx ends.
+func (m *MasterElection) openFirst(ctx context.Context, a answers) (*registry.Registry, error) {
+	err := a.probeErr
+	if a.probed != nil {
+		var reg *registry.Registry
+		reg, err = registry.NewProbed(clock.With(ctx, m.clock), m.client, m.keys, m.registryConfig(), *a.probed)
+		if err == nil || errors.Is(err, registry.ErrInvalidConfig) {
+			return reg, err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, m.withDialCause(ctx, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err), err)
+	}
+	m.emitError(fmt.Errorf("open process registry: %w", err))
+	return m.openRegistry(ctx)
+}
+
+// registryConfig is the configuration of the election's registry, as
+// openRegistry (membership.go) builds it for its attempts.
+func (m *MasterElection) registryConfig() registry.Config {
+	return registry.Config{
+		ProcessTTL: m.cfg.ProcessTTL,
+		Backend:    m.cfg.RegistryBackend,
+		Logger:     m.log,
+		OnError:    m.emitError,
+	}
 }

@@ -77,6 +77,12 @@ func (w *wire) name(cmd redis.Cmder) string {
 			return s
 		}
 	}
+	if cmd.Name() == "eval" && len(args) > 1 {
+		sum := sha1.Sum([]byte(fmt.Sprint(args[1])))
+		if s, ok := w.scripts[hex.EncodeToString(sum[:])]; ok {
+			return s + " (eval)"
+		}
+	}
 	if cmd.Name() == "info" && len(args) > 1 {
 		return fmt.Sprintf("info %v", args[1])
 	}
@@ -205,13 +211,12 @@ func (w *world) registered(n *node, role string) {
 // and the registry's version in one MULTI.
 const trackerRead = "multi+hgetall+get+exec"
 
-// TestRoundTripsStart: Start on a fresh lock, uncontested, sends the
-// registry's backend probe, INFO memory (the eviction check), the lock
-// check and the acquire, one round trip each, plus the subscription on a
-// connection of its own, which the client's hooks do not see; the new
-// master then registers itself and its slave tracker reads the registry,
-// one round trip each. Start sends the first four at once and the acquire
-// after the probe: two round trips deep (docs/performance.md, row 3s).
+// TestRoundTripsStart: Start on a fresh lock, uncontested, sends one
+// pipeline (the registry's backend probe, as EVAL, INFO memory for the
+// eviction check, and the lock check) and then the acquire, plus the
+// subscription on a connection of its own, which the client's hooks do not
+// see; the new master then registers itself and its slave tracker reads the
+// registry, one round trip each (docs/performance.md, row 3s).
 func TestRoundTripsStart(t *testing.T) {
 	w := newWorld(t)
 	names := scriptNames(t)
@@ -225,12 +230,12 @@ func TestRoundTripsStart(t *testing.T) {
 	w.registered(a, "master")
 	later := wa.settled()
 
-	want := []string{"registry_probe", "info memory", "check", "acquire"}
+	want := []string{"registry_probe (eval)+info memory+check", "acquire"}
 	// The registration may go out before Start returns: it follows the
 	// acquire at once, on the membership goroutine.
 	own := slices.DeleteFunc(slices.Clone(startTrips), func(s string) bool { return s == "registry_put" || s == trackerRead })
-	if !sameTrips(own, want) {
-		t.Errorf("Start sent %q before it returned; want %q (registration and tracker read aside)", startTrips, want)
+	if !slices.Equal(own, want) {
+		t.Errorf("Start sent %q before it returned; want %q in this order (registration and tracker read aside)", startTrips, want)
 	}
 	all := append(startTrips, later...)
 	if got := count(all, "registry_put"); got != 1 {
@@ -244,6 +249,24 @@ func TestRoundTripsStart(t *testing.T) {
 	}
 	if subs := w.mr.PubSubNumSub(a.keys.Events)[a.keys.Events]; subs != 1 {
 		t.Errorf("%d subscriptions to %s, want 1", subs, a.keys.Events)
+	}
+}
+
+// TestRoundTripsStartUncached: on a server that has not cached herd's
+// scripts, the lock check of Start's pipeline is answered NOSCRIPT and is
+// sent again whole (EVAL), and so is the acquire; the probe, sent whole in
+// the pipeline, needs nothing more.
+func TestRoundTripsStartUncached(t *testing.T) {
+	w := newWorld(t)
+	a, wa := w.wiredNode(testConfig("a"), scriptNames(t))
+	w.start(a)
+	if !a.IsMaster() {
+		t.Fatal("the only candidate of a fresh lock is not master")
+	}
+	got := slices.DeleteFunc(wa.take(), func(s string) bool { return s == "registry_put" || s == trackerRead })
+	want := []string{"registry_probe (eval)+info memory+check", "check (eval)", "acquire", "acquire (eval)"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Start sent %q; want %q (registration and tracker read aside)", got, want)
 	}
 }
 

@@ -50,28 +50,25 @@ type backend interface {
 	read(ctx context.Context, ids []string, versioned bool) (scripts.RegistryView, error)
 }
 
-// pickBackend probes the server and returns the backend to use: want, when
-// the server runs it, or the best one it runs when want is BackendAuto.
-func pickBackend(ctx context.Context, c redis.UniversalClient, k scripts.Keys, want Backend) (Backend, error) {
-	native, hpexpire, err := scripts.RegistryProbe(ctx, c, k)
-	if err != nil {
-		return "", fmt.Errorf("probe the server for hash-field expiration: %w", err)
-	}
+// pickBackend returns the backend to use on a server that answered the
+// probe with p: want, when the server runs it, or the best one it runs when
+// want is BackendAuto.
+func pickBackend(p Probed, want Backend) (Backend, error) {
 	switch want {
 	case BackendAuto:
 		switch {
-		case native:
+		case p.Native:
 			return BackendNative, nil
-		case hpexpire:
+		case p.HPExpire:
 			return BackendHPExpire, nil
 		}
 		return BackendEmulated, nil
 	case BackendNative:
-		if !native {
+		if !p.Native {
 			return "", fmt.Errorf("%w: %s needs HSETEX ... PX (Redis 8.0+, Valkey 9.0+)", ErrBackendUnsupported, want)
 		}
 	case BackendHPExpire:
-		if !hpexpire {
+		if !p.HPExpire {
 			return "", fmt.Errorf("%w: %s needs HPEXPIRE (Redis 7.4+)", ErrBackendUnsupported, want)
 		}
 	}

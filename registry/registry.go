@@ -141,6 +141,31 @@ func asSlave(info ProcessInfo) ProcessInfo {
 // keys says, as the election's do. Set ContextTimeoutEnabled on client:
 // go-redis ignores context deadlines otherwise.
 func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Config) (*Registry, error) {
+	return newRegistry(ctx, client, keys, opts, nil)
+}
+
+// Probed is the server's answer to the backend probe that New sends
+// (scripts.RegistryProbe, or scripts.QueueRegistryProbe in a pipeline).
+type Probed struct {
+	// Native: HSETEX ... PX works inside scripts (Redis 8.0+, Valkey 9.0+).
+	Native bool
+	// HPExpire: HPEXPIRE works inside scripts (Redis 7.4+).
+	HPExpire bool
+}
+
+// NewProbed is New for a caller that has already probed the server behind
+// client, in a pipeline of its own with scripts.QueueRegistryProbe (Start
+// of masterelection sends the probe with its other first questions): it
+// chooses the backend from p, as New does from its probe's answer, and asks
+// Redis nothing. A probe that failed (keys.Processes holds something other
+// than a hash, the server is unreachable) has no answer to give: call New,
+// which probes again and reports the failure.
+func NewProbed(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Config, p Probed) (*Registry, error) {
+	return newRegistry(ctx, client, keys, opts, &p)
+}
+
+// newRegistry is New, and NewProbed when probed is not nil.
+func newRegistry(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Config, probed *Probed) (*Registry, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
@@ -160,7 +185,14 @@ func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, o
 	}
 	opts.ProcessTTL = ttlOf(opts.ProcessTTL)
 	want, _ := parseBackend(opts.Backend) // valid: checked above
-	kind, err := pickBackend(ctx, client, keys, want)
+	if probed == nil {
+		native, hpexpire, err := scripts.RegistryProbe(ctx, client, keys)
+		if err != nil {
+			return nil, fmt.Errorf("probe the server for hash-field expiration: %w", err)
+		}
+		probed = &Probed{Native: native, HPExpire: hpexpire}
+	}
+	kind, err := pickBackend(*probed, want)
 	if err != nil {
 		return nil, err
 	}

@@ -539,6 +539,68 @@ func TestNew(t *testing.T) {
 	}
 }
 
+// TestNewProbed: NewProbed chooses the backend from the probe's answer it
+// is given, as New does from its own, and sends nothing to Redis; the
+// answer of a pipelined probe (scripts.QueueRegistryProbe) is New's.
+func TestNewProbed(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	var n counter
+	c.AddHook(&n)
+	ctx := t.Context()
+	keys := scripts.NewKeys("probed-test", false)
+
+	for _, tc := range []struct {
+		name string
+		p    Probed
+		cfg  Config
+		want Backend
+		err  error
+	}{
+		{"auto, both", Probed{Native: true, HPExpire: true}, Config{}, BackendNative, nil},
+		{"auto, hpexpire only", Probed{HPExpire: true}, Config{}, BackendHPExpire, nil},
+		{"auto, neither", Probed{}, Config{}, BackendEmulated, nil},
+		{"hpexpire", Probed{HPExpire: true}, Config{Backend: BackendHPExpire}, BackendHPExpire, nil},
+		{"native without HSETEX", Probed{HPExpire: true}, Config{Backend: BackendNative}, "", ErrBackendUnsupported},
+		{"unknown backend", Probed{}, Config{Backend: "fast"}, "", ErrInvalidConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n.reset()
+			reg, err := NewProbed(ctx, c, keys, tc.cfg, tc.p)
+			if got := n.get(); got != 0 {
+				t.Errorf("NewProbed sent %d round trips, want none", got)
+			}
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("NewProbed = %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil || reg.Backend() != tc.want || reg.ProcessTTL() != DefaultProcessTTL {
+				t.Fatalf("NewProbed = %v (%v); want %s, TTL %s", err, reg, tc.want, DefaultProcessTTL)
+			}
+		})
+	}
+
+	pipe := c.Pipeline()
+	probe := scripts.QueueRegistryProbe(ctx, pipe, keys)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	native, hpexpire, err := probe.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := NewProbed(ctx, c, keys, Config{}, Probed{Native: native, HPExpire: hpexpire})
+	if err != nil || reg.Backend() != BackendNative {
+		t.Errorf("NewProbed with the pipelined probe's answer = %v, %v; want the native backend, as New picks on miniredis", reg, err)
+	}
+	if n := c.Exists(ctx, keys.Processes).Val(); n != 0 {
+		t.Errorf("the pipelined probe left the registry hash behind")
+	}
+}
+
 func TestValidateTimings(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string

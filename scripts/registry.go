@@ -68,6 +68,41 @@ func RegistryProbe(ctx context.Context, c redis.Scripter, k Keys) (native, hpexp
 	if err != nil {
 		return false, false, err
 	}
+	return parseRegistryProbe(reply)
+}
+
+// RegistryProbeCall is the registry probe queued in a pipeline by
+// QueueRegistryProbe; its Result is readable once the pipeline has run.
+type RegistryProbeCall struct{ cmd *redis.Cmd }
+
+// QueueRegistryProbe queues registry_probe.lua in pipe, so that a caller
+// can send the probe together with commands of its own, in one round trip
+// (masterelection's Start does). It queues EVAL with the script's source,
+// not EVALSHA: a pipeline cannot fall back from EVALSHA to EVAL by itself,
+// and a NOSCRIPT would cost a second round trip on a server that has not
+// seen the script, while EVAL costs only the script's bytes on one that has
+// (1.4 kB; a server that has it cached finds it by digest and does
+// not compile it again).
+func QueueRegistryProbe(ctx context.Context, pipe redis.Pipeliner, k Keys) *RegistryProbeCall {
+	return &RegistryProbeCall{cmd: pipe.Eval(ctx, registryProbeSrc, []string{k.Processes}, registryProbeField)}
+}
+
+// Result is what RegistryProbe would have returned: the reply of the queued
+// probe, read after the pipeline ran, with its errors wrapped alike.
+func (p *RegistryProbeCall) Result() (native, hpexpire bool, err error) {
+	const name = "registry probe"
+	reply, err := p.cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, false, unexpected(name, nil)
+	case err != nil:
+		return false, false, fmt.Errorf("%s script: %w%s", name, err, aclHint(name, err))
+	}
+	return parseRegistryProbe(reply)
+}
+
+// parseRegistryProbe reads the reply of registry_probe.lua.
+func parseRegistryProbe(reply any) (native, hpexpire bool, err error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 2 {
 		return false, false, unexpected("registry probe", reply)
