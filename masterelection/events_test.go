@@ -183,7 +183,12 @@ func TestEveryLostFollowsAcquired(t *testing.T) {
 		}
 		nodes = rest
 	}
-	waitFor(t, "last master", nodes[0].IsMaster)
+	// IsMaster turns true before the election-completed that follows
+	// master-acquired is emitted: wait for that event too.
+	waitFor(t, "last master, its election completed", func() bool {
+		evs := nodes[0].rec.roleEvents()
+		return nodes[0].IsMaster() && len(evs) > 0 && evs[len(evs)-1] == "completed:master"
+	})
 	for _, n := range []*node{nodes[0]} {
 		evs := n.rec.roleEvents()
 		holding := false

@@ -41,12 +41,7 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 	var last error // the previous attempt's error
 	for {
 		rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
-		reg, err := registry.New(clock.With(rctx, m.clock), m.client, m.keys, registry.Config{
-			ProcessTTL: m.cfg.ProcessTTL,
-			Backend:    m.cfg.RegistryBackend,
-			Logger:     m.log,
-			OnError:    m.emitError,
-		})
+		reg, err := registry.New(clock.With(rctx, m.clock), m.client, m.keys, m.registryConfig())
 		cancel()
 		if err == nil {
 			return reg, nil

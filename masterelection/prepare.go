@@ -81,7 +81,7 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*subscription, er
 	m.reportEviction(eviction)
 	garbage, answered := first.garbage, first.checked
 	if !answered {
-		garbage, _ = m.garbageLock(openCtx, m.client)
+		garbage, _ = m.garbageLock(openCtx)
 	}
 	if garbage != nil { // no election can work on this lock
 		sub.close()
@@ -116,9 +116,8 @@ type answers struct {
 // on a server that refuses CLIENT MAINT_NOTIFICATIONS (miniredis in this
 // package's tests), writes them beside it, and the race detector says so.
 //
-// The probe goes as EVAL (scripts.QueueRegistryProbe), so it needs no
-// NOSCRIPT fallback; the check goes as EVALSHA, and on a server that has not
-// seen it its EVAL follows, one more round trip (replay). A question whose
+// The two scripts go as EVAL (scripts.QueueRegistryProbe, QueueCheck), so
+// they need no NOSCRIPT fallback. A question whose
 // answer is an error is asked again by prepare: the probe by New's own
 // probe, the others once the registry is open.
 func (m *MasterElection) ask(ctx context.Context) answers {
@@ -131,12 +130,12 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 	var (
 		probe *scripts.RegistryProbeCall
 		info  *redis.StringCmd
-		check *redis.Cmd
+		check *scripts.CheckCall
 	)
 	queue := func(pipe redis.Pipeliner) error {
 		probe = scripts.QueueRegistryProbe(pctx, pipe, m.keys)
 		info = pipe.Info(pctx, "memory")
-		check = m.queueCheck(pctx, pipe)
+		check = scripts.QueueCheck(pctx, pipe, m.keys)
 		return nil
 	}
 	_, _ = srv.Pipelined(pctx, queue) // each command's error is read on its own
@@ -148,7 +147,8 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 		a.probed = &registry.Probed{Native: native, HPExpire: hpexpire}
 	}
 	a.eviction = memoryRead(addr, info)
-	a.garbage, a.checked = m.garbageLock(ctx, replay{Scripter: m.client, cmd: check})
+	st, err := check.Result()
+	a.garbage, a.checked = m.garbageIn(pctx, st, err)
 	return a
 }
 
@@ -173,8 +173,8 @@ func (m *MasterElection) openFirst(ctx context.Context, a answers) (*registry.Re
 	return m.openRegistry(ctx)
 }
 
-// registryConfig is the configuration of the election's registry, as
-// openRegistry (membership.go) builds it for its attempts.
+// registryConfig is the configuration of the election's registry, for
+// openFirst and openRegistry's attempts.
 func (m *MasterElection) registryConfig() registry.Config {
 	return registry.Config{
 		ProcessTTL: m.cfg.ProcessTTL,

@@ -230,7 +230,7 @@ func TestRoundTripsStart(t *testing.T) {
 	w.registered(a, "master")
 	later := wa.settled()
 
-	want := []string{"registry_probe (eval)+info memory+check", "acquire"}
+	want := []string{"registry_probe (eval)+info memory+check (eval)", "acquire"}
 	// The registration may go out before Start returns: it follows the
 	// acquire at once, on the membership goroutine.
 	own := slices.DeleteFunc(slices.Clone(startTrips), func(s string) bool { return s == "registry_put" || s == trackerRead })
@@ -253,9 +253,8 @@ func TestRoundTripsStart(t *testing.T) {
 }
 
 // TestRoundTripsStartUncached: on a server that has not cached herd's
-// scripts, the lock check of Start's pipeline is answered NOSCRIPT and is
-// sent again whole (EVAL), and so is the acquire; the probe, sent whole in
-// the pipeline, needs nothing more.
+// scripts, the pipeline's probe and lock check, sent whole, need nothing
+// more; the acquire is answered NOSCRIPT and is sent again whole (EVAL).
 func TestRoundTripsStartUncached(t *testing.T) {
 	w := newWorld(t)
 	a, wa := w.wiredNode(testConfig("a"), scriptNames(t))
@@ -264,7 +263,7 @@ func TestRoundTripsStartUncached(t *testing.T) {
 		t.Fatal("the only candidate of a fresh lock is not master")
 	}
 	got := slices.DeleteFunc(wa.take(), func(s string) bool { return s == "registry_put" || s == trackerRead })
-	want := []string{"registry_probe (eval)+info memory+check", "check (eval)", "acquire", "acquire (eval)"}
+	want := []string{"registry_probe (eval)+info memory+check (eval)", "acquire", "acquire (eval)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Start sent %q; want %q (registration and tracker read aside)", got, want)
 	}

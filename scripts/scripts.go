@@ -267,6 +267,39 @@ func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
 	if err != nil {
 		return MasterState{}, err
 	}
+	return parseCheck(k, reply)
+}
+
+// CheckCall is the check script queued in a pipeline by QueueCheck; its
+// Result is readable once the pipeline has run.
+type CheckCall struct {
+	k   Keys
+	cmd *redis.Cmd
+}
+
+// QueueCheck queues check.lua in pipe, so that a caller can send the check
+// together with commands of its own in one round trip (masterelection's
+// Start does). It queues EVAL with the script's source, as
+// QueueRegistryProbe does, so the round trip needs no NOSCRIPT fallback.
+func QueueCheck(ctx context.Context, pipe redis.Pipeliner, k Keys) *CheckCall {
+	return &CheckCall{k: k, cmd: pipe.Eval(ctx, checkSrc, []string{k.Master, k.Term})}
+}
+
+// Result is what Check would have returned: the reply of the queued check,
+// read after the pipeline ran, with its errors wrapped alike.
+func (c *CheckCall) Result() (MasterState, error) {
+	reply, err := c.cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return MasterState{}, unexpected("check", nil)
+	case err != nil:
+		return MasterState{}, fmt.Errorf("check script: %w%s", err, aclHint("check", err))
+	}
+	return parseCheck(c.k, reply)
+}
+
+// parseCheck reads the reply of check.lua on the keys k.
+func parseCheck(k Keys, reply any) (MasterState, error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 3 {
 		return MasterState{}, unexpected("check", reply)

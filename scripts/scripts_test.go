@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -213,10 +214,30 @@ func TestReleaseContract(t *testing.T) {
 	}
 }
 
+// checkBoth runs the check script alone (Check) and queued in a pipeline
+// (QueueCheck), and fails when the two answers differ.
+func checkBoth(t *testing.T, c *redis.Client, k scripts.Keys) (scripts.MasterState, error) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := scripts.Check(ctx, c, k)
+	var call *scripts.CheckCall
+	if _, perr := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		call = scripts.QueueCheck(ctx, p, k)
+		return nil
+	}); perr != nil {
+		t.Fatalf("pipeline: %v", perr)
+	}
+	qst, qerr := call.Result()
+	if !reflect.DeepEqual(st, qst) || (err == nil) != (qerr == nil) {
+		t.Fatalf("Check = %+v, %v; QueueCheck = %+v, %v", st, err, qst, qerr)
+	}
+	return st, err
+}
+
 func TestCheckContract(t *testing.T) {
 	mr, c, k := setup(t)
 	ctx := context.Background()
-	st, err := scripts.Check(ctx, c, k)
+	st, err := checkBoth(t, c, k)
 	if err != nil || st.Exists || !st.TermMissing {
 		t.Fatalf("check on a new lock name = %+v, %v", st, err)
 	}
@@ -224,22 +245,22 @@ func TestCheckContract(t *testing.T) {
 	if ok, _ := scripts.Release(ctx, c, k, "n1", a.Term); !ok {
 		t.Fatal("release refused")
 	}
-	if st, err = scripts.Check(ctx, c, k); err != nil || st.Exists || st.TermMissing {
+	if st, err = checkBoth(t, c, k); err != nil || st.Exists || st.TermMissing {
 		t.Fatalf("check after a release = %+v, %v; the term key must remain", st, err)
 	}
 	a, _ = scripts.Acquire(ctx, c, k, "n1", 2*time.Second, nil, 0)
 	mr.FastForward(500 * time.Millisecond)
-	st, err = scripts.Check(ctx, c, k)
+	st, err = checkBoth(t, c, k)
 	if err != nil || !st.Exists || st.NodeID != "n1" || st.Term != a.Term || st.TTL != 1500*time.Millisecond || st.Garbage != "" || st.TermMissing {
 		t.Fatalf("check = %+v, %v", st, err)
 	}
 	mr.Set(k.Term, "banana")
-	if st, _ = scripts.Check(ctx, c, k); !strings.Contains(st.Garbage, "banana") {
+	if st, _ = checkBoth(t, c, k); !strings.Contains(st.Garbage, "banana") {
 		t.Fatalf("garbage term not reported: %+v", st)
 	}
 	mr.Del(k.Master)
 	mr.HSet(k.Master, "a", "b")
-	if st, _ = scripts.Check(ctx, c, k); st.NodeID != "" || !strings.Contains(st.Garbage, k.Master) {
+	if st, _ = checkBoth(t, c, k); st.NodeID != "" || !strings.Contains(st.Garbage, k.Master) {
 		t.Fatalf("garbage lock not reported: %+v", st)
 	}
 }
