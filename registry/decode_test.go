@@ -220,3 +220,64 @@ func BenchmarkSnapshot10k(b *testing.B) {
 		}
 	}
 }
+
+// TestSnapshotOrderFollowsTheIDs checks the sorted ids that snapshotOf
+// keeps from one read to the next: a read with other ids, as many or not,
+// small or decoded in parallel, is sorted again, and a corrupt entry is
+// still left out.
+func TestSnapshotOrderFollowsTheIDs(t *testing.T) {
+	at := time.Date(2026, 11, 22, 5, 6, 7, 123e6, time.UTC)
+	view := func(ids ...string) scripts.RegistryView {
+		v := scripts.RegistryView{Entries: map[string]string{}}
+		for _, id := range ids {
+			b, err := json.Marshal(ProcessInfo{ProcessID: id, NodeID: id, Role: RoleSlave, LastSeen: at, RegisteredAt: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.Entries[id] = string(b)
+		}
+		return v
+	}
+	many := func(n int, skip string, extra ...string) []string {
+		var ids []string
+		for i := range n {
+			if id := fmt.Sprintf("p-%05d", i); id != skip {
+				ids = append(ids, id)
+			}
+		}
+		return append(ids, extra...)
+	}
+	r := &Registry{reported: map[string]uint64{}}
+	for _, tt := range []struct {
+		name string
+		view scripts.RegistryView
+		want []string
+	}{
+		{"first read", view("c", "a", "b"), []string{"a", "b", "c"}},
+		{"same ids", view("b", "c", "a"), []string{"a", "b", "c"}},
+		{"one replaced", view("a", "d", "c"), []string{"a", "c", "d"}},
+		{"one gone", view("d", "a"), []string{"a", "d"}},
+		{"one more", view("d", "a", "b"), []string{"a", "b", "d"}},
+		{"parallel", view(many(3000, "")...), many(3000, "")},
+		{"parallel, same ids", view(many(3000, "")...), many(3000, "")},
+		{"parallel, last replaced", view(many(3000, "p-02999", "p-03000")...), many(3001, "p-02999")},
+		{"parallel, first replaced", view(many(3001, "p-00000")...), many(3001, "p-00000")},
+	} {
+		snap := r.snapshotOf(tt.view)
+		var got []string
+		for i, p := range snap.infos {
+			got = append(got, p.ProcessID)
+			if snap.raws[i] != tt.view.Entries[p.ProcessID] {
+				t.Fatalf("%s: raw of %s is not its entry", tt.name, p.ProcessID)
+			}
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Fatalf("%s: ids %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	v := view("a", "b", "c")
+	v.Entries["b"] = `{"processId":"x"}`
+	if snap := r.snapshotOf(v); len(snap.infos) != 2 || snap.infos[0].ProcessID != "a" || snap.infos[1].ProcessID != "c" {
+		t.Fatalf("with b corrupt: %+v", snap.infos)
+	}
+}
