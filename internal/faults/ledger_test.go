@@ -297,6 +297,29 @@ func newTally(lines []ledgerLine) *tally {
 	return t
 }
 
+// streak says how many schedules in a row have passed since the last one
+// that failed (the ledger is in the order schedules were played), and on
+// which code: a running total that keeps its early failures still shows
+// what the code of today has done.
+func streak(lines []ledgerLine) string {
+	n := 0
+	revs := map[string]bool{}
+	for n < len(lines) && lines[len(lines)-1-n].OK {
+		revs[lines[len(lines)-1-n].Rev] = true
+		n++
+	}
+	if n == len(lines) {
+		return fmt.Sprintf("No schedule has failed: %d in a row.\n\n", n)
+	}
+	last := lines[len(lines)-1-n]
+	s := "s"
+	if n == 1 {
+		s = ""
+	}
+	return fmt.Sprintf("Since the last failed schedule (seed %d on %s, run of %s, code %s): %d schedule%s in a row passed, on code %s.\n\n",
+		last.Seed, last.Server, last.Run, last.Rev, n, s, strings.Join(slices.Sorted(maps.Keys(revs)), ", "))
+}
+
 // checkers lists the checkers in the order the summary shows them: those
 // of Check, then the harness's own.
 var checkers = []string{"overlap", "ctx", "self-fencing", "terms", "failover", "fencing", "membership",
@@ -327,6 +350,7 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 	}
 	fmt.Fprintf(&b, "Running total: %d schedules in %d %s of `make soak`, %s to %s (UTC); latest run: %d schedules, begun %s, code %s.\n\n",
 		all.schedules, len(all.runs), runs, all.firstRun, all.lastRun, run.schedules, latestRun, strings.Join(slices.Sorted(maps.Keys(run.revs)), ", "))
+	b.WriteString(streak(lines))
 	b.WriteString("| soak ledger | running total | latest run |\n|---|---|---|\n")
 	row := func(k string, f func(t *tally) string) { fmt.Fprintf(&b, "| %s | %s | %s |\n", k, f(all), f(run)) }
 	row("schedules (failed)", func(t *tally) string { return fmt.Sprintf("%d (%d)", t.schedules, t.failed) })
@@ -520,6 +544,7 @@ func TestLedger(t *testing.T) {
 	for _, want := range []string{
 		"Running total: 3 schedules in 2 runs of `make soak`, 2026-01-01T00:00:00Z to 2026-01-02T00:00:00Z (UTC); latest run: 2 schedules, begun 2026-01-02T00:00:00Z, code abc1234.",
 		"| schedules (failed) | 3 (1) | 2 (1) |",
+		"Since the last failed schedule (seed 2 on valkey-9.1.2, run of 2026-01-02T00:00:00Z, code abc1234): 1 schedule in a row passed, on code abc1234.",
 		"| &nbsp;&nbsp;on redis-7.0.15 | 2 | 1 |",
 		"| schedules with overlapping faults | 1 | 1 |",
 		"| &nbsp;&nbsp;kill-master | 2 (2) | 1 (1) |",
