@@ -179,13 +179,14 @@ type HandoverResult struct {
 	// OnMasterAcquired ran on the slave that took over.
 	Total []time.Duration
 	// Phases splits Total, per round, at the instants a client hook saw the
-	// master send the release script, the slave send its acquire script and
-	// the slave get the acquire's reply: [0] Stop's work before the release
-	// (loop teardown, handlers), [1] release sent → slave's acquire sent
-	// (release round trip, notice delivery, the slave's loop waking),
-	// [2] the acquire's round trip, [3] reply → OnMasterAcquired (the
-	// event bus).
-	Phases [4][]time.Duration
+	// master send the release script and get its reply, the slave send its
+	// acquire script and get the acquire's reply: [0] Stop's work before the
+	// release (handlers), [1] the release's round trip, [2] the release's
+	// reply → the slave's acquire sent (the notice, the slave's loop waking;
+	// negative when the slave was quicker than the master's own reply),
+	// [3] the acquire's round trip, [4] reply → OnMasterAcquired (the event
+	// bus).
+	Phases [5][]time.Duration
 }
 
 // Handover measures, reps times, a graceful handover at default timings:
@@ -240,7 +241,7 @@ func Handover(ctx context.Context, env *Env, reps int) (HandoverResult, error) {
 		case <-time.After(5 * time.Second):
 		}
 		_ = master.client.Close()
-		rel, _ := mh.first(scripts.ReleaseSHA)
+		rel, relDone := mh.first(scripts.ReleaseSHA)
 		acqSent, acqDone := nh.first(scripts.AcquireSHA)
 		master, mh = next, nh
 		if stopErr != nil {
@@ -250,8 +251,8 @@ func Handover(ctx context.Context, env *Env, reps int) (HandoverResult, error) {
 			return res, fmt.Errorf("handover, round %d: no take-over within 5s of the master's Stop", r+1)
 		}
 		res.Total = append(res.Total, at.Sub(t0))
-		if !rel.IsZero() && !acqSent.IsZero() {
-			for i, d := range []time.Duration{rel.Sub(t0), acqSent.Sub(rel), acqDone.Sub(acqSent), at.Sub(acqDone)} {
+		if !rel.IsZero() && !relDone.IsZero() && !acqSent.IsZero() {
+			for i, d := range []time.Duration{rel.Sub(t0), relDone.Sub(rel), acqSent.Sub(relDone), acqDone.Sub(acqSent), at.Sub(acqDone)} {
 				res.Phases[i] = append(res.Phases[i], d)
 			}
 		}

@@ -175,13 +175,13 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	})
 	step("handover", "graceful handover", func() []Row {
 		res, err := Handover(ctx, env, plan.HandoverReps)
-		var phases [4]string
+		var phases [5]string
 		for i, p := range res.Phases {
 			phases[i] = FormatDuration(Summarize(p).P50)
 		}
 		row := LatencyRow("4", "graceful handover: master Stop → master-acquired on a slave", res.Total, "p50 ≤ 6×, p99 ≤ 20× PING",
-			fmt.Sprintf("Default timings (LockTTL 30s), 2 nodes; from the call of the master's Stop to the slave's OnMasterAcquired handler. Medians of its phases (client hooks): Stop's work before the release script is sent %s; release sent → the slave's acquire sent (release round trip, notice, the slave's loop) %s; the acquire's round trip %s; reply → handler (event bus) %s.",
-				phases[0], phases[1], phases[2], phases[3]))
+			fmt.Sprintf("Default timings (LockTTL 30s), 2 nodes; from the call of the master's Stop to the slave's OnMasterAcquired handler. Medians of its phases (client hooks): Stop's work before the release script is sent %s; the release's round trip %s; its reply → the slave's acquire sent (the notice, the slave's loop) %s; the acquire's round trip %s; reply → handler (event bus) %s.",
+				phases[0], phases[1], phases[2], phases[3], phases[4]))
 		row.Err = err
 		return []Row{row}
 	})
