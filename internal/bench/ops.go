@@ -268,3 +268,29 @@ func RunBenchmark(body func(b *testing.B) error) (Cost, error) {
 
 // BenchFunc returns op's benchmark body for RunBenchmark.
 func (op Op) BenchFunc() func(b *testing.B) error { return op.bench }
+
+// MeasureFromRest calls op.Do n times, each after gap of rest (this
+// goroutine sleeps), with op.Reset untimed after each call, and returns the
+// n durations. A call that follows a rest pays for waking the threads and
+// cores that went idle, which calls sent back to back (Measure) do not:
+// every round trip of a scenario row (a handover's release, a slave's
+// acquire, Start's first call) is such a call.
+func MeasureFromRest(ctx context.Context, op Op, gap time.Duration, n int) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	for range n {
+		if err := sleep(ctx, gap); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		if err := op.Do(ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", op.Name, err)
+		}
+		out = append(out, time.Since(t0))
+		if op.Reset != nil {
+			if err := op.Reset(ctx); err != nil {
+				return nil, fmt.Errorf("%s: reset: %w", op.Name, err)
+			}
+		}
+	}
+	return out, nil
+}

@@ -350,11 +350,19 @@ func opRows(ctx context.Context, env *Env, n int) ([]Row, time.Duration) {
 		}
 		inside[ops[i].Name] = fmt.Sprintf("%.2fµs", us)
 	}
+	// The same PING after a rest: the floor of a round trip that starts from
+	// idle threads, as every round trip of the scenario rows does.
+	rested, err := MeasureFromRest(ctx, ops[0], 10*time.Millisecond, min(n/10, 500))
+	if err != nil {
+		return fail(err)
+	}
 	insideNote := fmt.Sprintf(" Inside Redis (INFO commandstats, mean per call): PING %s, empty script %s, renew %s, check %s, heartbeat %s; the rest of each round trip is loopback, go-redis and the scheduler.",
 		inside["ping"], inside["empty script"], inside["renew"], inside["check"], inside["heartbeat"])
 	rows := []Row{
 		LatencyRow("1", "PING round trip (the baseline)", samples[0], "—",
 			"One client, one connection, calls one after the other; the operations of rows 1, 2 and 6 are interleaved call by call so that load on the machine affects them alike."),
+		LatencyRow("1r", "PING round trip from rest: each after 10 ms of idleness", rested, "—",
+			"The same client and connection, each PING sent after this goroutine slept 10 ms: the round trip pays for waking the idle threads and cores on both sides. Every round trip of the scenario rows (3-5, 8, 9a) starts from rest; row 1 is the floor of calls sent back to back."),
 		LatencyRow("2a", "acquire script, uncontested", samples[1], "≤ 1.15× row 2d",
 			"scripts.Acquire on a free lock with a ProcessInfo JSON of "+fmt.Sprint(len(info))+" bytes (EVALSHA); the lock is released untimed after each call."),
 		LatencyRow("2b", "renew script", samples[2], "≤ 1.15× row 2d", "scripts.Renew with the term, as the master's loop calls it (EVALSHA)."),
