@@ -118,5 +118,6 @@
 // Start runs one loop goroutine that owns every timer and Redis call of the
 // election, one goroutine that reads the events channel, one for the
 // registry entry (membership), one for the slave tracker while master, and
-// two goroutines per event handler (see the On… methods). Stop ends them all.
+// one goroutine per event handler, which calls it for each queued event (see
+// the On… methods). Stop ends them all.
 package masterelection
