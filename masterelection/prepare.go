@@ -117,9 +117,9 @@ type answers struct {
 // package's tests), writes them beside it, and the race detector says so.
 //
 // The two scripts go as EVAL (scripts.QueueRegistryProbe, QueueCheck), so
-// they need no NOSCRIPT fallback. A question whose
-// answer is an error is asked again by prepare: the probe by New's own
-// probe, the others once the registry is open.
+// they need no NOSCRIPT fallback. A question whose answer is an error is
+// asked again by prepare: the probe by New's own probe, the others once the
+// registry is open.
 func (m *MasterElection) ask(ctx context.Context) answers {
 	pctx, cancel := context.WithTimeout(ctx, m.opTimeout())
 	defer cancel()
