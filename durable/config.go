@@ -31,12 +31,29 @@ type Config struct {
 	// about MaxLen × (envelope size + 100 bytes) per inbox at most.
 	// Default: DefaultMaxLen; negative: no limit.
 	MaxLen int64
-	// ReassignBatch is the most entries Reassign moves per script call (one
-	// round trip and one fencing check each). Default: 128.
+	// ReassignBatch is the most entries Reassign moves, and Sweep adopts or
+	// drops, per script call (one round trip and one fencing check each).
+	// Default: 128.
 	ReassignBatch int
-	// ReassignTimeout bounds one Reassign run by ReassignOnRemoved.
-	// Default: 30s.
+	// ReassignTimeout bounds one sweep run by Maintain. Default: 30s.
 	ReassignTimeout time.Duration
+	// SweepInterval is how often Maintain sweeps the inboxes while this
+	// process is master (Router.Sweep), besides at master-acquired and at
+	// each slave-registered and slave-removed event: an inbox whose process
+	// left the registry is moved to the live slaves within this interval of
+	// the registry's removal. Default: 5s.
+	SweepInterval time.Duration
+	// DropBacklog makes a new master drop, instead of adopt, what its
+	// predecessors stored in the inboxes and no slave handled: Sweep (and
+	// the first Send or SendBatch of each mastership, which waits for it)
+	// deletes every entry written under an older term, and Swept.Dropped
+	// and OnSweep count them. Default: false, the new master adopts them
+	// under its own term.
+	DropBacklog bool
+	// OnSweep receives the outcome of each sweep run by Maintain that
+	// adopted, dropped, moved or deleted something, or left an inbox with
+	// no slave to take it. It must not block. Default: nil.
+	OnSweep func(Swept)
 	// ReadCount is the most entries a Consumer reads per XREADGROUP.
 	// Default: 64.
 	ReadCount int64
@@ -44,14 +61,33 @@ type Config struct {
 	// it is also the longest Close waits for the loop to notice. Default: 1s.
 	Block time.Duration
 	// RetryDelay is how long a Consumer waits before it hands an entry whose
-	// handler failed to the handler again, and between attempts after a
-	// Redis error. Default: 1s.
+	// handler failed to the handler again the first time (each later retry
+	// waits twice as long as the one before, up to MaxRetryDelay), and
+	// between attempts after a Redis error. A Consumer also looks at its
+	// pending entries every RetryDelay, so an entry Redis delivered whose
+	// reply was lost is handled within 2 × RetryDelay (plus the handling of
+	// the entries ahead of it). Default: 1s.
 	RetryDelay time.Duration
+	// MaxRetryDelay caps the wait between two deliveries of an entry whose
+	// handler keeps failing. Default: 30s.
+	MaxRetryDelay time.Duration
+	// MaxDeliveries is how many times a Consumer hands one entry to its
+	// handler (all inboxes it went through counted) before it gives up: an
+	// entry whose handler failed on its MaxDeliveries-th delivery, or that
+	// was delivered that often without an outcome (the process stopped
+	// during its handler), moves to the dead-letter stream (scripts.Keys.Dead)
+	// with its last error, where DeadLetters lists, retries or drops it.
+	// Default: DefaultMaxDeliveries; negative: no limit (retried forever).
+	MaxDeliveries int64
+	// OnDead receives each entry a Consumer moved to the dead-letter
+	// stream, on the Consumer's loop goroutine. It must not block.
+	// Default: nil (Consumer.Dead still counts them).
+	OnDead func(DeadLetter)
 	// OpTimeout bounds a Consumer's other calls: creating the group, reading
 	// the term key, acknowledging. Default: 1s.
 	OpTimeout time.Duration
-	// OnError receives the errors of a Consumer's loop and of the runs of
-	// ReassignOnRemoved: stale entries (*pubsub.StaleTermError), entries
+	// OnError receives the errors of a Consumer's loop and of the sweeps of
+	// Maintain: stale entries (*pubsub.StaleTermError), entries
 	// whose term Redis did not confirm (*pubsub.UnverifiedTermError),
 	// entries that could not be handled (*pubsub.MessageError) and Redis
 	// errors (pubsub.ErrConnection). It is called on the goroutine that met
@@ -75,6 +111,9 @@ const (
 	DefaultReadCount       = 64
 	DefaultBlock           = time.Second
 	DefaultRetryDelay      = time.Second
+	DefaultMaxRetryDelay   = 30 * time.Second
+	DefaultMaxDeliveries   = 10
+	DefaultSweepInterval   = 5 * time.Second
 	DefaultOpTimeout       = time.Second
 )
 
@@ -88,6 +127,9 @@ func DefaultConfig() Config {
 		ReadCount:       DefaultReadCount,
 		Block:           DefaultBlock,
 		RetryDelay:      DefaultRetryDelay,
+		MaxRetryDelay:   DefaultMaxRetryDelay,
+		MaxDeliveries:   DefaultMaxDeliveries,
+		SweepInterval:   DefaultSweepInterval,
 		OpTimeout:       DefaultOpTimeout,
 	}
 }
@@ -105,7 +147,8 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"ReassignTimeout", c.ReassignTimeout}, {"Block", c.Block}, {"RetryDelay", c.RetryDelay}, {"OpTimeout", c.OpTimeout}} {
+	}{{"ReassignTimeout", c.ReassignTimeout}, {"Block", c.Block}, {"RetryDelay", c.RetryDelay}, {"MaxRetryDelay", c.MaxRetryDelay},
+		{"SweepInterval", c.SweepInterval}, {"OpTimeout", c.OpTimeout}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s (%s) is negative", d.name, d.v))
 		}
@@ -118,6 +161,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReadCount < 0 {
 		errs = append(errs, fmt.Errorf("ReadCount (%d) is negative", c.ReadCount))
+	}
+	if c.RetryDelay > 0 && c.MaxRetryDelay > 0 && c.MaxRetryDelay < c.RetryDelay {
+		errs = append(errs, fmt.Errorf("MaxRetryDelay (%s) is below RetryDelay (%s)", c.MaxRetryDelay, c.RetryDelay))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -165,6 +211,21 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = d.RetryDelay
+		if c.MaxRetryDelay > 0 {
+			c.RetryDelay = min(c.RetryDelay, c.MaxRetryDelay)
+		}
+	}
+	if c.MaxRetryDelay == 0 {
+		c.MaxRetryDelay = max(d.MaxRetryDelay, c.RetryDelay)
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = d.MaxDeliveries
+	}
+	if c.MaxDeliveries < 0 {
+		c.MaxDeliveries = 0 // no limit
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = d.SweepInterval
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = d.OpTimeout

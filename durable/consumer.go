@@ -37,8 +37,10 @@ type Delivery struct {
 
 // Handler handles one delivery. Returning nil acknowledges the entry (it is
 // deleted and not delivered again); an error, or a panic, leaves it pending
-// to be delivered again after Config.RetryDelay. Handlers run on the
-// Consumer's loop goroutine, one at a time; ctx is cancelled by Close.
+// to be delivered again after Config.RetryDelay, doubled at each retry up to
+// Config.MaxRetryDelay, until its Config.MaxDeliveries-th delivery fails:
+// then it moves to the dead-letter stream. Handlers run on the Consumer's
+// loop goroutine, one at a time; ctx is cancelled by Close.
 type Handler func(ctx context.Context, d Delivery) error
 
 // Consumer is a slave's side of durable routing: it reads its own inbox
@@ -46,13 +48,18 @@ type Handler func(ctx context.Context, d Delivery) error
 // = process id), hands each entry to the handler of its type, and
 // acknowledges it (XACK and XDEL, one round trip) only after the handler
 // returned nil. At Start it first handles the entries it had read and not
-// acknowledged before (a restart under the same process id), then new ones.
+// acknowledged before (a restart under the same process id), then new ones;
+// every Config.RetryDelay it looks at its pending entries again (XPENDING)
+// and takes back (XCLAIM) those due: an entry whose handler failed, once its
+// backoff has passed, and an entry whose delivery reply was lost.
 //
 // Entries are fenced by term as pubsub.Subscriber fences messages: an entry
-// whose term is below the highest master term seen is acknowledged and
-// reported (*pubsub.StaleTermError), never handled; a term above every term
-// verified is checked once against the term key, and refused
-// (*pubsub.UnverifiedTermError, acknowledged) when Redis did not mint it.
+// whose term is below the highest master term seen is never handled; it is
+// acknowledged but left in the inbox and reported (*pubsub.StaleTermError),
+// for the new master to adopt under its own term (Router.Sweep), after which
+// it comes again. A term above every term verified is checked once against
+// the term key, and refused (*pubsub.UnverifiedTermError, acknowledged and
+// deleted) when Redis did not mint it.
 // Its only goroutine is the loop started by Start and stopped (and waited
 // for) by Close. All methods are safe for concurrent use.
 type Consumer struct {
@@ -72,8 +79,8 @@ type Consumer struct {
 
 	// highest is the fence; known is the highest term known to exist
 	// (term key reads, Config.Terms, ObserveTerm); highest <= known.
-	highest, known                                     atomic.Int64
-	handled, rejected, unverified, failed, redelivered atomic.Uint64
+	highest, known                                           atomic.Int64
+	handled, rejected, unverified, failed, redelivered, dead atomic.Uint64
 }
 
 // NewConsumer returns a Consumer of the inbox of processID (its node id).
@@ -178,8 +185,14 @@ func (c *Consumer) HighestTerm() int64 { return c.highest.Load() }
 // Handled returns how many entries were handled and acknowledged.
 func (c *Consumer) Handled() uint64 { return c.handled.Load() }
 
-// Rejected returns how many entries were rejected for a stale term.
+// Rejected returns how many entries were left, not handled, for a stale
+// term: the new master adopts them (they come again under its term) or
+// drops them.
 func (c *Consumer) Rejected() uint64 { return c.rejected.Load() }
+
+// Dead returns how many entries this Consumer moved to the dead-letter
+// stream.
+func (c *Consumer) Dead() uint64 { return c.dead.Load() }
 
 // Unverified returns how many entries were refused because Redis did not
 // confirm their term.
@@ -193,12 +206,24 @@ func (c *Consumer) Failed() uint64 { return c.failed.Load() }
 func (c *Consumer) Redelivered() uint64 { return c.redelivered.Load() }
 
 // createGroup creates the inbox's group at the stream's start (MKSTREAM);
-// a group that exists is kept.
+// a group that exists is kept. The inbox joins the set of inboxes, so the
+// master's sweep finds it also when it never sent to it.
 func (c *Consumer) createGroup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
 	defer cancel()
-	err := c.client.XGroupCreateMkStream(ctx, c.inbox, scripts.InboxGroup, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+	var (
+		create *redis.StatusCmd
+		join   *redis.IntCmd
+	)
+	_, err := c.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		create = p.XGroupCreateMkStream(ctx, c.inbox, scripts.InboxGroup, "0")
+		join = p.SAdd(ctx, c.keys.Inboxes, c.processID)
+		return nil
+	})
+	if err != nil && join != nil && join.Err() == nil && create.Err() != nil && strings.HasPrefix(create.Err().Error(), "BUSYGROUP") {
+		err = nil // the group exists: kept
+	}
+	if err != nil {
 		return fmt.Errorf("durable: create group %q of %q: %w: %w", scripts.InboxGroup, c.inbox, pubsub.ErrConnection, err)
 	}
 	return nil
@@ -226,73 +251,47 @@ func (c *Consumer) readTerm(ctx context.Context) (int64, error) {
 type outcome int
 
 const (
-	settled outcome = iota // acknowledged: handled, rejected or dropped
+	settled outcome = iota // acknowledged: handled, left for adoption, dropped or dead
 	retry                  // left pending: deliver again later
 )
 
 // loop reads and handles until ctx is cancelled. It starts with a pass over
-// the consumer's pending entries (a restart's unacknowledged work), and
-// makes another pass RetryDelay after any delivery failed.
+// the consumer's pending entries (a restart's unacknowledged work), reads
+// new entries, and makes another pass over the pending ones every
+// RetryDelay and after any read error (a reply lost on its way may have left
+// entries pending that this process never saw).
 func (c *Consumer) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	history, cursor := true, "0"
-	passFailed := false
-	var retryAt time.Time
+	first := true
+	var next time.Time // the next pass over the pending entries
 	for ctx.Err() == nil {
-		if history && !time.Now().Before(retryAt) {
-			entries, err := c.read(ctx, cursor, -1)
-			if err != nil {
+		if !time.Now().Before(next) {
+			if err := c.pendingPass(ctx, first); err != nil {
 				c.readFailed(ctx, err)
 				continue
 			}
-			if len(entries) == 0 { // the end of the pending entries
-				cursor = "0"
-				if passFailed {
-					passFailed, retryAt = false, time.Now().Add(c.cfg.RetryDelay)
-				} else {
-					history = false
-				}
-				continue
-			}
-			counts := c.deliveries(ctx, entries)
-			for _, e := range entries {
-				if ctx.Err() != nil {
-					return
-				}
-				cursor = e.ID
-				if c.deliver(ctx, e, counts[e.ID], true) == retry {
-					passFailed = true
-				}
-			}
-			continue
+			first, next = false, time.Now().Add(c.cfg.RetryDelay)
 		}
-		block := c.cfg.Block
-		if history {
-			if d := time.Until(retryAt); d < block {
-				block = max(d, time.Millisecond)
-			}
-		}
-		entries, err := c.read(ctx, ">", block)
+		block := min(c.cfg.Block, max(time.Until(next), time.Millisecond))
+		entries, err := c.read(ctx, block)
 		if err != nil {
 			c.readFailed(ctx, err)
+			next = time.Time{}
 			continue
 		}
 		for _, e := range entries {
 			if ctx.Err() != nil {
 				return
 			}
-			if c.deliver(ctx, e, 1, false) == retry && !history {
-				history, retryAt = true, time.Now().Add(c.cfg.RetryDelay)
-			}
+			c.deliver(ctx, e, 1)
 		}
 	}
 }
 
-// read runs one XREADGROUP from id ("0"-based cursor: pending entries;
-// ">": new ones, waiting up to block).
-func (c *Consumer) read(ctx context.Context, id string, block time.Duration) ([]redis.XMessage, error) {
+// read runs one XREADGROUP of new entries (">"), waiting up to block.
+func (c *Consumer) read(ctx context.Context, block time.Duration) ([]redis.XMessage, error) {
 	streams, err := c.client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: scripts.InboxGroup, Consumer: c.processID, Streams: []string{c.inbox, id},
+		Group: scripts.InboxGroup, Consumer: c.processID, Streams: []string{c.inbox, ">"},
 		Count: c.cfg.ReadCount, Block: block,
 	}).Result()
 	if errors.Is(err, redis.Nil) {
@@ -307,8 +306,73 @@ func (c *Consumer) read(ctx context.Context, id string, block time.Duration) ([]
 	return streams[0].Messages, nil
 }
 
+// pendingPass hands the due entries of this consumer's pending list to
+// deliver: all of them when all is set (at Start: nothing is in flight),
+// otherwise those idle for at least their backoff (backoff). It lists them
+// with XPENDING, which changes nothing, and takes the due ones with XCLAIM,
+// which counts a delivery.
+func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
+	start := "-"
+	for ctx.Err() == nil {
+		opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+		pend, err := c.client.XPendingExt(opCtx, &redis.XPendingExtArgs{
+			Stream: c.inbox, Group: scripts.InboxGroup, Start: start, End: "+", Count: c.cfg.ReadCount, Consumer: c.processID,
+		}).Result()
+		cancel()
+		if err != nil {
+			return err
+		}
+		var due []string
+		counts := make(map[string]int64, len(pend))
+		for _, p := range pend {
+			if all || p.Idle >= c.backoff(p.RetryCount) {
+				due = append(due, p.ID)
+				counts[p.ID] = p.RetryCount + 1
+			}
+		}
+		if len(due) > 0 {
+			opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+			entries, err := c.client.XClaim(opCtx, &redis.XClaimArgs{
+				Stream: c.inbox, Group: scripts.InboxGroup, Consumer: c.processID, Messages: due,
+			}).Result()
+			cancel()
+			if err != nil {
+				return err
+			}
+			for _, e := range entries {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if len(e.Values) == 0 {
+					if e.ID != "" {
+						c.ack(ctx, e.ID) // deleted by a move while pending here (servers that still return it)
+					}
+					continue
+				}
+				c.deliver(ctx, e, counts[e.ID])
+			}
+		}
+		if int64(len(pend)) < c.cfg.ReadCount {
+			return nil
+		}
+		start = "(" + pend[len(pend)-1].ID
+	}
+	return nil
+}
+
+// backoff is how long an entry delivered n times in this inbox waits in the
+// pending list before its next delivery: RetryDelay, doubled for each
+// delivery after the first, at most MaxRetryDelay.
+func (c *Consumer) backoff(n int64) time.Duration {
+	d := c.cfg.RetryDelay
+	for i := int64(1); i < n && d < c.cfg.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.MaxRetryDelay)
+}
+
 // readFailed reports a read error and waits before the next attempt; a
-// missing group (the inbox was deleted by Reassign while this process was
+// missing group (the inbox was deleted by a move while this process was
 // thought gone) is created again at once.
 func (c *Consumer) readFailed(ctx context.Context, err error) {
 	if ctx.Err() != nil {
@@ -328,39 +392,11 @@ func (c *Consumer) readFailed(ctx context.Context, err error) {
 	}
 }
 
-// deliveries returns the delivery counts in this inbox of pending entries
-// just read again (one XPENDING); an entry it cannot tell counts 2, since it
-// was delivered before.
-func (c *Consumer) deliveries(ctx context.Context, entries []redis.XMessage) map[string]int64 {
-	counts := make(map[string]int64, len(entries))
-	for _, e := range entries {
-		counts[e.ID] = 2
-	}
-	opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
-	defer cancel()
-	pend, err := c.client.XPendingExt(opCtx, &redis.XPendingExtArgs{
-		Stream: c.inbox, Group: scripts.InboxGroup, Start: entries[0].ID, End: entries[len(entries)-1].ID,
-		Count: int64(len(entries)), Consumer: c.processID,
-	}).Result()
-	if err != nil {
-		return counts
-	}
-	for _, p := range pend {
-		if _, ok := counts[p.ID]; ok && p.RetryCount > 0 {
-			counts[p.ID] = p.RetryCount
-		}
-	}
-	return counts
-}
-
 // deliver judges and handles one entry; count is its delivery count in this
-// inbox.
-func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64, pending bool) outcome {
+// inbox, this delivery included.
+func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) outcome {
 	raw, ok := e.Values[scripts.InboxFieldMessage].(string)
 	if !ok {
-		if pending && len(e.Values) == 0 {
-			return c.ack(ctx, e.ID) // deleted by a move while pending here: nothing to do
-		}
 		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, scripts.InboxFieldMessage)})
 		return c.ack(ctx, e.ID)
 	}
@@ -394,23 +430,68 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64, p
 		}
 	}
 	if h, ok := c.fence(term); !ok {
+		// Not this master's order: leave it for the master to adopt (or
+		// drop). Acknowledged, so no pass delivers it again; not deleted.
 		c.rejected.Add(1)
 		c.cfg.report(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
-		return c.ack(ctx, e.ID)
+		return c.leave(ctx, e.ID)
 	}
 	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + count}
+	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries > limit {
+		// Delivered that often with no outcome: the process stopped in its
+		// handler each time, or the replies were lost.
+		return c.bury(ctx, e, d, fmt.Errorf("delivered %d times without an outcome (the process stopped during its handler?)", d.Deliveries-1))
+	}
 	if d.Deliveries > 1 {
 		c.redelivered.Add(1)
 	}
 	if err := c.dispatch(ctx, d); err != nil {
 		c.failed.Add(1)
 		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err})
+		if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit {
+			return c.bury(ctx, e, d, err)
+		}
 		return retry
 	}
 	if c.ack(ctx, e.ID) == retry {
 		return retry
 	}
 	c.handled.Add(1)
+	return settled
+}
+
+// bury moves an entry to the dead-letter stream with its last error; when
+// that fails, the entry stays pending and is tried again.
+func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last error) outcome {
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	defer cancel()
+	id, err := scripts.InboxDead(opCtx, c.client, c.keys, scripts.InboxGroup, c.inbox, e.ID, c.processID, d.Deliveries, last.Error())
+	if err != nil {
+		c.cfg.report(fmt.Errorf("durable: move entry %s of %q to the dead letters: %w: %w", e.ID, c.inbox, pubsub.ErrConnection, err))
+		return retry
+	}
+	if id == "" {
+		return settled // moved or acknowledged meanwhile
+	}
+	c.dead.Add(1)
+	if c.cfg.OnDead != nil {
+		raw, _ := e.Values[scripts.InboxFieldMessage].(string)
+		c.cfg.OnDead(DeadLetter{ID: id, Message: d.Message, Raw: raw, Term: d.Term, Inbox: c.processID, Process: c.processID,
+			Deliveries: d.Deliveries, Error: last.Error(), At: time.Now()})
+	}
+	return settled
+}
+
+// leave acknowledges an entry without deleting it: no pass delivers it
+// again, and the master's sweep finds it.
+func (c *Consumer) leave(ctx context.Context, id string) outcome {
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	defer cancel()
+	if err := c.client.XAck(opCtx, c.inbox, scripts.InboxGroup, id).Err(); err != nil {
+		c.failed.Add(1)
+		c.cfg.report(fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
+		return retry
+	}
 	return settled
 }
 

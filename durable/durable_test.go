@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ func TestSendAndConsume(t *testing.T) {
 func TestMessagesWaitForTheSlave(t *testing.T) {
 	_, c := newMini(t)
 	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	register(t, c, "late")
 	for i := range 5 {
 		if _, err := r.Send(testCtx(t), "late", "seq", i); err != nil {
 			t.Fatal(err)
@@ -73,6 +75,7 @@ func TestMessagesWaitForTheSlave(t *testing.T) {
 func TestFailedHandlerIsRetried(t *testing.T) {
 	_, c := newMini(t)
 	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	register(t, c, "s1")
 	log := &errLog{}
 	cfg := fast()
 	cfg.OnError = log.add
@@ -128,6 +131,7 @@ func TestFailedHandlerIsRetried(t *testing.T) {
 func TestRestartHandlesPendingFirst(t *testing.T) {
 	_, c := newMini(t)
 	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	register(t, c, "s1")
 	var ids []string
 	for i := range 3 {
 		id, err := r.Send(testCtx(t), "s1", "seq", i)
@@ -153,36 +157,80 @@ func TestRestartHandlesPendingFirst(t *testing.T) {
 	}
 }
 
-// TestStaleEntriesAreRejected: an entry of a deposed master still in the
-// inbox is acknowledged and reported, never handled, once the slave knows
-// the newer term; the deposed master can add nothing.
-func TestStaleEntriesAreRejected(t *testing.T) {
+// TestStaleEntriesWaitForAdoption: an entry of a deposed master still in
+// the inbox is never handled under its old term by a slave that knows the
+// newer term: it is left in the inbox (acknowledged, not deleted) and
+// reported; the new master's sweep adopts it under its own term, and then
+// it is handled, before the new master's own messages. The deposed master
+// can add nothing.
+func TestStaleEntriesWaitForAdoption(t *testing.T) {
 	_, c := newMini(t)
+	register(t, c, "s1")
 	old := newMaster(t, c, "a")
 	ra := newRouter(t, c, old, nil, fast())
-	if _, err := ra.Send(testCtx(t), "s1", "work", "old"); err != nil {
+	oldID, err := ra.Send(testCtx(t), "s1", "work", "old")
+	if err != nil {
 		t.Fatal(err)
 	}
 	b := takeOver(t, c, "b")
-	_, err := ra.Send(testCtx(t), "s1", "work", "fenced")
+	_, err = ra.Send(testCtx(t), "s1", "work", "fenced")
 	assertFenced(t, "send of the deposed master", err)
-	if _, err := newRouter(t, c, b, nil, fast()).Send(testCtx(t), "s1", "work", "new"); err != nil {
+	con, got, log := startConsumer(t, c, "s1", fast())
+	eventually(t, "the stale entry is met", func() bool { return con.Rejected() == 1 })
+	var stale *pubsub.StaleTermError
+	if errs := log.all(); len(errs) != 1 || !errors.As(errs[0], &stale) || stale.Term != old.Term() || stale.ID != oldID {
+		t.Errorf("errors %v", errs)
+	}
+	if n := c.XLen(testCtx(t), con.Inbox()).Val(); n != 1 || len(got) != 0 {
+		t.Fatalf("inbox holds %d entries, %d handled; want the stale entry left, unhandled", n, len(got))
+	}
+	rb := newRouter(t, c, b, nil, fast())
+	if _, err := rb.Send(testCtx(t), "s1", "work", "new"); err != nil { // adopts first
 		t.Fatal(err)
 	}
-	con, got, log := startConsumer(t, c, "s1", fast())
-	var p string
-	if err := receive(t, got).Decode(&p); err != nil || p != "new" {
-		t.Fatalf("handled %q, %v; want only the new master's message", p, err)
-	}
-	var stale *pubsub.StaleTermError
-	errs := log.all()
-	if con.Rejected() != 1 || len(errs) != 1 || !errors.As(errs[0], &stale) || stale.Term != old.Term() {
-		t.Errorf("rejected %d, errors %v", con.Rejected(), errs)
+	for _, want := range []string{"old", "new"} {
+		d := receive(t, got)
+		var p string
+		if err := d.Decode(&p); err != nil || p != want || d.Term != b.Term() || d.Deliveries != 1 {
+			t.Fatalf("handled %q (%+v), %v; want %q under term %d, first delivery", p, d, err, want, b.Term())
+		}
+		if want == "old" && d.ID != oldID {
+			t.Errorf("adopted message id %s; want %s", d.ID, oldID)
+		}
 	}
 	select {
 	case d := <-got:
 		t.Errorf("also handled %+v", d)
-	default:
+	case <-time.After(100 * time.Millisecond):
+	}
+	res, err := rb.Sweep(testCtx(t), nil)
+	if err != nil || res.Adopted != 0 || res.Inboxes != 1 {
+		t.Errorf("a second sweep: %+v, %v", res, err)
+	}
+}
+
+// TestDropBacklog: a master with DropBacklog deletes its predecessors'
+// entries instead of adopting them, and counts them.
+func TestDropBacklog(t *testing.T) {
+	_, c := newMini(t)
+	register(t, c, "s1", "s2")
+	ra := newRouter(t, c, newMaster(t, c, "a"), nil, fast())
+	for i := range 5 {
+		if _, err := ra.Send(testCtx(t), fmt.Sprintf("s%d", 1+i%2), "work", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fast()
+	cfg.DropBacklog = true
+	rb := newRouter(t, c, takeOver(t, c, "b"), nil, cfg)
+	res, err := rb.Sweep(testCtx(t), nil)
+	if err != nil || res.Dropped != 5 || res.Adopted != 0 || res.Inboxes != 2 {
+		t.Fatalf("sweep: %+v, %v", res, err)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if n := c.XLen(testCtx(t), rb.Inbox(id)).Val(); n != 0 {
+			t.Errorf("%s's inbox holds %d entries", id, n)
+		}
 	}
 }
 
@@ -206,6 +254,7 @@ func TestInboxFull(t *testing.T) {
 	cfg := fast()
 	cfg.MaxLen = 2
 	r := newRouter(t, c, newMaster(t, c, "m"), nil, cfg)
+	register(t, c, "s1", "s2")
 	for i := range 2 {
 		if _, err := r.Send(testCtx(t), "s1", "w", i); err != nil {
 			t.Fatal(err)
@@ -264,6 +313,7 @@ func TestReassign(t *testing.T) {
 	master := newMaster(t, c, "m")
 	live := &slaveList{}
 	r := newRouter(t, c, master, live, fast())
+	register(t, c, "dead")
 	var ids []string
 	for i := range 20 {
 		id, err := r.Send(testCtx(t), "dead", "seq", i)
@@ -325,52 +375,91 @@ func TestReassign(t *testing.T) {
 	}
 }
 
-// fakeEvents is a SlaveEvents the test drives.
+// fakeEvents is an Events the test drives.
 type fakeEvents struct {
+	mu         sync.Mutex
+	acquired   func(context.Context, int64)
 	removed    func(string)
 	registered func(registry.SlaveNode)
 }
 
+func (f *fakeEvents) OnMasterAcquired(fn func(context.Context, int64)) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.acquired = fn
+	return func() { f.mu.Lock(); f.acquired = nil; f.mu.Unlock() }
+}
+
 func (f *fakeEvents) OnSlaveRemoved(fn func(string)) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.removed = fn
-	return func() { f.removed = nil }
+	return func() { f.mu.Lock(); f.removed = nil; f.mu.Unlock() }
 }
 
 func (f *fakeEvents) OnSlaveRegistered(fn func(registry.SlaveNode)) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.registered = fn
-	return func() { f.registered = nil }
+	return func() { f.mu.Lock(); f.registered = nil; f.mu.Unlock() }
 }
 
-// TestReassignOnRemoved: a removal with nobody to take the work leaves it
-// waiting; the next slave to register takes it.
-func TestReassignOnRemoved(t *testing.T) {
+func (f *fakeEvents) subscribed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.acquired != nil || f.removed != nil || f.registered != nil
+}
+
+// TestMaintain: a slave that left the registry after the master sent to it
+// has its inbox moved at the next sweep; with nobody to take the work it
+// waits (an orphan), and the next slave to register takes it.
+func TestMaintain(t *testing.T) {
 	_, c := newMini(t)
 	live := &slaveList{}
 	log := &errLog{}
 	cfg := fast()
 	cfg.OnError = log.add
+	cfg.SweepInterval = time.Hour // only the events sweep here
+	swept := make(chan durable.Swept, 16)
+	cfg.OnSweep = func(s durable.Swept) { swept <- s }
 	r := newRouter(t, c, newMaster(t, c, "m"), live, cfg)
+	register(t, c, "gone")
 	for i := range 3 {
-		if _, err := r.Send(testCtx(t), "dead", "seq", i); err != nil {
+		if _, err := r.Send(testCtx(t), "gone", "seq", i); err != nil {
 			t.Fatal(err)
 		}
 	}
+	unregister(t, c, "gone")
 	ev := &fakeEvents{}
-	stop := r.ReassignOnRemoved(ev, nil)
-	ev.removed("dead")
-	if got := r.Orphans(); len(got) != 1 || got[0] != "dead" || log.count(durable.ErrNoSlaves) != 1 {
-		t.Fatalf("orphans %v, errors %v", got, log.all())
+	stop := r.Maintain(ev, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ev.acquired(ctx, 1)
+	s := <-swept
+	if len(s.Orphans) != 1 || s.Orphans[0] != "gone" || log.count(durable.ErrNoSlaves) != 1 {
+		t.Fatalf("sweep %+v, errors %v", s, log.all())
 	}
+	if got := r.Orphans(); len(got) != 1 || got[0] != "gone" {
+		t.Fatalf("orphans %v", got)
+	}
+	register(t, c, "s1")
 	live.set("s1")
 	ev.registered(registry.SlaveNode{NodeID: "s1"})
+	s = <-swept
+	if s.Moved["gone"] != 3 || len(s.Orphans) != 0 {
+		t.Errorf("sweep after a slave registered: %+v", s)
+	}
 	if got := r.Orphans(); len(got) != 0 {
 		t.Errorf("orphans %v after a slave registered", got)
 	}
 	if n := c.XLen(testCtx(t), r.Inbox("s1")).Val(); n != 3 {
 		t.Errorf("s1's inbox holds %d of 3 entries", n)
 	}
+	if n := c.Exists(testCtx(t), r.Inbox("gone")).Val(); n != 0 {
+		t.Error("the emptied inbox of a process gone is still there")
+	}
 	stop()
-	if ev.removed != nil || ev.registered != nil {
+	if ev.subscribed() {
 		t.Error("still subscribed")
 	}
 }

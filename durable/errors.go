@@ -23,6 +23,11 @@ var (
 	// message of SendBatch, when the slave's inbox already held
 	// Config.MaxLen entries: the message was not added.
 	ErrInboxFull = errors.New("durable: inbox full")
+	// ErrNotRegistered is returned by Router.Send, and is the Outcome.Err
+	// of a message of SendBatch, when the slave is not a live process in
+	// the registry (never registered, removed, or expired): the message was
+	// not added, since no process would read it.
+	ErrNotRegistered = errors.New("durable: not a live process in the registry")
 	// ErrNotSent is matched by the Outcome.Err of each message of SendBatch
 	// that was certainly not added because the batch stopped before or at
 	// its call; the error wraps the reason too.

@@ -2,6 +2,7 @@ package durable_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,8 +32,9 @@ func (h holder) Slaves(context.Context) ([]registry.SlaveNode, error) {
 	return out, nil
 }
 
-// A master stores jobs in two slaves' inboxes; one slave is gone for good,
-// so its jobs are reassigned to the other, which handles them all.
+// A master stores jobs in two slaves' inboxes; one slave leaves the
+// registry for good, so the master's sweep moves its jobs to the other,
+// which handles them all, and a send to the slave that left is refused.
 func Example() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
@@ -44,15 +46,22 @@ func Example() {
 	ctx := context.Background()
 
 	// The election's acquire script makes "master" the master under a term.
-	a, _ := scripts.Acquire(ctx, client, scripts.NewKeys("master-election", false), "master", time.Minute, nil, 0)
+	keys := scripts.NewKeys("master-election", false)
+	a, _ := scripts.Acquire(ctx, client, keys, "master", time.Minute, nil, 0)
+	// Each process's election registers it; here, by hand.
+	mr.HSet(keys.Processes, "worker-1", "{}")
+	mr.HSet(keys.Processes, "worker-2", "{}")
 	router, _ := durable.NewRouter(client, holder{term: a.Term, slaves: []string{"worker-1"}}, nil, durable.Config{})
 	for i, to := range []string{"worker-1", "worker-2", "worker-2"} {
 		if _, err := router.Send(ctx, to, "job", i); err != nil {
 			panic(err)
 		}
 	}
-	res, err := router.Reassign(ctx, "worker-2", nil) // worker-2 is gone
+	mr.HDel(keys.Processes, "worker-2") // worker-2's entry expires: it is gone
+	res, err := router.Sweep(ctx, nil)  // Maintain runs this by itself
 	fmt.Println("moved:", res.Moved, err)
+	_, err = router.Send(ctx, "worker-2", "job", 3)
+	fmt.Println("send to worker-2:", errors.Is(err, durable.ErrNotRegistered))
 
 	done := make(chan struct{})
 	c, _ := durable.NewConsumer(client, "worker-1", durable.Config{Block: 50 * time.Millisecond})
@@ -72,7 +81,8 @@ func Example() {
 	<-done
 	_ = c.Close()
 	// Output:
-	// moved: map[worker-1:2] <nil>
+	// moved: map[worker-2:2] <nil>
+	// send to worker-2: true
 	// worker-1 handled job 0 (delivery 1)
 	// worker-1 handled job 1 (delivery 1)
 	// worker-1 handled job 2 (delivery 1)

@@ -101,6 +101,29 @@ func takeOver(t testing.TB, c redis.UniversalClient, id string) *fakeLeader {
 	return newMaster(t, c, id)
 }
 
+// register writes a live registry entry for each id that has none (no
+// deadline: the registry's native backend), as a process's registration
+// would.
+func register(t testing.TB, c redis.UniversalClient, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if c.HExists(testCtx(t), keys().Processes, id).Val() {
+			continue
+		}
+		if err := c.HSet(testCtx(t), keys().Processes, id, `{"processId":"`+id+`"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// unregister deletes the registry entries of ids, as their expiry would.
+func unregister(t testing.TB, c redis.UniversalClient, ids ...string) {
+	t.Helper()
+	if err := c.HDel(testCtx(t), keys().Processes, ids...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // slaveList is a SlaveLister the test sets.
 type slaveList struct {
 	mu  sync.Mutex
@@ -164,6 +187,7 @@ func (l *errLog) count(target error) int {
 // delivery to the returned channel (buffered) and returns nil.
 func startConsumer(t testing.TB, c redis.UniversalClient, id string, cfg durable.Config) (*durable.Consumer, chan durable.Delivery, *errLog) {
 	t.Helper()
+	register(t, c, id)
 	log := &errLog{}
 	if cfg.OnError == nil {
 		cfg.OnError = log.add

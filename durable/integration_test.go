@@ -92,6 +92,7 @@ func TestIntegrationKilledSlaveLosesNothing(t *testing.T) {
 		const ledger = "test:ledger"
 		live := &slaveList{}
 		live.set("victim", "s1", "s2")
+		register(t, c, "victim", "s1", "s2")
 		r := newRouter(t, c, newMaster(t, c, "m"), live, fast())
 		victim := startNode(t, inst.Addr, "victim", ledger, time.Millisecond)
 		var survivors []*durable.Consumer
@@ -210,6 +211,7 @@ func TestIntegrationDeposedMasterMidSend(t *testing.T) {
 		old := newMaster(t, c, "a")
 		live := &slaveList{}
 		live.set("s1", "s2")
+		register(t, c, "s1", "s2")
 		ra := newRouter(t, c, old, live, fast())
 		var mu sync.Mutex
 		ok, fenced, other := 0, 0, []error(nil)
@@ -301,6 +303,11 @@ func TestIntegrationCluster(t *testing.T) {
 	l.master.Store(true)
 	live := &slaveList{}
 	live.set("s1")
+	for _, id := range []string{"gone", "s1"} {
+		if err := c.HSet(testCtx(t), k.Processes, id, "{}").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := newRouter(t, c, l, live, cfg)
 	if got := r.Inbox("s9"); !strings.HasPrefix(got, "{") {
 		t.Fatalf("inbox %q has no hash tag", got)
@@ -322,7 +329,8 @@ func TestIntegrationCluster(t *testing.T) {
 // docs/topologies.md gives, for lock name master-election.
 var durableACL = []any{"ACL", "SETUSER", "durable", "reset", "on", ">secret", "-@all",
 	"+evalsha", "+eval", "+get", "+multi", "+exec",
-	"+xadd", "+xlen", "+xrange", "+xpending", "+xack", "+xdel", "+del", "+xreadgroup", "+xgroup|create",
+	"+xadd", "+xlen", "+xrange", "+xpending", "+xclaim", "+xack", "+xdel", "+del", "+exists", "+xreadgroup", "+xgroup|create",
+	"+hexists", "+zscore", "+time", "+sadd", "+srem", "+smembers",
 	"~master-election:*"}
 
 // TestIntegrationACL: a user granted only the commands docs/topologies.md
@@ -342,6 +350,7 @@ func TestIntegrationACL(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		live := &slaveList{}
 		live.set("s1")
+		register(t, admin, "gone", "s1")
 		r := newRouter(t, c, newMaster(t, admin, "m"), live, fast())
 		for i := range 3 {
 			if _, err := r.Send(testCtx(t), "gone", "w", i); err != nil {
@@ -377,6 +386,7 @@ func TestIntegrationRestartedSlaveHandlesItsPendingFirst(t *testing.T) {
 		inst := redistest.Start(t, srv)
 		c := inst.Client(t)
 		r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+		register(t, c, "s1")
 		const n = 400
 		var sent []string
 		for i := range n {

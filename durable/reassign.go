@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -83,8 +81,8 @@ func (r Reassigned) Total() int {
 // acknowledged (delivered and unacknowledged, or not delivered yet) to the
 // inboxes of the live slaves, each to the slave pick chooses (nil:
 // PickRendezvous), and deletes the emptied inbox. Call it when fromID is
-// gone for good: when the election reports it removed (ReassignOnRemoved
-// does), or for an inbox left behind.
+// gone for good; Sweep (and so Maintain) calls it for every inbox whose
+// process is no longer live in the registry.
 //
 // Each batch of up to Config.ReassignBatch entries is one script call that
 // checks, in the same atomic step as the moves, that this process still
@@ -186,83 +184,4 @@ func (r *Router) liveSlaves(ctx context.Context, fromID string) ([]string, error
 		return nil, fmt.Errorf("reassign the inbox of %q: %w", fromID, ErrNoSlaves)
 	}
 	return ids, nil
-}
-
-// SlaveEvents is the part of the election ReassignOnRemoved listens to;
-// *masterelection.MasterElection implements it (its handlers run on
-// goroutines of their own).
-type SlaveEvents interface {
-	OnSlaveRemoved(fn func(nodeID string)) (unsubscribe func())
-	OnSlaveRegistered(fn func(registry.SlaveNode)) (unsubscribe func())
-}
-
-// ReassignOnRemoved runs Reassign(fromID, pick) by itself each time events
-// reports the slave fromID removed, while this process is master, each run
-// bounded by Config.ReassignTimeout. When a run finds no live slave
-// (ErrNoSlaves) or fails, the inbox is remembered and reassigned again when
-// a slave registers; a slave that registers under the removed id takes its
-// own inbox back instead (it is forgotten). Errors go to Config.OnError.
-// The returned function unsubscribes; a run already going finishes.
-//
-// It has no goroutine of its own: runs happen on the goroutines events
-// calls its handlers on.
-func (r *Router) ReassignOnRemoved(events SlaveEvents, pick Pick) (unsubscribe func()) {
-	run := func(fromID string) {
-		if !r.leader.IsMaster() {
-			return
-		}
-		// The event has no ctx of its own: a fresh one, bounded.
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ReassignTimeout)
-		defer cancel()
-		if _, err := r.Reassign(ctx, fromID, pick); err != nil {
-			r.orphans.add(fromID)
-			r.cfg.report(err)
-			return
-		}
-		r.orphans.remove(fromID)
-	}
-	u1 := events.OnSlaveRemoved(run)
-	u2 := events.OnSlaveRegistered(func(n registry.SlaveNode) {
-		r.orphans.remove(n.NodeID)
-		for _, id := range r.orphans.list() {
-			run(id)
-		}
-	})
-	return func() { u1(); u2() }
-}
-
-// Orphans returns the slaves whose inboxes ReassignOnRemoved could not
-// reassign yet (sorted).
-func (r *Router) Orphans() []string { return r.orphans.list() }
-
-// orphans is the set of removed slaves whose inboxes wait for a taker.
-type orphans struct {
-	mu  sync.Mutex
-	ids map[string]bool // guarded by mu
-}
-
-func (o *orphans) add(id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.ids == nil {
-		o.ids = map[string]bool{}
-	}
-	o.ids[id] = true
-}
-
-func (o *orphans) remove(id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.ids, id)
-}
-
-func (o *orphans) list() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	ids := make([]string, 0, len(o.ids))
-	for id := range o.ids {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
 }

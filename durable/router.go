@@ -35,7 +35,8 @@ type Router struct {
 	keys   scripts.Keys
 	now    func() time.Time
 
-	orphans orphans // ReassignOnRemoved's inboxes waiting for a slave
+	backlog backlog // the predecessors' entries taken over, per term
+	orphans orphans // inboxes the last sweep could not move: no slave
 }
 
 // NewRouter returns a Router writing through client on behalf of leader,
@@ -72,12 +73,19 @@ func (r *Router) Inbox(slaveID string) string { return r.keys.Inbox(slaveID) }
 // of pubsub's route script). It returns the message's id. payload is
 // encoded as pubsub.Router.Send encodes it.
 //
+// The first Send or SendBatch of a mastership first takes over what the
+// predecessors stored in the inboxes (Router.Sweep's adoption, or its drop
+// with Config.DropBacklog), so in each inbox the adopted entries come before
+// this master's own; an error of that step is returned and nothing is sent.
+//
 // A nil error means Redis stored the message in the inbox: the slave will
 // get it when it next reads, also after a restart, or another slave will
-// when Reassign moves it. It returns ErrNotMaster when this process is not
-// master, an error matching both ErrNotMaster and scripts.ErrFenced when
-// Redis's lock is not this process's under that term (nothing was added),
-// ErrInboxFull when the inbox holds Config.MaxLen entries, and an error
+// when Reassign or a sweep moves it. It returns ErrNotMaster when this
+// process is not master, an error matching both ErrNotMaster and
+// scripts.ErrFenced when Redis's lock is not this process's under that term
+// (nothing was added), ErrNotRegistered when slaveID is not a live process
+// in the registry, ErrInboxFull when the inbox holds Config.MaxLen entries,
+// and an error
 // matching pubsub.ErrInvalidName, ErrInvalidPayload or ErrPayloadTooLarge
 // for bad input. On any other error (a timeout, a lost connection) the
 // message may or may not have been added.
@@ -97,10 +105,22 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 	if err != nil {
 		return "", fmt.Errorf("send to slave %q: %w", slaveID, err)
 	}
-	if ids[0] == "" {
-		return "", fmt.Errorf("send to slave %q: %w (%d entries)", slaveID, ErrInboxFull, r.cfg.MaxLen)
+	if err := r.refused(slaveID, ids[0]); err != nil {
+		return "", err
 	}
 	return id, nil
+}
+
+// refused turns the entry id inbox_send returned for a message to slaveID
+// into the error of a message it did not add, or nil.
+func (r *Router) refused(slaveID, entryID string) error {
+	switch entryID {
+	case scripts.SentFull:
+		return fmt.Errorf("send to slave %q: %w (%d entries)", slaveID, ErrInboxFull, r.cfg.MaxLen)
+	case scripts.SentNotLive:
+		return fmt.Errorf("send to slave %q: %w", slaveID, ErrNotRegistered)
+	}
+	return nil
 }
 
 // term returns this process's live term, or ErrNotMaster.
@@ -115,9 +135,13 @@ func (r *Router) term() (int64, error) {
 	return term, nil
 }
 
-// send runs the inbox_send script; a fenced call's scripts.ErrFenced
-// matches ErrNotMaster too.
+// send runs the inbox_send script, after the mastership's takeover of its
+// predecessors' entries; a fenced call's scripts.ErrFenced matches
+// ErrNotMaster too.
 func (r *Router) send(ctx context.Context, term int64, msgs []scripts.Queued) ([]string, error) {
+	if err := r.takeOver(ctx, term); err != nil {
+		return nil, err
+	}
 	ids, err := scripts.InboxSend(ctx, r.client, r.keys, r.leader.NodeID(), term, r.cfg.MaxLen, msgs)
 	if err != nil {
 		return nil, err
@@ -131,7 +155,7 @@ type Outcome struct {
 	// SendBatch stopped before stamping it.
 	ID string
 	// Err is nil when Redis stored the message in the slave's inbox.
-	// Otherwise it matches ErrInboxFull (not added), pubsub.ErrInvalidName,
+	// Otherwise it matches ErrInboxFull or ErrNotRegistered (not added), pubsub.ErrInvalidName,
 	// ErrInvalidPayload or ErrPayloadTooLarge (refused before anything was
 	// sent), ErrNotSent (certainly not added; it wraps why the batch
 	// stopped), or it is the error of the call that carried the message
@@ -218,9 +242,7 @@ func (r *Router) SendBatch(ctx context.Context, msgs []pubsub.Outgoing) (BatchRe
 			return err
 		}
 		for j, i := range idx {
-			if ids[j] == "" {
-				res.Outcomes[i].Err = fmt.Errorf("slave %q: %w (%d entries)", msgs[i].SlaveID, ErrInboxFull, r.cfg.MaxLen)
-			}
+			res.Outcomes[i].Err = r.refused(msgs[i].SlaveID, ids[j])
 		}
 		return nil
 	}

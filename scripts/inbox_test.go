@@ -36,13 +36,25 @@ func TestInboxSendContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	in1, in2 := k.Inbox("s1"), k.Inbox("s2")
-	msgs := []scripts.Queued{{Inbox: in1, Message: []byte("a")}, {Inbox: in2, Message: []byte("b")}, {Inbox: in1, Message: []byte("c")}, {Inbox: in1, Message: []byte("d")}}
+	live(t, c, k, "s1", "s2")
+	// Not live: never registered, or (emulated registry) past its deadline.
+	c.HSet(ctx, k.Processes, "late", "{}")
+	c.ZAdd(ctx, k.ProcessesExpiry, redis.Z{Member: "late", Score: float64(now.Add(-time.Second).UnixMilli())})
+	c.ZAdd(ctx, k.ProcessesExpiry, redis.Z{Member: "s2", Score: float64(now.Add(time.Minute).UnixMilli())})
+	msgs := []scripts.Queued{{Inbox: in1, Message: []byte("a")}, {Inbox: in2, Message: []byte("b")}, {Inbox: in1, Message: []byte("c")}, {Inbox: in1, Message: []byte("d")},
+		{Inbox: k.Inbox("ghost"), Message: []byte("e")}, {Inbox: k.Inbox("late"), Message: []byte("f")}}
 	ids, err := scripts.InboxSend(ctx, c, k, "m", a.Term, 2, msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != 4 || ids[0] == "" || ids[1] == "" || ids[2] == "" || ids[3] != "" {
-		t.Fatalf("ids %q; want three entries and the fourth refused (cap 2)", ids)
+	if len(ids) != 6 || ids[0] == "" || ids[1] == "" || ids[2] == "" || ids[3] != scripts.SentFull || ids[4] != scripts.SentNotLive || ids[5] != scripts.SentNotLive {
+		t.Fatalf("ids %q; want three entries, the fourth refused (cap 2), the last two not live", ids)
+	}
+	if n := c.Exists(ctx, k.Inbox("ghost"), k.Inbox("late")).Val(); n != 0 {
+		t.Errorf("%d inboxes of processes not live were created", n)
+	}
+	if got := c.SMembers(ctx, k.Inboxes).Val(); len(got) != 2 {
+		t.Errorf("inbox set %q; want s1 and s2", got)
 	}
 	es, err := c.XRange(ctx, in1, "-", "+").Result()
 	if err != nil || len(es) != 2 || es[0].ID != ids[0] || es[1].Values["m"] != "c" || es[0].Values["t"] != strTerm(a.Term) {
@@ -79,6 +91,7 @@ func TestInboxMoveContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	from, to := k.Inbox("dead"), k.Inbox("live")
+	live(t, c, k, "dead")
 	ids, err := scripts.InboxSend(ctx, c, k, "m", a.Term, 0, []scripts.Queued{{Inbox: from, Message: []byte("x")}, {Inbox: from, Message: []byte("y")}})
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +135,9 @@ func TestInboxMoveContract(t *testing.T) {
 	if n := c.Exists(ctx, from).Val(); n != 0 {
 		t.Errorf("the emptied inbox still exists")
 	}
+	if got := c.SMembers(ctx, k.Inboxes).Val(); len(got) != 1 || got[0] != "live" {
+		t.Errorf("inbox set %q; want only the inbox moved to", got)
+	}
 	if _, err := scripts.InboxMove(ctx, c, k, "m", a.Term, scripts.InboxGroup, from, []scripts.Move{{EntryID: "nope", To: to}}); err == nil || !strings.Contains(err.Error(), "not a stream entry id") {
 		t.Errorf("bad id: %v", err)
 	}
@@ -131,6 +147,141 @@ func TestInboxMoveContract(t *testing.T) {
 }
 
 func strTerm(t int64) string { return strconv.FormatInt(t, 10) }
+
+// live registers ids in the registry hash (no deadline: the native
+// backend's form).
+func live(t *testing.T, c *redis.Client, k scripts.Keys, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if err := c.HSet(context.Background(), k.Processes, id, "{}").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestInboxAdoptContract: entries of older terms at an inbox's head are
+// added again under the caller's term with their deliveries (or dropped),
+// the walk stops at the caller's term, the budget bounds a call, an inbox
+// gone leaves the set, the empty inbox of a process not live is deleted,
+// and only the holder under its term changes anything.
+func TestInboxAdoptContract(t *testing.T) {
+	_, c, k := setup(t)
+	ctx := context.Background()
+	a, err := scripts.Acquire(ctx, c, k, "a", time.Minute, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live(t, c, k, "s1", "s2")
+	in1 := k.Inbox("s1")
+	var old []string
+	for _, m := range []string{"x", "y", "z"} {
+		ids, err := scripts.InboxSend(ctx, c, k, "a", a.Term, 0, []scripts.Queued{{Inbox: in1, Message: []byte(m)}, {Inbox: k.Inbox("s2"), Message: []byte(m)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, ids[0])
+	}
+	c.XGroupCreateMkStream(ctx, in1, scripts.InboxGroup, "0")
+	c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: scripts.InboxGroup, Consumer: "s1", Streams: []string{in1, ">"}, Count: 1})
+	c.HDel(ctx, k.Processes, "s2") // s2 leaves the registry
+	c.SAdd(ctx, k.Inboxes, "nothing")
+	c.Del(ctx, k.Master)
+	b, err := scripts.Acquire(ctx, c, k, "b", time.Minute, nil, 0)
+	if err != nil || b.Term <= a.Term {
+		t.Fatal(b, err)
+	}
+	if _, err := scripts.InboxAdopt(ctx, c, k, "a", a.Term, scripts.InboxGroup, scripts.AdoptKeep, 10, []string{"s1"}); !errors.Is(err, scripts.ErrFenced) {
+		t.Fatalf("adopt by the deposed master: %v; want ErrFenced", err)
+	}
+	st, err := scripts.InboxAdopt(ctx, c, k, "b", b.Term, scripts.InboxGroup, scripts.AdoptKeep, 2, []string{"s1", "s2", "nothing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []scripts.InboxState{{More: true, Live: true, Taken: 2}, {More: true}, {Gone: true}}
+	if len(st) != 3 || st[0] != want[0] || st[1] != want[1] || st[2] != want[2] {
+		t.Fatalf("states %+v; want %+v", st, want)
+	}
+	st, err = scripts.InboxAdopt(ctx, c, k, "b", b.Term, scripts.InboxGroup, scripts.AdoptKeep, 10, []string{"s1"})
+	if err != nil || len(st) != 1 || st[0] != (scripts.InboxState{Live: true, Taken: 1}) {
+		t.Fatalf("second call: %+v, %v", st, err)
+	}
+	es := c.XRange(ctx, in1, "-", "+").Val()
+	if len(es) != 3 {
+		t.Fatalf("inbox after adoption: %+v", es)
+	}
+	for i, e := range es {
+		d := "0"
+		if i == 0 {
+			d = "1" // read once by s1 before
+		}
+		if e.Values["m"] != []string{"x", "y", "z"}[i] || e.Values["t"] != strTerm(b.Term) || e.Values["d"] != d || e.ID == old[i] {
+			t.Errorf("entry %d: %+v", i, e)
+		}
+	}
+	if p := c.XPending(ctx, in1, scripts.InboxGroup).Val(); p.Count != 0 {
+		t.Errorf("%d entries still pending under their old ids", p.Count)
+	}
+	st, err = scripts.InboxAdopt(ctx, c, k, "b", b.Term, scripts.InboxGroup, scripts.AdoptDrop, 10, []string{"s1", "s2"})
+	if err != nil || st[0] != (scripts.InboxState{Live: true}) || st[1] != (scripts.InboxState{Gone: true, Taken: 3}) {
+		t.Fatalf("drop: %+v, %v", st, err)
+	}
+	if c.Exists(ctx, k.Inbox("s2")).Val() != 0 || c.SIsMember(ctx, k.Inboxes, "s2").Val() || c.SIsMember(ctx, k.Inboxes, "nothing").Val() {
+		t.Error("the emptied inbox of a process not live, or an id without an inbox, remains")
+	}
+	if _, err := scripts.InboxAdopt(ctx, c, k, "b", b.Term, scripts.InboxGroup, "keep", 10, []string{"s1"}); err == nil {
+		t.Error("an unknown mode was accepted")
+	}
+}
+
+// TestDeadLetterContract: an entry moves to the dead-letter stream with its
+// why and leaves the inbox; a retry puts it back under the current term
+// into a live process's inbox only.
+func TestDeadLetterContract(t *testing.T) {
+	_, c, k := setup(t)
+	ctx := context.Background()
+	a, err := scripts.Acquire(ctx, c, k, "m", time.Minute, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live(t, c, k, "s1")
+	in := k.Inbox("s1")
+	ids, err := scripts.InboxSend(ctx, c, k, "m", a.Term, 0, []scripts.Queued{{Inbox: in, Message: []byte("poison")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.XGroupCreateMkStream(ctx, in, scripts.InboxGroup, "0")
+	c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: scripts.InboxGroup, Consumer: "s1", Streams: []string{in, ">"}, Count: 1})
+	dead, err := scripts.InboxDead(ctx, c, k, scripts.InboxGroup, in, ids[0], "s1", 10, "boom")
+	if err != nil || dead == "" {
+		t.Fatalf("dead: %q, %v", dead, err)
+	}
+	if again, err := scripts.InboxDead(ctx, c, k, scripts.InboxGroup, in, ids[0], "s1", 10, "boom"); err != nil || again != "" {
+		t.Errorf("second dead of the same entry: %q, %v", again, err)
+	}
+	es := c.XRange(ctx, k.Dead, "-", "+").Val()
+	if len(es) != 1 || es[0].Values["m"] != "poison" || es[0].Values["e"] != "boom" || es[0].Values["d"] != "10" || es[0].Values["p"] != "s1" || es[0].Values["i"] != in || es[0].Values["t"] != strTerm(a.Term) {
+		t.Fatalf("dead letters %+v", es)
+	}
+	if c.XLen(ctx, in).Val() != 0 || c.XPending(ctx, in, scripts.InboxGroup).Val().Count != 0 {
+		t.Error("the entry is still in the inbox")
+	}
+	if _, err := scripts.DeadRetry(ctx, c, k, dead, "ghost"); !errors.Is(err, scripts.ErrNotLive) {
+		t.Errorf("retry to a process not live: %v", err)
+	}
+	c.Del(ctx, k.Master)
+	b, _ := scripts.Acquire(ctx, c, k, "m2", time.Minute, nil, 0)
+	entry, err := scripts.DeadRetry(ctx, c, k, dead, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	es = c.XRange(ctx, in, "-", "+").Val()
+	if len(es) != 1 || es[0].ID != entry || es[0].Values["m"] != "poison" || es[0].Values["t"] != strTerm(b.Term) || es[0].Values["d"] != nil {
+		t.Errorf("retried entry %+v", es)
+	}
+	if _, err := scripts.DeadRetry(ctx, c, k, dead, "s1"); !errors.Is(err, scripts.ErrNoDeadLetter) {
+		t.Errorf("second retry: %v", err)
+	}
+}
 
 // commandNames records the name of every command a client sends.
 type commandNames struct{ names []string }
@@ -158,6 +309,7 @@ func TestLoadCachesTheInboxScripts(t *testing.T) {
 	if err := scripts.Load(ctx, c); err != nil {
 		t.Fatal(err)
 	}
+	live(t, c, k, "a")
 	h := &commandNames{}
 	c.AddHook(h)
 	ids, err := scripts.InboxSend(ctx, c, k, "m", a.Term, 0, []scripts.Queued{{Inbox: k.Inbox("a"), Message: []byte("x")}})

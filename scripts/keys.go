@@ -65,6 +65,15 @@ type Keys struct {
 	// Control is the pub/sub channel of operators' requests to the master
 	// (a remote Transfer).
 	Control string
+	// Inboxes is the set of the process ids that have a durable inbox
+	// (Inbox): the scripts that write an inbox add its id, a Consumer adds
+	// its own at Start, and the master's sweep removes the ids whose inbox
+	// is gone. It is how the master finds every inbox without SCAN.
+	Inboxes string
+	// Dead is the dead-letter stream of durable routing: the entries a
+	// Consumer gave up on after too many deliveries, each with its last
+	// error, until an operator retries or drops it.
+	Dead string
 }
 
 // NewKeys returns the names for lockName. When cluster is true the prefix is
@@ -90,16 +99,18 @@ func NewKeys(lockName string, cluster bool) Keys {
 		RegistryEvents:   prefix + ":registry-events",
 		MasterInbox:      prefix + ":master-inbox",
 		Control:          prefix + ":control",
+		Inboxes:          prefix + ":inboxes",
+		Dead:             prefix + ":dead",
 	}
 }
 
 // Stored returns every key herd may write for this election (channels
 // excluded), for tools that remove an election's data. The durable inboxes
-// (Inbox) are not listed, since there is one per process id: InboxPattern
-// matches them all.
+// (Inbox) are not listed, since there is one per process id: the set
+// Inboxes lists them, and InboxPattern matches them all.
 func (k Keys) Stored() []string {
 	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor,
-		k.Processes, k.ProcessesExpiry, k.ProcessesVersion}
+		k.Processes, k.ProcessesExpiry, k.ProcessesVersion, k.Inboxes, k.Dead}
 }
 
 // InboxGroup is the consumer group of every durable inbox (Keys.Inbox): the

@@ -76,7 +76,7 @@ var (
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript, checkScript, routeScript,
 		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript,
-		inboxSendScript, inboxMoveScript} {
+		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("scripts: load: %w", err)
 		}
@@ -437,8 +437,11 @@ var scriptCommands = map[string]string{
 	"check":           "GET, PTTL",
 	"route":           "GET, PUBLISH",
 	"route batch":     "GET, PUBLISH",
-	"inbox send":      "GET, XLEN, XADD",
-	"inbox move":      "GET, XRANGE, XPENDING, XADD, XACK, XDEL, XLEN, DEL",
+	"inbox send":      "GET, HEXISTS, ZSCORE, TIME, SADD, XLEN, XADD",
+	"inbox move":      "GET, XRANGE, XPENDING, XADD, SADD, XACK, XDEL, XLEN, DEL, SREM",
+	"inbox adopt":     "GET, TIME, HEXISTS, ZSCORE, EXISTS, XRANGE, XPENDING, XADD, XACK, XDEL, XLEN, DEL, SREM",
+	"inbox dead":      "XRANGE, XADD, XACK, XDEL",
+	"dead retry":      "XRANGE, HEXISTS, ZSCORE, TIME, GET, XADD, SADD, XDEL",
 	"registry probe":  "TYPE, HSETEX, HPEXPIRE, HSET, HDEL",
 	"registry put":    "GET, HEXISTS, TIME, SET, HSETEX or HSET + HPEXPIRE or ZSCORE + ZADD, PUBLISH",
 	"registry remove": "HGET, ZSCORE, TIME, GET, HDEL, ZREM, SET, PUBLISH",

@@ -216,7 +216,10 @@ func run(ctx context.Context, newClient func() *redis.Client, o options, out io.
 	}
 	master, victim := nodes[0], nodes[2]
 	say("node-1 is master (term %d); node-2, node-3, node-4 are slaves", master.m.Term())
-	router, err := durable.NewRouter(master.client, master.m, nil, durable.Config{OnError: func(err error) { say("reassign: %v", err) }})
+	router, err := durable.NewRouter(master.client, master.m, nil, durable.Config{
+		OnError:       func(err error) { say("sweep: %v", err) },
+		SweepInterval: time.Second,
+	})
 	if err != nil {
 		return s, err
 	}
@@ -226,7 +229,7 @@ func run(ctx context.Context, newClient func() *redis.Client, o options, out io.
 			removed <- time.Now()
 		}
 	})
-	stop := router.ReassignOnRemoved(master.m, nil) // PickRendezvous
+	stop := router.Maintain(master.m, nil) // PickRendezvous
 	defer stop()
 	if err := waitFor(ctx, 10*time.Second, func() bool {
 		sl, err := master.m.Slaves(ctx)

@@ -30,9 +30,10 @@
 //
 // With -durable the node also routes through package durable: the master
 // adds one message per slave per -send tick to the slave's inbox
-// (faults.KindDurableStored when Send returns nil) and reassigns a removed
-// slave's inbox to the others (ReassignOnRemoved); every node consumes its
-// own inbox (faults.KindDurableHandled, faults.KindDurableRejected).
+// (faults.KindDurableStored when Send returns nil) and keeps the inboxes
+// swept (Router.Maintain: the predecessors' entries adopted, a removed
+// slave's inbox moved to the others); every node consumes its own inbox
+// (faults.KindDurableHandled, faults.KindDurableRejected).
 //
 // -unsafe-ctx-delay (or HERD_NODE_UNSAFE_CTX_DELAY) is for the suite's own
 // tests only: it makes the node read, instead of each ctx, a copy that ends
@@ -709,7 +710,7 @@ func sendDurable(ctx context.Context, dr *durable.Router, o options, out *record
 	switch {
 	case err == nil:
 		out.write(faults.Record{Kind: faults.KindDurableStored, Term: term, Seq: seq, Peer: slave, Detail: id, Begin: begin})
-	case errors.Is(err, durable.ErrNotMaster):
+	case errors.Is(err, durable.ErrNotMaster), errors.Is(err, durable.ErrNotRegistered):
 		out.write(faults.Record{Kind: faults.KindRefused, Term: term, Seq: seq, Peer: slave, Detail: "durable: " + err.Error()})
 	case ctx.Err() == nil:
 		out.error("durable send to "+slave, err)
@@ -757,13 +758,18 @@ func startDurable(ctx context.Context, client *redis.Client, m *masterelection.M
 		}
 	}
 	rcfg := cfg
-	rcfg.OnError = func(err error) { out.error("durable reassign", err) }
+	rcfg.SweepInterval = 200 * time.Millisecond
+	rcfg.OnError = func(err error) {
+		if !errors.Is(err, durable.ErrNoSlaves) {
+			out.error("durable sweep", err)
+		}
+	}
 	dr, err := durable.NewRouter(client, m, nil, rcfg)
 	if err != nil {
 		_ = con.Close()
 		return nil, nil, err
 	}
-	dr.ReassignOnRemoved(m, nil)
+	dr.Maintain(m, nil)
 	return dr, con, nil
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 // durableRig is a master (a MasterElection with a durable.Router on its
@@ -48,8 +50,17 @@ func startDurable(ctx context.Context, env *Env, slaves int) (_ *durableRig, err
 	if g.router, err = durable.NewRouter(master.client, master, nil, cfg); err != nil {
 		return nil, err
 	}
+	// A send reaches only a live process: each slave is registered as its
+	// election would register it, on the backend the server offers.
+	reg, err := registry.New(ctx, master.client, scripts.NewKeys(lock, false), registry.Config{ProcessTTL: 10 * time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
 	for i := range slaves {
 		g.ids[i] = fmt.Sprintf("slave-%d", i)
+		if err := reg.Register(ctx, registry.ProcessInfo{ProcessID: g.ids[i], Role: registry.RoleSlave}); err != nil {
+			return nil, fmt.Errorf("register %s: %w", g.ids[i], err)
+		}
 		c := env.NewClient()
 		g.closers = append(g.closers, func() {
 			_ = c.Del(context.WithoutCancel(ctx), g.router.Inbox(g.ids[i])).Err()

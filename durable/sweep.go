@@ -1,0 +1,335 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// Swept is the outcome of Router.Sweep.
+type Swept struct {
+	// Term is the term the sweep ran under.
+	Term int64
+	// Inboxes is the number of inboxes looked at.
+	Inboxes int
+	// Adopted is the number of entries of older terms added again under
+	// Term (Config.DropBacklog unset); Dropped the number deleted instead
+	// (Config.DropBacklog set).
+	Adopted, Dropped int
+	// Malformed is the number of entries without an envelope deleted (not
+	// written by herd).
+	Malformed int
+	// Moved is the number of entries moved out of the inboxes of processes
+	// that are not live, by the process whose inbox they left.
+	Moved map[string]int
+	// Deleted is the number of inboxes deleted: empty, and their process
+	// not live.
+	Deleted int
+	// Orphans are the processes, not live, whose inboxes still hold
+	// entries because no live slave could take them (ErrNoSlaves) or their
+	// move failed; the next sweep tries again.
+	Orphans []string
+	// Calls is the number of script calls, each one round trip.
+	Calls int
+}
+
+// changed reports whether the sweep did or left anything worth reporting.
+func (s Swept) changed() bool {
+	return s.Adopted+s.Dropped+s.Malformed+s.Deleted+len(s.Moved)+len(s.Orphans) > 0
+}
+
+// Sweep makes every inbox (the set scripts.Keys.Inboxes lists) hold only
+// work that a live process will read under this mastership:
+//
+//   - the entries written under an older term, which a slave that knows
+//     this term would not handle, are adopted: added again at the inbox's
+//     end under this process's term, with their envelope (message id) and
+//     delivery count kept; with Config.DropBacklog they are deleted and
+//     counted instead. A slave that met such an entry before the sweep
+//     left it in its inbox (acknowledged, not deleted) for this step.
+//   - the inboxes of processes that are not live in the registry are moved
+//     to the live slaves with Reassign (pick as there; nil:
+//     PickRendezvous), and deleted once empty.
+//
+// Each script call checks that this process holds the lock under its term
+// in the same atomic step as its changes, so a deposed master changes
+// nothing and gets an error matching ErrNotMaster and scripts.ErrFenced. An
+// entry that a slave was handling under the old term while the sweep
+// adopted it is handled twice (Delivery.Deliveries counts both).
+//
+// Maintain runs Sweep by itself; the first Send or SendBatch of each
+// mastership runs its adoption step and waits for it.
+func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
+	term, err := r.term()
+	if err != nil {
+		return Swept{}, err
+	}
+	res, gone, err := r.adopt(ctx, term)
+	if err != nil {
+		return res, err
+	}
+	r.backlog.done(term)
+	var errs []error
+	for _, id := range gone {
+		if id == r.leader.NodeID() {
+			continue // this process's own inbox: it is live, whatever the registry said a moment ago
+		}
+		moved, err := r.Reassign(ctx, id, pick)
+		res.Calls += moved.Calls
+		res.Malformed += moved.Dropped
+		if n := moved.Total(); n > 0 {
+			if res.Moved == nil {
+				res.Moved = map[string]int{}
+			}
+			res.Moved[id] += n
+		}
+		if err != nil {
+			res.Orphans = append(res.Orphans, id)
+			if errors.Is(err, ErrNotMaster) {
+				r.orphans.set(res.Orphans)
+				return res, err
+			}
+			if !errors.Is(err, ErrNoSlaves) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		res.Deleted++ // Reassign deletes the inbox it emptied
+	}
+	r.orphans.set(res.Orphans)
+	if len(res.Orphans) > 0 && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("sweep: the inboxes of %q: %w", res.Orphans, ErrNoSlaves))
+	}
+	return res, errors.Join(errs...)
+}
+
+// sweepChunk is the most inboxes one inbox_adopt call walks.
+const sweepChunk = 128
+
+// adopt walks every inbox once with inbox_adopt.lua under term, adopting
+// (or dropping) the entries of older terms, and returns the processes that
+// are not live whose inboxes still exist.
+func (r *Router) adopt(ctx context.Context, term int64) (Swept, []string, error) {
+	res := Swept{Term: term}
+	ids, err := r.client.SMembers(ctx, r.keys.Inboxes).Result()
+	if err != nil {
+		return res, nil, fmt.Errorf("sweep: list the inboxes (%q): %w", r.keys.Inboxes, err)
+	}
+	slices.Sort(ids)
+	res.Inboxes = len(ids)
+	mode := scripts.AdoptKeep
+	if r.cfg.DropBacklog {
+		mode = scripts.AdoptDrop
+	}
+	var gone []string
+	todo := slices.DeleteFunc(ids, func(id string) bool { return checkName("process id", id) != nil })
+	for len(todo) > 0 {
+		chunk := todo[:min(len(todo), sweepChunk)]
+		res.Calls++
+		states, err := scripts.InboxAdopt(ctx, r.client, r.keys, r.leader.NodeID(), term, scripts.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
+		if err != nil {
+			return res, gone, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
+		}
+		var again []string
+		for i, st := range states {
+			if mode == scripts.AdoptDrop {
+				res.Dropped += st.Taken
+			} else {
+				res.Adopted += st.Taken
+			}
+			res.Malformed += st.Malformed
+			switch {
+			case st.More:
+				again = append(again, chunk[i])
+			case st.Gone:
+				if !st.Live {
+					res.Deleted++
+				}
+			case !st.Live:
+				gone = append(gone, chunk[i])
+			}
+		}
+		todo = append(again, todo[len(chunk):]...)
+	}
+	return res, gone, nil
+}
+
+// takeOver runs the adoption step of a sweep once per term, before this
+// master's first send under it, so its entries come after the adopted ones.
+func (r *Router) takeOver(ctx context.Context, term int64) error {
+	if r.backlog.term.Load() == term {
+		return nil
+	}
+	r.backlog.mu.Lock()
+	defer r.backlog.mu.Unlock()
+	if r.backlog.term.Load() == term {
+		return nil
+	}
+	res, _, err := r.adopt(ctx, term)
+	if err != nil {
+		return fmt.Errorf("take over the inboxes of the earlier masters: %w", err)
+	}
+	r.backlog.done(term)
+	if res.changed() && r.cfg.OnSweep != nil {
+		r.cfg.OnSweep(res)
+	}
+	return nil
+}
+
+// backlog records the last term whose adoption step ran to its end.
+type backlog struct {
+	mu   sync.Mutex // serialises the adoption step of takeOver
+	term atomic.Int64
+}
+
+func (b *backlog) done(term int64) {
+	for {
+		t := b.term.Load()
+		if t >= term || b.term.CompareAndSwap(t, term) {
+			return
+		}
+	}
+}
+
+// Orphans returns the processes, not live, whose inboxes the last sweep
+// could not move to a slave (sorted).
+func (r *Router) Orphans() []string { return r.orphans.list() }
+
+// orphans is the set of inboxes the last sweep left behind.
+type orphans struct {
+	mu  sync.Mutex
+	ids []string // guarded by mu
+}
+
+func (o *orphans) set(ids []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ids = slices.Sorted(slices.Values(ids))
+}
+
+func (o *orphans) list() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.ids)
+}
+
+// Events is the part of the election Maintain listens to;
+// *masterelection.MasterElection implements it (its handlers run on
+// goroutines of their own). When it also has RunIfMaster, as the election
+// has, Maintain covers a mastership that began before it was called.
+type Events interface {
+	OnMasterAcquired(fn func(ctx context.Context, term int64)) (unsubscribe func())
+	OnSlaveRemoved(fn func(nodeID string)) (unsubscribe func())
+	OnSlaveRegistered(fn func(registry.SlaveNode)) (unsubscribe func())
+}
+
+// masterRunner is the election's RunIfMaster.
+type masterRunner interface {
+	RunIfMaster(ctx context.Context, fn func(ctx context.Context, term int64) error) (bool, error)
+}
+
+// Maintain keeps the inboxes swept while this process is master: it runs
+// Sweep(pick) at each master-acquired, at each slave-registered and
+// slave-removed event, and every Config.SweepInterval, each run bounded by
+// Config.ReassignTimeout, on one goroutine per mastership that ends with
+// the mastership. So the predecessors' backlog is adopted (or dropped, with
+// Config.DropBacklog) as soon as this process becomes master, and the
+// entries of a process that left the registry move to the live slaves
+// within SweepInterval of its removal, also when it left between a send and
+// its handling. Outcomes go to Config.OnSweep, errors to Config.OnError.
+//
+// The returned function unsubscribes and waits for a sweep in progress to
+// end.
+func (r *Router) Maintain(events Events, pick Pick) (stop func()) {
+	m := &maintainer{r: r, pick: pick, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	u1 := events.OnMasterAcquired(func(ctx context.Context, _ int64) { m.start(ctx) })
+	u2 := events.OnSlaveRemoved(func(string) { m.poke() })
+	u3 := events.OnSlaveRegistered(func(registry.SlaveNode) { m.poke() })
+	if mr, ok := events.(masterRunner); ok {
+		// A mastership already under way: its ctx, through RunIfMaster.
+		_, _ = mr.RunIfMaster(context.Background(), func(ctx context.Context, _ int64) error {
+			m.start(ctx)
+			return nil
+		})
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			u1()
+			u2()
+			u3()
+			m.mu.Lock()
+			m.stopped = true
+			close(m.quit)
+			m.mu.Unlock()
+			m.wg.Wait()
+		})
+	}
+}
+
+// maintainer is Maintain's state: one sweeping goroutine per mastership.
+type maintainer struct {
+	r    *Router
+	pick Pick
+	kick chan struct{} // a sweep is wanted; buffered 1
+	quit chan struct{} // closed by stop
+
+	mu      sync.Mutex
+	stopped bool // guarded by mu
+	wg      sync.WaitGroup
+}
+
+func (m *maintainer) poke() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// start runs sweeps until the mastership's ctx is done or Maintain stops.
+func (m *maintainer) start(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(m.r.cfg.SweepInterval)
+		defer t.Stop()
+		for {
+			m.sweep(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.quit:
+				return
+			case <-t.C:
+			case <-m.kick:
+			}
+		}
+	}()
+}
+
+func (m *maintainer) sweep(mastership context.Context) {
+	ctx, cancel := context.WithTimeout(mastership, m.r.cfg.ReassignTimeout)
+	defer cancel()
+	res, err := m.r.Sweep(ctx, m.pick)
+	if mastership.Err() != nil {
+		return // the mastership ended: its errors are no news
+	}
+	if res.changed() && m.r.cfg.OnSweep != nil {
+		m.r.cfg.OnSweep(res)
+	}
+	if err != nil {
+		m.r.cfg.report(err)
+	}
+}
