@@ -11,5 +11,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(nodeEnv) != "" {
 		os.Exit(runNode())
 	}
+	if os.Getenv(burstEnv) != "" {
+		os.Exit(runBurst())
+	}
 	goleak.VerifyTestMain(m)
 }

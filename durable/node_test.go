@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/scripts"
 )
 
 // The test binary doubles as a slave process for the kill -9 test: with
@@ -21,7 +22,49 @@ const (
 	nodeAddrEnv   = "HERD_DURABLE_TEST_ADDR"        // the Redis address
 	nodeLedgerEnv = "HERD_DURABLE_TEST_LEDGER"      // the list every handling is recorded in
 	nodeSlowEnv   = "HERD_DURABLE_TEST_HANDLE_WAIT" // a wait inside each handler, after the record
+	// With burstEnv set instead, TestMain runs runBurst: a master process.
+	burstEnv = "HERD_DURABLE_TEST_BURST" // the number of messages to send
 )
+
+// runBurst is a master process for the master-killed test: it takes the
+// lock (1 s TTL, never renewed: the process is killed before it matters)
+// as "burst-master", sends burstEnv messages round-robin to the slaves
+// s1..s3 with a durable.Router, records the id of each one stored in the
+// ledger list, prints "sent", and waits to be killed.
+func runBurst() int {
+	n, _ := strconv.Atoi(os.Getenv(burstEnv))
+	addr, ledger := os.Getenv(nodeAddrEnv), os.Getenv(nodeLedgerEnv)
+	client := redis.NewClient(clientOptions(addr))
+	defer client.Close()
+	ctx := context.Background()
+	a, err := scripts.Acquire(ctx, client, keys(), "burst-master", 30*time.Second, nil, 0)
+	if err != nil || a.Term <= 0 {
+		fmt.Fprintln(os.Stderr, "acquire:", a, err)
+		return 2
+	}
+	l := &fakeLeader{id: "burst-master"}
+	l.term.Store(a.Term)
+	l.master.Store(true)
+	r, err := durable.NewRouter(client, l, nil, fast())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	for i := range n {
+		id, err := r.Send(ctx, fmt.Sprintf("s%d", 1+i%3), "work", i)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "send:", err)
+			return 2
+		}
+		if err := client.RPush(ctx, ledger, id).Err(); err != nil {
+			fmt.Fprintln(os.Stderr, "ledger:", err)
+			return 2
+		}
+	}
+	fmt.Println("sent")
+	time.Sleep(time.Hour) // until SIGKILL
+	return 0
+}
 
 // runNode consumes the inbox of its process id until it is killed, and
 // records each handling in the ledger list as "<process id> <message id>
