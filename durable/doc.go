@@ -6,94 +6,116 @@
 // docs/routing.md compares them.
 //
 // Keys (built by scripts.Keys; under Cluster they carry the lock's hash tag,
-// so the fencing check and the write are one script on one slot):
+// so the fencing check, the registry check and the write are one script on
+// one slot):
 //
 //	<lockName>:inbox:<processId>   stream: the inbox of one slave
 //	consumer group "herd"          (scripts.InboxGroup), consumer = process id
+//	<lockName>:inboxes             set: the process ids that have an inbox
+//	<lockName>:dead                stream: the dead letters
 //
 // Each entry holds t (the term it was written under), m (the JSON envelope
-// of package pubsub: id, from, term, type, payload, sentAt) and, once moved,
-// d (its deliveries before the move).
+// of package pubsub: id, from, term, type, payload, sentAt) and, once moved
+// or adopted, d (its deliveries before).
 //
-// Master side, with the election as leader and slave lister:
+// Master side, with the election as leader, slave lister and events:
 //
 //	router, _ := durable.NewRouter(client, election, nil, durable.Config{})
-//	id, err := router.Send(ctx, slaveID, "assign-camera", cam) // stored, or not
-//	stop := router.ReassignOnRemoved(election, nil)            // a removed slave's work to the others
+//	stop := router.Maintain(election, nil) // adopt the predecessors' backlog, move the inboxes of processes gone
 //	defer stop()
+//	id, err := router.Send(ctx, slaveID, "assign-camera", cam) // stored, or not
 //
 // Slave side:
 //
 //	c, _ := durable.NewConsumer(client, election.NodeID(), durable.Config{Terms: election})
 //	c.Handle("assign-camera", func(ctx context.Context, d durable.Delivery) error {
 //		// d.ID is the message id, d.Deliveries how many times it was delivered
-//		return nil // acknowledges; an error leaves it to be delivered again
+//		return nil // acknowledges; an error retries it, up to Config.MaxDeliveries
 //	})
 //	if err := c.Start(ctx); err != nil { ... }
 //	defer c.Close()
 //
-// # Guarantees
+// # The guarantee
 //
-//   - Send-side fencing: Router.Send and SendBatch add entries through the
-//     inbox_send script, which checks the lock's holder and term as
-//     pubsub's route script does, in the same atomic step as the XADD. A
-//     deposed master adds nothing (ErrNotMaster and scripts.ErrFenced).
-//     Reassign moves entries through inbox_move, fenced the same way.
-//   - A nil error from Send means Redis stored the message. It stays in the
-//     inbox until the slave's handler returned nil for it, or until
-//     Reassign moved it to another inbox, where the same holds.
-//   - At least once: every stored message is handled at least once, by
-//     its slave or, after Reassign, by another, provided a slave consumes
-//     the inbox it is in and Redis keeps its data (see Non-guarantees).
-//     Handlers see the message id (the same on every delivery, also after
-//     a move) and the delivery count, so they can be idempotent.
-//   - A Consumer that starts again under the same process id first
-//     handles the entries it had read and not acknowledged, then new ones.
-//   - Order: a slave's new entries are handled in the order they were
-//     stored; an entry whose handler failed is retried after
-//     Config.RetryDelay, while later entries go on (so a retried entry is
-//     handled after them).
-//   - Receive-side fencing as in pubsub: an entry written under a term below
-//     the highest the Consumer has seen is acknowledged and reported
-//     (*pubsub.StaleTermError), never handled; a term above every verified
-//     term costs one GET of the term key and is refused
-//     (*pubsub.UnverifiedTermError) when Redis did not mint it.
-//   - Bounded inboxes: an inbox holds at most Config.MaxLen unacknowledged
-//     entries; a send beyond is refused with ErrInboxFull, never trimmed.
+// A message whose Send (or SendBatch outcome) returned nil is handled: some
+// slave's handler returns nil for it, or, after Config.MaxDeliveries
+// failed deliveries, it is in the dead-letter stream until an operator
+// retries or drops it (DeadLetters; herd dead). This holds across slave
+// crashes and restarts, lost replies, master changes and removals,
+// provided that:
+//
+//   - the master runs Router.Maintain (or calls Router.Sweep), so a new
+//     master adopts what its predecessors stored and moves the inboxes of
+//     processes that left the registry; without any master, entries wait;
+//   - some live slave runs a Consumer (entries wait for one otherwise);
+//   - Redis keeps its data (no persistence, or a failover to a replica that
+//     lacked the writes, loses the inboxes with everything else);
+//   - the application did not ask for the loss: Config.DropBacklog deletes
+//     the predecessors' backlog, counted in Swept.Dropped.
+//
+// How each step keeps it:
+//
+//   - Send-side fencing: Router.Send and SendBatch add entries through
+//     inbox_send.lua, which checks the lock's holder and term, as pubsub's
+//     route script does, and that the slave is a live process in the
+//     registry, in the same atomic step as the XADD. A deposed master adds
+//     nothing (ErrNotMaster and scripts.ErrFenced); a send to a process
+//     that never registered or has left is refused (ErrNotRegistered), so
+//     nothing is stored where no process will read it.
+//   - Adoption: an entry written under a term older than the highest the
+//     Consumer has seen is never handled under that term: the Consumer
+//     acknowledges it without deleting it and reports it
+//     (*pubsub.StaleTermError). The next master's Sweep adds every entry of
+//     an older term again at the end of its inbox under its own term, with
+//     its message id and delivery count, and the Consumer handles it then.
+//     The first Send or SendBatch of a mastership waits for that step, so
+//     in each inbox the adopted entries come before the new master's own.
+//   - Removed slaves: Sweep moves the entries of every inbox whose process
+//     is not live in the registry to the live slaves (Reassign, one fenced
+//     script per batch) and deletes the emptied inbox; Maintain sweeps at
+//     master-acquired, at each slave event and every Config.SweepInterval,
+//     so an inbox whose slave left between a send and its handling moves
+//     within SweepInterval of the registry's removal.
+//   - Lost replies: a Consumer looks at its pending list every
+//     Config.RetryDelay and after every read error, and takes back what is
+//     due, so an entry Redis delivered whose reply never arrived is handled
+//     within 2 × RetryDelay (plus the handling of the entries ahead of it).
+//   - Failing handlers: a failed delivery is retried after RetryDelay,
+//     doubled at each retry up to Config.MaxRetryDelay; after
+//     MaxDeliveries deliveries the entry moves to the dead-letter stream with
+//     its last error (Config.OnDead, Consumer.Dead).
+//   - Receive-side fencing as in pubsub: a slave never handles an entry under
+//     a term below one it has seen; a term above every verified term costs
+//     one GET of the term key and is refused (*pubsub.UnverifiedTermError,
+//     acknowledged and deleted) when Redis did not mint it.
+//   - Bounded inboxes: an inbox holds at most Config.MaxLen entries; a send
+//     beyond is refused with ErrInboxFull, never trimmed.
+//   - Order: a slave's entries are handled in the order they were stored,
+//     adopted entries of a master change before the new master's own; an
+//     entry whose handler failed is retried after the entries behind it.
 //
 // # When a message is handled twice
 //
-// Exactly in these cases, each visible as Deliveries > 1 (except the last):
+// Delivery is at least once. Exactly in these cases, each visible as
+// Deliveries > 1 (except the last):
 //
 //   - the slave died, or lost Redis, after its handler returned nil and
 //     before its acknowledgement reached Redis: it is delivered again to the
-//     same process id after a restart, or to another slave after Reassign;
+//     same process id after a restart, or to another slave after a move;
 //   - the handler returned an error or panicked after doing part of the
-//     work: it is delivered again after Config.RetryDelay;
-//   - Reassign moved the entries of a slave that was still running (removed
-//     by mistake: a partition longer than the registry's TTL): the entry it
-//     was handling is handled by it and by the new owner;
+//     work: it is delivered again after its backoff;
+//   - a move or an adoption took an entry its slave was handling at that
+//     moment (a slave removed by mistake during a partition longer than the
+//     registry's TTL; a slave that had not yet heard of the new master): it
+//     is handled by the old handling and again after the move;
 //   - a Send whose reply was lost (a timeout, a dropped connection) and
 //     that the caller sent again: two entries, two message ids.
 //
-// # Non-guarantees
-//
-//   - Not exactly once: see above.
-//   - Entries of a deposed master that are still in an inbox are rejected
-//     by a slave that has seen the newer term: the new master must send
-//     again what it wants done (as with pubsub). Entries Reassign moves are
-//     written under the mover's term and count as its own.
-//   - Durability is Redis's: a Redis that loses its data (no persistence,
-//     a failover to a replica that lacked the writes) loses the inboxes.
-//   - An inbox whose slave never comes back and that nobody reassigns stays
-//     in Redis: up to Config.MaxLen entries of envelope size plus about 100
-//     bytes each. ReassignOnRemoved reassigns it when a slave appears;
-//     scripts.Keys.InboxPattern finds inboxes left behind.
-//
 // # Goroutines
 //
-// Router starts none; ReassignOnRemoved runs on the goroutines of the
-// election's event handlers. A Consumer runs one loop goroutine, started by
-// Start and stopped and waited for by Close; handlers and OnError run on it,
-// never concurrently with each other.
+// Router starts none of its own but Maintain's: one goroutine per
+// mastership while Maintain runs, ended with the mastership or by the
+// function Maintain returns. A Consumer runs one loop goroutine, started by
+// Start and stopped and waited for by Close; handlers, OnError and OnDead
+// run on it, never concurrently with each other.
 package durable
