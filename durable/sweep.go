@@ -284,6 +284,8 @@ type maintainer struct {
 	mu      sync.Mutex
 	stopped bool // guarded by mu
 	wg      sync.WaitGroup
+
+	orphans []string // guarded by mu; the last sweep's
 }
 
 func (m *maintainer) poke() {
@@ -326,10 +328,27 @@ func (m *maintainer) sweep(mastership context.Context) {
 	if mastership.Err() != nil {
 		return // the mastership ended: its errors are no news
 	}
-	if res.changed() && m.r.cfg.OnSweep != nil {
+	// The same orphans as the sweep before, waiting for a slave, are no
+	// news either: reported once, not every SweepInterval.
+	m.mu.Lock()
+	same := slices.Equal(res.Orphans, m.orphans)
+	m.orphans = res.Orphans
+	m.mu.Unlock()
+	news := res.Adopted+res.Dropped+res.Malformed+res.Deleted+len(res.Moved) > 0 || !same
+	if news && m.r.cfg.OnSweep != nil {
 		m.r.cfg.OnSweep(res)
 	}
-	if err != nil {
+	if err != nil && !(same && errors.Is(err, ErrNoSlaves) && len(res.Orphans) > 0 && isOnly(err, ErrNoSlaves)) {
 		m.r.cfg.report(err)
 	}
+}
+
+// isOnly reports whether err is target wrapped alone, not joined with
+// other errors.
+func isOnly(err, target error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		return len(errs) == 1 && isOnly(errs[0], target)
+	}
+	return errors.Is(err, target)
 }
