@@ -252,12 +252,23 @@ func (r *Router) Maintain(events Events, pick Pick) (stop func()) {
 	u1 := events.OnMasterAcquired(func(ctx context.Context, _ int64) { m.start(ctx) })
 	u2 := events.OnSlaveRemoved(func(string) { m.poke() })
 	u3 := events.OnSlaveRegistered(func(registry.SlaveNode) { m.poke() })
-	if mr, ok := events.(masterRunner); ok {
-		// A mastership already under way: its ctx, through RunIfMaster.
-		_, _ = mr.RunIfMaster(context.Background(), func(ctx context.Context, _ int64) error {
-			m.start(ctx)
-			return nil
-		})
+	if mr, ok := events.(masterRunner); ok && m.r.leader.IsMaster() {
+		// A mastership already under way: its ctx lives as long as
+		// RunIfMaster's fn, so the sweeps run inside it.
+		quit, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-m.quit
+			cancel()
+		}()
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			defer cancel()
+			_, _ = mr.RunIfMaster(quit, func(ctx context.Context, _ int64) error {
+				m.loop(ctx)
+				return nil
+			})
+		}()
 	}
 	var once sync.Once
 	return func() {
@@ -295,7 +306,7 @@ func (m *maintainer) poke() {
 	}
 }
 
-// start runs sweeps until the mastership's ctx is done or Maintain stops.
+// start runs loop on a goroutine of its own, unless Maintain stopped.
 func (m *maintainer) start(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -305,20 +316,25 @@ func (m *maintainer) start(ctx context.Context) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		t := time.NewTicker(m.r.cfg.SweepInterval)
-		defer t.Stop()
-		for {
-			m.sweep(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-m.quit:
-				return
-			case <-t.C:
-			case <-m.kick:
-			}
-		}
+		m.loop(ctx)
 	}()
+}
+
+// loop sweeps until the mastership's ctx is done or Maintain stops.
+func (m *maintainer) loop(ctx context.Context) {
+	t := time.NewTicker(m.r.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		m.sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.quit:
+			return
+		case <-t.C:
+		case <-m.kick:
+		}
+	}
 }
 
 func (m *maintainer) sweep(mastership context.Context) {
