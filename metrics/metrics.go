@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 )
@@ -19,6 +20,7 @@ const (
 	subsystemElection   = "election"
 	subsystemRouter     = "router"
 	subsystemSubscriber = "subscriber"
+	subsystemConsumer   = "consumer"
 )
 
 // LockLabel is the constant label that carries the election's lock name on
@@ -27,8 +29,9 @@ const (
 const LockLabel = "lock"
 
 // Metrics is the set of metrics Register made for one election (and its
-// router and subscriber). It is a prometheus.Collector, already registered
-// with the Registerer given to Register. It is safe for concurrent use.
+// router, subscriber and durable consumer). It is a prometheus.Collector,
+// already registered with the Registerer given to Register. It is safe for
+// concurrent use.
 type Metrics struct {
 	reg        prometheus.Registerer
 	collectors []prometheus.Collector
@@ -42,6 +45,7 @@ type Option func(*options)
 type options struct {
 	router          *pubsub.Router
 	subscriber      *pubsub.Subscriber
+	consumer        *durable.Consumer
 	labels          prometheus.Labels
 	renewBuckets    []float64
 	electionBuckets []float64
@@ -55,6 +59,12 @@ func WithRouter(r *pubsub.Router) Option { return func(o *options) { o.router = 
 // slave's side of routing): herd_subscriber_messages_total and
 // herd_subscriber_highest_term.
 func WithSubscriber(s *pubsub.Subscriber) Option { return func(o *options) { o.subscriber = s } }
+
+// WithConsumer adds the metrics of the election's durable Consumer (the
+// slave's side of durable routing): herd_consumer_messages_total,
+// herd_consumer_redelivered_total and herd_consumer_highest_term, read from
+// the Consumer's counters at scrape time.
+func WithConsumer(c *durable.Consumer) Option { return func(o *options) { o.consumer = c } }
 
 // WithConstLabels adds constant labels to every metric, for example the
 // service or the instance when several processes' metrics end up in one
@@ -76,13 +86,13 @@ func WithElectionBuckets(b []float64) Option {
 	return func(o *options) { o.electionBuckets = append([]float64(nil), b...) }
 }
 
-// Register makes the metrics of election e, and of the router and
-// subscriber given with WithRouter and WithSubscriber, and registers them
-// with reg in one step: all of them or none. It subscribes to e's events and
-// adds Observers to e, the router and the subscriber; Unregister undoes
-// both. Call it before e.Start so that the first election is counted. The
-// router and the subscriber must belong to e's election (their metrics
-// carry its lock name).
+// Register makes the metrics of election e, and of the router, subscriber
+// and consumer given with WithRouter, WithSubscriber and WithConsumer, and
+// registers them with reg in one step: all of them or none. It subscribes to
+// e's events and adds Observers to e, the router and the subscriber;
+// Unregister undoes both. Call it before e.Start so that the first election
+// is counted. The router, the subscriber and the consumer must belong to
+// e's election (their metrics carry its lock name).
 //
 // It returns an error when e is nil, or when reg refuses the metrics (most
 // likely because metrics of the same lock name and constant labels are
@@ -111,6 +121,9 @@ func Register(reg prometheus.Registerer, e *masterelection.MasterElection, opts 
 	}
 	if o.subscriber != nil {
 		m.watchSubscriber(o.subscriber, labels)
+	}
+	if o.consumer != nil {
+		m.watchConsumer(o.consumer, labels)
 	}
 	if err := reg.Register(m); err != nil {
 		m.stop()

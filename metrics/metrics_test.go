@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/metrics"
 	"github.com/herdkit/herd/pubsub"
 )
@@ -264,7 +265,11 @@ func TestMetricsAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := register(t, e, metrics.WithRouter(router), metrics.WithSubscriber(sub))
+	con, err := durable.NewConsumer(c, "a", durable.Config{LockName: testLock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := register(t, e, metrics.WithRouter(router), metrics.WithSubscriber(sub), metrics.WithConsumer(con))
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

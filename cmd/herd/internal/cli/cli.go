@@ -42,6 +42,10 @@ Commands:
               new master and prints it
   dashboard   serve the live web page, /api/status, /metrics and /healthz
               [-listen ADDR] [-allow-step-down] [-interval D]
+  dead        the dead letters of durable routing (entries a consumer gave up on):
+                dead list [-n N] [-o table|json]     the oldest N (100), with errors
+                dead retry [-to PROCESS] ID...       send again, to its inbox or -to
+                dead drop ID... | -all               delete for good
 
 Global flags (also accepted after the command):
   -redis URL         Redis URL (default $REDIS_URL, else redis://127.0.0.1:6379):
@@ -83,6 +87,7 @@ type app struct {
 	redisURL       string
 	lock           string
 	processTTL     time.Duration
+	name           string // the command's name in its error message, when not its first word
 }
 
 // Main runs the herd command with args, the arguments after the program
@@ -112,7 +117,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	cmds := map[string]func(context.Context, []string) error{
 		"status": a.status, "processes": a.processes, "watch": a.watch,
-		"step-down": a.stepDown, "dashboard": a.dashboard,
+		"step-down": a.stepDown, "dashboard": a.dashboard, "dead": a.dead,
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	if name == "help" {
@@ -121,10 +126,13 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	run, ok := cmds[name]
 	if !ok {
-		fmt.Fprintf(stderr, "herd: unknown command %q: status, processes, watch, step-down or dashboard ('herd -h' for help)\n", name)
+		fmt.Fprintf(stderr, "herd: unknown command %q: status, processes, watch, step-down, dashboard or dead ('herd -h' for help)\n", name)
 		return operate.ExitUsage
 	}
 	err := run(ctx, rest)
+	if a.name != "" {
+		name = a.name
+	}
 	switch {
 	case errors.Is(err, errHelp):
 		return operate.ExitOK
@@ -156,19 +164,40 @@ func (a *app) command(name, args, about string) *flag.FlagSet {
 
 // parse parses a command's flags; it allows no arguments.
 func (a *app) parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return fmt.Errorf("%w: %w", operate.ErrUsage, err)
+	rest, err := a.parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", operate.ErrUsage, fs.Arg(0))
-	}
-	if a.processTTL <= 0 {
-		return fmt.Errorf("%w: -process-ttl %s must be positive", operate.ErrUsage, a.processTTL)
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", operate.ErrUsage, rest[0])
 	}
 	return nil
+}
+
+// parseArgs parses a command's flags, which may come before, between and
+// after its arguments, and returns the arguments.
+func (a *app) parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, fmt.Errorf("%w: %w", operate.ErrUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if used := len(args) - fs.NArg(); used > 0 && args[used-1] == "--" {
+			rest = append(rest, fs.Args()...) // after "--", only arguments
+			break
+		}
+		rest, args = append(rest, fs.Arg(0)), fs.Args()[1:]
+	}
+	if a.processTTL <= 0 {
+		return nil, fmt.Errorf("%w: -process-ttl %s must be positive", operate.ErrUsage, a.processTTL)
+	}
+	return rest, nil
 }
 
 // oneOf is the check of a flag whose value must be one of choices; an
@@ -208,6 +237,11 @@ func (a *app) open(ctx context.Context, fs *flag.FlagSet, args []string, checks 
 			return nil, nil, err
 		}
 	}
+	return a.connect(ctx)
+}
+
+// connect connects and opens a Reader; the func closes it.
+func (a *app) connect(ctx context.Context) (*operate.Reader, func(), error) {
 	conn, err := operate.Dial(ctx, a.redisURL, a.lock)
 	if err != nil {
 		return nil, nil, err
@@ -362,6 +396,223 @@ func (a *app) dashboard(ctx context.Context, args []string) error {
 	fmt.Fprintf(a.stdout, "herd dashboard of %q on %s: http://%s/\n", a.lock, r.Conn().URL, ln.Addr())
 	return d.Serve(ctx, ln)
 }
+
+const deadUsage = `Usage: herd [global flags] dead <list|retry|drop> [flags] [ID...]
+
+The dead letters of durable routing: the entries a durable.Consumer gave up on
+after Config.MaxDeliveries deliveries, kept in the stream <lock>:dead until
+they are retried or dropped.
+
+  dead list [-n N] [-o table|json]   the oldest N dead letters (default 100, 0 for
+                                     all): id, age, inbox, type, message id,
+                                     deliveries, last error
+  dead retry [-to PROCESS] ID...     send each again, under the current term, to the
+                                     inbox it was in or to PROCESS's; prints the
+                                     new entry ids
+  dead drop ID... | -all             delete them for good; prints how many were
+
+Run 'herd dead <command> -h' for a command's flags, 'herd -h' for the global
+flags and the exit statuses.
+`
+
+// dead runs herd dead list, retry or drop. Global flags may come before the
+// subcommand too.
+func (a *app) dead(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("herd dead", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.Usage = func() { fmt.Fprint(a.stderr, deadUsage) }
+	a.globalFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return fmt.Errorf("%w: %w", operate.ErrUsage, err)
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(a.stderr, deadUsage)
+		return fmt.Errorf("%w: no dead command given: list, retry or drop", operate.ErrUsage)
+	}
+	cmds := map[string]func(context.Context, []string) error{"list": a.deadList, "retry": a.deadRetry, "drop": a.deadDrop}
+	sub := fs.Arg(0)
+	if sub == "help" {
+		fmt.Fprint(a.stdout, deadUsage)
+		return errHelp
+	}
+	run, ok := cmds[sub]
+	if !ok {
+		return fmt.Errorf("%w: unknown dead command %q: list, retry or drop ('herd dead -h' for help)", operate.ErrUsage, sub)
+	}
+	a.name = "dead " + sub
+	return run(ctx, fs.Args()[1:])
+}
+
+func (a *app) deadList(ctx context.Context, args []string) error {
+	fs := a.command("dead list", "[-n N] [-o table|json]",
+		"Lists the oldest dead letters of durable routing (the stream <lock>:dead): id,\n"+
+			"age, the process whose inbox it was in, type, message id, deliveries and the\n"+
+			"last error. The table cuts long cells; -o json has everything.")
+	out := fs.String("o", "table", "output `format`: table or json")
+	n := fs.Int64("n", 100, "list at most `N` dead letters, oldest first (0: all)")
+	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "table", "json"), notNegative("n", n))
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := a.snapshot(ctx, r); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
+	defer cancel()
+	l, err := operate.ListDead(rctx, r, *n)
+	if err != nil {
+		return err
+	}
+	if *out == "json" {
+		return writeJSON(a.stdout, l.Letters)
+	}
+	if len(l.Letters) == 0 {
+		fmt.Fprintf(a.stdout, "no dead letters in %s\n", l.Stream)
+		return nil
+	}
+	deadTable(a.stdout, l.Letters)
+	if shown := int64(len(l.Letters)); shown < l.Total {
+		fmt.Fprintf(a.stdout, "%d of %s in %s, oldest first; -n 0 lists them all\n", shown, plural(l.Total, "dead letter"), l.Stream)
+	}
+	return nil
+}
+
+func (a *app) deadRetry(ctx context.Context, args []string) error {
+	fs := a.command("dead retry", "[-to PROCESS] ID...",
+		"Sends each dead letter again: it is added, under the current term, to the\n"+
+			"inbox it was in, or to the inbox of -to (a live process), with its deliveries\n"+
+			"counted from zero, and deleted from the dead letters, in one atomic step.\n"+
+			"Prints the new entry id of each. A dead letter that cannot be retried is\n"+
+			"named on stderr with the reason, and the others are still retried.")
+	to := fs.String("to", "", "add them to the inbox of this `process` (default: the inbox each was in)")
+	ids, err := a.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("%w: give the ids of the dead letters to retry (herd dead list shows them)", operate.ErrUsage)
+	}
+	for _, id := range ids {
+		if err := operate.CheckDeadID(id); err != nil {
+			return err
+		}
+	}
+	if *to != "" {
+		if err := scripts.ValidateName("-to", *to); err != nil {
+			return fmt.Errorf("%w: %w", operate.ErrUsage, err)
+		}
+	}
+	r, done, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := a.snapshot(ctx, r); err != nil {
+		return err
+	}
+	var failed int
+	var last error
+	for _, id := range ids {
+		rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
+		res, err := operate.RetryDead(rctx, r, id, *to)
+		cancel()
+		if err != nil {
+			if len(ids) == 1 {
+				return err
+			}
+			failed, last = failed+1, err
+			fmt.Fprintf(a.stderr, "herd dead retry: %v\n", err)
+			continue
+		}
+		fmt.Fprintf(a.stdout, "%s retried to %s: entry %s\n", res.ID, res.To, res.Entry)
+	}
+	if failed > 0 {
+		return &summaryError{msg: fmt.Sprintf("%d of %s not retried (above)", failed, plural(int64(len(ids)), "dead letter")), cause: last}
+	}
+	return nil
+}
+
+func (a *app) deadDrop(ctx context.Context, args []string) error {
+	fs := a.command("dead drop", "ID... | -all",
+		"Deletes dead letters for good: those named, or every one with -all. Prints\n"+
+			"how many were dropped.")
+	all := fs.Bool("all", false, "drop every dead letter (instead of naming them)")
+	ids, err := a.parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *all && len(ids) > 0:
+		return fmt.Errorf("%w: give the ids of the dead letters to drop or -all, not both", operate.ErrUsage)
+	case !*all && len(ids) == 0:
+		return fmt.Errorf("%w: give the ids of the dead letters to drop (herd dead list shows them), or -all to drop every one", operate.ErrUsage)
+	}
+	for _, id := range ids {
+		if err := operate.CheckDeadID(id); err != nil {
+			return err
+		}
+	}
+	r, done, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := a.snapshot(ctx, r); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
+	defer cancel()
+	if *all {
+		n, err := operate.DropAllDead(rctx, r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "dropped %s\n", plural(n, "dead letter"))
+		return nil
+	}
+	n, err := operate.DropDead(rctx, r, ids)
+	if err != nil {
+		return err
+	}
+	if missing := int64(len(ids)) - n; missing > 0 {
+		fmt.Fprintf(a.stdout, "dropped %d of %s: %d not found in %s\n", n, plural(int64(len(ids)), "dead letter"), missing, r.Conn().Keys.Dead)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "dropped %s\n", plural(n, "dead letter"))
+	return nil
+}
+
+// notNegative is the check of an integer flag that must not be below zero.
+func notNegative(flagName string, v *int64) func() error {
+	return func() error {
+		if *v < 0 {
+			return fmt.Errorf("%w: -%s %d must not be negative", operate.ErrUsage, flagName, *v)
+		}
+		return nil
+	}
+}
+
+// plural writes n and what, with an s unless n is 1.
+func plural(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// summaryError is an error whose message sums up failures reported one by
+// one already; it wraps the last, whose exit status it takes.
+type summaryError struct {
+	msg   string
+	cause error
+}
+
+func (e *summaryError) Error() string { return e.msg }
+func (e *summaryError) Unwrap() error { return e.cause }
 
 // writeJSON writes v as indented JSON.
 func writeJSON(w io.Writer, v any) error {

@@ -126,3 +126,28 @@ func dash(s string) string {
 	}
 	return s
 }
+
+// deadTable writes dead letters as a table: id, age, the process whose
+// inbox it was in, type, message id, deliveries and the last error. The
+// message id gives way first, then the type, the inbox and the error; "?"
+// stands for the type and message id of an envelope that cannot be decoded.
+func deadTable(w io.Writer, ls []operate.DeadLetter) {
+	cols := []column{
+		{header: "ID"}, {header: "AGE"}, {header: "INBOX", min: 8, give: 3}, {header: "TYPE", min: 8, give: 2},
+		{header: "MESSAGE", min: 8, give: 1}, {header: "DELIV"}, {header: "ERROR", min: 16, give: 4},
+	}
+	for _, l := range ls {
+		typ, msg := l.Message.Type, l.Message.ID
+		if msg == "" {
+			typ, msg = "?", "?"
+		}
+		cells := []string{l.ID, operate.FormatAge(l.Age), dash(l.Inbox), dash(typ), msg, fmt.Sprint(l.Deliveries), dash(oneLine(l.Error))}
+		for i := range cols {
+			cols[i].cells = append(cols[i].cells, cells[i])
+		}
+	}
+	writeTable(w, cols, Width)
+}
+
+// oneLine joins the lines of s with spaces, so that a cell stays on its row.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
+	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
 )
 
@@ -83,4 +85,43 @@ func TestFormatAge(t *testing.T) {
 			t.Errorf("FormatAge(%s) = %q, want %q", tc.d, got, tc.want)
 		}
 	}
+}
+
+// fixedDeadLetters are dead letters with every kind of content, some too
+// long for 80 columns, and one whose envelope cannot be decoded.
+func fixedDeadLetters() []operate.DeadLetter {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	dl := func(id, inbox, typ, msgID string, deliveries int64, errText string, age time.Duration) operate.DeadLetter {
+		l := operate.DeadLetter{Age: age}
+		l.ID, l.Inbox, l.Process, l.Deliveries, l.Error, l.At, l.Term = id, inbox, inbox, deliveries, errText, at, 1767225600123
+		if msgID != "" {
+			l.Message = pubsub.Message{ID: msgID, From: "api-1", Term: 1767225600123, Type: typ, Payload: json.RawMessage(`{"to":"x@example.com"}`), SentAt: at}
+		}
+		l.Raw = `{"id":"` + msgID + `"}`
+		return l
+	}
+	return []operate.DeadLetter{
+		dl("1767225700123-0", "worker-1", "email", "5b0f7c1e-8d52-4c55-9b1f-3a7e2d9c4f10", 10, "smtp: dial tcp 10.0.0.7:25: connect: connection refused", 123*time.Second),
+		dl("1767225700200-3", "worker-with-a-rather-long-process-id-7f3a9c", "invoice-render", "0d9e8f7a-6b5c-4d3e-2f1a-0b9c8d7e6f5a", 3,
+			"pubsub: handler panicked: runtime error: index out of range [3] with length 3\ngoroutine 7 [running]", 4200*time.Millisecond),
+		dl("1767225700300-0", "worker-2", "", "", 1, "", -1),
+	}
+}
+
+func TestDeadTableGolden(t *testing.T) {
+	var b bytes.Buffer
+	deadTable(&b, fixedDeadLetters())
+	golden(t, "dead_list.golden", b.String())
+	for _, line := range strings.Split(b.String(), "\n") {
+		if n := utf8.RuneCountInString(line); n > Width {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+	// The JSON has every member, the envelope as sent, and raw only when
+	// the envelope cannot be decoded.
+	j, err := json.Marshal(fixedDeadLetters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "dead_list_json.golden", string(j)+"\n")
 }

@@ -122,8 +122,9 @@ func screenshot(t *testing.T, ctx context.Context, name string) string {
 
 // The page in a real browser: it shows the master, follows a hand-over
 // within a second without a reload, lists a process that joins, steps the
-// master down from its button after a confirm, and colours an entry near
-// its TTL red. The screenshot shows the page at the end.
+// master down from its button after a confirm, colours an entry near its
+// TTL red, and counts a dead letter. The screenshot shows the page at the
+// end.
 func TestBrowser(t *testing.T) {
 	ctx := browser(t, 1280, 1000)
 	inst := redistest.Start(t, redistest.Default(t))
@@ -147,6 +148,9 @@ func TestBrowser(t *testing.T) {
 	within(t, 5*time.Second, "the master shown", func() bool { return text(t, ctx, "master-id") == "api-1" })
 	if got := text(t, ctx, "master-term"); got != fmt.Sprint(nodes[0].Term()) {
 		t.Fatalf("term shown %q, want %d", got, nodes[0].Term())
+	}
+	if got := text(t, ctx, "count-dead"); got != "0" {
+		t.Fatalf("dead letters shown %q, want 0", got)
 	}
 	js[bool](t, ctx, `window.herdMark = 42, true`) // gone if the page reloads
 
@@ -211,6 +215,12 @@ func TestBrowser(t *testing.T) {
 	if n := js[int](t, ctx, `document.querySelectorAll('tr[data-process-id^="api-"] .hb.hb-late').length`); n != 0 {
 		t.Fatalf("%d fresh entries shown red", n)
 	}
+
+	// A dead letter is counted, in red.
+	addDeadLetter(t, inst, "orders")
+	within(t, 2*time.Second, "the dead letter counted", func() bool {
+		return text(t, ctx, "count-dead") == "1" && js[bool](t, ctx, `document.getElementById('count-dead').classList.contains('has-dead')`)
+	})
 	t.Logf("looked at the page with a red heartbeat: %s", screenshot(t, ctx, "dashboard.png"))
 }
 

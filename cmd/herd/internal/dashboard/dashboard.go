@@ -1,8 +1,9 @@
 // Package dashboard serves the live web page of herd dashboard: the master
 // with its term and time held, a timeline of masterships and failovers, the
-// processes with their heartbeat age, the recent events, and a step-down
-// button; plus /api/status (the status JSON), /api/events (the page's
-// Server-Sent Events), /api/step-down, /metrics and /healthz.
+// processes with their heartbeat age, the number of dead letters of durable
+// routing, the recent events, and a step-down button; plus /api/status (the
+// status JSON), /api/events (the page's Server-Sent Events),
+// /api/step-down, /metrics and /healthz.
 //
 // The page is plain HTML, CSS and JavaScript embedded in the binary. It
 // reads nothing from Redis itself: one operate.Watcher, the same as herd

@@ -14,6 +14,7 @@ import (
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
 	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/scripts"
 )
 
 // served runs a dashboard of lock on inst behind a test server, until the
@@ -51,6 +52,17 @@ func served(t *testing.T, inst *redistest.Instance, lock string, o Options) *htt
 		return resp.StatusCode == http.StatusOK
 	})
 	return srv
+}
+
+// addDeadLetter adds a dead letter to the dead-letter stream of lock, as a
+// durable.Consumer that gave up on an entry of worker-1's inbox writes it.
+func addDeadLetter(t *testing.T, inst *redistest.Instance, lock string) {
+	t.Helper()
+	k := scripts.NewKeys(lock, false)
+	envelope := `{"id":"5b0f7c1e-8d52-4c55-9b1f-3a7e2d9c4f10","from":"api-1","term":1,"type":"email","payload":null,"sentAt":""}`
+	herdtest.Admin(t, inst.Client(t), "XADD", k.Dead, "*", scripts.InboxFieldMessage, envelope, scripts.InboxFieldTerm, "1",
+		scripts.DeadFieldDeliveries, "10", scripts.DeadFieldError, "smtp: connection refused", scripts.DeadFieldProcess, "worker-1",
+		scripts.DeadFieldInbox, k.Inbox("worker-1"))
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -106,7 +118,7 @@ func TestAPI(t *testing.T) {
 	}
 	code, body = get(t, off.URL+"/metrics")
 	for _, want := range []string{`herd_cluster_has_master{lock="dash"} 1`, `herd_cluster_processes{lock="dash",role="slave"} 1`,
-		`herd_cluster_up{lock="dash"} 1`, `herd_cluster_failovers_total{lock="dash"} 0`} {
+		`herd_cluster_up{lock="dash"} 1`, `herd_cluster_failovers_total{lock="dash"} 0`, `herd_cluster_dead_letters{lock="dash"} 0`} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, body)
 		}
@@ -131,8 +143,27 @@ func TestAPI(t *testing.T) {
 	first, _ := lines.ReadString('\n')
 	data, _ := lines.ReadString('\n')
 	resp.Body.Close()
-	if resp.Header.Get("Content-Type") != "text/event-stream" || first != "event: model\n" || !strings.Contains(data, `"allowStepDown":false`) {
+	if resp.Header.Get("Content-Type") != "text/event-stream" || first != "event: model\n" || !strings.Contains(data, `"allowStepDown":false`) ||
+		!strings.Contains(data, `"deadLetters":0`) {
 		t.Fatalf("/api/events: %s %q %q", resp.Header.Get("Content-Type"), first, data)
+	}
+
+	// A dead letter: the model and the metrics count it.
+	addDeadLetter(t, inst, "dash")
+	herdtest.Eventually(t, 5*time.Second, "the dead letter counted", func() bool {
+		_, body := get(t, off.URL+"/metrics")
+		return strings.Contains(body, `herd_cluster_dead_letters{lock="dash"} 1`)
+	})
+	resp, err = http.Get(off.URL + "/api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = bufio.NewReader(resp.Body)
+	_, _ = lines.ReadString('\n')
+	data, _ = lines.ReadString('\n')
+	resp.Body.Close()
+	if !strings.Contains(data, `"deadLetters":1`) {
+		t.Fatalf("/api/events after a dead letter: %q", data)
 	}
 
 	on := served(t, inst, "dash", Options{AllowStepDown: true})

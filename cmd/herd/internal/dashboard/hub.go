@@ -149,6 +149,10 @@ type model struct {
 	Masterships   []mastership      `json:"masterships"`
 	Events        []json.RawMessage `json:"events"`
 	Failovers     int               `json:"failovers"`
+	// DeadLetters is the number of dead letters of durable routing; null
+	// when it could not be read, then DeadLettersError says why.
+	DeadLetters      *int64 `json:"deadLetters"`
+	DeadLettersError string `json:"deadLettersError,omitempty"`
 }
 
 type masterModel struct {
@@ -190,6 +194,12 @@ func (h *hub) modelLocked() model {
 	}
 	if m.Masterships == nil {
 		m.Masterships = []mastership{}
+	}
+	if s.DeadLetters >= 0 {
+		n := s.DeadLetters
+		m.DeadLetters = &n
+	} else {
+		m.DeadLettersError = s.DeadLettersError
 	}
 	if ms := s.Master; ms != nil {
 		m.Master = &masterModel{NodeID: ms.NodeID, Identifier: ms.Identifier, Term: ms.Term,
@@ -260,6 +270,7 @@ type gauges struct {
 	warnings      int
 	failovers     int
 	lastGap       time.Duration
+	deadLetters   int64 // -1: unknown
 }
 
 func (h *hub) gauges() (gauges, bool) {
@@ -269,7 +280,7 @@ func (h *hub) gauges() (gauges, bool) {
 		return gauges{}, false
 	}
 	g := gauges{up: h.failing == "", byRole: map[registry.Role]int{registry.RoleMaster: 0, registry.RoleSlave: 0},
-		warnings: len(h.snap.Warnings), failovers: h.failovers, lastGap: h.lastGap}
+		warnings: len(h.snap.Warnings), failovers: h.failovers, lastGap: h.lastGap, deadLetters: h.snap.DeadLetters}
 	if m := h.snap.Master; m != nil {
 		g.hasMaster, g.term, g.held = true, m.Term, m.Held
 	}

@@ -1,8 +1,9 @@
 // Package operate is what the herd command does, apart from its flags and
 // output: it connects to the Redis of a herd (Dial), reads what Redis shows
 // of one lock name at one instant (Reader, Snapshot), follows it live
-// (Watcher, with the failovers it measures), and asks the master to hand
-// over (StepDown).
+// (Watcher, with the failovers it measures), asks the master to hand over
+// (StepDown), and lists, retries and drops the dead letters of durable
+// routing (ListDead, RetryDead, DropDead, DropAllDead).
 //
 // Everything it reports comes from Redis: the lock (through the check
 // script), the master's entry, the process registry (through package

@@ -74,6 +74,14 @@ type Snapshot struct {
 	Known bool
 	// ProcessTTL is the TTL ages are compared with (Reader's processTTL).
 	ProcessTTL time.Duration
+	// DeadLetters is the number of dead letters of durable routing
+	// (scripts.Keys.Dead, herd dead list); -1 when it could not be read,
+	// then DeadLettersError says why (a user whose ACL lacks XLEN on the
+	// dead-letter stream, say): the count never fails a read.
+	DeadLetters int64
+	// DeadLettersError is why DeadLetters could not be read; "" when it
+	// was.
+	DeadLettersError string
 }
 
 // ByRole returns the processes of role r ("" for all).
@@ -129,8 +137,8 @@ func (r *Reader) reportCorrupt(err error) {
 	r.mu.Unlock()
 }
 
-// Read reads the lock, the master's entry, the registry and the server's
-// clock. When the lock changed hands during the read it reads again (up to
+// Read reads the lock, the master's entry, the registry, the number of
+// dead letters and the server's clock. When the lock changed hands during the read it reads again (up to
 // three times), so the warnings compare one state of the lock with the
 // registry. A corrupt registry entry is reported in Warnings by the first
 // Read of a Reader that meets it (package registry reports each value
@@ -196,6 +204,10 @@ func (r *Reader) read(ctx context.Context) (Snapshot, bool, error) {
 	s.Processes = make([]Process, len(infos))
 	for i, p := range infos {
 		s.Processes[i] = Process{Info: p, Age: now.Sub(p.LastSeen)}
+	}
+	s.DeadLetters, err = c.XLen(ctx, k.Dead).Result()
+	if err != nil {
+		s.DeadLetters, s.DeadLettersError = -1, Classify("count the dead letters of "+k.Dead+" (XLEN)", err).Error()
 	}
 	r.mu.Lock()
 	corrupt := r.corrupt

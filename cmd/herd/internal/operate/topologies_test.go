@@ -41,7 +41,8 @@ func elect(t *testing.T, newClient func() redis.UniversalClient, lock string, id
 	return nodes
 }
 
-// status, watch and step-down through a Cluster URL and a Sentinel URL.
+// status, the dead letters, watch and step-down through a Cluster URL and a
+// Sentinel URL.
 func TestTopologyURLs(t *testing.T) {
 	s := redistest.Default(t)
 	check := func(t *testing.T, url string, topo Topology, nodes []*masterelection.MasterElection) {
@@ -54,6 +55,20 @@ func TestTopologyURLs(t *testing.T) {
 		snap, err := r.Read(testCtx(t))
 		if err != nil || snap.Master == nil || snap.Master.NodeID != "a" || len(snap.Processes) != 2 || len(snap.Warnings) != 0 {
 			t.Fatalf("%s: %+v, %v", url, snap, err)
+		}
+		// The dead letters: counted, listed and dropped under the lock's
+		// keys (hash-tagged on a Cluster).
+		if snap.DeadLetters != 0 {
+			t.Fatalf("%s: %d dead letters (%s)", url, snap.DeadLetters, snap.DeadLettersError)
+		}
+		if err := c.Client.XAdd(testCtx(t), &redis.XAddArgs{Stream: c.Keys.Dead, Values: []any{"m", "{}", "t", "1"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := ListDead(testCtx(t), r, 0); err != nil || l.Stream != c.Keys.Dead || l.Total != 1 || len(l.Letters) != 1 {
+			t.Fatalf("%s: dead list: %+v, %v", url, l, err)
+		}
+		if n, err := DropAllDead(testCtx(t), r); err != nil || n != 1 {
+			t.Fatalf("%s: drop -all: %d, %v", url, n, err)
 		}
 		w := watch(t, r, 200*time.Millisecond)
 		w.await(t, 0, EventState, "a")

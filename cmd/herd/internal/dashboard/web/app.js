@@ -117,6 +117,10 @@
     var last = null;
     model.masterships.forEach(function (m) { if (m.gapMs !== undefined) { last = m; } });
     $('last-gap').textContent = last ? (last.gapAtMost ? '≤ ' : '') + last.gapMs + ' ms' : '–';
+    var dead = $('count-dead');
+    dead.textContent = model.deadLetters === null ? '?' : model.deadLetters;
+    dead.title = model.deadLetters === null ? 'cannot be counted: ' + model.deadLettersError : 'herd dead list shows them';
+    dead.classList.toggle('has-dead', model.deadLetters > 0);
   }
 
   function cell(label, children, className) {
