@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -548,4 +549,53 @@ func TestConfigAndConstructors(t *testing.T) {
 	if err := con.Start(testCtx(t)); !errors.Is(err, durable.ErrClosed) {
 		t.Errorf("Start after Close: %v", err)
 	}
+}
+
+// runningEvents is a fakeEvents whose mastership began before Maintain was
+// called: RunIfMaster runs fn with a ctx that ends when fn returns, as the
+// election's does.
+type runningEvents struct {
+	fakeEvents
+	mastership context.Context
+}
+
+func (r *runningEvents) RunIfMaster(ctx context.Context, fn func(context.Context, int64) error) (bool, error) {
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.mastership.Done():
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
+	return true, fn(fctx, 1)
+}
+
+// TestMaintainDuringAMastership: Maintain called by a process that is
+// already master sweeps without a master-acquired event, periodically,
+// until the mastership ends; stop waits for it.
+func TestMaintainDuringAMastership(t *testing.T) {
+	_, c := newMini(t)
+	cfg := fast()
+	cfg.SweepInterval = 10 * time.Millisecond
+	var sweeps atomic.Int64
+	cfg.OnSweep = func(durable.Swept) { sweeps.Add(1) }
+	live := &slaveList{}
+	live.set("s1")
+	register(t, c, "s1", "gone")
+	r := newRouter(t, c, newMaster(t, c, "m"), live, cfg)
+	if _, err := r.Send(testCtx(t), "gone", "w", 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, end := context.WithCancel(context.Background())
+	ev := &runningEvents{mastership: ctx}
+	stop := r.Maintain(ev, nil)
+	defer stop()
+	unregister(t, c, "gone") // found by a periodic sweep, with no event
+	eventually(t, "the inbox of the process gone moved, and reported", func() bool {
+		return c.XLen(testCtx(t), r.Inbox("s1")).Val() == 1 && sweeps.Load() > 0
+	})
+	end()
+	stop()
 }
