@@ -247,14 +247,6 @@ func (c *Consumer) readTerm(ctx context.Context) (int64, error) {
 	return term, nil
 }
 
-// outcome of one delivery, for the loop.
-type outcome int
-
-const (
-	settled outcome = iota // acknowledged: handled, left for adoption, dropped or dead
-	retry                  // left pending: deliver again later
-)
-
 // loop reads and handles until ctx is cancelled. It starts with a pass over
 // the consumer's pending entries (a restart's unacknowledged work), reads
 // new entries, and makes another pass over the pending ones every
@@ -394,22 +386,25 @@ func (c *Consumer) readFailed(ctx context.Context, err error) {
 
 // deliver judges and handles one entry; count is its delivery count in this
 // inbox, this delivery included.
-func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) outcome {
+func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 	raw, ok := e.Values[scripts.InboxFieldMessage].(string)
 	if !ok {
 		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, scripts.InboxFieldMessage)})
-		return c.ack(ctx, e.ID)
+		c.ack(ctx, e.ID)
+		return
 	}
 	m, err := pubsub.ParseMessage([]byte(raw))
 	if err != nil {
 		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
-		return c.ack(ctx, e.ID)
+		c.ack(ctx, e.ID)
+		return
 	}
 	term, err := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldTerm]), 10, 64)
 	if err != nil || term <= 0 {
 		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
 			Err: fmt.Errorf("%w: entry %s has no positive term", pubsub.ErrMalformedEnvelope, e.ID)})
-		return c.ack(ctx, e.ID)
+		c.ack(ctx, e.ID)
+		return
 	}
 	prior, _ := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldDeliveries]), 10, 64)
 	if c.cfg.Terms != nil {
@@ -420,13 +415,14 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) o
 		if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
 			c.cfg.report(&pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, From: m.From, ID: m.ID, Type: m.Type, Err: err})
 			c.failed.Add(1)
-			return retry // Redis could not be asked: ask again later
+			return // left pending: Redis could not be asked, ask again later
 		}
 		raise(&c.known, stored)
 		if term > stored {
 			c.unverified.Add(1)
 			c.cfg.report(&pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err})
-			return c.ack(ctx, e.ID)
+			c.ack(ctx, e.ID)
+			return
 		}
 	}
 	if h, ok := c.fence(term); !ok {
@@ -434,13 +430,15 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) o
 		// drop). Acknowledged, so no pass delivers it again; not deleted.
 		c.rejected.Add(1)
 		c.cfg.report(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
-		return c.leave(ctx, e.ID)
+		c.leave(ctx, e.ID)
+		return
 	}
 	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + count}
 	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries > limit {
 		// Delivered that often with no outcome: the process stopped in its
 		// handler each time, or the replies were lost.
-		return c.bury(ctx, e, d, fmt.Errorf("delivered %d times without an outcome (the process stopped during its handler?)", d.Deliveries-1))
+		c.bury(ctx, e, d, fmt.Errorf("delivered %d times without an outcome (the process stopped during its handler?)", d.Deliveries-1))
+		return
 	}
 	if d.Deliveries > 1 {
 		c.redelivered.Add(1)
@@ -448,30 +446,28 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) o
 	if err := c.dispatch(ctx, d); err != nil {
 		c.failed.Add(1)
 		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err})
-		if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit {
-			return c.bury(ctx, e, d, err)
+		if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit && ctx.Err() == nil {
+			c.bury(ctx, e, d, err) // not when Close cut the handler short
 		}
-		return retry
+		return // left pending: delivered again after its backoff
 	}
-	if c.ack(ctx, e.ID) == retry {
-		return retry
+	if c.ack(ctx, e.ID) {
+		c.handled.Add(1)
 	}
-	c.handled.Add(1)
-	return settled
 }
 
 // bury moves an entry to the dead-letter stream with its last error; when
 // that fails, the entry stays pending and is tried again.
-func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last error) outcome {
+func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last error) {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
 	id, err := scripts.InboxDead(opCtx, c.client, c.keys, scripts.InboxGroup, c.inbox, e.ID, c.processID, d.Deliveries, last.Error())
 	if err != nil {
 		c.cfg.report(fmt.Errorf("durable: move entry %s of %q to the dead letters: %w: %w", e.ID, c.inbox, pubsub.ErrConnection, err))
-		return retry
+		return // left pending: tried again at its next delivery
 	}
 	if id == "" {
-		return settled // moved or acknowledged meanwhile
+		return // moved or acknowledged meanwhile
 	}
 	c.dead.Add(1)
 	if c.cfg.OnDead != nil {
@@ -479,20 +475,17 @@ func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last 
 		c.cfg.OnDead(DeadLetter{ID: id, Message: d.Message, Raw: raw, Term: d.Term, Inbox: c.processID, Process: c.processID,
 			Deliveries: d.Deliveries, Error: last.Error(), At: time.Now()})
 	}
-	return settled
 }
 
 // leave acknowledges an entry without deleting it: no pass delivers it
 // again, and the master's sweep finds it.
-func (c *Consumer) leave(ctx context.Context, id string) outcome {
+func (c *Consumer) leave(ctx context.Context, id string) {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
 	if err := c.client.XAck(opCtx, c.inbox, scripts.InboxGroup, id).Err(); err != nil {
 		c.failed.Add(1)
 		c.cfg.report(fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
-		return retry
 	}
-	return settled
 }
 
 // dispatch runs the handler of d's type, turning a panic into an error.
@@ -515,9 +508,10 @@ func (c *Consumer) dispatch(ctx context.Context, d Delivery) (err error) {
 }
 
 // ack acknowledges and deletes one entry in one round trip (MULTI), even
-// when ctx was just cancelled. An ack that fails leaves the entry pending:
-// it will be delivered again (the duplicate docs/routing.md describes).
-func (c *Consumer) ack(ctx context.Context, id string) outcome {
+// when ctx was just cancelled, and reports whether it did. An ack that fails
+// leaves the entry pending: it will be delivered again (the duplicate
+// docs/routing.md describes).
+func (c *Consumer) ack(ctx context.Context, id string) bool {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
 	_, err := c.client.TxPipelined(opCtx, func(p redis.Pipeliner) error {
@@ -528,9 +522,9 @@ func (c *Consumer) ack(ctx context.Context, id string) outcome {
 	if err != nil {
 		c.failed.Add(1)
 		c.cfg.report(fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
-		return retry
+		return false
 	}
-	return settled
+	return true
 }
 
 // fence accepts term when it is not lower than the highest seen, raising
