@@ -13,7 +13,8 @@
 // Measure times every call one by one for percentiles, and Op.Bench runs
 // the same call as a Go benchmark, reporting allocations, p50/p99 and the
 // CPU time of this process per operation. Scenario rows (contended
-// election, graceful handover, crash failover, cost at rest, scale) start
+// election, graceful handover, crash failover, routing, the durable
+// backlog's adoption and failover, cost at rest, scale) start
 // real MasterElections, each with its own client as separate processes
 // would have, and time what a user would see: Start returning, the
 // OnMasterAcquired handler being called.

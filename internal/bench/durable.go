@@ -106,6 +106,9 @@ func DurableRouting(ctx context.Context, env *Env, slaves, latencyN, messages, s
 	}
 	defer g.close()
 	var calls atomic.Int64
+	admin := env.NewClient()
+	defer admin.Close()
+	meter, inside := meterCPU(ctx, admin), meterScripts(ctx, admin)
 	batched.Elapsed, err = g.throughput(ctx, messages, senders, func(mine []int) error {
 		out := make([]pubsub.Outgoing, 0, batch)
 		for len(mine) > 0 {
@@ -126,6 +129,7 @@ func DurableRouting(ctx context.Context, env *Env, slaves, latencyN, messages, s
 		}
 		return nil
 	})
+	batched.CPU, batched.Script = meter(messages), inside()
 	batched.Calls = int(calls.Load())
 	return single, batched, err
 }
@@ -153,6 +157,10 @@ func durableSingle(ctx context.Context, env *Env, slaves, latencyN int, res *Rou
 			return fmt.Errorf("message %d not handled within 5s", i)
 		}
 	}
+	admin := env.NewClient()
+	defer admin.Close()
+	meter, inside := meterCPU(ctx, admin), meterScripts(ctx, admin)
+	defer func() { res.CPU, res.Script = meter(res.Messages), inside() }()
 	res.Elapsed, err = g.throughput(ctx, res.Messages, res.Senders, func(mine []int) error {
 		for _, i := range mine {
 			if _, err := g.router.Send(ctx, g.ids[i%slaves], "tput", benchPayload{Seq: i}); err != nil {
@@ -270,13 +278,13 @@ func RawStreams(ctx context.Context, env *Env, slaves, messages, senders, batch 
 func durableRows(ctx context.Context, env *Env, plan Plan) []Row {
 	single, batched, err := DurableRouting(ctx, env, plan.Slaves, plan.RouteLatencyN, plan.RouteMessages, plan.RouteSenders, plan.RouteBatch)
 	lat := LatencyRow("9f", fmt.Sprintf("durable routed message latency: durable Router.Send → slave handler, 1 master, %d slaves", plan.Slaves), single.Latency, "—",
-		"As 9a on the durable transport: durable.Router on the master's client (the inbox_send script: fence check and XADD), a durable.Consumer per slave with its own client (XREADGROUP BLOCK, then XACK + XDEL in one MULTI after the handler); one message in flight at a time, round-robin.")
+		"As 9a on the durable transport: durable.Router on the master's client (the inbox_send script: fence check, the slave's registry entry (HEXISTS, and on the emulated backend ZSCORE of its deadline and TIME), SADD to the set of inboxes, XADD), every slave registered with registry.Register, a durable.Consumer per slave with its own client (XREADGROUP BLOCK, then XACK + XDEL in one MULTI after the handler); one message in flight at a time, round-robin.")
 	tput := Row{ID: "9g", What: fmt.Sprintf("durable routed message throughput, 1 master → %d slaves", plan.Slaves), N: single.Messages,
 		Value: fmt.Sprintf("%.0f msg/s", single.Rate()), Goal: "—",
-		Note: fmt.Sprintf("As 9b on the durable transport: %d messages sent with durable Router.Send by %d goroutines, each handled and acknowledged (one round trip per message) by its slave's Consumer; timed until every handler had seen its share (%v).", single.Messages, single.Senders, single.Elapsed.Round(time.Millisecond))}
+		Note: fmt.Sprintf("As 9b on the durable transport: %d messages sent with durable Router.Send by %d goroutines, each handled and acknowledged (one round trip per message) by its slave's Consumer; timed until every handler had seen its share (%v). %v; inside Redis %s per script call (INFO commandstats, EVALSHA: the inbox_send calls, and the elections' few).", single.Messages, single.Senders, single.Elapsed.Round(time.Millisecond), single.CPU, FormatDuration(single.Script))}
 	bt := Row{ID: "9h", What: fmt.Sprintf("durable routed message throughput with SendBatch, %d messages per call, 1 master → %d slaves", batched.Batch, plan.Slaves), N: batched.Messages,
 		Value: fmt.Sprintf("%.0f msg/s", batched.Rate()), Goal: "—",
-		Note: fmt.Sprintf("As 9e on the durable transport: %d script calls of inbox_send.lua, one fencing check each (%v).", batched.Calls, batched.Elapsed.Round(time.Millisecond))}
+		Note: fmt.Sprintf("As 9e on the durable transport: %d script calls of inbox_send.lua, one fencing check each and one registry lookup and SADD per slave it writes to (%v). %v; inside Redis %s per script call (INFO commandstats, EVALSHA: the inbox_send calls, and the elections' few).", batched.Calls, batched.Elapsed.Round(time.Millisecond), batched.CPU, FormatDuration(batched.Script))}
 	lat.Err, tput.Err, bt.Err = err, err, err
 	rows := []Row{lat, tput, bt}
 	for _, batch := range []int{1, plan.RouteBatch} {

@@ -31,6 +31,34 @@ type RoutingResult struct {
 	Calls int
 	// CPU is what the throughput run cost per message.
 	CPU CPU
+	// Script is the mean time Redis spent executing one script call
+	// (EVALSHA, the commands it ran included) during the throughput run,
+	// from INFO commandstats; zero when not measured (DurableRouting
+	// measures it).
+	Script time.Duration
+}
+
+// meterScripts starts counting the server's EVALSHA calls and the time it
+// spent in them; the function it returns gives the mean time per call
+// since (zero when INFO commandstats could not be read or no call was
+// made).
+func meterScripts(ctx context.Context, admin redis.UniversalClient) func() time.Duration {
+	read := func() (int64, int64, bool) {
+		info, err := admin.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return 0, 0, false
+		}
+		calls, usec, _ := commandUsec(info, "evalsha") // absent: no call yet
+		return calls, usec, true
+	}
+	c0, u0, ok0 := read()
+	return func() time.Duration {
+		c1, u1, ok1 := read()
+		if !ok0 || !ok1 || c1 <= c0 {
+			return 0
+		}
+		return time.Duration(u1-u0) * time.Microsecond / time.Duration(c1-c0)
+	}
 }
 
 // CPU is the CPU time a throughput run took per message: this process's

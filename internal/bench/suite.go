@@ -51,6 +51,12 @@ type Plan struct {
 	// RouteBatch is the number of messages per Router.SendBatch call of
 	// row 9e (RouteMessages sent by RouteSenders goroutines).
 	RouteBatch int
+	// Backlog is the number of entries of rows 9k to 9o: the backlog a new
+	// master adopts, spread evenly over the inboxes of Slaves slaves.
+	Backlog int
+	// AdoptReps and BacklogReps are the rounds of rows 9k-9m (a new
+	// master's Sweep) and of rows 9n-9o (failover → backlog handled).
+	AdoptReps, BacklogReps int
 	// Benchmarks runs the Go benchmarks of row 10 (one second each).
 	Benchmarks bool
 	// Only, when not empty, limits the run to the named Steps (for
@@ -81,6 +87,9 @@ func DefaultPlan() Plan {
 		RouteMessages: 50000,
 		RouteSenders:  16,
 		RouteBatch:    64,
+		Backlog:       1000,
+		AdoptReps:     30,
+		BacklogReps:   20,
 		Benchmarks:    true,
 		ScaleNodes:    1000,
 		ScaleWindow:   10 * time.Second,
@@ -108,6 +117,9 @@ func QuickPlan() Plan {
 		RouteMessages: 200,
 		RouteSenders:  2,
 		RouteBatch:    16,
+		Backlog:       200,
+		AdoptReps:     2,
+		BacklogReps:   2,
 		Benchmarks:    false,
 		ScaleNodes:    20,
 		ScaleWindow:   time.Second,
@@ -115,7 +127,7 @@ func QuickPlan() Plan {
 }
 
 // Steps are the names of the parts of a run, for Plan.Only.
-var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "rest", "cost", "scale"}
+var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "adoption", "rest", "cost", "scale"}
 
 // Run measures every row of plan on env and returns the report. A row that
 // fails carries its error and the run goes on; progress lines go to
@@ -243,6 +255,9 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 			Note: fmt.Sprintf("As 9b, but each of the %d goroutines sends its share with Router.SendBatch, %d messages per call: %d script calls in all, each one round trip and one fencing check for all its messages (route_batch.lua); timed until every handler had seen its share (%v). The herd counterpart of 9d. %v.",
 				b.Senders, b.Batch, b.Calls, b.Elapsed.Round(time.Millisecond), b.CPU)})
 		return append(rows, durableRows(ctx, env, plan)...)
+	})
+	step("adoption", fmt.Sprintf("durable backlog: adoption of %d entries, failover", plan.Backlog), func() []Row {
+		return adoptionRows(ctx, env, plan)
 	})
 	step("rest", "cost at rest", func() []Row {
 		res, err := CostAtRest(ctx, env, plan.RestProcesses, plan.RestWindow)
