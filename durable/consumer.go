@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -86,7 +87,7 @@ type Consumer struct {
 // NewConsumer returns a Consumer of the inbox of processID (its node id).
 // It does not touch Redis until Start.
 func NewConsumer(client redis.UniversalClient, processID string, cfg Config) (*Consumer, error) {
-	if client == nil {
+	if nilclient.Is(client) {
 		return nil, errors.New("durable: NewConsumer: client is nil")
 	}
 	cfg, err := cfg.withDefaults(client, cfg.Terms)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -53,7 +54,7 @@ type DeadLetters struct {
 // NewDeadLetters returns the DeadLetters of cfg's lock name (Config.LockName
 // and Config.Cluster; the other fields are not used).
 func NewDeadLetters(client redis.UniversalClient, cfg Config) (*DeadLetters, error) {
-	if client == nil {
+	if nilclient.Is(client) {
 		return nil, errors.New("durable: NewDeadLetters: client is nil")
 	}
 	cfg, err := cfg.withDefaults(client, nil)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -45,7 +46,7 @@ type Router struct {
 // *masterelection.MasterElection is, leader is used), and when leader is a
 // pubsub.KeySource the inbox names come from it.
 func NewRouter(client redis.UniversalClient, leader pubsub.Leader, slaves pubsub.SlaveLister, cfg Config) (*Router, error) {
-	if client == nil {
+	if nilclient.Is(client) {
 		return nil, errors.New("durable: NewRouter: client is nil")
 	}
 	if leader == nil {

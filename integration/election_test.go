@@ -407,17 +407,21 @@ func TestRenewalRidesOutABlackhole(t *testing.T) {
 	})
 }
 
-// When the first election cannot finish, Start's error says why, and still
-// matches the ctx's error.
+// When Redis refuses the user (an ACL without a command the election runs,
+// a wrong password), Start returns at once an error wrapping ErrPermission
+// that gives the cause Redis gave, and Redis is left holding nothing.
+// Before, Start returned nil for a user without PUBLISH or SUBSCRIBE (the
+// acquire script's SET ran before its PUBLISH was refused, leaving the lock
+// and a term behind), and waited for its ctx for the others.
 func TestStartNamesWhyTheElectionCannotFinish(t *testing.T) {
 	tests := []struct {
 		name           string
 		user, password string
 		want           []string
 	}{
-		// The registry opens (its probe needs no SET); acquire is refused
-		// at its SET NX, before it writes anything.
-		{"ACL user without SET", "noset", "pw", []string{"acquire master lock", "permission"}},
+		{"ACL user without SET", "noset", "pw", []string{"SET refused:master", "NOPERM"}},
+		{"ACL user without PUBLISH", "nopublish", "pw", []string{"PUBLISH refused:events", "NOPERM"}},
+		{"ACL user without SUBSCRIBE", "nosubscribe", "pw", []string{"SUBSCRIBE refused:events", "NOPERM"}},
 		{"wrong password", "herd", "wrong", []string{"WRONGPASS"}},
 	}
 	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
@@ -426,6 +430,8 @@ func TestStartNamesWhyTheElectionCannotFinish(t *testing.T) {
 		ctx := context.Background()
 		for _, args := range [][]any{
 			{"ACL", "SETUSER", "noset", "on", ">pw", "~*", "&*", "+@all", "-set"},
+			{"ACL", "SETUSER", "nopublish", "on", ">pw", "~*", "&*", "+@all", "-publish"},
+			{"ACL", "SETUSER", "nosubscribe", "on", ">pw", "~*", "&*", "+@all", "-subscribe"},
 			{"ACL", "SETUSER", "herd", "on", ">right", "~*", "&*", "+@all"},
 		} {
 			if err := admin.Do(ctx, args...).Err(); err != nil {
@@ -439,16 +445,23 @@ func TestStartNamesWhyTheElectionCannotFinish(t *testing.T) {
 				c := redis.NewClient(opts)
 				t.Cleanup(func() { _ = c.Close() })
 				m := newElection(t, c, fastConfig("refused", "n1"))
-				sctx, cancel := context.WithTimeout(ctx, time.Second)
+				sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				defer cancel()
+				began := time.Now()
 				err := m.Start(sctx)
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("Start = %v, want context.DeadlineExceeded", err)
+				if !errors.Is(err, masterelection.ErrPermission) {
+					t.Fatalf("Start = %v, want ErrPermission", err)
+				}
+				if d := time.Since(began); d > 2*time.Second {
+					t.Errorf("Start took %s, want at once", d)
 				}
 				for _, w := range tt.want {
-					if !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(w)) {
+					if !strings.Contains(err.Error(), w) {
 						t.Errorf("Start's error %q does not say %q", err, w)
 					}
+				}
+				if keys, err := admin.Keys(ctx, "*").Result(); err != nil || len(keys) != 0 {
+					t.Errorf("Redis holds %v (%v) after the refused Start, want nothing", keys, err)
 				}
 				t.Logf("Start: %v", err)
 			})

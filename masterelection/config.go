@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -151,7 +152,24 @@ type Config struct {
 	// line, with its level, message and fields as attributes. Default: nil,
 	// Logger is used.
 	Slog *slog.Logger
+
+	// defaultsOf is the LockTTL from which DefaultConfig derived the
+	// timings it spelled out; 0 for a Config not made by DefaultConfig.
+	// Those timings the caller left as they were follow a LockTTL it
+	// changed (followLockTTL), as they do in a Config{LockTTL: ...}.
+	defaultsOf time.Duration
 }
+
+// MaxDuration is the longest duration a Config field may hold: a year.
+// Longer ones are refused by Validate, so that no sum or multiple of them
+// that herd computes (a deadline, ProcessTTL's default of LockTTL * 3/2)
+// can overflow a time.Duration.
+const MaxDuration = 365 * 24 * time.Hour
+
+// MinHeartbeatInterval is the shortest HeartbeatInterval: every Redis call
+// of the election is bounded by HeartbeatInterval, and Redis expires keys
+// to the millisecond.
+const MinHeartbeatInterval = time.Millisecond
 
 // DefaultLockTTL is the default Config.LockTTL, the specification's.
 const DefaultLockTTL = 30 * time.Second
@@ -163,15 +181,69 @@ const DefaultLockTTL = 30 * time.Second
 // TransferWindow) stay zero, so New derives them from the values finally
 // set; NodeID stays empty (New draws a UUID). Config{} is the same
 // configuration; DefaultConfig only spells it out.
+//
+// The timings it spells out follow LockTTL: a caller who changes LockTTL
+// and leaves HeartbeatInterval, CheckInterval or ElectionJitter at the value
+// DefaultConfig gave gets the default for its LockTTL, as with
+// Config{LockTTL: ...}; ProcessTTL and SlaveTimeout left so get the default
+// for its LockTTL when that is longer (45s and 15s at least: with a shorter
+// LockTTL the intervals shrink and these stay valid). (Setting one of them
+// to exactly DefaultConfig's value has the same effect; set another value
+// to keep it apart.)
 func DefaultConfig() Config {
 	c := Config{}.withDefaults()
 	c.StepDownMargin, c.WaitTimeout, c.TransferWindow = 0, 0, 0
+	c.defaultsOf = c.LockTTL
+	return c
+}
+
+// followLockTTL returns c with the timings DefaultConfig spelled out and
+// the caller left alone set back to zero when the caller changed LockTTL,
+// so that withDefaults derives them from the LockTTL set.
+func (c Config) followLockTTL() Config {
+	of := c.defaultsOf
+	c.defaultsOf = 0
+	ttl := c.LockTTL
+	if ttl == 0 {
+		ttl = DefaultLockTTL
+	}
+	if of == 0 || ttl == of {
+		return c
+	}
+	d, n := Config{LockTTL: of}.withDefaults(), Config{LockTTL: ttl}.withDefaults()
+	for _, f := range []struct {
+		field   *time.Duration
+		spelled time.Duration
+	}{
+		{&c.HeartbeatInterval, d.HeartbeatInterval},
+		{&c.CheckInterval, d.CheckInterval},
+		{&c.ElectionJitter, d.ElectionJitter},
+	} {
+		if *f.field == f.spelled {
+			*f.field = 0
+		}
+	}
+	// The registry's timings only grow with LockTTL: shorter intervals
+	// leave the spelled-out ones valid, and callers that shorten LockTTL and
+	// set the intervals keep the registry's timings they had.
+	for _, f := range []struct {
+		field            *time.Duration
+		spelled, derived time.Duration
+	}{
+		{&c.ProcessTTL, d.ProcessTTL, n.ProcessTTL},
+		{&c.SlaveTimeout, d.SlaveTimeout, n.SlaveTimeout},
+	} {
+		if *f.field == f.spelled && f.derived > f.spelled {
+			*f.field = 0
+		}
+	}
 	return c
 }
 
 // withDefaults returns c with every zero field set to its default: the
 // one place defaults are decided. NodeID stays as it is.
 func (c Config) withDefaults() Config {
+	c = c.followLockTTL()
 	if c.LockName == "" {
 		c.LockName = scripts.DefaultLockName
 	}
@@ -198,7 +270,7 @@ func (c Config) withDefaults() Config {
 		c.StepDownMargin = ttl / 10
 	}
 	if c.ProcessTTL == 0 {
-		c.ProcessTTL = ttl * 3 / 2
+		c.ProcessTTL = ttl + ttl/2 // ttl * 3/2, without overflowing
 	}
 	if c.SlaveTimeout == 0 {
 		c.SlaveTimeout = ttl / 2
@@ -217,9 +289,13 @@ func (c Config) withDefaults() Config {
 
 // Validate reports every problem of c, with its defaults filled in as New
 // would, at once: the error wraps ErrInvalidConfig and names the values
-// involved in each problem. An empty NodeID is valid: New fills in a UUID.
+// involved in each problem. A value the caller left to its default is shown
+// with the formula that derived it ("HeartbeatInterval (333µs, its default
+// LockTTL / 3)"), so the message names the field the caller set. An empty
+// NodeID is valid: New fills in a UUID.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	u := c.followLockTTL() // as the caller set it: zero where a default applies
+	c = u.withDefaults()
 	var errs []error
 	if err := scripts.ValidateName("LockName", c.LockName); err != nil {
 		errs = append(errs, err)
@@ -234,6 +310,34 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	// A duration longer than MaxDuration is reported alone: the rules
+	// between the timings would compute with it.
+	tooLong := false
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"LockTTL", u.LockTTL}, {"HeartbeatInterval", u.HeartbeatInterval}, {"CheckInterval", u.CheckInterval},
+		{"ElectionJitter", u.ElectionJitter}, {"StepDownMargin", u.StepDownMargin}, {"ProcessTTL", u.ProcessTTL},
+		{"SlaveTimeout", u.SlaveTimeout}, {"WaitTimeout", u.WaitTimeout}, {"TransferWindow", u.TransferWindow},
+	} {
+		if f.d > MaxDuration {
+			errs = append(errs, fmt.Errorf("%s (%v) must be at most %v (MaxDuration)", f.name, f.d, MaxDuration))
+			tooLong = true
+		}
+	}
+	if tooLong {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	// show names a timing with its value, and with the formula of its
+	// default when the caller left it to the default.
+	show := func(name string, v, set time.Duration) string {
+		if f := derivedFrom[name]; set == 0 && f != "" {
+			return fmt.Sprintf("%s (%v, its default %s)", name, v, f)
+		}
+		return fmt.Sprintf("%s (%v)", name, v)
+	}
+	hb, check, jitter := show("HeartbeatInterval", c.HeartbeatInterval, u.HeartbeatInterval), show("CheckInterval", c.CheckInterval, u.CheckInterval), show("ElectionJitter", c.ElectionJitter, u.ElectionJitter)
 	positive := []struct {
 		name string
 		d    time.Duration
@@ -247,6 +351,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", p.name, p.d))
 		}
 	}
+	if c.LockTTL > 0 && c.LockTTL < time.Millisecond {
+		errs = append(errs, fmt.Errorf("LockTTL (%v) must be at least 1ms, the resolution of Redis expiry", c.LockTTL))
+	}
+	if c.HeartbeatInterval > 0 && c.HeartbeatInterval < MinHeartbeatInterval {
+		errs = append(errs, fmt.Errorf("%s must be at least %v: it bounds every Redis call of the election", hb, MinHeartbeatInterval))
+	}
 	if c.WaitReplicas < 0 {
 		errs = append(errs, fmt.Errorf("WaitReplicas must not be negative, got %d", c.WaitReplicas))
 	}
@@ -254,41 +364,69 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("WaitTimeout must not be negative, got %v", c.WaitTimeout))
 	}
 	if c.WaitTimeout > 0 && c.HeartbeatInterval > 0 && c.WaitTimeout >= c.HeartbeatInterval {
-		errs = append(errs, fmt.Errorf("WaitTimeout (%v) must be less than HeartbeatInterval (%v)", c.WaitTimeout, c.HeartbeatInterval))
+		errs = append(errs, fmt.Errorf("%s must be less than %s", show("WaitTimeout", c.WaitTimeout, u.WaitTimeout), hb))
 	}
 	if c.TransferWindow < 0 {
 		errs = append(errs, fmt.Errorf("TransferWindow must not be negative, got %v", c.TransferWindow))
 	}
 	if c.LockTTL > 0 && c.TransferWindow >= c.LockTTL {
-		errs = append(errs, fmt.Errorf("TransferWindow (%v) must be less than LockTTL (%v)", c.TransferWindow, c.LockTTL))
+		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v)", show("TransferWindow", c.TransferWindow, u.TransferWindow), c.LockTTL))
 	}
 	if c.StepDownMargin < 0 {
 		errs = append(errs, fmt.Errorf("StepDownMargin must not be negative, got %v", c.StepDownMargin))
 	}
-	if c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.HeartbeatInterval*3 > c.LockTTL {
-		errs = append(errs, fmt.Errorf("HeartbeatInterval (%v) times 3 must not exceed LockTTL (%v)", c.HeartbeatInterval, c.LockTTL))
+	// HeartbeatInterval > LockTTL/3 is HeartbeatInterval*3 > LockTTL in
+	// integers, without the multiplication that could overflow.
+	if c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.HeartbeatInterval > c.LockTTL/3 {
+		errs = append(errs, fmt.Errorf("%s times 3 must not exceed LockTTL (%v)", hb, c.LockTTL))
 	}
 	if c.LockTTL > 0 && c.CheckInterval >= c.LockTTL {
-		errs = append(errs, fmt.Errorf("CheckInterval (%v) must be less than LockTTL (%v)", c.CheckInterval, c.LockTTL))
+		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v)", check, c.LockTTL))
 	}
 	if c.LockTTL > 0 && c.ElectionJitter >= c.LockTTL {
-		errs = append(errs, fmt.Errorf("ElectionJitter (%v) must be less than LockTTL (%v)", c.ElectionJitter, c.LockTTL))
+		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v)", jitter, c.LockTTL))
 	}
 	if c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.StepDownMargin > 0 && c.StepDownMargin >= c.LockTTL-c.HeartbeatInterval {
-		errs = append(errs, fmt.Errorf("StepDownMargin (%v) must be less than LockTTL (%v) minus HeartbeatInterval (%v)", c.StepDownMargin, c.LockTTL, c.HeartbeatInterval))
+		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v) minus %s",
+			show("StepDownMargin", c.StepDownMargin, u.StepDownMargin), c.LockTTL, hb))
 	}
 	if c.HeartbeatInterval > 0 && c.CheckInterval > 0 {
 		if err := registry.ValidateTimings(c.ProcessTTL, max(c.HeartbeatInterval, c.CheckInterval), c.SlaveTimeout); err != nil {
+			var derived []string
+			for _, f := range []struct {
+				name   string
+				v, set time.Duration
+			}{
+				{"ProcessTTL", c.ProcessTTL, u.ProcessTTL}, {"SlaveTimeout", c.SlaveTimeout, u.SlaveTimeout},
+				{"HeartbeatInterval", c.HeartbeatInterval, u.HeartbeatInterval}, {"CheckInterval", c.CheckInterval, u.CheckInterval},
+			} {
+				if f.set == 0 {
+					derived = append(derived, show(f.name, f.v, f.set))
+				}
+			}
+			if len(derived) > 0 {
+				err = fmt.Errorf("%w; left to their defaults: %s", err, strings.Join(derived, ", "))
+			}
 			errs = append(errs, err)
 		}
-	}
-	if c.LockTTL > 0 && c.LockTTL < time.Millisecond {
-		errs = append(errs, fmt.Errorf("LockTTL (%v) must be at least 1ms, the resolution of Redis expiry", c.LockTTL))
 	}
 	if len(errs) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+}
+
+// derivedFrom is the formula of each timing's default, for Validate's
+// messages; withDefaults computes them.
+var derivedFrom = map[string]string{
+	"HeartbeatInterval": "LockTTL / 3",
+	"CheckInterval":     "LockTTL / 6",
+	"ElectionJitter":    "LockTTL / 15",
+	"StepDownMargin":    "LockTTL / 10",
+	"ProcessTTL":        "LockTTL * 3/2",
+	"SlaveTimeout":      "LockTTL / 2",
+	"WaitTimeout":       "HeartbeatInterval / 4",
+	"TransferWindow":    "LockTTL / 10, at least 1ms",
 }
 
 // replication is what the lock writes wait for.

@@ -107,3 +107,121 @@ func TestZeroConfigMeansDefaults(t *testing.T) {
 		t.Fatalf("New with two problems = %v, want ErrInvalidConfig naming both", err)
 	}
 }
+
+// TestDefaultConfigFollowsLockTTL: DefaultConfig with only LockTTL changed
+// is valid, and its spelled-out timings follow the LockTTL set, as in a
+// Config{LockTTL: ...}; a timing the caller changed stays as set. Before,
+// LockTTL = 6s was refused for HeartbeatInterval (10s), a field never set.
+func TestDefaultConfigFollowsLockTTL(t *testing.T) {
+	for _, ttl := range []time.Duration{6 * time.Second, time.Second, 3 * time.Millisecond, time.Hour, MaxDuration} {
+		c := DefaultConfig()
+		c.LockTTL = ttl
+		if err := c.Validate(); err != nil {
+			t.Errorf("DefaultConfig with LockTTL %v: %v", ttl, err)
+			continue
+		}
+		got, want := c.withDefaults(), Config{LockTTL: ttl}.withDefaults()
+		// The registry's timings follow a longer LockTTL only.
+		want.ProcessTTL, want.SlaveTimeout = max(want.ProcessTTL, 45*time.Second), max(want.SlaveTimeout, 15*time.Second)
+		if got.HeartbeatInterval != want.HeartbeatInterval || got.CheckInterval != want.CheckInterval ||
+			got.ElectionJitter != want.ElectionJitter || got.ProcessTTL != want.ProcessTTL ||
+			got.SlaveTimeout != want.SlaveTimeout || got.StepDownMargin != want.StepDownMargin {
+			t.Errorf("LockTTL %v: timings %+v, want those of Config{LockTTL: %v} %+v", ttl, got, ttl, want)
+		}
+	}
+	c := DefaultConfig()
+	c.LockTTL, c.CheckInterval = 6*time.Second, 700*time.Millisecond
+	if got := c.withDefaults(); got.CheckInterval != 700*time.Millisecond || got.HeartbeatInterval != 2*time.Second {
+		t.Errorf("a CheckInterval set by the caller: %v, HeartbeatInterval %v", got.CheckInterval, got.HeartbeatInterval)
+	}
+	// An explicit value that breaks a rule is still refused.
+	c = DefaultConfig()
+	c.LockTTL, c.HeartbeatInterval = 6*time.Second, 5*time.Second
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "HeartbeatInterval (5s) times 3") {
+		t.Errorf("HeartbeatInterval 5s for LockTTL 6s: %v", err)
+	}
+}
+
+// TestValidateNamesTheFieldSet: durations that would overflow, or that are
+// too short through the defaults, are refused with a message that names the
+// field the caller set; a NodeID longer than the limit pubsub, durable and
+// the registry apply is refused at New. Before: "ProcessTTL
+// -1248047h47m16.854775808s must be positive" for a LockTTL of 100 years,
+// "TransferWindow (1ms) must be less than LockTTL (1ms)" alone for 1ms,
+// HeartbeatInterval 1ns and a 300-byte NodeID accepted.
+func TestValidateNamesTheFieldSet(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		want    []string
+		notWant string
+	}{
+		{name: "LockTTL of 100 years", cfg: Config{LockTTL: 100 * 365 * 24 * time.Hour},
+			want: []string{"LockTTL (876000h0m0s) must be at most 8760h0m0s"}, notWant: "ProcessTTL"},
+		{name: "DefaultConfig with LockTTL of 100 years", cfg: func() Config { c := DefaultConfig(); c.LockTTL = 100 * 365 * 24 * time.Hour; return c }(),
+			want: []string{"LockTTL (876000h0m0s) must be at most"}, notWant: "ProcessTTL"},
+		{name: "HeartbeatInterval near the largest duration", cfg: Config{HeartbeatInterval: 1 << 62},
+			want: []string{"HeartbeatInterval", "must be at most"}},
+		{name: "LockTTL of 1ms", cfg: Config{LockTTL: time.Millisecond},
+			want: []string{"HeartbeatInterval (333.333µs, its default LockTTL / 3) must be at least 1ms", "TransferWindow (1ms, its default LockTTL / 10, at least 1ms) must be less than LockTTL (1ms)"}},
+		{name: "HeartbeatInterval of 1ns", cfg: Config{HeartbeatInterval: 1},
+			want: []string{"HeartbeatInterval (1ns) must be at least 1ms"}},
+		{name: "NodeID of 300 bytes", cfg: Config{NodeID: strings.Repeat("n", 300)},
+			want: []string{"NodeID is 300 bytes long, the limit is 256"}},
+		{name: "NodeID of 256 bytes", cfg: Config{NodeID: strings.Repeat("n", 256)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(idleClient(t), tc.cfg)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("New = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("New = %v, want ErrInvalidConfig", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New = %q\nwant it to contain %q", err, w)
+				}
+			}
+			if tc.notWant != "" && strings.Contains(err.Error(), tc.notWant) {
+				t.Errorf("New = %q, names %s, a field the caller did not set", err, tc.notWant)
+			}
+		})
+	}
+}
+
+// TestSetMetadataRefusesWhatTheRegistryWould: metadata over the registry's
+// limit is refused by SetMetadata itself, and the metadata stays as it was.
+// Before, SetMetadata took it, and the registry dropped the entry later.
+func TestSetMetadataRefusesWhatTheRegistryWould(t *testing.T) {
+	m, err := New(idleClient(t), Config{NodeID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetMetadata(map[string]any{"zone": "eu"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{20 << 10, 1 << 20} {
+		err := m.SetMetadata(map[string]any{"blob": strings.Repeat("x", size)})
+		if !errors.Is(err, registry.ErrMetadataTooLarge) || !strings.Contains(err.Error(), "the limit is 16384") {
+			t.Errorf("SetMetadata of %d bytes = %v, want registry.ErrMetadataTooLarge", size, err)
+		}
+	}
+	if err := m.SetMetadata(map[string]any{"f": func() {}}); !errors.Is(err, registry.ErrInvalidProcess) {
+		t.Errorf("SetMetadata of a func = %v, want registry.ErrInvalidProcess", err)
+	}
+	if md := m.Metadata(); len(md) != 1 || md["zone"] != "eu" {
+		t.Errorf("metadata after refusals = %v, want the last accepted", md)
+	}
+}
+
+// idleClient is a client of no server, for New, which does not talk to
+// Redis; closed by a t.Cleanup.
+func idleClient(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

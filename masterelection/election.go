@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
@@ -104,8 +105,13 @@ func New(client redis.UniversalClient, cfg Config) (*MasterElection, error) {
 }
 
 func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*MasterElection, error) {
-	if client == nil && !cfg.Standalone {
-		return nil, ErrNilClient
+	if nilclient.Is(client) {
+		// A typed nil (a nil *redis.Client in the interface) is no client
+		// either: refused like nil, or dropped in standalone mode.
+		if !cfg.Standalone {
+			return nil, ErrNilClient
+		}
+		client = nil
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -164,7 +170,12 @@ func contextTimeoutEnabled(client redis.UniversalClient) bool {
 // returns, until Stop; ctx bounds only the wait. When the lock key holds
 // something other than a string (another program's data), no process could
 // ever become master: Start stops and returns an error wrapping ErrGarbage
-// that names the key and its type.
+// that names the key and its type; so it does, naming the value and the DEL
+// to run, when the term key holds something other than a term below
+// scripts.MaxTerm. When Redis refuses the user (a wrong password, an ACL
+// without PUBLISH, SUBSCRIBE or another command the election runs), Start
+// stops at once and returns an error wrapping ErrPermission that gives the
+// cause Redis gave; it has written nothing.
 func (m *MasterElection) Start(ctx context.Context) error {
 	m.mu.Lock()
 	switch m.state {
@@ -234,6 +245,16 @@ func (m *MasterElection) lastError() error {
 // goroutine, including event handlers finishing the events already queued.
 // All waiting is bounded by ctx. Stop may be called more than once and from
 // several goroutines; later calls wait for the first and return its result.
+//
+// When ctx ends before the OnMasterAcquired handlers have returned, Stop
+// does not wait for them any longer: IsMaster turns false, the lock is
+// released all the same (with a fresh ctx bounded by HeartbeatInterval, so
+// that the others need not wait LockTTL), master-lost is emitted, and Stop
+// returns an error wrapping ErrHandlersRunning and ctx's error that says the
+// lock was released while a handler still ran. Another process may then be
+// master while that handler still runs: a handler must return when its ctx
+// is done, and write only with the term it was given (which fencing
+// refuses once another process is master).
 func (m *MasterElection) Stop(ctx context.Context) error {
 	m.mu.Lock()
 	if m.state == stateStopping {
@@ -302,10 +323,11 @@ func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait 
 	}
 	handlersDone := make(chan struct{})
 	go func() { l.handlers.Wait(); close(handlersDone) }()
+	var running error // the handlers had not returned when the wait ended
 	select {
 	case <-handlersDone:
 	case <-wctx.Done():
-		errs = append(errs, fmt.Errorf("OnMasterAcquired handlers still running: %w", wctx.Err()))
+		running = wctx.Err()
 	}
 	cancel()
 	// IsMaster turns false before the release: the release notice wakes
@@ -318,6 +340,13 @@ func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait 
 		if err != nil {
 			errs = append(errs, fmt.Errorf("release master lock: %w", err))
 		}
+	}
+	if running != nil {
+		what := "the lock was released while an OnMasterAcquired handler still ran: another process may be master before it returns"
+		if !released {
+			what = "an OnMasterAcquired handler still ran when the wait for it ended"
+		}
+		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrHandlersRunning, what, running))
 	}
 	m.endLeadership(l, reason)
 	return released, errors.Join(errs...)
@@ -420,8 +449,16 @@ func (m *MasterElection) Master(ctx context.Context) (nodeID string, term int64,
 
 // SetMetadata replaces this process's metadata (a copy of md is kept). The
 // registry entry is written again with it at once; master_process gets it
-// at the next acquisition.
-func (m *MasterElection) SetMetadata(md map[string]any) {
+// at the next acquisition. Metadata the registry would refuse is refused
+// here, and the metadata is left as it was: an error wrapping
+// registry.ErrMetadataTooLarge when md encodes to more than
+// registry.MaxMetadataBytes of JSON, registry.ErrInvalidProcess when it
+// cannot be encoded as JSON.
+func (m *MasterElection) SetMetadata(md map[string]any) error {
+	info := registry.ProcessInfo{ProcessID: m.cfg.NodeID, Role: registry.RoleSlave, Metadata: md}
+	if err := info.Validate(); err != nil {
+		return fmt.Errorf("masterelection: set metadata: %w", err)
+	}
 	m.mu.Lock()
 	m.metadata = maps.Clone(md)
 	m.mu.Unlock()
@@ -429,6 +466,7 @@ func (m *MasterElection) SetMetadata(md map[string]any) {
 	case m.infoChanged <- struct{}{}:
 	default: // a refresh is already pending
 	}
+	return nil
 }
 
 // Metadata returns a copy of this process's metadata.

@@ -8,12 +8,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/scripts"
 )
 
 func TestNewRejectsNilClient(t *testing.T) {
-	if _, err := New(nil, DefaultConfig()); !errors.Is(err, ErrNilClient) {
-		t.Fatalf("New(nil) error = %v, want ErrNilClient", err)
+	var typed *redis.Client // a typed nil: panicked in New before
+	var cluster *redis.ClusterClient
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+	}{
+		{name: "nil", client: nil},
+		{name: "typed nil *redis.Client", client: typed},
+		{name: "typed nil *redis.ClusterClient", client: cluster},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(tc.client, DefaultConfig()); !errors.Is(err, ErrNilClient) {
+				t.Fatalf("New(%T) error = %v, want ErrNilClient", tc.client, err)
+			}
+			cfg := DefaultConfig()
+			cfg.Standalone = true // standalone needs no client: a typed nil is dropped
+			m, err := New(tc.client, cfg)
+			if err != nil {
+				t.Fatalf("New(%T) standalone: %v", tc.client, err)
+			}
+			if m.client != nil {
+				t.Fatalf("standalone election kept the typed nil client %T", m.client)
+			}
+		})
 	}
 }
 

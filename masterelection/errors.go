@@ -23,7 +23,8 @@ var (
 	// was not taken by the successor it named within the transfer window: the
 	// normal election went on and another process, or none yet, is master.
 	ErrTransferNotTaken = errors.New("masterelection: the named successor did not take the lock")
-	// ErrNilClient is returned by New when the Redis client is nil.
+	// ErrNilClient is returned by New when the Redis client is nil, or an
+	// interface holding a nil pointer (a nil *redis.Client).
 	ErrNilClient = errors.New("masterelection: nil redis client")
 	// ErrAlreadyStarted is returned by Start when it was called before.
 	ErrAlreadyStarted = errors.New("masterelection: already started")
@@ -31,6 +32,20 @@ var (
 	ErrStopped = errors.New("masterelection: stopped")
 	// ErrNotStarted is returned by WaitForElectionComplete before Start.
 	ErrNotStarted = errors.New("masterelection: not started")
+	// ErrHandlersRunning is wrapped by the error of Stop (and Transfer) when
+	// their wait for the OnMasterAcquired handlers ended (ctx ended) before
+	// the handlers returned. The message says whether the lock was released
+	// all the same, in which case another process may be master while the
+	// handler still runs.
+	ErrHandlersRunning = errors.New("masterelection: OnMasterAcquired handlers still running")
+	// ErrPermission is wrapped by Start's error when Redis refuses the user:
+	// a wrong password or user name (WRONGPASS), or an ACL that refuses a
+	// command the election runs on its keys or channels (PUBLISH, SUBSCRIBE,
+	// EVAL, ...). The message gives Redis's answer, or names every refused
+	// command with its key or channel (on Redis 7.0 and later and Valkey).
+	// Start then returns at once: no attempt would fare better. Start has
+	// written nothing.
+	ErrPermission = errors.New("masterelection: redis refuses this user")
 	// ErrGarbage is wrapped by the error events about a herd key that holds
 	// something herd never writes (written by another program).
 	ErrGarbage = errors.New("masterelection: unexpected value in redis")

@@ -10,7 +10,8 @@ import (
 // garbageLock returns an error wrapping ErrGarbage when the lock key holds
 // something other than a string: no process can take such a lock (the
 // acquire script's SET NX fails on it) while the key exists, so an election
-// on it cannot work. It returns nil when the lock is free or a node id.
+// on it cannot work. So does a term key that holds something other than a
+// term below scripts.MaxTerm, over which the acquire script writes nothing. It returns nil when the lock is free or a node id.
 // answered is false when Redis did not answer (the election reports that
 // itself; Start asks again once Redis answers the registry).
 func (m *MasterElection) garbageLock(ctx context.Context) (garbage error, answered bool) {
@@ -26,10 +27,20 @@ func (m *MasterElection) garbageIn(ctx context.Context, st scripts.MasterState, 
 	if err != nil {
 		return nil, false
 	}
-	if !st.Exists || st.NodeID != "" {
-		return nil, true
+	if st.Exists && st.NodeID == "" {
+		return m.lockHolds(ctx), true
 	}
-	return m.lockHolds(ctx), true
+	if st.TermGarbage || st.Term >= scripts.MaxTerm {
+		// The acquire script writes nothing over it: once the lock is
+		// free, no process can become master until an operator deletes it.
+		what := st.Garbage
+		if !st.TermGarbage {
+			what = fmt.Sprintf("key %q holds %d (2^53 - 1): no term above it can be minted exactly", m.keys.Term, st.Term)
+		}
+		return fmt.Errorf("%w: %s: no process can become master while it does; "+
+			"an operator who knows it is no other program's data deletes it (DEL %s)", ErrGarbage, what, m.keys.Term), true
+	}
+	return nil, true
 }
 
 // lockHolds describes the lock key when it does not hold a node id: the

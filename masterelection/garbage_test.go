@@ -57,3 +57,43 @@ func TestStartRefusesAGarbageLock(t *testing.T) {
 		}
 	})
 }
+
+// TestStartRefusesAnInexactTerm: a term key above 2^53 - 1 (on a real
+// server) is refused at Start at once with ErrGarbage and the DEL to run,
+// and left as it was; nothing is written. Before, Start returned nil after
+// herd itself wrote -9223372036854775808 into the term key (for
+// 9223372036854775806), or after minting 9007199254740992, below the stored
+// term, to every master (for 9007199254740993).
+func TestStartRefusesAnInexactTerm(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		c := redistest.Start(t, s).Client(t)
+		for _, stored := range []string{"9223372036854775806", "9007199254740993"} {
+			t.Run(stored, func(t *testing.T) {
+				m, err := New(c, testConfig("a"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				k := m.Keys()
+				if err := c.Set(t.Context(), k.Term, stored, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				defer cancel()
+				began := time.Now()
+				err = m.Start(ctx)
+				if !errors.Is(err, ErrGarbage) || !strings.Contains(err.Error(), stored) || !strings.Contains(err.Error(), "DEL "+k.Term) {
+					t.Fatalf("Start over term %s = %v; want ErrGarbage naming the value and the DEL", stored, err)
+				}
+				if d := time.Since(began); d > 3*time.Second {
+					t.Errorf("Start took %s to fail; want at once", d)
+				}
+				if got, _ := c.Get(t.Context(), k.Term).Result(); got != stored {
+					t.Errorf("term key = %q, want %q left alone", got, stored)
+				}
+				if n, _ := c.Exists(t.Context(), k.Master, k.MasterProcess).Result(); n != 0 {
+					t.Errorf("%d lock keys written", n)
+				}
+			})
+		}
+	})
+}

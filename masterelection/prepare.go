@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -64,6 +65,10 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*subscription, er
 	opened := make(chan struct{}) // the registry is open: Redis answers
 	sub := m.subscribe(runCtx, opened)
 	first := m.ask(openCtx)
+	if first.refused != nil { // no election can work as this user
+		sub.close()
+		return nil, first.refused
+	}
 	reg, err := m.openFirst(openCtx, first)
 	if err != nil {
 		sub.close()
@@ -97,6 +102,33 @@ type answers struct {
 	eviction evictionRead
 	garbage  error // the lock check's verdict (garbageLock), when checked
 	checked  bool  // the lock check was answered
+	refused  error // the user cannot work at all (refusal), wrapping ErrPermission
+}
+
+// refusal returns an error wrapping ErrPermission when Redis refused the
+// user (a wrong password: the pipeline's error pipeErr) or the user's ACL
+// refuses commands the election runs (access's answer), naming what Redis
+// said; nil otherwise, also when the access check could not run for another
+// reason (Redis unreachable: Start's other questions report that).
+func (m *MasterElection) refusal(pipeErr error, access *scripts.AccessCall) error {
+	// The pipeline's error is that of its first failed command, which may
+	// be one herd can do without (INFO, for the eviction check): only a
+	// refused connection counts here.
+	if pipeErr != nil && (strings.Contains(pipeErr.Error(), "WRONGPASS") || strings.Contains(pipeErr.Error(), "NOAUTH")) {
+		return fmt.Errorf("%w: %w", ErrPermission, pipeErr)
+	}
+	if access == nil {
+		return nil
+	}
+	refused, err := access.Result()
+	switch {
+	case scripts.IsRefusal(err):
+		return fmt.Errorf("%w: %w", ErrPermission, err)
+	case err != nil || len(refused) == 0:
+		return nil
+	}
+	return fmt.Errorf("%w: the ACL of this Redis user refuses %s (NOPERM); the election needs them all, see docs/topologies.md",
+		ErrPermission, strings.Join(refused, ", "))
 }
 
 // ask puts Start's three questions to the server that holds the election's
@@ -125,22 +157,27 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 	defer cancel()
 	srv, addr, err := serverOf(pctx, m.client, m.keys.Master)
 	if err != nil {
-		return answers{probeErr: err, eviction: evictionRead{err: err}}
+		return answers{probeErr: err, eviction: evictionRead{err: err}, refused: m.refusal(err, nil)}
 	}
 	var (
-		probe *scripts.RegistryProbeCall
-		info  *redis.StringCmd
-		check *scripts.CheckCall
+		access *scripts.AccessCall
+		probe  *scripts.RegistryProbeCall
+		info   *redis.StringCmd
+		check  *scripts.CheckCall
 	)
 	queue := func(pipe redis.Pipeliner) error {
+		access = scripts.QueueAccess(pctx, pipe, m.keys)
 		probe = scripts.QueueRegistryProbe(pctx, pipe, m.keys)
 		info = pipe.Info(pctx, "memory")
 		check = scripts.QueueCheck(pctx, pipe, m.keys)
 		return nil
 	}
-	_, _ = srv.Pipelined(pctx, queue) // each command's error is read on its own
+	// Each command's error is read on its own, but a connection that Redis
+	// refused (WRONGPASS) fails them all with the pipeline's error.
+	_, pipeErr := srv.Pipelined(pctx, queue)
 
 	var a answers
+	a.refused = m.refusal(pipeErr, access)
 	if native, hpexpire, err := probe.Result(); err != nil {
 		a.probeErr = err
 	} else {

@@ -212,7 +212,7 @@ func (w *world) registered(n *node, role string) {
 const trackerRead = "multi+hgetall+get+exec"
 
 // TestRoundTripsStart: Start on a fresh lock, uncontested, sends one
-// pipeline (the registry's backend probe, as EVAL, INFO memory for the
+// pipeline (the ACL access check and the registry's backend probe, as EVAL, INFO memory for the
 // eviction check, and the lock check) and then the acquire, plus the
 // subscription on a connection of its own, which the client's hooks do not
 // see; the new master then registers itself and its slave tracker reads the
@@ -230,7 +230,7 @@ func TestRoundTripsStart(t *testing.T) {
 	w.registered(a, "master")
 	later := wa.settled()
 
-	want := []string{"registry_probe (eval)+info memory+check (eval)", "acquire"}
+	want := []string{"access (eval)+registry_probe (eval)+info memory+check (eval)", "acquire"}
 	// The registration may go out before Start returns: it follows the
 	// acquire at once, on the membership goroutine.
 	own := slices.DeleteFunc(slices.Clone(startTrips), func(s string) bool { return s == "registry_put" || s == trackerRead })
@@ -263,7 +263,7 @@ func TestRoundTripsStartUncached(t *testing.T) {
 		t.Fatal("the only candidate of a fresh lock is not master")
 	}
 	got := slices.DeleteFunc(wa.take(), func(s string) bool { return s == "registry_put" || s == trackerRead })
-	want := []string{"registry_probe (eval)+info memory+check (eval)", "acquire", "acquire (eval)"}
+	want := []string{"access (eval)+registry_probe (eval)+info memory+check (eval)", "acquire", "acquire (eval)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Start sent %q; want %q (registration and tracker read aside)", got, want)
 	}

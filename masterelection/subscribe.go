@@ -11,7 +11,8 @@ import (
 // master with the given term. ctx is done the moment the mastership ends
 // (lock lost, self-fencing deadline passed, Transfer, or Stop), never later
 // than IsMaster turns false, so fn may run the master's work until ctx is
-// done; Stop waits for fn to return before it releases the lock. Like every
+// done; Stop waits for fn to return before it releases the lock, for as long
+// as Stop's ctx allows (see Stop for what happens when it ends first). Like every
 // handler, fn runs on a goroutine of its own, never on the election's loop
 // (see the package documentation, "Event handlers").
 func (m *MasterElection) OnMasterAcquired(fn func(ctx context.Context, term int64)) (unsubscribe func()) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/wire"
+	"github.com/herdkit/herd/scripts"
 )
 
 // Limits of the envelope. They are part of the wire contract: a message
@@ -17,8 +18,10 @@ const (
 	// Redis pub/sub copies every message into each subscriber's output
 	// buffer, so big payloads belong in a key, with the key name sent here.
 	MaxPayloadSize = 1 << 20
-	// MaxNameLen is the longest id, from, type and slave id, in bytes.
-	MaxNameLen = 256
+	// MaxNameLen is the longest id, from, type and slave id, in bytes:
+	// scripts.MaxNameLen, the limit of every name herd validates (a NodeID
+	// longer than it is refused by masterelection.New too).
+	MaxNameLen = scripts.MaxNameLen
 	// MaxEnvelopeSize is the longest envelope a receiver decodes, in bytes:
 	// MaxPayloadSize plus room for the other members.
 	MaxEnvelopeSize = MaxPayloadSize + 16<<10

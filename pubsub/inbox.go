@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/nilclient"
 )
 
 // Inbox is the master's side of slave reports: it listens on the master
@@ -29,7 +31,7 @@ type Inbox struct {
 // report (for a process that only watches). It does not touch Redis until
 // Start.
 func NewInbox(client redis.UniversalClient, leader Leader, cfg Config) (*Inbox, error) {
-	if client == nil {
+	if nilclient.Is(client) {
 		return nil, errors.New("pubsub: NewInbox: client is nil")
 	}
 	cfg, err := cfg.withDefaults(client, leader)

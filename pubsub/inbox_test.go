@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/pubsub"
 )
 
@@ -117,6 +119,10 @@ func TestInboxWithoutLeaderDeliversAll(t *testing.T) {
 	}
 	if _, err := pubsub.NewInbox(nil, nil, pubsub.Config{}); err == nil {
 		t.Error("nil client accepted")
+	}
+	var typed *redis.Client
+	if _, err := pubsub.NewInbox(typed, nil, pubsub.Config{}); err == nil || !strings.Contains(err.Error(), "client is nil") {
+		t.Errorf("typed nil client: %v, want \"client is nil\"", err)
 	}
 	if _, err := pubsub.NewInbox(c, nil, pubsub.Config{MaxRetryDelay: -1}); err == nil {
 		t.Error("bad config accepted")

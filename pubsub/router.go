@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
@@ -49,7 +50,7 @@ type Router struct {
 // leader is a KeySource (the election is), the channel names come from it:
 // NewRouter(client, election, nil, pubsub.Config{}) is all it takes.
 func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, cfg Config) (*Router, error) {
-	if client == nil {
+	if nilclient.Is(client) {
 		return nil, errors.New("pubsub: NewRouter: client is nil")
 	}
 	if leader == nil {

@@ -166,6 +166,8 @@ func TestNewRouterErrors(t *testing.T) {
 		errHas string
 	}{
 		{"nil client", nil, newLeader("n", 1), pubsub.Config{}, "client is nil"},
+		{"typed nil client", (*redis.Client)(nil), newLeader("n", 1), pubsub.Config{}, "client is nil"},
+		{"typed nil cluster client", (*redis.ClusterClient)(nil), newLeader("n", 1), pubsub.Config{}, "client is nil"},
 		{"nil leader", c, nil, pubsub.Config{}, "leader is nil"},
 		{"bad node id", c, newLeader("n*", 1), pubsub.Config{}, "glob"},
 		{"bad prefix", c, newLeader("n", 1), pubsub.Config{SlavePrefix: "worker slave:"}, "SlavePrefix"},

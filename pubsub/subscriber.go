@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -49,7 +50,7 @@ type Subscriber struct {
 // listening on cfg.SlaveChannel(processID). It does not touch Redis until
 // Start.
 func NewSubscriber(client redis.UniversalClient, processID string, cfg Config) (*Subscriber, error) {
-	if client == nil {
+	if nilclient.Is(client) {
 		return nil, errors.New("pubsub: NewSubscriber: client is nil")
 	}
 	cfg, err := cfg.withDefaults(client, cfg.Terms)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -322,6 +324,10 @@ func TestNewSubscriberErrors(t *testing.T) {
 	}
 	if _, err := pubsub.NewSubscriber(nil, "s", pubsub.Config{}); err == nil {
 		t.Error("nil client accepted")
+	}
+	var typed *redis.Client // accepted before, and panicked at Start
+	if _, err := pubsub.NewSubscriber(typed, "s", pubsub.Config{}); err == nil || !strings.Contains(err.Error(), "client is nil") {
+		t.Errorf("typed nil client: %v, want \"client is nil\"", err)
 	}
 }
 

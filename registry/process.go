@@ -161,10 +161,13 @@ func (t *jsTime) UnmarshalJSON(b []byte) error {
 // entry and every registration notice carries it, so it must stay small.
 const MaxMetadataBytes = 16 << 10
 
-// validate checks what Register needs to store p: an id that fits in a
-// channel name, a known role, and metadata that encodes to at most
-// MaxMetadataBytes. Errors wrap ErrInvalidProcess or ErrMetadataTooLarge.
-func (p ProcessInfo) validate() error {
+// Validate checks what Register needs to store p: an id that fits in a
+// channel name (scripts.ValidateName, at most scripts.MaxNameLen bytes), a
+// known role, and metadata that encodes to at most MaxMetadataBytes.
+// Errors wrap ErrInvalidProcess or ErrMetadataTooLarge. Register calls it;
+// masterelection calls it at New and SetMetadata, so that what would be
+// refused later is refused at the call.
+func (p ProcessInfo) Validate() error {
 	if err := scripts.ValidateName("ProcessID", p.ProcessID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/internal/wire"
 	"github.com/herdkit/herd/scripts"
 )
@@ -168,7 +169,7 @@ func NewProbed(ctx context.Context, client redis.UniversalClient, keys scripts.K
 
 // newRegistry is New, and NewProbed when probed is not nil.
 func newRegistry(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Config, probed *Probed) (*Registry, error) {
-	if client == nil {
+	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
 	if keys.Processes == "" || keys.ProcessesExpiry == "" || keys.ProcessesVersion == "" || keys.RegistryEvents == "" ||
@@ -232,7 +233,7 @@ func (r *Registry) ProcessTTL() time.Duration { return r.cfg.ProcessTTL }
 // slave and no term, and Register returns an error wrapping ErrNotMaster
 // that names the lock's holder and term.
 func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
-	if err := info.validate(); err != nil {
+	if err := info.Validate(); err != nil {
 		return err
 	}
 	if info.NodeID == "" {

@@ -537,6 +537,10 @@ func TestNew(t *testing.T) {
 	if _, err := New(ctx, nil, keys, Config{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("New(nil client) = %v, want ErrInvalidConfig", err)
 	}
+	var typed *redis.Client
+	if _, err := New(ctx, typed, keys, Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("New(typed nil client) = %v, want ErrInvalidConfig", err)
+	}
 }
 
 // TestNewProbed: NewProbed chooses the backend from the probe's answer it

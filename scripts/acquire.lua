@@ -21,9 +21,13 @@
 --          term the last minted term (0 when none or unreadable);
 --          {-2, successor, pttl, term} when the lock is free but reserved for
 --          another node by a Transfer, for pttl more milliseconds;
---          {-3, what} when the lock is free but the term key holds something
---          herd never writes (what: the value, or "a <type>"): someone else's
---          data, or damage. Nothing is written until an operator deletes it;
+--          {-3, what} or {-3, what, why} when the lock is free but the term key
+--          holds something herd never writes (what: the value, or "a <type>";
+--          why: what is wrong with a decimal value): someone else's data, or
+--          damage. A term above 2^53 - 1 is such garbage (a Lua number holds
+--          no larger integer exactly), and so is 2^53 - 1 itself, after which
+--          no term can be minted exactly. Nothing is written until an
+--          operator deletes it;
 --          {-1, term} when the lock is free but the term key is missing, holds
 --          garbage, or holds a term below ARGV[5]: Redis lost data that the
 --          caller saw, and a master elected before the loss may still be
@@ -40,12 +44,21 @@
 -- (string.format('%d')). cjson.encode writes numbers above 10^14 in exponent
 -- form with 14 digits (1.7726007670001e+15) and orders a table's members
 -- differently on each server, so it never encodes a number or a whole notice.
+local MAX = 9007199254740991 -- 2^53 - 1, the largest integer a Lua number holds exactly
 local raw = redis.pcall('GET', KEYS[4])
-local prev, garbage = 0, false
+local prev, garbage, why = 0, false, nil
 if type(raw) == 'table' then
   garbage = 'a ' .. redis.call('TYPE', KEYS[4])['ok']
 elseif raw then
-  if string.match(raw, '^%d+$') then prev = tonumber(raw) else garbage = string.sub(raw, 1, 64) end
+  if not string.match(raw, '^%d+$') then
+    garbage = string.sub(raw, 1, 64)
+  elseif tonumber(raw) > MAX then
+    garbage, why = string.sub(raw, 1, 64), 'above 2^53 - 1, the largest term herd can mint exactly'
+  elseif tonumber(raw) == MAX then
+    garbage, why = raw, 'no term above it can be minted exactly'
+  else
+    prev = tonumber(raw)
+  end
 end
 
 local seen = tonumber(ARGV[5]) or 0
@@ -53,11 +66,24 @@ local successor = redis.pcall('GET', KEYS[5])
 if type(successor) ~= 'string' then successor = false end
 local other = successor and successor ~= ARGV[1]
 if (garbage or prev < seen or other) and not redis.pcall('GET', KEYS[1]) then
-  if garbage then return {-3, garbage} end
+  if garbage then return {-3, garbage, why} end
   if prev < seen then return {-1, prev} end
   return {-2, successor, redis.call('PTTL', KEYS[5]), prev}
 end
 
+-- Every write checked against the user's ACL before the first one (Redis 7.0
+-- and later, Valkey): a user the ACL refuses one of them gets NOPERM, and
+-- Redis is left as the script found it. A script stops at a refused command
+-- but keeps the writes before it.
+if redis.acl_check_cmd then
+  for _, cmd in ipairs({{'SET', KEYS[1], 'x'}, {'SET', KEYS[4], 'x'}, {'DEL', KEYS[5]}, {'SET', KEYS[2], 'x'},
+    {'SET', KEYS[3], 'x'}, {'PUBLISH', ARGV[4], 'x'}}) do
+    if not redis.acl_check_cmd(unpack(cmd)) then
+      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd[1] .. ' ' .. cmd[2] ..
+        ' (herd acquire script; nothing was written)')
+    end
+  end
+end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local holder = redis.pcall('GET', KEYS[1])
   if type(holder) ~= 'string' then holder = '' end

@@ -152,13 +152,22 @@ func (k Keys) SlaveChannel(processID string) string {
 	return prefix + processID
 }
 
+// MaxNameLen is the longest name ValidateName accepts, in bytes: a lock
+// name, a node id, a process id. pubsub.MaxNameLen is the same limit, which
+// the envelopes apply to their ids.
+const MaxNameLen = 256
+
 // ValidateName reports whether s can be used inside a key or channel name:
-// it must not be empty or blank, and must not contain whitespace, control
-// characters or the glob characters * ? [ ] that would make a channel name a
-// pattern. what names the value in the error ("LockName", "NodeID", ...).
+// it must not be empty or blank, longer than MaxNameLen bytes, and must not
+// contain whitespace, control characters or the glob characters * ? [ ] that
+// would make a channel name a pattern. what names the value in the error
+// ("LockName", "NodeID", ...).
 func ValidateName(what, s string) error {
 	if strings.TrimSpace(s) == "" {
 		return fmt.Errorf("%s is empty", what)
+	}
+	if len(s) > MaxNameLen {
+		return fmt.Errorf("%s is %d bytes long, the limit is %d", what, len(s), MaxNameLen)
 	}
 	for _, r := range s {
 		switch {

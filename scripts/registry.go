@@ -265,7 +265,8 @@ type RegistryView struct {
 	// Version is the registry's version counter as of the read: every
 	// write with a version up to it is reflected in Entries, none after.
 	// 0 when the counter is missing (nothing written since Redis lost its
-	// data) or not a version.
+	// data) or not a version (not a decimal below MaxTerm: the scripts count
+	// it as none too).
 	Version int64
 }
 
@@ -344,7 +345,7 @@ func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids
 			}
 		}
 		if v, err := version.Result(); err == nil {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 && n < MaxTerm {
 				view.Version = n
 			}
 		} else if !errors.Is(err, redis.Nil) && !strings.Contains(err.Error(), "WRONGTYPE") {

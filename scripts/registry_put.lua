@@ -69,10 +69,33 @@ local existed = redis.call('HEXISTS', KEYS[1], id) == 1
 local t = redis.call('TIME')
 local version = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local last = redis.pcall('GET', KEYS[5])
-if type(last) == 'string' and string.match(last, '^%d+$') and #last <= 16 and tonumber(last) >= version then
+-- A counter that is not a decimal below 2^53 - 1 (the largest integer a Lua
+-- number holds exactly) is garbage and counts as none: the minted version is
+-- then exact, and so is every one after it.
+if type(last) == 'string' and string.match(last, '^%d+$') and tonumber(last) < 9007199254740991 and tonumber(last) >= version then
   version = tonumber(last) + 1
 end
 version = string.format('%d', version)
+local writes = {{'HSET', KEYS[1], 'f', 'v'}, {'SET', KEYS[5], 'x'}, {'PUBLISH', ARGV[7], 'x'}}
+if mode == 'native' then
+  writes[1] = {'HSETEX', KEYS[1], 'PX', '1', 'FIELDS', '1', 'f', 'v'}
+elseif mode == 'hpexpire' then
+  writes[#writes + 1] = {'HPEXPIRE', KEYS[1], '1', 'FIELDS', '1', 'f'}
+elseif mode == 'emulated' then
+  writes[#writes + 1] = {'ZADD', KEYS[2], '1', 'f'}
+end
+-- Every write checked against the user's ACL before the first one (Redis 7.0
+-- and later, Valkey): a user the ACL refuses one of them gets NOPERM, and
+-- Redis is left as the script found it. A script stops at a refused command
+-- but keeps the writes before it.
+if redis.acl_check_cmd then
+  for _, cmd in ipairs(writes) do
+    if not redis.acl_check_cmd(unpack(cmd)) then
+      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd[1] .. ' ' .. cmd[2] ..
+        ' (herd registry put script; nothing was written)')
+    end
+  end
+end
 value = string.sub(value, 1, -2) .. ',"version":' .. version .. '}'
 
 if mode == 'native' then

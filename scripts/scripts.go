@@ -15,6 +15,14 @@ import (
 	"github.com/herdkit/herd/internal/wire"
 )
 
+// MaxTerm is the largest term and the largest registry version herd mints
+// or accepts: 2^53 - 1, the largest integer a Lua number (a double) holds
+// exactly, and JavaScript's Number.MAX_SAFE_INTEGER. acquire.lua refuses a
+// term key above it as garbage (writing nothing, naming the DEL to run), and
+// at it, since no term can follow it exactly; the registry scripts count a
+// version counter at or above it as none and mint from the server's clock.
+const MaxTerm = 1<<53 - 1
+
 var (
 	//go:embed acquire.lua
 	acquireSrc string
@@ -142,14 +150,14 @@ func acquireArgs(k Keys, nodeID string, ttl time.Duration, info []byte, seen int
 
 func parseAcquired(k Keys, reply any) (Acquired, error) {
 	arr, ok := reply.([]any)
-	if !ok || (len(arr) != 1 && len(arr) != 2 && len(arr) != 4) {
+	if !ok || len(arr) < 1 || len(arr) > 4 {
 		return Acquired{}, unexpected("acquire", reply)
 	}
 	term, ok := arr[0].(int64)
 	if !ok {
 		return Acquired{}, unexpected("acquire", reply)
 	}
-	if len(arr) == 2 && term == -3 {
+	if (len(arr) == 2 || len(arr) == 3) && term == -3 {
 		what, ok := arr[1].(string)
 		if !ok {
 			return Acquired{}, unexpected("acquire", reply)
@@ -157,9 +165,19 @@ func parseAcquired(k Keys, reply any) (Acquired, error) {
 		if !strings.HasPrefix(what, "a ") {
 			what = strconv.Quote(what)
 		}
+		if len(arr) == 3 {
+			why, ok := arr[2].(string)
+			if !ok {
+				return Acquired{}, unexpected("acquire", reply)
+			}
+			what += " (" + why + ")"
+		}
 		return Acquired{TermGarbage: true, TTL: -1, Garbage: fmt.Sprintf(
 			"key %q holds %s, not a term: herd writes nothing to this lock until an operator who knows it is no other program's data deletes it (DEL %s)",
 			k.Term, what, k.Term)}, nil
+	}
+	if len(arr) == 3 {
+		return Acquired{}, unexpected("acquire", reply)
 	}
 	if len(arr) == 2 {
 		prev, ok := arr[1].(int64)
@@ -316,11 +334,13 @@ func parseCheck(k Keys, reply any) (MasterState, error) {
 	}
 	if rawTerm != "" {
 		t, err := strconv.ParseInt(rawTerm, 10, 64)
-		if err != nil || t < 0 {
+		if err != nil || t < 0 || t > MaxTerm {
 			st.TermGarbage = true
 			what := strconv.Quote(wire.Truncate(rawTerm))
 			if typ, ok := strings.CutPrefix(rawTerm, "!"); ok {
 				what = "a " + typ
+			} else if err == nil && t > MaxTerm || errors.Is(err, strconv.ErrRange) {
+				what += " (above 2^53 - 1, the largest term herd can mint exactly)"
 			}
 			if st.Garbage == "" {
 				st.Garbage = fmt.Sprintf("key %q holds %s, not a term", k.Term, what)

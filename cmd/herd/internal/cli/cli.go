@@ -101,13 +101,16 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	fs := flag.NewFlagSet("herd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usageText) }
+	// The usage is printed here, once: on stdout when asked for (-h), on
+	// stderr after the flag package's error message otherwise.
+	fs.Usage = func() {}
 	a.globalFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usageText)
 			return operate.ExitOK
 		}
+		fmt.Fprint(stderr, usageText)
 		return operate.ExitUsage
 	}
 	if fs.NArg() == 0 {
@@ -636,7 +639,7 @@ func writeStatus(w io.Writer, s operate.Snapshot, url string) {
 	if m := s.Master; m != nil {
 		who := m.NodeID
 		if m.Identifier != "" && m.Identifier != m.NodeID {
-			who += " (" + m.Identifier + ")"
+			who += " (" + escape(m.Identifier) + ")"
 		}
 		ttl := operate.FormatAge(m.TTL)
 		if m.TTL < 0 {

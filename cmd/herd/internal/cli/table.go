@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
@@ -26,8 +27,19 @@ type column struct {
 
 // writeTable writes the columns aligned, two spaces apart, squeezing the
 // columns that can give (in their order, each down to its min) until each
-// line fits in width; a cell cut short ends with "…".
+// line fits in width; a cell cut short ends with "…". Control characters
+// in a cell are written escaped (escape), so that no value from Redis can
+// break a row or drive the terminal.
 func writeTable(w io.Writer, cols []column, width int) {
+	cols = slices.Clone(cols)
+	for i := range cols {
+		cols[i].header = escape(cols[i].header)
+		cells := make([]string, len(cols[i].cells))
+		for r, s := range cols[i].cells {
+			cells[r] = escape(s)
+		}
+		cols[i].cells = cells
+	}
 	widths := make([]int, len(cols))
 	total := 2 * (len(cols) - 1)
 	for i, c := range cols {
@@ -69,6 +81,45 @@ func writeTable(w io.Writer, cols []column, width int) {
 	for r := range rows {
 		line(func(i int) string { return cols[i].cells[r] })
 	}
+}
+
+// escape returns s with every control character (C0, DEL, C1, the line and
+// paragraph separators U+2028 and U+2029) and every byte that is not UTF-8
+// written as a Go escape: \n, \r, \t, \xNN or \uNNNN. Other text is
+// left as it is.
+func escape(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x100 && unicode.IsControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.IsControl(r) || r == '\u2028' || r == '\u2029':
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // fit cuts s to n runes, ending with "…" when cut.

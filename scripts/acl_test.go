@@ -1,0 +1,74 @@
+package scripts_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/scripts"
+)
+
+// TestRefusedScriptsWriteNothing: on every server of the matrix, a script
+// run by a user whose ACL refuses one of its writes (PUBLISH here) fails
+// with NOPERM before its first write: Redis holds nothing afterwards.
+// Before, acquire's SET ran before its PUBLISH was refused, leaving the lock
+// and a new term behind, and registry_put its entry and version.
+func TestRefusedScriptsWriteNothing(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		admin := inst.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := admin.Do(ctx, "ACL", "SETUSER", "nopublish", "on", ">pw", "~*", "&*", "+@all", "-publish").Err(); err != nil {
+			t.Fatal(err)
+		}
+		opts := inst.Options()
+		opts.Username, opts.Password = "nopublish", "pw"
+		c := redis.NewClient(opts)
+		defer c.Close()
+		k := scripts.NewKeys("svc", false)
+		empty := func(what string, err error) {
+			t.Helper()
+			if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "PUBLISH") {
+				t.Errorf("%s: %v, want NOPERM naming PUBLISH", what, err)
+			}
+			if keys, err := admin.Keys(ctx, "*").Result(); err != nil || len(keys) != 0 {
+				t.Errorf("%s left %v (%v) in Redis, want nothing", what, keys, err)
+			}
+		}
+		_, err := scripts.Acquire(ctx, c, k, "n1", time.Second, []byte(`{"processId":"n1"}`), 0)
+		empty("acquire", err)
+		for _, mode := range []string{scripts.TTLEmulated, scripts.TTLHPExpire, scripts.TTLNative} {
+			_, err = scripts.RegistryPut(ctx, c, k, scripts.Put{Mode: mode, ID: "a", Value: []byte(`{"processId":"a"}`), Role: "slave", TTL: time.Minute})
+			if err != nil && (strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "Invalid command")) {
+				continue // this server has no such backend
+			}
+			empty("registry put "+mode, err)
+		}
+		// release and registry_remove: the lock and the entry written by
+		// the admin; a refused release or removal leaves both.
+		if a, err := scripts.Acquire(ctx, admin, k, "n1", time.Minute, nil, 0); err != nil || a.Term == 0 {
+			t.Fatalf("admin acquire = %+v, %v", a, err)
+		}
+		if _, err := scripts.RegistryPut(ctx, admin, k, scripts.Put{Mode: scripts.TTLEmulated, ID: "a", Value: []byte(`{"processId":"a"}`), Role: "slave", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := admin.Keys(ctx, "*").Result()
+		if _, err := scripts.Release(ctx, c, k, "n1", 0); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("release: %v, want NOPERM", err)
+		}
+		if _, err := scripts.RegistryRemove(ctx, c, k, "a", nil, ""); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("registry remove: %v, want NOPERM", err)
+		}
+		if after, _ := admin.Keys(ctx, "*").Result(); len(after) != len(before) {
+			t.Errorf("keys %v after refused release and removal, want %v", after, before)
+		}
+		if n, _ := admin.HLen(ctx, k.Processes).Result(); n != 1 {
+			t.Errorf("registry holds %d entries after a refused removal, want 1", n)
+		}
+	})
+}
