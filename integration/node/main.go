@@ -23,7 +23,12 @@
 // The node reads commands on its standard input, one a line: "transfer
 // <node id>" calls Transfer with that successor ("transfer" alone: a plain
 // step-down), recorded as faults.KindTransfer when asked and when it
-// returns. A routed message whose ID starts with faults.ForgedIDPrefix was
+// returns; with -durable, "burst <n>" makes the master send n durable
+// messages, spread over its slaves, as fast as it can (a few senders at
+// once; faults.KindBurst when it begins and ends), and "durable-quiet"
+// stops every durable send of the node for good (faults.KindDurableQuiet
+// once the sends under way have returned), so that the harness can drain
+// the inboxes before its final accounting. A routed message whose ID starts with faults.ForgedIDPrefix was
 // published by the suite's forger: handed to the handler it is recorded as
 // faults.KindForgedAccepted, not as a delivery, and rejected as stale its
 // record says "forged".
@@ -56,8 +61,10 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -337,11 +344,12 @@ func run(ctx context.Context, o options, out *recorder) error {
 	}
 	out.write(faults.Record{Kind: faults.KindReady, Detail: role})
 
+	dc := &durableCtl{dr: dr, o: o, out: out}
 	if o.send > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sendLoop(ctx, m, client, router, dr, o, out)
+			sendLoop(ctx, m, client, router, dc, o, out)
 		}()
 	}
 	wg.Add(1)
@@ -350,7 +358,7 @@ func run(ctx context.Context, o options, out *recorder) error {
 		runIfMasterLoop(ctx, m, probe)
 	}()
 	// Not waited for: it blocks reading until the process exits.
-	go commands(ctx, os.Stdin, m, out)
+	go commands(ctx, os.Stdin, m, dc)
 
 	<-ctx.Done()
 	out.write(faults.Record{Kind: faults.KindStopping})
@@ -371,12 +379,26 @@ func run(ctx context.Context, o options, out *recorder) error {
 }
 
 // commands runs the commands read from in (see the package doc) until in
-// ends; each transfer runs on a goroutine of its own, which Stop ends
-// (Transfer returns ErrStopped) if it is still waiting.
-func commands(ctx context.Context, in io.Reader, m *masterelection.MasterElection, out *recorder) {
+// ends; each transfer and each burst runs on a goroutine of its own; Stop
+// ends a transfer (Transfer returns ErrStopped) if it is still waiting.
+func commands(ctx context.Context, in io.Reader, m *masterelection.MasterElection, dc *durableCtl) {
+	out := dc.out
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) == 1 && fields[0] == "durable-quiet":
+			dc.quiesce()
+			continue
+		case len(fields) == 2 && fields[0] == "burst":
+			n, err := strconv.Atoi(fields[1])
+			if err != nil || n <= 0 {
+				out.write(faults.Record{Kind: faults.KindError, Detail: fmt.Sprintf("bad burst size %.80q", fields[1])})
+				continue
+			}
+			go dc.burst(ctx, m, n)
+			continue
+		}
 		if len(fields) == 0 || fields[0] != "transfer" || len(fields) > 2 {
 			out.write(faults.Record{Kind: faults.KindError, Detail: fmt.Sprintf("unknown command %.80q", sc.Text())})
 			continue
@@ -640,7 +662,8 @@ type payload struct {
 
 // sendLoop sends, while master, one message to every slave every o.send;
 // with dr, one durable message to every slave too.
-func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *redis.Client, router *pubsub.Router, dr *durable.Router, o options, out *recorder) {
+func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *redis.Client, router *pubsub.Router, dc *durableCtl, o options, out *recorder) {
+	dr := dc.dr
 	ticker := time.NewTicker(o.send)
 	defer ticker.Stop()
 	var seq int64
@@ -695,26 +718,116 @@ func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *red
 				out.error("send to "+s.NodeID, err)
 			}
 			if dr != nil {
-				sendDurable(ctx, dr, o, out, s.NodeID, ob.term, seq)
+				dc.send(ctx, s.NodeID, ob.term, seq)
 			}
 		}
 	}
 }
 
-// sendDurable adds message seq to slave's inbox and records the outcome.
-func sendDurable(ctx context.Context, dr *durable.Router, o options, out *recorder, slave string, term, seq int64) {
-	sctx, cancel := context.WithTimeout(ctx, o.ttl)
+// durableCtl is the node's durable sending: the ticks of sendLoop, the
+// bursts asked on standard input, and the quiet that ends them both.
+type durableCtl struct {
+	dr  *durable.Router // nil without -durable
+	o   options
+	out *recorder
+
+	// mu is held shared by every durable send for its whole call, and
+	// exclusively by quiesce, so that KindDurableQuiet is written only once
+	// no send is under way.
+	mu     sync.RWMutex
+	quiet  bool         // guarded by mu
+	bursts atomic.Int64 // bursts begun, numbering their messages
+}
+
+// send adds message seq to slave's inbox and records the outcome; it
+// reports whether Redis stored it. It sends nothing once the node is quiet.
+func (dc *durableCtl) send(ctx context.Context, slave string, term, seq int64) bool {
+	dc.mu.RLock()
+	defer dc.mu.RUnlock()
+	if dc.quiet || dc.dr == nil {
+		return false
+	}
+	sctx, cancel := context.WithTimeout(ctx, dc.o.ttl)
 	defer cancel()
 	begin := faults.Now()
-	id, err := dr.Send(sctx, slave, msgType, payload{Seq: seq})
+	id, err := dc.dr.Send(sctx, slave, msgType, payload{Seq: seq})
 	switch {
 	case err == nil:
-		out.write(faults.Record{Kind: faults.KindDurableStored, Term: term, Seq: seq, Peer: slave, Detail: id, Begin: begin})
+		dc.out.write(faults.Record{Kind: faults.KindDurableStored, Term: term, Seq: seq, Peer: slave, Detail: id, Begin: begin})
+		return true
 	case errors.Is(err, durable.ErrNotMaster), errors.Is(err, durable.ErrNotRegistered):
-		out.write(faults.Record{Kind: faults.KindRefused, Term: term, Seq: seq, Peer: slave, Detail: "durable: " + err.Error()})
+		dc.out.write(faults.Record{Kind: faults.KindRefused, Term: term, Seq: seq, Peer: slave, Detail: "durable: " + err.Error()})
 	case ctx.Err() == nil:
-		out.error("durable send to "+slave, err)
+		dc.out.error("durable send to "+slave, err)
 	}
+	return false
+}
+
+// quiesce stops every durable send of the node for good and records it
+// once the sends under way have returned.
+func (dc *durableCtl) quiesce() {
+	dc.mu.Lock()
+	dc.quiet = true
+	dc.mu.Unlock()
+	dc.out.write(faults.Record{Kind: faults.KindDurableQuiet})
+}
+
+// burstSenders is how many goroutines send a burst's messages at once.
+const burstSenders = 4
+
+// burst sends n durable messages, round robin over the slaves listed when
+// it begins, from burstSenders goroutines at once, each message under the
+// term of one observation taken before the listing's end (as sendLoop
+// decides). The messages' Seq are <burst number> × 1,000,000 + 1..n.
+func (dc *durableCtl) burst(ctx context.Context, m *masterelection.MasterElection, n int) {
+	out := dc.out
+	if dc.dr == nil {
+		out.write(faults.Record{Kind: faults.KindBurst, Seq: int64(n), Detail: "not sent: the node runs without -durable"})
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, dc.o.ttl)
+	list, err := m.Slaves(lctx)
+	cancel()
+	if err != nil {
+		out.write(faults.Record{Kind: faults.KindBurst, Seq: int64(n), Detail: "not sent: list slaves: " + err.Error()})
+		return
+	}
+	var slaves []string
+	for _, s := range list {
+		if s.NodeID != dc.o.id {
+			slaves = append(slaves, s.NodeID)
+		}
+	}
+	ob, ok := observe(m, dc.o.maxBracket, nil, nil)
+	switch {
+	case !ok || ob.term == 0:
+		out.write(faults.Record{Kind: faults.KindBurst, Seq: int64(n), Detail: "not sent: not master"})
+		return
+	case len(slaves) == 0:
+		out.write(faults.Record{Kind: faults.KindBurst, Seq: int64(n), Term: ob.term, Detail: "not sent: no slaves"})
+		return
+	}
+	base := dc.bursts.Add(1) * 1_000_000
+	out.write(faults.Record{Kind: faults.KindBurst, Seq: int64(n), Term: ob.term, Detail: "begun"})
+	var next, stored atomic.Int64
+	var wg sync.WaitGroup
+	for range burstSenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				if dc.send(ctx, slaves[(i-1)%int64(len(slaves))], ob.term, base+i) {
+					stored.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	out.write(faults.Record{Kind: faults.KindBurst, Seq: int64(n), Term: ob.term, Detail: fmt.Sprintf("done: stored %d", stored.Load())})
 }
 
 // startDurable starts the node's Consumer of its inbox and, for when it is

@@ -203,9 +203,10 @@ func (r Report) ExcusedOverlaps() (n int, longest time.Duration) {
 // working master until a new one is elected: the failover is measured from
 // the injection.
 var masterLeaves = map[string]bool{
-	FaultKillMaster:  true,
-	FaultPauseMaster: true,
-	FaultStopMaster:  true,
+	FaultKillMaster:      true,
+	FaultPauseMaster:     true,
+	FaultStopMaster:      true,
+	FaultBurstKillMaster: true,
 }
 
 // isCrash reports whether fault f left the election without a working
@@ -248,6 +249,18 @@ const (
 	// Transfer* constants). A kill that is part of it is recorded as a
 	// fault of its own kind as well.
 	FaultTransfer = "transfer"
+	// FaultConsumerBlip: for a moment (200-900 ms) each connection of one
+	// slave to Redis is closed once it has passed a few hundred to a few
+	// thousand bytes of replies (toxiproxy's limit_data on its replies;
+	// Variant says how many), in the middle of the reply that crosses the
+	// limit, then its connections are reset: an XREADGROUP whose reply is
+	// cut leaves entries pending to its Consumer, which never saw them.
+	FaultConsumerBlip = "consumer-blip"
+	// FaultBurstKillMaster: the master is asked to send a burst of durable
+	// messages as fast as it can (KindBurst) and is killed with SIGKILL the
+	// moment it has sent them (Variant "after") or in the middle of them
+	// ("during"). The fault record is written just before the signal.
+	FaultBurstKillMaster = "burst-kill-master"
 )
 
 // The variants of FaultTransfer: the Variant of its record is one of them,
@@ -273,7 +286,7 @@ var FaultKinds = []string{
 	FaultKillMaster, FaultKillSlave, FaultPauseMaster, FaultPauseSlave,
 	FaultStopMaster, FaultRestartSlave, FaultRedisRestart, FaultRedisPause,
 	FaultLatency, FaultBlackhole, FaultResetPeer, FaultHandoverLoss,
-	FaultForger, FaultTransfer,
+	FaultForger, FaultTransfer, FaultConsumerBlip, FaultBurstKillMaster,
 }
 
 // Check judges a merged history (the records of every process of one run,
@@ -295,11 +308,13 @@ var FaultKinds = []string{
 //   - fencing: every receiver accepts terms in non-decreasing order, each
 //     equal to the highest it had seen, and rejects every message whose
 //     PUBLISH left its sender after a newer master was in office;
-//   - durable (nodes run with -durable): no message a master stored in an
-//     inbox is lost (never handled, rejected or left in an inbox at the
-//     end, with Redis's data intact since), none is handled under a stale
-//     term (each receiver's terms never go down), no store is taken from a
-//     master after a newer mastership began; duplicates are counted;
+//   - durable (nodes run with -durable): every message a master stored in
+//     an inbox is handled (one never handled is lost, whether it was
+//     rejected as stale, left in an inbox after the final drain or
+//     dead-lettered, unless Redis lost its data after the store), none is
+//     handled under a stale term (each receiver's terms never go down), no
+//     store is taken from a master after a newer mastership began;
+//     duplicates are counted by cause;
 //   - membership: each master reports each slave's join and leave once,
 //     a slave paused past SlaveTimeout is reported removed once and
 //     registered again once, and the leave of each ended process is

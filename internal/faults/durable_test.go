@@ -4,11 +4,13 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -22,12 +24,104 @@ func durableArgs() []string {
 	return []string{"-durable"}
 }
 
+// drainBound is the longest the final drain waits for the inboxes to
+// empty: a process killed by the last fault is listed in the registry for
+// up to ProcessTTL, after which the master's sweep moves its inbox to the
+// live slaves; 4 × LockTTL more for the sweep, the slaves' pending passes
+// (an entry delivered several times waits longer each time) and the
+// handling itself.
+func (tm timing) drainBound() time.Duration { return tm.processTTL + 4*tm.ttl }
+
+// drainDurable ends a schedule's durable traffic before the final
+// accounting: it tells every live node to send no more durable messages
+// (the node's "durable-quiet" command), waits until each has recorded that
+// its sends under way have returned, then waits until every inbox is empty
+// (its entries handled, and the stale ones adopted and handled) or
+// drainBound has passed. So a message still in an inbox at the end was not
+// merely stored in the last moments: the checker counts it lost. Its
+// outcome is noted in the timeline.
+func (c *cluster) drainDurable() {
+	if durableArgs() == nil {
+		return
+	}
+	began := time.Now()
+	live := c.live()
+	c.add(Record{Kind: KindNote, Detail: fmt.Sprintf("durable drain: %d nodes told to send no more durable messages", len(live))})
+	for _, p := range live {
+		if _, err := fmt.Fprintln(p.stdin, "durable-quiet"); err != nil {
+			c.add(Record{Kind: KindNote, Peer: p.label, Detail: "durable-quiet not written: " + err.Error()})
+		}
+	}
+	deadline := began.Add(2 * time.Second)
+	for _, p := range live {
+		for !p.quiet.Load() && p.alive() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if !p.quiet.Load() {
+			c.add(Record{Kind: KindNote, Peer: p.label, Detail: "durable drain: no durable-quiet record within 2s"})
+		}
+	}
+	deadline = began.Add(c.tm.drainBound())
+	for {
+		n, err := c.inboxEntries()
+		if err == nil && n == 0 {
+			c.add(Record{Kind: KindNote, Detail: fmt.Sprintf("durable drain: every inbox empty %v after the quiet began", time.Since(began).Round(time.Millisecond))})
+			return
+		}
+		if time.Now().After(deadline) {
+			c.add(Record{Kind: KindNote, Detail: fmt.Sprintf("durable drain: %d entries still in the inboxes %v after the quiet began (bound %v; last error: %v)",
+				n, time.Since(began).Round(time.Millisecond), c.tm.drainBound(), err)})
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// inboxEntries returns the number of entries in every inbox (XLEN: the
+// pending ones and the stale ones left for adoption included).
+func (c *cluster) inboxEntries() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n int64
+	var cursor uint64
+	for {
+		keys, next, err := c.admin.Scan(ctx, cursor, c.keys.InboxPattern(), 100).Result()
+		if err != nil {
+			return n, err
+		}
+		for _, key := range keys {
+			l, err := c.admin.XLen(ctx, key).Result()
+			if err != nil {
+				return n, err
+			}
+			n += l
+		}
+		if cursor = next; cursor == 0 {
+			return n, nil
+		}
+	}
+}
+
 // recordInboxes writes, once every node has stopped, a KindDurableLeft
-// record for each message still in an inbox: the durable checker counts
-// those as kept, not lost.
+// record for each message still in an inbox and a KindDurableDead record
+// for each in the dead-letter stream: the durable checker names them in
+// its losses.
 func (c *cluster) recordInboxes() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	dl, err := durable.NewDeadLetters(c.admin, durable.Config{LockName: c.lock})
+	if err != nil {
+		c.violate("durable", "read the dead letters after the shutdown: %v", err)
+		return
+	}
+	dead, err := dl.List(ctx, "", 0)
+	if err != nil {
+		c.violate("durable", "read the dead letters after the shutdown: %v", err)
+		return
+	}
+	for _, d := range dead {
+		c.add(Record{Kind: KindDurableDead, Peer: d.Process, Term: d.Term, Detail: d.Message.ID, Deliveries: d.Deliveries})
+	}
 	var cursor uint64
 	for {
 		keys, next, err := c.admin.Scan(ctx, cursor, c.keys.InboxPattern(), 100).Result()
@@ -57,9 +151,10 @@ func (c *cluster) recordInboxes() {
 	}
 }
 
-// TestDurableChecker: the durable checker counts duplicates, keeps what an
-// inbox still held, excuses what Redis's data loss took, and fails a lost
-// message, a handling under a stale term and a deposed master's store.
+// TestDurableChecker: the durable checker counts duplicates by cause,
+// excuses what Redis's data loss took, and fails a message never handled
+// (rejected as stale, left in an inbox, dead-lettered or untraced), a
+// handling under a stale term and a deposed master's store.
 func TestDurableChecker(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	acq := func(proc string, term, at int64) Record {
@@ -71,6 +166,11 @@ func TestDurableChecker(t *testing.T) {
 	handled := func(proc, id string, term, highest, at int64) Record {
 		return Record{T: at * ms, Proc: proc, Node: proc, Kind: KindDurableHandled, Term: term, Highest: highest, Detail: id, Peer: "a", Deliveries: 1}
 	}
+	handledAt := func(proc, id string, term, at, deliveries int64) Record {
+		r := handled(proc, id, term, term, at)
+		r.Deliveries = deliveries
+		return r
+	}
 	base := []Record{acq("a", 10, 1)}
 	for _, tc := range []struct {
 		name    string
@@ -79,13 +179,24 @@ func TestDurableChecker(t *testing.T) {
 		violate bool
 	}{
 		{"handled once and twice", []Record{stored("m1", 10, 2), stored("m2", 10, 3), handled("c", "m1", 10, 10, 4), handled("c", "m2", 10, 10, 5), handled("d", "m2", 10, 10, 6)},
-			DurableCounts{Stored: 2, Handled: 3, Distinct: 2, Duplicates: 1}, false},
+			DurableCounts{Stored: 2, Handled: 3, Distinct: 2, Duplicates: 1, DupMoved: 1}, false},
+		{"duplicates by cause", []Record{stored("m1", 10, 2), handled("c", "m1", 10, 10, 3), handled("c", "m1", 10, 10, 4), acq("b", 11, 5),
+			handled("c", "m1", 11, 11, 6), handled("d", "m1", 11, 11, 7), handledAt("c", "m2", 11, 8, 3)},
+			DurableCounts{Stored: 1, Handled: 5, Distinct: 2, Duplicates: 3, DupRedelivered: 1, DupAdopted: 1, DupMoved: 1, LateFirst: 1}, false},
+		{"rejected, then adopted and handled", []Record{stored("m1", 10, 2), {T: 3 * ms, Proc: "c", Node: "c", Kind: KindDurableRejected, Detail: "m1", Term: 10, Highest: 11},
+			acq("b", 11, 3), handled("c", "m1", 11, 11, 4)},
+			DurableCounts{Stored: 1, Rejected: 1, Handled: 1, Distinct: 1}, false},
 		{"left in an inbox", []Record{stored("m1", 10, 2), {T: 9 * ms, Proc: "harness", Node: HarnessNode, Kind: KindDurableLeft, Detail: "m1"}},
-			DurableCounts{Stored: 1, Left: 1}, false},
+			DurableCounts{Stored: 1, Left: 1, Lost: 1, LostInInbox: 1}, true},
+		{"dead-lettered", []Record{stored("m1", 10, 2), {T: 9 * ms, Proc: "harness", Node: HarnessNode, Kind: KindDurableDead, Detail: "m1", Peer: "c"}},
+			DurableCounts{Stored: 1, Dead: 1, Lost: 1, LostDead: 1}, true},
 		{"rejected", []Record{stored("m1", 10, 2), {T: 9 * ms, Proc: "c", Node: "c", Kind: KindDurableRejected, Detail: "m1", Term: 10, Highest: 11}},
-			DurableCounts{Stored: 1, Rejected: 1}, false},
+			DurableCounts{Stored: 1, Rejected: 1, Lost: 1, LostRejected: 1}, true},
 		{"lost", []Record{stored("m1", 10, 2), stored("m2", 10, 3), handled("c", "m2", 10, 10, 4)},
 			DurableCounts{Stored: 2, Handled: 1, Distinct: 1, Lost: 1}, true},
+		{"burst", []Record{stored("m1", 10, 2), {T: 3 * ms, Begin: 3*ms - ms/2, Proc: "a", Node: "a", Kind: KindDurableStored, Term: 10, Peer: "c", Detail: "m2", Seq: BurstSeqBase + 1},
+			handled("c", "m1", 10, 10, 4), handled("c", "m2", 10, 10, 5)},
+			DurableCounts{Stored: 2, BurstStored: 1, Handled: 2, Distinct: 2}, false},
 		{"lost with Redis's data", []Record{stored("m1", 10, 2), {T: 5 * ms, Proc: "harness", Node: HarnessNode, Kind: KindRedisDown}},
 			DurableCounts{Stored: 1, LostToDataLoss: 1}, false},
 		{"handled under a stale term", []Record{stored("m1", 10, 2), handled("c", "x", 11, 11, 3), handled("c", "m1", 10, 11, 4)},

@@ -80,8 +80,7 @@ func TestFaults(t *testing.T) {
 	t.Logf("forgeries %d (forged messages handled %d); routed messages due / not handled: with the forger alone %d / %d, without faults %d / %d; transfers %v; judged %v",
 		rep.Forgeries, rep.ForgedAccepted, rep.ForgerDue, rep.ForgerLost, rep.QuietDue, rep.QuietLost, rep.Transfers, rep.Judged)
 	d := rep.Durable
-	t.Logf("durable: stored %d, handled %d (%d messages), rejected %d, left in inboxes %d; messages lost: %d (%d more with Redis's data), handled under a stale term: %d, stores after a newer mastership: %d, duplicates: %d",
-		d.Stored, d.Handled, d.Distinct, d.Rejected, d.Left, d.Lost, d.LostToDataLoss, d.Stale, d.LateStores, d.Duplicates)
+	t.Logf("durable: %s", d)
 	// The tour must have exercised what it is for.
 	if durableArgs() != nil && d.Handled == 0 {
 		t.Error("no durable message was handled")
@@ -169,6 +168,9 @@ func TestSoak(t *testing.T) {
 		ledger = filepath.Join(t.TempDir(), "soak.jsonl")
 		t.Logf("%s not set: this run's ledger is %s, removed at the end", ledgerEnv, ledger)
 	}
+	// A node program that does not build fails the soak here, before any
+	// schedule is written to the ledger: not each schedule in it.
+	nodeBinary(t)
 	run := time.Now().UTC().Format("2006-01-02T15:04:05Z")
 	rev := codeRevision()
 	servers := redistest.Servers(t)
@@ -198,7 +200,8 @@ func TestSoak(t *testing.T) {
 			extra += ", " + FaultHandoverLoss
 		}
 		if d := rep.Durable; d.Stored > 0 {
-			extra += fmt.Sprintf("; durable: messages lost: %d, handled under a stale term: %d, duplicates: %d (of %d stored)", d.Lost, d.Stale, d.Duplicates, d.Stored)
+			extra += fmt.Sprintf("; durable: messages lost: %d (in an inbox %d, dead-lettered %d, after a rejection %d), lost with Redis's data: %d, handled under a stale term: %d, duplicates: %d (redelivered %d, adopted %d, moved %d) (of %d stored, %d in bursts)",
+				d.Lost, d.LostInInbox, d.LostDead, d.LostRejected, d.LostToDataLoss, d.Stale, d.Duplicates, d.DupRedelivered, d.DupAdopted, d.DupMoved, d.Stored, d.BurstStored)
 		}
 		fmt.Printf("soak %d/%d seed %d on %s: %s in %ds: %d masterships, %d ctxs, max failover %v, %d overlaps after data loss, %d violations%s\n",
 			i+1, n, sd, s.server.Name, outcome, line.Secs, len(rep.Masterships), len(rep.Ctxs),

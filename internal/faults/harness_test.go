@@ -179,6 +179,11 @@ type process struct {
 	master    atomic.Int64 // term while its records say it is master
 	ready     atomic.Bool
 	paused    atomic.Bool
+	// stored counts its KindDurableStored records, bursts its bursts that
+	// ended (a KindBurst other than "begun"); quiet is set by its
+	// KindDurableQuiet.
+	stored, bursts atomic.Int64
+	quiet          atomic.Bool
 }
 
 func (p *process) alive() bool {
@@ -308,6 +313,14 @@ func (c *cluster) collect(p *process, stdout interface{ Read([]byte) (int, error
 			p.master.CompareAndSwap(r.Term, 0)
 		case KindReady:
 			p.ready.Store(true)
+		case KindDurableStored:
+			p.stored.Add(1)
+		case KindBurst:
+			if r.Detail != "begun" {
+				p.bursts.Add(1)
+			}
+		case KindDurableQuiet:
+			p.quiet.Store(true)
 		}
 		c.add(r)
 	}

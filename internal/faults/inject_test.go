@@ -65,9 +65,9 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 	}
 	var target *process
 	switch f.kind {
-	case FaultKillMaster, FaultPauseMaster, FaultStopMaster:
+	case FaultKillMaster, FaultPauseMaster, FaultStopMaster, FaultBurstKillMaster:
 		target = master
-	case FaultKillSlave, FaultPauseSlave, FaultRestartSlave:
+	case FaultKillSlave, FaultPauseSlave, FaultRestartSlave, FaultConsumerBlip:
 		target = pickSlave()
 	case FaultLatency, FaultBlackhole, FaultResetPeer:
 		if f.target == "master" {
@@ -120,6 +120,20 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 		c.add(rec)
 		c.kill(target)
 		return func() { c.spawn(sl); healed() }
+	case FaultBurstKillMaster:
+		c.burst(seq, f, target)
+		rec.Variant = f.variant
+		c.add(rec)
+		c.kill(target)
+		return func() { c.spawn(sl); healed() }
+	case FaultConsumerBlip:
+		// Not a timeout toxic: a fresh connection's handshake (HELLO)
+		// would never be answered and no command would be sent at all.
+		c.add(Record{Kind: KindNote, Seq: seq, Peer: target.label, Detail: fmt.Sprintf("%s on %s: each of its connections closed after %d bytes of replies, the last reply cut", f.kind, target.label, f.n)})
+		rec.Variant = fmt.Sprintf("limit_data %d bytes", f.n)
+		c.add(rec)
+		remove := c.toxic(target, fmt.Sprintf("f%d", seq), "limit_data", []string{"downstream"}, fmt.Sprintf(`{"bytes":%d}`, f.n))
+		return func() { remove(); healed() }
 	case FaultStopMaster, FaultRestartSlave:
 		c.add(rec)
 		c.terminate(target)
@@ -160,6 +174,28 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 	}
 	c.t.Fatalf("unknown fault kind %q", f.kind)
 	return nil
+}
+
+// burst asks master for a burst of f.n durable messages on its standard
+// input and returns once it has sent them all (f.variant BurstAfter), or
+// once f.count more of its stores are recorded (BurstDuring), or once it
+// reported that it sent none; at most 10 s. What happened is noted.
+func (c *cluster) burst(seq int64, f fault, master *process) {
+	stored, ended := master.stored.Load(), master.bursts.Load()
+	c.add(Record{Kind: KindNote, Seq: seq, Peer: master.label, Detail: fmt.Sprintf("burst of %d durable messages asked of %s, killed %s", f.n, master.label, f.variant)})
+	if _, err := fmt.Fprintf(master.stdin, "burst %d\n", f.n); err != nil {
+		c.add(Record{Kind: KindNote, Seq: seq, Detail: "burst command not written: " + err.Error()})
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && master.alive() {
+		if master.bursts.Load() > ended || f.variant == BurstDuring && master.stored.Load()-stored >= int64(f.count) {
+			c.add(Record{Kind: KindNote, Seq: seq, Peer: master.label, Detail: fmt.Sprintf("burst: %d stores recorded since the request", master.stored.Load()-stored)})
+			return
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	c.add(Record{Kind: KindNote, Seq: seq, Peer: master.label, Detail: fmt.Sprintf("burst: not over after 10s (%d stores recorded)", master.stored.Load()-stored)})
 }
 
 // currentMaster returns the running (not paused) process whose records say

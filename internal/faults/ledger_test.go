@@ -58,6 +58,9 @@ type ledgerLine struct {
 	// MaxTransfer is the longest time from a transfer request to the next
 	// master, per variant (Report.Transfers), in ms.
 	MaxTransfer map[string]int64 `json:"maxTransferMs,omitempty"`
+	// Injected counts the faults injected per kind (Report.Faults: those
+	// not skipped for want of a target); lines written before it have none.
+	Injected map[string]int `json:"injected,omitempty"`
 }
 
 // ledgerCounts are a schedule's counts besides the checkers'.
@@ -91,13 +94,38 @@ type ledgerCounts struct {
 	DurableDataLost   int `json:"durableDataLost,omitempty"`
 	DurableStale      int `json:"durableStale,omitempty"`
 	DurableDuplicates int `json:"durableDuplicates,omitempty"`
+	// DurableRule is the rule DurableLost was judged by: 0 (lines written
+	// before the field) a message rejected as stale or left in an inbox
+	// after the shutdown counted as kept; durableRuleHandled every stored
+	// message had to be handled, after a drain of the inboxes at the end of
+	// the schedule. The fields below are written with durableRuleHandled.
+	DurableRule int `json:"durableRule,omitempty"`
+	// Messages stored in bursts; rejections; messages left in an inbox
+	// and in the dead-letter stream at the end; lost messages by where
+	// they were (DurableCounts); duplicates by cause; messages first
+	// handled on a delivery beyond the first.
+	DurableBurst          int `json:"durableBurst,omitempty"`
+	DurableRejected       int `json:"durableRejected,omitempty"`
+	DurableLeft           int `json:"durableLeft,omitempty"`
+	DurableDead           int `json:"durableDead,omitempty"`
+	DurableLostInInbox    int `json:"durableLostInInbox,omitempty"`
+	DurableLostDead       int `json:"durableLostDead,omitempty"`
+	DurableLostRejected   int `json:"durableLostRejected,omitempty"`
+	DurableDupRedelivered int `json:"durableDupRedelivered,omitempty"`
+	DurableDupAdopted     int `json:"durableDupAdopted,omitempty"`
+	DurableDupMoved       int `json:"durableDupMoved,omitempty"`
+	DurableLateFirst      int `json:"durableLateFirst,omitempty"`
 }
+
+// durableRuleHandled is the DurableRule of the lines judged by the rule
+// that every stored message is handled.
+const durableRuleHandled = 2
 
 // newLedgerLine describes schedule s, played in d with report rep.
 func newLedgerLine(run, rev string, s schedule, rep Report, ok bool, d time.Duration) ledgerLine {
 	l := ledgerLine{
 		Run: run, Rev: rev, Seed: s.seed, Server: s.server.Name, Faults: s.kinds(), Overlap: s.overlapping(),
-		Secs: int(d.Round(time.Second) / time.Second), OK: ok && rep.OK(), Judged: rep.Judged,
+		Secs: int(d.Round(time.Second) / time.Second), OK: ok && rep.OK(), Judged: rep.Judged, Injected: rep.Faults,
 	}
 	for _, v := range rep.Violations {
 		if l.Violations == nil {
@@ -119,6 +147,13 @@ func newLedgerLine(run, rev string, s schedule, rep Report, ok bool, d time.Dura
 		QuietDue: rep.QuietDue, QuietLost: rep.QuietLost,
 		DurableStored: rep.Durable.Stored, DurableLost: rep.Durable.Lost, DurableDataLost: rep.Durable.LostToDataLoss,
 		DurableStale: rep.Durable.Stale, DurableDuplicates: rep.Durable.Duplicates,
+	}
+	if dc := rep.Durable; dc.Stored > 0 || dc.Handled > 0 {
+		l.N.DurableRule = durableRuleHandled
+		l.N.DurableBurst, l.N.DurableRejected, l.N.DurableLeft, l.N.DurableDead = dc.BurstStored, dc.Rejected, dc.Left, dc.Dead
+		l.N.DurableLostInInbox, l.N.DurableLostDead, l.N.DurableLostRejected = dc.LostInInbox, dc.LostDead, dc.LostRejected
+		l.N.DurableDupRedelivered, l.N.DurableDupAdopted, l.N.DurableDupMoved = dc.DupRedelivered, dc.DupAdopted, dc.DupMoved
+		l.N.DurableLateFirst = dc.LateFirst
 	}
 	for _, tr := range rep.Transfers {
 		if l.MaxTransfer == nil {
@@ -221,7 +256,10 @@ type tally struct {
 	rejected, late, stale           int
 	joins, leaves, lost             int
 	forgeries, forgedAccepted       int
-	durable                         ledgerCounts // only its Durable* fields
+	durable                         ledgerCounts // only its Durable* fields, of lines of rule 0
+	durableHandled                  ledgerCounts // the same, of lines of durableRuleHandled
+	durableSchedules                int          // lines of durableRuleHandled
+	injected                        map[string]int
 	forgerDue, forgerLost           int
 	quietDue, quietLost             int
 	transfers                       int
@@ -234,7 +272,7 @@ type tally struct {
 func newTally(lines []ledgerLine) *tally {
 	t := &tally{servers: map[string]int{}, faults: map[string]int{}, faultScheds: map[string]int{},
 		runs: map[string]bool{}, revs: map[string]bool{}, maxFailover: map[string]int64{}, maxTransfer: map[string]int64{},
-		judged: map[string]int{}, violations: map[string]int{}}
+		judged: map[string]int{}, violations: map[string]int{}, injected: map[string]int{}}
 	for _, l := range lines {
 		t.schedules++
 		t.servers[l.Server]++
@@ -281,11 +319,15 @@ func newTally(lines []ledgerLine) *tally {
 		t.forgerLost += l.N.ForgerLost
 		t.quietDue += l.N.QuietDue
 		t.quietLost += l.N.QuietLost
-		t.durable.DurableStored += l.N.DurableStored
-		t.durable.DurableLost += l.N.DurableLost
-		t.durable.DurableDataLost += l.N.DurableDataLost
-		t.durable.DurableStale += l.N.DurableStale
-		t.durable.DurableDuplicates += l.N.DurableDuplicates
+		dur := &t.durable
+		if l.N.DurableRule == durableRuleHandled {
+			dur = &t.durableHandled
+			t.durableSchedules++
+		}
+		dur.add(l.N)
+		for k, v := range l.Injected {
+			t.injected[k] += v
+		}
 		t.transfers += l.Judged["transfer"]
 		for k, v := range l.MaxTransfer {
 			t.maxTransfer[k] = max(t.maxTransfer[k], v)
@@ -298,6 +340,26 @@ func newTally(lines []ledgerLine) *tally {
 		}
 	}
 	return t
+}
+
+// add adds n's durable counts to d.
+func (d *ledgerCounts) add(n ledgerCounts) {
+	d.DurableStored += n.DurableStored
+	d.DurableLost += n.DurableLost
+	d.DurableDataLost += n.DurableDataLost
+	d.DurableStale += n.DurableStale
+	d.DurableDuplicates += n.DurableDuplicates
+	d.DurableBurst += n.DurableBurst
+	d.DurableRejected += n.DurableRejected
+	d.DurableLeft += n.DurableLeft
+	d.DurableDead += n.DurableDead
+	d.DurableLostInInbox += n.DurableLostInInbox
+	d.DurableLostDead += n.DurableLostDead
+	d.DurableLostRejected += n.DurableLostRejected
+	d.DurableDupRedelivered += n.DurableDupRedelivered
+	d.DurableDupAdopted += n.DurableDupAdopted
+	d.DurableDupMoved += n.DurableDupMoved
+	d.DurableLateFirst += n.DurableLateFirst
 }
 
 // streak says how many schedules in a row have passed since the last one
@@ -406,10 +468,34 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 	row("publishes after a newer master began", func(t *tally) string { return fmt.Sprint(t.late) })
 	row("slave joins / leaves reported", func(t *tally) string { return fmt.Sprintf("%d / %d", t.joins, t.leaves) })
 	row("live processes not listed (must be 0)", func(t *tally) string { return fmt.Sprint(t.lost) })
-	row("durable messages stored / lost / lost with Redis's data / handled under a stale term / duplicates", func(t *tally) string {
-		d := t.durable
-		return fmt.Sprintf("%d / %d / %d / %d / %d", d.DurableStored, d.DurableLost, d.DurableDataLost, d.DurableStale, d.DurableDuplicates)
-	})
+	if all.durable.DurableStored > 0 {
+		row("durable messages stored / lost / lost with Redis's data / handled under a stale term / duplicates, in schedules judged before every stored message had to be handled (a message rejected as stale or left in an inbox counted as kept)", func(t *tally) string {
+			d := t.durable
+			return fmt.Sprintf("%d / %d / %d / %d / %d", d.DurableStored, d.DurableLost, d.DurableDataLost, d.DurableStale, d.DurableDuplicates)
+		})
+	}
+	if all.durableSchedules > 0 {
+		row("schedules judged by the rule that every stored durable message is handled (after a drain of the inboxes)", func(t *tally) string { return fmt.Sprint(t.durableSchedules) })
+		row("&nbsp;&nbsp;durable messages stored (in bursts) / lost / lost with Redis's data / handled under a stale term", func(t *tally) string {
+			d := t.durableHandled
+			return fmt.Sprintf("%d (%d) / %d / %d / %d", d.DurableStored, d.DurableBurst, d.DurableLost, d.DurableDataLost, d.DurableStale)
+		})
+		row("&nbsp;&nbsp;durable messages lost that were: in an inbox at the end / dead-lettered / rejected, then nowhere", func(t *tally) string {
+			d := t.durableHandled
+			return fmt.Sprintf("%d / %d / %d", d.DurableLostInInbox, d.DurableLostDead, d.DurableLostRejected)
+		})
+		row("&nbsp;&nbsp;durable duplicates: redelivered by the same process / adopted under a new term / moved to another process", func(t *tally) string {
+			d := t.durableHandled
+			return fmt.Sprintf("%d: %d / %d / %d", d.DurableDuplicates, d.DurableDupRedelivered, d.DurableDupAdopted, d.DurableDupMoved)
+		})
+		row("&nbsp;&nbsp;durable rejections (stale or unverified) / messages first handled on a later delivery / left in an inbox / dead letters", func(t *tally) string {
+			d := t.durableHandled
+			return fmt.Sprintf("%d / %d / %d / %d", d.DurableRejected, d.DurableLateFirst, d.DurableLeft, d.DurableDead)
+		})
+		row("&nbsp;&nbsp;faults injected (not skipped): consumer-blip / burst-kill-master", func(t *tally) string {
+			return fmt.Sprintf("%d / %d", t.injected[FaultConsumerBlip], t.injected[FaultBurstKillMaster])
+		})
+	}
 	row("forgeries published / forged envelopes handled (with the real term)", func(t *tally) string {
 		return fmt.Sprintf("%d / %d", t.forgeries, t.forgedAccepted)
 	})
@@ -558,6 +644,33 @@ func TestLedger(t *testing.T) {
 		"| &nbsp;&nbsp;overlap | 14 / 1 | 9 / 1 |",
 		"| &nbsp;&nbsp;liveness | 0 | 0 |",
 		"| failed seeds | 2 (valkey-9.1.2) | 2 (valkey-9.1.2) |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+
+	// Durable counts: lines of the rule that every stored message is
+	// handled are summed apart from the earlier ones.
+	withDurable := clean
+	withDurable.Faults = map[string]int{FaultConsumerBlip: 2, FaultBurstKillMaster: 1}
+	withDurable.Durable = DurableCounts{Stored: 1500, BurstStored: 1000, Handled: 1495, Distinct: 1490, Rejected: 7, Left: 1, Dead: 1,
+		Lost: 3, LostInInbox: 1, LostDead: 1, LostRejected: 1, LostToDataLoss: 7, Duplicates: 5, DupRedelivered: 2, DupAdopted: 2, DupMoved: 1, LateFirst: 9}
+	old := newLedgerLine("2026-01-03T00:00:00Z", "abc1234", plays[0].s, clean, true, 20*time.Second)
+	old.N.DurableStored, old.N.DurableLost = 400, 0
+	lines = append(lines, old, newLedgerLine("2026-01-03T00:00:00Z", "abc1234", plays[0].s, withDurable, true, 20*time.Second))
+	if l := lines[len(lines)-1]; l.N.DurableRule != durableRuleHandled || l.Injected[FaultConsumerBlip] != 2 {
+		t.Errorf("ledger line with durable counts: %+v", l)
+	}
+	got = summarize(lines, time.Second)
+	for _, want := range []string{
+		"(a message rejected as stale or left in an inbox counted as kept) | 400 / 0 / 0 / 0 / 0 | 400 / 0 / 0 / 0 / 0 |",
+		"| schedules judged by the rule that every stored durable message is handled (after a drain of the inboxes) | 1 | 1 |",
+		"| &nbsp;&nbsp;durable messages stored (in bursts) / lost / lost with Redis's data / handled under a stale term | 1500 (1000) / 3 / 7 / 0 | 1500 (1000) / 3 / 7 / 0 |",
+		"| &nbsp;&nbsp;durable messages lost that were: in an inbox at the end / dead-lettered / rejected, then nowhere | 1 / 1 / 1 | 1 / 1 / 1 |",
+		"| &nbsp;&nbsp;durable duplicates: redelivered by the same process / adopted under a new term / moved to another process | 5: 2 / 2 / 1 | 5: 2 / 2 / 1 |",
+		"| &nbsp;&nbsp;durable rejections (stale or unverified) / messages first handled on a later delivery / left in an inbox / dead letters | 7 / 9 / 1 / 1 | 7 / 9 / 1 / 1 |",
+		"| &nbsp;&nbsp;faults injected (not skipped): consumer-blip / burst-kill-master | 2 / 1 | 2 / 1 |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary lacks %q:\n%s", want, got)

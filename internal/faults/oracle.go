@@ -481,7 +481,8 @@ func (c *checker) mastershipByTerm(term int64) (Mastership, bool) {
 type roleWrite struct {
 	node     string
 	term     int64
-	sent, at int64 // sent is 0 for a notice: the write ran at most RoundTrip before at
+	sent, at int64 // sent is 0 for a notice: the write ran at most RoundTrip before at, unless Redis was paused in between
+	seen     int64 // a notice's lastSeen: when its writer sent it (0: not known)
 	notice   bool
 }
 
@@ -512,7 +513,7 @@ func (c *checker) roles() {
 		switch r.Kind {
 		case KindRegNotice:
 			if r.Detail == NoticeRegistered && r.Role == "master" {
-				writes = append(writes, roleWrite{node: r.Peer, term: r.Term, at: r.T, notice: true})
+				writes = append(writes, roleWrite{node: r.Peer, term: r.Term, at: r.T, seen: r.Seen, notice: true})
 			}
 		case KindRegPoll:
 			for _, e := range ParseListing(r.Detail) {
@@ -538,6 +539,14 @@ func (c *checker) roles() {
 		if w.notice {
 			what = "registered notice received at " + c.at(w.at)
 			sent = w.at
+			if from, ok := pausedBefore(spans, w.at, int64(c.p.RoundTrip)); ok {
+				// Redis was stopped until less than a round trip before the
+				// notice came: the write may have run just before the stop,
+				// its notice waiting in Redis's output buffers until the
+				// resume. It ran after it was sent (seen) all the same.
+				sent = min(sent, max(w.seen, from-int64(c.p.RoundTrip)))
+				what += fmt.Sprintf(" (Redis paused from %s; judged as written at %s)", c.at(from), c.at(sent))
+			}
 		}
 		allow := int64(c.p.RoundTrip + latencyOn(spans, w.node, sent-int64(c.p.Slack), w.at))
 		m, ok := c.mastership(w.node, w.term)
@@ -564,6 +573,19 @@ func (c *checker) roles() {
 				what, w.node, w.term, c.at(loss))
 		}
 	}
+}
+
+// pausedBefore returns the start of the earliest Redis pause in force at
+// at or ended less than roundTrip before it.
+func pausedBefore(spans []span, at, roundTrip int64) (int64, bool) {
+	var from int64
+	found := false
+	for _, s := range spans {
+		if s.kind == FaultRedisPause && s.from <= at && s.to >= at-roundTrip && (!found || s.from < from) {
+			from, found = s.from, true
+		}
+	}
+	return from, found
 }
 
 // staleMasterEntry judges entry e of poll r: once e's mastership has ended

@@ -183,6 +183,24 @@ func TestOracle(t *testing.T) {
 			},
 		},
 		{
+			// Seen in the soak (seed 1795658670155923430 on Valkey): a
+			// master's registration ran a few ms before Redis was paused
+			// (SIGSTOP), and its notice left Redis only at the resume,
+			// after the mastership had ended on its deadline.
+			name: "a master's notice held up by a Redis pause",
+			h: cluster3.with(harness(KindFault, 9, FaultRedisPause, "", 2950), harness(KindHeal, 9, FaultRedisPause, "", 3990),
+				Record{T: 4000 * ms, Proc: HarnessNode, Kind: KindRegNotice, Detail: NoticeRegistered, Peer: "a", Role: "master", Term: 10, Seen: 2940 * ms}),
+		},
+		{
+			name: "a master's notice that came later than a round trip after a Redis pause",
+			h: cluster3.with(harness(KindFault, 9, FaultRedisPause, "", 2950), harness(KindHeal, 9, FaultRedisPause, "", 3900),
+				Record{T: 4000 * ms, Proc: HarnessNode, Kind: KindRegNotice, Detail: NoticeRegistered, Peer: "a", Role: "master", Term: 10, Seen: 2940 * ms}),
+			wants: []string{
+				"role: registered notice received at 4000.000ms says a is master under term 10, but b had been master under term 11 for 800ms when it was written",
+				"role: registered notice received at 4000.000ms says a is master under term 10, written 1s after that mastership ended",
+			},
+		},
+		{
 			name: "a forged registered notice is not judged as a write",
 			h:    cluster3.with(Record{T: 4000 * ms, Proc: HarnessNode, Kind: KindRegNotice, Detail: NoticeRegistered + " forged", Peer: "a", Role: "master", Term: 10}),
 		},

@@ -122,6 +122,20 @@ const (
 	// KindDurableLeft (written by the harness after the shutdown): message
 	// Detail was still in the inbox of Peer when every node had stopped.
 	KindDurableLeft Kind = "durable-left"
+	// KindDurableDead (written by the harness after the shutdown): message
+	// Detail was in the dead-letter stream, given up on by Peer after
+	// Deliveries deliveries (Term: the term of its last inbox).
+	KindDurableDead Kind = "durable-dead"
+	// KindDurableQuiet: the node was told on its standard input to send no
+	// more durable messages ("durable-quiet"), and no durable send of its
+	// is in flight any more: written once the sends under way have
+	// returned. The harness asks every node for it before the final drain.
+	KindDurableQuiet Kind = "durable-quiet"
+	// KindBurst: the node was told on its standard input to send a burst of
+	// Seq durable messages ("burst <n>"), spread over its slaves, as fast as
+	// it can; Detail is "begun", then "done: stored <k>", or why it was
+	// not sent ("not master", ...). Term is the term it was sent under.
+	KindBurst Kind = "burst"
 )
 
 // ForgedIDPrefix starts the ID of every envelope the forger publishes, so

@@ -37,8 +37,13 @@ type fault struct {
 	// (FaultHandoverLoss), or is "".
 	as string
 	// variant and via are a transfer's (see the Transfer* constants; via is
-	// "stdin" or "control").
+	// "stdin" or "control"); variant is also a burst's ("after" or
+	// "during").
 	variant, via string
+	// n is a burst's size, and for variant "during" count is the number of
+	// the master's stores after which it is killed; for a consumer blip, n
+	// is the bytes of replies each connection passes before it is closed.
+	n, count int
 }
 
 func (f fault) String() string {
@@ -52,7 +57,15 @@ func (f fault) String() string {
 	if f.latency > 0 {
 		s += fmt.Sprintf(" latency=%v", f.latency.Round(time.Millisecond))
 	}
-	if f.variant != "" {
+	switch {
+	case f.kind == FaultBurstKillMaster:
+		s += fmt.Sprintf(" burst=%d kill=%s", f.n, f.variant)
+		if f.variant == BurstDuring {
+			s += fmt.Sprintf(" after %d stores", f.count)
+		}
+	case f.kind == FaultConsumerBlip:
+		s += fmt.Sprintf(" bytes=%d", f.n)
+	case f.variant != "":
 		s += fmt.Sprintf(" variant=%s via=%s", f.variant, f.via)
 	}
 	if len(f.inner) > 0 {
@@ -85,7 +98,7 @@ var spanning = map[string]bool{
 	FaultKillMaster: true, FaultKillSlave: true, FaultPauseMaster: true, FaultPauseSlave: true,
 	FaultStopMaster: true, FaultRestartSlave: true,
 	FaultLatency: true, FaultBlackhole: true, FaultResetPeer: true,
-	FaultForger: true,
+	FaultForger: true, FaultConsumerBlip: true, FaultBurstKillMaster: true,
 }
 
 // between returns a random duration in [lo, hi].
@@ -123,6 +136,19 @@ func newFault(rng *rand.Rand, kind string, tm timing) fault {
 		}
 	case FaultForger:
 		f.hold = between(rng, 1500*time.Millisecond, 3*time.Second)
+	case FaultConsumerBlip:
+		// Each connection of the slave passes n bytes of replies, then is
+		// closed in the middle of a reply: more than the handshake (HELLO's
+		// reply is about 150 bytes), a few replies of entries (about 350
+		// bytes per entry) at most. Short of SlaveTimeout: the slave stays
+		// registered, its Consumer must find its stranded entries by itself.
+		f.n = int(between(rng, 200, 2500))
+		f.hold = between(rng, 200*time.Millisecond, 900*time.Millisecond)
+	case FaultBurstKillMaster:
+		f.n = burstSize
+		f.variant = []string{BurstAfter, BurstDuring}[rng.IntN(2)]
+		f.count = int(between(rng, 1, burstSize/2))
+		f.hold = between(rng, tm.ttl/2, tm.ttl+tm.slaveTimeout+500*time.Millisecond)
 	case FaultTransfer:
 		f.variant = []string{TransferLive, TransferLive, TransferDead, TransferNonCandidate, TransferRaceTarget, TransferRaceMaster}[rng.IntN(6)]
 		f.via = []string{"stdin", "control"}[rng.IntN(2)]
@@ -141,6 +167,13 @@ func newFault(rng *rand.Rand, kind string, tm timing) fault {
 	}
 	return f
 }
+
+// The variants of FaultBurstKillMaster, and the size of a burst.
+const (
+	BurstAfter  = "after"  // killed as soon as the burst's last send returned
+	BurstDuring = "during" // killed once fault.count stores were recorded after the request
+	burstSize   = 1000
+)
 
 // overlapChance is the chance that a drawn fault of a spanning kind stays
 // in force while the next one or two are played.
@@ -274,6 +307,7 @@ func (s schedule) play(t *testing.T, n int, tm timing) (*cluster, []Record, Repo
 		c.waitStable(fmt.Sprintf("fault %d (%s)", c.seq, f.kind))
 		time.Sleep(f.settle)
 	}
+	c.drainDurable()
 	c.shutdown()
 	c.watcher.close()
 	c.recordInboxes()

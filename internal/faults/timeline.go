@@ -54,6 +54,9 @@ func WriteTimeline(w io.Writer, records []Record, full bool) {
 		if r.Variant != "" {
 			fmt.Fprintf(&b, " variant=%s", r.Variant)
 		}
+		if r.Deliveries > 1 {
+			fmt.Fprintf(&b, " deliveries=%d", r.Deliveries)
+		}
 		if r.Pid != 0 {
 			fmt.Fprintf(&b, " pid=%d", r.Pid)
 		}
