@@ -274,6 +274,27 @@ func TestCheck(t *testing.T) {
 			wants: []string{"failover: fault 1 (pause-master): next master after 1.901s, bound 1.75s"},
 		},
 		{
+			name: "failover leaves out the time the only other candidate was paused",
+			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
+				call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultPauseMaster, "a", 100), lost("a", 10, 101),
+				harness(KindFault, 2, FaultPauseSlave, "b", 102), harness(KindHeal, 2, FaultPauseSlave, "b", 2000),
+				call("b", 2019), acquired("b", 11, 2020), lost("b", 11, 2100)},
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 1 || r.Failovers[0].Duration != 22*time.Millisecond {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
+			name: "a paused candidate does not excuse a slow failover while another could run",
+			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), harness(KindSpawn, 0, "", "c", 0),
+				start("a", 0), start("b", 0), start("c", 0),
+				call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultPauseMaster, "a", 100), lost("a", 10, 101),
+				harness(KindFault, 2, FaultPauseSlave, "b", 102), harness(KindHeal, 2, FaultPauseSlave, "b", 2000),
+				call("b", 2019), acquired("b", 11, 2020), lost("b", 11, 2100)},
+			wants: []string{"failover: fault 1 (pause-master): next master after 1.92s, bound 1.75s"},
+		},
+		{
 			name:  "no failover at all",
 			h:     history{start("a", 0), call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultKillMaster, "a", 100), harness(KindNote, 0, "", "", 5000)},
 			wants: []string{"failover: no new master after fault 1 (kill-master)"},
