@@ -2,13 +2,14 @@ package scripts_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -70,5 +71,84 @@ func TestRefusedScriptsWriteNothing(t *testing.T) {
 		if n, _ := admin.HLen(ctx, k.Processes).Result(); n != 1 {
 			t.Errorf("registry holds %d entries after a refused removal, want 1", n)
 		}
+	})
+}
+
+// TestRefusedInboxScriptsWriteNothing: the durable inbox scripts, run by a
+// user whose ACL refuses XADD, fail with NOPERM naming it before their first
+// write: no inbox, index entry or dead letter appears and none goes.
+// Before, inbox_send added the process to the inbox index before its XADD
+// was refused, and inbox_dead could not tell a refused XADD from a done one.
+func TestRefusedInboxScriptsWriteNothing(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		admin := inst.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := admin.Do(ctx, "ACL", "SETUSER", "noxadd", "on", ">pw", "~*", "&*", "+@all", "-xadd").Err(); err != nil {
+			t.Fatal(err)
+		}
+		opts := inst.Options()
+		opts.Username, opts.Password = "noxadd", "pw"
+		c := redis.NewClient(opts)
+		defer c.Close()
+		k := scripts.NewKeys("svc", false)
+		a, err := scripts.Acquire(ctx, admin, k, "n1", time.Minute, nil, 0)
+		if err != nil || a.Term == 0 {
+			t.Fatalf("admin acquire = %+v, %v", a, err)
+		}
+		for _, id := range []string{"a", "b"} {
+			if _, err := scripts.RegistryPut(ctx, admin, k, scripts.Put{Mode: scripts.TTLEmulated, ID: id, Value: []byte(`{"processId":"` + id + `"}`), Role: "slave", TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// One entry of an older term in a's inbox, one dead letter.
+		old, err := admin.XAdd(ctx, &redis.XAddArgs{Stream: k.Inbox("a"), Values: []any{"t", "1", "m", `{"id":"m1"}`}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead, err := admin.XAdd(ctx, &redis.XAddArgs{Stream: k.Dead, Values: []any{"t", "1", "m", `{"id":"m2"}`, "i", k.Inbox("a")}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		snapshot := func() map[string]int64 {
+			keys, err := admin.Keys(ctx, "*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]int64{}
+			for _, key := range keys {
+				typ, _ := admin.Type(ctx, key).Result()
+				switch typ {
+				case "stream":
+					out[key], _ = admin.XLen(ctx, key).Result()
+				case "set":
+					out[key], _ = admin.SCard(ctx, key).Result()
+				default:
+					out[key] = -1
+				}
+			}
+			return out
+		}
+		before := snapshot()
+		refused := func(what string, err error) {
+			t.Helper()
+			if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "XADD") {
+				t.Errorf("%s: %v, want NOPERM naming XADD", what, err)
+			}
+			if after := snapshot(); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Errorf("%s changed Redis: %v, want %v", what, after, before)
+			}
+		}
+		_, err = scripts.InboxSend(ctx, c, k, "n1", a.Term, 0, []scripts.Queued{{Inbox: k.Inbox("b"), Message: []byte(`{"id":"m3"}`)}})
+		refused("inbox send", err)
+		_, err = scripts.InboxMove(ctx, c, k, "n1", a.Term, "g", k.Inbox("a"), []scripts.Move{{EntryID: old, To: k.Inbox("b")}})
+		refused("inbox move", err)
+		_, err = scripts.InboxAdopt(ctx, c, k, "n1", a.Term, "g", scripts.AdoptKeep, 10, []string{"a"})
+		refused("inbox adopt", err)
+		_, err = scripts.InboxDead(ctx, c, k, "g", k.Inbox("a"), old, "a", 3, "boom")
+		refused("inbox dead", err)
+		_, err = scripts.DeadRetry(ctx, c, k, dead, "b")
+		refused("dead retry", err)
 	})
 }

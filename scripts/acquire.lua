@@ -71,18 +71,11 @@ if (garbage or prev < seen or other) and not redis.pcall('GET', KEYS[1]) then
   return {-2, successor, redis.call('PTTL', KEYS[5]), prev}
 end
 
--- Every write checked against the user's ACL before the first one (Redis 7.0
--- and later, Valkey): a user the ACL refuses one of them gets NOPERM, and
--- Redis is left as the script found it. A script stops at a refused command
--- but keeps the writes before it.
-if redis.acl_check_cmd then
-  for _, cmd in ipairs({{'SET', KEYS[1], 'x'}, {'SET', KEYS[4], 'x'}, {'DEL', KEYS[5]}, {'SET', KEYS[2], 'x'},
-    {'SET', KEYS[3], 'x'}, {'PUBLISH', ARGV[4], 'x'}}) do
-    if not redis.acl_check_cmd(unpack(cmd)) then
-      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd[1] .. ' ' .. cmd[2] ..
-        ' (herd acquire script; nothing was written)')
-    end
-  end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local denied = refused('acquire', {{'SET', KEYS[1], 'x'}, {'SET', KEYS[4], 'x'}, {'DEL', KEYS[5]}, {'SET', KEYS[2], 'x'},
+    {'SET', KEYS[3], 'x'}, {'PUBLISH', ARGV[4], 'x'}})
+if denied then
+  return denied
 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local holder = redis.pcall('GET', KEYS[1])

@@ -38,6 +38,12 @@ local term = redis.pcall('GET', KEYS[2])
 if type(term) ~= 'string' or not string.match(term, '^%d+$') then
   return -4
 end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local denied = refused('dead retry', {{'XADD', KEYS[6], '*', 't', '0', 'm', 'x'}, {'SADD', KEYS[5], 'x'},
+  {'XDEL', KEYS[1], '0-1'}})
+if denied then
+  return denied
+end
 local m = nil
 local f = e[1][2]
 for j = 1, #f, 2 do

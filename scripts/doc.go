@@ -7,10 +7,11 @@
 // Run, which tries EVALSHA first and falls back to EVAL once per connection
 // when the server has not cached the script yet.
 //
-// The lock and registry scripts check the commands they write with against
-// the user's ACL (redis.acl_check_cmd, Redis 7.0 and later and Valkey)
-// before their first write and answer NOPERM when one is refused, so a
-// refused script leaves Redis as it found it; access.lua asks the same of
+// Every script that writes more than once checks its writes against the
+// user's ACL (redis.acl_check_cmd, Redis 7.0 and later and Valkey) before
+// the first one, with the prelude writes.lua, and answers NOPERM naming the
+// refused command when one is, so a refused script leaves Redis as it found
+// it; access.lua asks the same of
 // every command the election runs, once, at Start (QueueAccess). Terms and
 // registry versions stay exact integers: none above MaxTerm is minted, and
 // acquire.lua refuses a term key above it as garbage.

@@ -25,19 +25,19 @@ var (
 
 	// inboxSendScript is inbox_send.lua: XADD messages to durable inboxes
 	// only while the sender holds the lock under its term.
-	inboxSendScript = redis.NewScript(inboxSendSrc)
+	inboxSendScript = redis.NewScript(writesSrc + inboxSendSrc)
 	// inboxMoveScript is inbox_move.lua: move entries of one durable inbox
 	// to others only while the sender holds the lock under its term.
-	inboxMoveScript = redis.NewScript(inboxMoveSrc)
+	inboxMoveScript = redis.NewScript(writesSrc + inboxMoveSrc)
 	// inboxAdoptScript is inbox_adopt.lua: re-stamp (or drop) the entries
 	// of older terms at the head of inboxes, fenced by the lock and term.
-	inboxAdoptScript = redis.NewScript(inboxAdoptSrc)
+	inboxAdoptScript = redis.NewScript(writesSrc + inboxAdoptSrc)
 	// inboxDeadScript is inbox_dead.lua: move one entry of an inbox to the
 	// dead-letter stream.
-	inboxDeadScript = redis.NewScript(inboxDeadSrc)
+	inboxDeadScript = redis.NewScript(writesSrc + inboxDeadSrc)
 	// deadRetryScript is dead_retry.lua: move one dead letter back to the
 	// inbox of a live process under the current term.
-	deadRetryScript = redis.NewScript(deadRetrySrc)
+	deadRetryScript = redis.NewScript(writesSrc + deadRetrySrc)
 )
 
 // Fields of a durable inbox entry, as inbox_send.lua and inbox_move.lua

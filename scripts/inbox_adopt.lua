@@ -52,6 +52,18 @@ end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
   return -1
 end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local writes = {{'SREM', KEYS[5], 'x'}}
+for i = 6, #KEYS do
+  writes[#writes + 1] = {'XADD', KEYS[i], '*', 't', '0', 'm', 'x'}
+  writes[#writes + 1] = {'XACK', KEYS[i], ARGV[3], '0-1'}
+  writes[#writes + 1] = {'XDEL', KEYS[i], '0-1'}
+  writes[#writes + 1] = {'DEL', KEYS[i]}
+end
+local denied = refused('inbox adopt', writes)
+if denied then
+  return denied
+end
 local term = tonumber(ARGV[2])
 local budget = tonumber(ARGV[5]) or 0
 local t = redis.call('TIME')

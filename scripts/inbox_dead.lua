@@ -20,6 +20,12 @@ local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 if #e == 0 then
   return 0
 end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local denied = refused('inbox dead', {{'XADD', KEYS[2], '*', 'm', 'x'}, {'XACK', KEYS[1], ARGV[1], '0-1'},
+  {'XDEL', KEYS[1], '0-1'}})
+if denied then
+  return denied
+end
 local f = e[1][2]
 local m, t = '', ''
 for j = 1, #f, 2 do

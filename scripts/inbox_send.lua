@@ -40,6 +40,15 @@ end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
   return -1
 end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local writes = {{'SADD', KEYS[5], 'x'}}
+for i = 6, #KEYS do
+  writes[#writes + 1] = {'XADD', KEYS[i], '*', 't', '0', 'm', 'x'}
+end
+local denied = refused('inbox send', writes)
+if denied then
+  return denied
+end
 local now
 local live = {}
 local function isLive(id)

@@ -32,14 +32,14 @@ var (
 	registryProbeScript = redis.NewScript(registryProbeSrc)
 	// registryPutScript is registry_put.lua: write an entry with its TTL and
 	// announce a registration.
-	registryPutScript = redis.NewScript(registryPutSrc)
+	registryPutScript = redis.NewScript(writesSrc + registryPutSrc)
 	// registryRemoveScript is registry_remove.lua: delete an entry, optionally
 	// only when it still holds a given value, and announce it.
-	registryRemoveScript = redis.NewScript(registryRemoveSrc)
+	registryRemoveScript = redis.NewScript(writesSrc + registryRemoveSrc)
 	// registryExpireScript is registry_expire.lua: the emulated backend's
 	// expiry, which removes and announces the expired entries; RegistryRead
 	// runs it atomically with the read.
-	registryExpireScript = redis.NewScript(registryExpireSrc)
+	registryExpireScript = redis.NewScript(writesSrc + registryExpireSrc)
 )
 
 // The TTL modes of RegistryPut, one per registry backend.

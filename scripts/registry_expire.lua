@@ -31,17 +31,10 @@ local last = redis.pcall('GET', KEYS[3])
 if type(last) == 'string' and string.match(last, '^%d+$') and tonumber(last) < 9007199254740991 - #expired and tonumber(last) >= version then
   version = tonumber(last) + 1
 end
--- Every write checked against the user's ACL before the first one (Redis 7.0
--- and later, Valkey): a user the ACL refuses one of them gets NOPERM, and
--- Redis is left as the script found it. A script stops at a refused command
--- but keeps the writes before it.
-if redis.acl_check_cmd then
-  for _, cmd in ipairs({{'ZREM', KEYS[2], 'f'}, {'HDEL', KEYS[1], 'f'}, {'SET', KEYS[3], 'x'}, {'PUBLISH', ARGV[1], 'x'}}) do
-    if not redis.acl_check_cmd(unpack(cmd)) then
-      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd[1] .. ' ' .. cmd[2] ..
-        ' (herd registry expire script; nothing was written)')
-    end
-  end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local denied = refused('registry expire', {{'ZREM', KEYS[2], 'f'}, {'HDEL', KEYS[1], 'f'}, {'SET', KEYS[3], 'x'}, {'PUBLISH', ARGV[1], 'x'}})
+if denied then
+  return denied
 end
 local removed = {}
 for _, id in ipairs(expired) do

@@ -84,17 +84,10 @@ elseif mode == 'hpexpire' then
 elseif mode == 'emulated' then
   writes[#writes + 1] = {'ZADD', KEYS[2], '1', 'f'}
 end
--- Every write checked against the user's ACL before the first one (Redis 7.0
--- and later, Valkey): a user the ACL refuses one of them gets NOPERM, and
--- Redis is left as the script found it. A script stops at a refused command
--- but keeps the writes before it.
-if redis.acl_check_cmd then
-  for _, cmd in ipairs(writes) do
-    if not redis.acl_check_cmd(unpack(cmd)) then
-      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd[1] .. ' ' .. cmd[2] ..
-        ' (herd registry put script; nothing was written)')
-    end
-  end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local denied = refused('registry put', writes)
+if denied then
+  return denied
 end
 value = string.sub(value, 1, -2) .. ',"version":' .. version .. '}'
 

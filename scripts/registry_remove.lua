@@ -34,17 +34,10 @@ if live and deadline then
 end
 if live and ARGV[2] == '1' and value ~= ARGV[3] then return 0 end
 local last = redis.pcall('GET', KEYS[3])
--- Every write checked against the user's ACL before the first one (Redis 7.0
--- and later, Valkey): a user the ACL refuses one of them gets NOPERM, and
--- Redis is left as the script found it. A script stops at a refused command
--- but keeps the writes before it.
-if redis.acl_check_cmd then
-  for _, cmd in ipairs({{'HDEL', KEYS[1], 'f'}, {'ZREM', KEYS[2], 'f'}, {'SET', KEYS[3], 'x'}, {'PUBLISH', ARGV[5], 'x'}}) do
-    if not redis.acl_check_cmd(unpack(cmd)) then
-      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd[1] .. ' ' .. cmd[2] ..
-        ' (herd registry remove script; nothing was written)')
-    end
-  end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local denied = refused('registry remove', {{'HDEL', KEYS[1], 'f'}, {'ZREM', KEYS[2], 'f'}, {'SET', KEYS[3], 'x'}, {'PUBLISH', ARGV[5], 'x'}})
+if denied then
+  return denied
 end
 
 redis.call('HDEL', KEYS[1], id)

@@ -30,18 +30,11 @@ local term = redis.pcall('GET', KEYS[4])
 if ARGV[2] ~= '' and term ~= ARGV[2] then return 0 end
 if type(term) ~= 'string' or not string.match(term, '^[1-9]%d*$') then term = '0' end
 
--- Every write checked against the user's ACL before the first one (Redis 7.0
--- and later, Valkey): a user the ACL refuses one of them gets NOPERM, and
--- Redis is left as the script found it. A script stops at a refused command
--- but keeps the writes before it.
-if redis.acl_check_cmd then
-  for _, cmd in ipairs({{'DEL', KEYS[1]}, {'DEL', KEYS[2]}, {'DEL', KEYS[3]}, {'SET', KEYS[5], 'x'},
-    {'PUBLISH', ARGV[3], 'x'}}) do
-    if not redis.acl_check_cmd(unpack(cmd)) then
-      return redis.error_reply('NOPERM this user has no permissions to run ' .. cmd[1] .. ' ' .. cmd[2] ..
-        ' (herd release script; nothing was written)')
-    end
-  end
+-- Every write checked against the user's ACL before the first one (writes.lua).
+local denied = refused('release', {{'DEL', KEYS[1]}, {'DEL', KEYS[2]}, {'DEL', KEYS[3]}, {'SET', KEYS[5], 'x'},
+    {'PUBLISH', ARGV[3], 'x'}})
+if denied then
+  return denied
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 local to = ''

@@ -24,6 +24,11 @@ import (
 const MaxTerm = 1<<53 - 1
 
 var (
+	// writesSrc is writes.lua, the prelude of every script that writes: it
+	// defines refused, the check of the script's writes against the
+	// user's ACL before the first one.
+	//go:embed writes.lua
+	writesSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed renew.lua
@@ -43,13 +48,13 @@ var (
 var (
 	// acquireScript is acquire.lua: SET master NX PX, mint the term, store the
 	// heartbeat and master_process, publish an "acquired" notice.
-	acquireScript = redis.NewScript(acquireSrc)
+	acquireScript = redis.NewScript(writesSrc + acquireSrc)
 	// renewScript is renew.lua: extend the lock, heartbeat and master_process
 	// while the lock is the caller's.
 	renewScript = redis.NewScript(renewSrc)
 	// releaseScript is release.lua: delete the lock keys if the lock is the
 	// caller's and publish a "released" notice.
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = redis.NewScript(writesSrc + releaseSrc)
 	// checkScript is check.lua: the master's node id, term and remaining TTL.
 	checkScript = redis.NewScript(checkSrc)
 	// routeScript is route.lua: PUBLISH a message to channels only while the
