@@ -34,7 +34,7 @@ demo:
 ## itself (REDIS_ADDR=host:port to use another; HERD_REDIS_SERVERS adds servers
 ## for the registry backends), print one table and write it to
 ## docs/performance.md. The Go benchmarks alone, for benchstat:
-##   go test -run '^$' -bench . -benchmem -count 10 ./internal/bench
+##   go test -run '^$' -bench . -benchmem -count 10 ./cmd/herdbench/internal/bench
 bench:
 	$(GO) run ./cmd/herdbench -out docs/performance.md
 
@@ -58,7 +58,7 @@ bench-peers:
 ## servers), one progress line per schedule. Each schedule is appended to the
 ## ledger SOAK_LEDGER as it ends, so soaks add up and an interrupted one keeps
 ## what it played; at the end the summary of the whole ledger (running total
-## and this run) is printed, written into docs/safety.md between its
+## and this run) is printed, written into docs/testing.md between its
 ## soak-ledger markers, and to SOAK_OUT when set. Fewer: make soak
 ## SOAK_SCHEDULES=50. A failed schedule prints its seed and timeline and is
 ## written to integration/failures/; replay it with
@@ -69,7 +69,7 @@ SOAK_SCHEDULES ?= 1000
 SOAK_FAULTS    ?= 6
 SOAK_OUT       ?=
 SOAK_LEDGER    ?= internal/faults/ledger/soak.jsonl
-SOAK_DOC       ?= docs/safety.md
+SOAK_DOC       ?= docs/testing.md
 SOAK_ENV = HERD_SOAK_LEDGER=$(abspath $(SOAK_LEDGER)) HERD_SOAK_DOC=$(abspath $(SOAK_DOC)) HERD_SOAK_OUT=$(abspath $(SOAK_OUT))
 soak:
 	mkdir -p $(dir $(SOAK_LEDGER))
@@ -82,7 +82,7 @@ soak-summary:
 ## test-topologies: herd on Redis Cluster and Sentinel deployments that the
 ## tests build from the server binaries (build tag topologies; a few minutes).
 ## Packages run one at a time (-p 1): failovers are timed by the servers.
-TOPOLOGY_PKGS ?= ./integration/topologies/ ./internal/redistest/ ./cmd/herd/internal/operate/
+TOPOLOGY_PKGS ?= ./integration/topologies/ ./internal/testkit/redistest/ ./cmd/herd/internal/operate/
 test-topologies:
 	$(GO) vet -tags topologies $(TOPOLOGY_PKGS)
 	$(GO) test -race -count=1 -p 1 -timeout 30m -tags topologies $(TOPOLOGY_PKGS)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/internal/overlap"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/overlap"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/masterelection"
 )
 

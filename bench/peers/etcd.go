@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"github.com/herdkit/herd/internal/testkit/redisproc"
 )
 
 // etcdServer is a single-member etcd started in this process (package
@@ -36,7 +38,7 @@ func startEtcd() (*etcdServer, error) {
 		return nil, err
 	}
 	urlOf := func() (url.URL, error) {
-		p, err := freePort()
+		p, err := redisproc.FreePort()
 		if err != nil {
 			return url.URL{}, err
 		}

@@ -21,23 +21,11 @@ import (
 // trace, when not nil, receives after every uncontested Start what its
 // client sent until Start returned (seqHook.String).
 func herdPeer(addr string, hook *rtHook, trace func(string)) peer {
-	return peer{
-		name:  "herd",
-		store: "redis",
-		hook:  hook,
-		newNode: func(ctx context.Context, lock, id string, t timings) (node, error) {
-			c, err := connectRedis(ctx, addr, hook)
-			if err != nil {
-				return nil, err
-			}
-			return &herdNode{client: c, cfg: herdConfig(lock, id, t), acq: make(chan time.Time, 4)}, nil
-		},
-		uncontested: func(ctx context.Context, lock string) (time.Duration, time.Duration, error) {
-			c, err := connectRedis(ctx, addr, nil)
-			if err != nil {
-				return 0, 0, err
-			}
-			defer c.Close()
+	newNode := func(c *redis.Client, lock, id string, t timings) node {
+		return &herdNode{client: c, cfg: herdConfig(lock, id, t), acq: make(chan time.Time, 4)}
+	}
+	return redisPeer("herd", addr, hook, newNode,
+		func(ctx context.Context, c *redis.Client, lock string) (time.Duration, time.Duration, error) {
 			cfg := herdConfig(lock, "solo", timingsOf(time.Second))
 			var seq *seqHook
 			if trace != nil {
@@ -64,8 +52,7 @@ func herdPeer(addr string, hook *rtHook, trace func(string)) peer {
 				err = fmt.Errorf("herd: Start on the fresh lock %q returned as slave", lock)
 			}
 			return d, 0, err
-		},
-	}
+		})
 }
 
 // herdConfig is DefaultConfig with lock, id and t, and every timing that

@@ -17,13 +17,15 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/api/v3/version"
+
+	"github.com/herdkit/herd/internal/testkit/benchkit"
+	"github.com/herdkit/herd/internal/testkit/redisproc"
 )
 
 func main() {
@@ -66,7 +68,7 @@ func main() {
 		log.Fatal(err)
 	}
 	if *out != "" {
-		if err := r.writeMarkdown(*out); err != nil {
+		if err := benchkit.WriteMarkdown(*out, r.markdown(), markers); err != nil {
 			log.Fatal(err)
 		}
 		log.Printf("table written to %s", *out)
@@ -96,22 +98,22 @@ var display = map[string]string{
 
 func run(ctx context.Context, cfg config) (report, error) {
 	start := time.Now()
-	r := report{date: start.UTC(), machine: machine(), goVersion: runtime.Version(), versions: versions(),
-		rt: map[string]summary{}, rtWhat: map[string]string{}}
-	rs, err := startRedis(ctx, cfg.server)
+	r := report{machine: benchkit.ThisMachine(), versions: versions(),
+		rt: map[string]benchkit.Summary{}, rtWhat: map[string]string{}}
+	rs, err := redisproc.Start(ctx, cfg.server)
 	if err != nil {
 		return r, err
 	}
-	defer rs.close()
+	defer rs.Close()
 	es, err := startEtcd()
 	if err != nil {
 		return r, err
 	}
 	defer es.close()
-	r.servers = fmt.Sprintf("%s started on 127.0.0.1 (no persistence); etcd %s embedded in this process (single member, data in a temporary directory, fsync on, heartbeat 50ms, election timeout 500ms)", rs.name, version.Version)
+	r.servers = fmt.Sprintf("%s started on 127.0.0.1 (no persistence); etcd %s embedded in this process (single member, data in a temporary directory, fsync on, heartbeat 50ms, election timeout 500ms)", rs.Name, version.Version)
 	r.params = fmt.Sprintf("handovers and failovers at TTL %v on every peer: herd LockTTL %v (HeartbeatInterval TTL/3, CheckInterval TTL/6, ElectionJitter TTL/15), etcd session TTL %ds, lock loops refresh every TTL/3 and poll every TTL/6; idle at TTL 30s with the same ratios (herd's defaults), %d processes per peer", cfg.ttl, cfg.ttl, int(cfg.ttl/time.Second), cfg.idleProcesses)
 
-	rc, err := connectRedis(ctx, rs.addr, nil)
+	rc, err := connectRedis(ctx, rs.Addr, nil)
 	if err != nil {
 		return r, err
 	}
@@ -127,61 +129,61 @@ func run(ctx context.Context, cfg config) (report, error) {
 	if err != nil {
 		return r, err
 	}
-	r.rt["redis"], r.rt["etcd"] = summarize(ping), summarize(get)
+	r.rt["redis"], r.rt["etcd"] = benchkit.Summarize(ping), benchkit.Summarize(get)
 	r.rtWhat["redis"] = "Redis PING through go-redis, one connection"
 	r.rtWhat["etcd"] = "etcd Get of one key through clientv3, linearizable (the default), one connection"
 
 	t := timingsOf(cfg.ttl)
 	traces := map[string]int{}
-	herd := herdPeer(rs.addr, nil, func(s string) { traces[s]++ })
+	herd := herdPeer(rs.Addr, nil, func(s string) { traces[s]++ })
 	etcd := etcdPeer(es.endpoint)
-	rl := pollingPeer("redislock", rs.addr, nil, newRedislock)
-	rsy := pollingPeer("redsync", rs.addr, nil, newRedsync)
-	spec := pollingPeer("spec", rs.addr, nil, newSpec)
+	rl := pollingPeer("redislock", rs.Addr, nil, newRedislock)
+	rsy := pollingPeer("redsync", rs.Addr, nil, newRedsync)
+	spec := pollingPeer("spec", rs.Addr, nil, newSpec)
 	spec.uncontested = nil // the same as herd's when nobody contends
 
 	log.Printf("uncontested elections (%d per peer)", cfg.uncontested)
 	u := uncontested(ctx, []peer{herd, etcd, rl, rsy}, cfg.uncontested)
-	herdU := &row{id: "1a", what: "uncontested election: New + Start on a fresh lock until Start returns as master", peer: "herd", store: "redis", s: summarize(u["herd"].total), err: u["herd"].err,
+	herdU := &row{id: "1a", what: "uncontested election: New + Start on a fresh lock until Start returns as master", peer: "herd", store: "redis", s: benchkit.Summarize(u["herd"].total), err: u["herd"].err,
 		note: "A connected client; masterelection.New and Start on a lock nobody holds (Start also opens the process registry and its subscriptions); timed until Start returned with IsMaster true. What Start sent (a client hook; the subscriptions' own commands do not pass it): " + mostCommon(traces) + "."}
 	r.rows = append(r.rows, *herdU,
-		row{id: "1b", what: "uncontested election: NewSession + NewElection + Campaign until it returns", peer: display["etcd"], store: "etcd", s: summarize(u["etcd"].total), err: u["etcd"].err, herd: herdU, goal50: 0.5, goal99: 0.8,
+		row{id: "1b", what: "uncontested election: NewSession + NewElection + Campaign until it returns", peer: display["etcd"], store: "etcd", s: benchkit.Summarize(u["etcd"].total), err: u["etcd"].err, herd: herdU, goal50: 0.5, goal99: 0.8,
 			note: "A connected client; a session (lease grant and keep-alive stream) and a Campaign on a prefix nobody holds, as a process joining an election does."},
-		row{id: "1c", what: "uncontested election: Campaign alone, on a session already open", peer: display["etcd"], store: "etcd", s: summarize(u["etcd"].part), err: u["etcd"].err, herd: herdU, goal50: 0.5, goal99: 0.8,
+		row{id: "1c", what: "uncontested election: Campaign alone, on a session already open", peer: display["etcd"], store: "etcd", s: benchkit.Summarize(u["etcd"].part), err: u["etcd"].err, herd: herdU, goal50: 0.5, goal99: 0.8,
 			note: "The Campaign part of 1b: a transaction and the read of the keys ahead of it."},
-		row{id: "1d", what: "uncontested election: one Obtain", peer: display["redislock"], store: "redis", s: summarize(u["redislock"].total), err: u["redislock"].err, herd: herdU, goal50: 1, goal99: 1,
+		row{id: "1d", what: "uncontested election: one Obtain", peer: display["redislock"], store: "redis", s: benchkit.Summarize(u["redislock"].total), err: u["redislock"].err, herd: herdU, goal50: 1, goal99: 1,
 			note: "A connected client; Obtain without retries on a free key: one script call."},
-		row{id: "1e", what: "uncontested election: one TryLock", peer: display["redsync"], store: "redis", s: summarize(u["redsync"].total), err: u["redsync"].err, herd: herdU, goal50: 1, goal99: 1,
+		row{id: "1e", what: "uncontested election: one TryLock", peer: display["redsync"], store: "redis", s: benchkit.Summarize(u["redsync"].total), err: u["redsync"].err, herd: herdU, goal50: 1, goal99: 1,
 			note: "A connected client; NewMutex and TryLockContext on a free key: one SET NX PX."},
 	)
 
 	log.Printf("graceful handovers (%d per peer, TTL %v)", cfg.handovers, cfg.ttl)
 	h := handovers(ctx, []peer{herd, etcd, rl, rsy, spec}, t, cfg.handovers)
-	herdH := &row{id: "2a", what: "graceful handover: leader stops → the next learns it leads", peer: "herd", store: "redis", s: summarize(h["herd"].samples), err: h["herd"].err,
+	herdH := &row{id: "2a", what: "graceful handover: leader stops → the next learns it leads", peer: "herd", store: "redis", s: benchkit.Summarize(h["herd"].samples), err: h["herd"].err,
 		note: "Two processes, each with a client of its own; a new one starts and settles (50ms plus a random part of one CheckInterval), then the master's Stop is called; timed until the other's OnMasterAcquired handler runs. The release announces itself on the lock's events channel."}
 	r.rows = append(r.rows, *herdH,
-		row{id: "2b", what: "graceful handover: Resign → the waiter's Campaign returns", peer: display["etcd"], store: "etcd", s: summarize(h["etcd"].samples), err: h["etcd"].err, herd: herdH, goal50: 0.5, goal99: 0.8,
+		row{id: "2b", what: "graceful handover: Resign → the waiter's Campaign returns", peer: display["etcd"], store: "etcd", s: benchkit.Summarize(h["etcd"].samples), err: h["etcd"].err, herd: herdH, goal50: 0.5, goal99: 0.8,
 			note: "As 2a: the waiter's Campaign is blocked watching the leader's key; the leader's stop is Resign, then closing its session and client; timed from the call of Resign until the waiter's Campaign returned."},
-		row{id: "2c", what: "graceful handover: Release → the next poll obtains", peer: display["redislock"], store: "redis", s: summarize(h["redislock"].samples), err: h["redislock"].err, herd: herdH, goal50: 1, goal99: 1,
+		row{id: "2c", what: "graceful handover: Release → the next poll obtains", peer: display["redislock"], store: "redis", s: benchkit.Summarize(h["redislock"].samples), err: h["redislock"].err, herd: herdH, goal50: 1, goal99: 1,
 			note: "As 2a; the leader's stop releases the lock, the waiter finds it at its next poll (every TTL/6): the handover is bounded by the poll interval, not the round trip."},
-		row{id: "2d", what: "graceful handover: Unlock → the next poll locks", peer: display["redsync"], store: "redis", s: summarize(h["redsync"].samples), err: h["redsync"].err, herd: herdH, goal50: 1, goal99: 1,
+		row{id: "2d", what: "graceful handover: Unlock → the next poll locks", peer: display["redsync"], store: "redis", s: benchkit.Summarize(h["redsync"].samples), err: h["redsync"].err, herd: herdH, goal50: 1, goal99: 1,
 			note: "As 2c with redsync's TryLock, Extend and Unlock."},
-		row{id: "2e", what: "graceful handover: release → the next check, jitter, SET NX", peer: display["spec"], store: "redis", s: summarize(h["spec"].samples), err: h["spec"].err, herd: herdH, goal50: 1, goal99: 1,
+		row{id: "2e", what: "graceful handover: release → the next check, jitter, SET NX", peer: display["spec"], store: "redis", s: benchkit.Summarize(h["spec"].samples), err: h["spec"].err, herd: herdH, goal50: 1, goal99: 1,
 			note: "The specification's behaviour without herd's release notice: slaves check the lock every CheckInterval (TTL/6) and wait a random delay of up to ElectionJitter (TTL/15) before they contend."},
 	)
 
 	log.Printf("crash failovers (%d per peer, TTL %v, 3 processes)", cfg.crashes, cfg.ttl)
 	f := failovers(ctx, []peer{herd, etcd, rl, rsy, spec}, t, 3, cfg.crashes)
-	herdF := &row{id: "3a", what: "crash failover: leader's connections closed → another learns it leads", peer: "herd", store: "redis", s: summarize(f["herd"].samples), ttl: cfg.ttl, err: f["herd"].err,
+	herdF := &row{id: "3a", what: "crash failover: leader's connections closed → another learns it leads", peer: "herd", store: "redis", s: benchkit.Summarize(f["herd"].samples), ttl: cfg.ttl, err: f["herd"].err,
 		note: "Three processes; at a random point of the master's renewal cycle its client is closed (no renewal, no release, as if killed); timed until another process's OnMasterAcquired. Slaves look at the lock at the instant it would expire."}
 	r.rows = append(r.rows, *herdF,
-		row{id: "3b", what: "crash failover: lease expires → the waiter's Campaign returns", peer: display["etcd"], store: "etcd", s: summarize(f["etcd"].samples), ttl: cfg.ttl, err: f["etcd"].err, herd: herdF, goal50: 1, goal99: 1,
+		row{id: "3b", what: "crash failover: lease expires → the waiter's Campaign returns", peer: display["etcd"], store: "etcd", s: benchkit.Summarize(f["etcd"].samples), ttl: cfg.ttl, err: f["etcd"].err, herd: herdF, goal50: 1, goal99: 1,
 			note: "As 3a; the leader's client is closed without revoking its lease (keep-alives every TTL/3 stop). etcd looks for expired leases every 500ms, which adds up to half a second to the TTL."},
-		row{id: "3c", what: "crash failover: lock expires → the next poll obtains", peer: display["redislock"], store: "redis", s: summarize(f["redislock"].samples), ttl: cfg.ttl, err: f["redislock"].err, herd: herdF, goal50: 1, goal99: 1,
+		row{id: "3c", what: "crash failover: lock expires → the next poll obtains", peer: display["redislock"], store: "redis", s: benchkit.Summarize(f["redislock"].samples), ttl: cfg.ttl, err: f["redislock"].err, herd: herdF, goal50: 1, goal99: 1,
 			note: "As 3a; waiters poll every TTL/6."},
-		row{id: "3d", what: "crash failover: lock expires → the next poll locks", peer: display["redsync"], store: "redis", s: summarize(f["redsync"].samples), ttl: cfg.ttl, err: f["redsync"].err, herd: herdF, goal50: 1, goal99: 1,
+		row{id: "3d", what: "crash failover: lock expires → the next poll locks", peer: display["redsync"], store: "redis", s: benchkit.Summarize(f["redsync"].samples), ttl: cfg.ttl, err: f["redsync"].err, herd: herdF, goal50: 1, goal99: 1,
 			note: "As 3c."},
-		row{id: "3e", what: "crash failover: lock expires → the next check, jitter, SET NX", peer: display["spec"], store: "redis", s: summarize(f["spec"].samples), ttl: cfg.ttl, err: f["spec"].err, herd: herdF, goal50: 1, goal99: 1,
+		row{id: "3e", what: "crash failover: lock expires → the next check, jitter, SET NX", peer: display["spec"], store: "redis", s: benchkit.Summarize(f["spec"].samples), ttl: cfg.ttl, err: f["spec"].err, herd: herdF, goal50: 1, goal99: 1,
 			note: "As 2e: a check every TTL/6, then up to TTL/15 of jitter."},
 	)
 
@@ -205,17 +207,17 @@ func idleRows(ctx context.Context, cfg config, etcdEndpoint string) ([]row, erro
 	servers := map[string]*redis.Client{}
 	addrs := map[string]string{}
 	for _, name := range names {
-		s, err := startRedis(ctx, cfg.server)
+		s, err := redisproc.Start(ctx, cfg.server)
 		if err != nil {
 			return nil, err
 		}
-		defer s.close()
-		c, err := connectRedis(ctx, s.addr, nil)
+		defer s.Close()
+		c, err := connectRedis(ctx, s.Addr, nil)
 		if err != nil {
 			return nil, err
 		}
 		defer c.Close()
-		servers[name], addrs[name] = c, s.addr
+		servers[name], addrs[name] = c, s.Addr
 	}
 	peers := []peer{
 		herdPeer(addrs["herd"], &rtHook{}, nil),
@@ -272,26 +274,6 @@ func versions() []string {
 		}
 	}
 	return out
-}
-
-// machine describes this machine: CPUs, model, load.
-func machine() string {
-	model := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	s := fmt.Sprintf("%d CPUs, %s, %s/%s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) >= 3 {
-			s += "; load average " + strings.Join(f[:3], " ") + " at start (the machine is shared)"
-		}
-	}
-	return s
 }
 
 // mostCommon returns the most frequent key of counts, with how many of all

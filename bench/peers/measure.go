@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/herdkit/herd/internal/testkit/benchkit"
 )
 
 // settle is how long a new process is given to join before it is relied
@@ -341,7 +342,7 @@ func idle(ctx context.Context, peers []peer, servers map[string]*redis.Client, t
 	sleep(ctx, 2*time.Second)
 	type snapshot struct {
 		hook, pings int64
-		server      map[string]int64
+		server      benchkit.CommandStats
 	}
 	take := func() map[string]snapshot {
 		snaps := map[string]snapshot{}
@@ -427,24 +428,4 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-}
-
-// summary is a nearest-rank p50 and p99 of samples (with fewer than 100
-// samples p99 is the maximum).
-type summary struct {
-	n        int
-	p50, p99 time.Duration
-}
-
-func summarize(samples []time.Duration) summary {
-	if len(samples) == 0 {
-		return summary{}
-	}
-	s := slices.Clone(samples)
-	slices.Sort(s)
-	rank := func(p int) time.Duration {
-		r := (p*len(s) + 99) / 100
-		return s[min(max(r, 1), len(s))-1]
-	}
-	return summary{n: len(s), p50: rank(50), p99: rank(99)}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // timings are the election timings of one measurement, shared by every
@@ -60,6 +62,35 @@ type peer struct {
 	// counter, for etcd, returns the requests every node's client sent so
 	// far.
 	counter func() int64
+}
+
+// redisPeer is a peer on the Redis at addr. Each process gets a client of
+// its own (connectRedis, counted by hook), which newNode builds the process
+// on; each uncontested election gets one too, uncounted.
+func redisPeer(name, addr string, hook *rtHook,
+	newNode func(c *redis.Client, lock, id string, t timings) node,
+	uncontested func(ctx context.Context, c *redis.Client, lock string) (total, part time.Duration, err error),
+) peer {
+	return peer{
+		name:  name,
+		store: "redis",
+		hook:  hook,
+		newNode: func(ctx context.Context, lock, id string, t timings) (node, error) {
+			c, err := connectRedis(ctx, addr, hook)
+			if err != nil {
+				return nil, err
+			}
+			return newNode(c, lock, id, t), nil
+		},
+		uncontested: func(ctx context.Context, lock string) (time.Duration, time.Duration, error) {
+			c, err := connectRedis(ctx, addr, nil)
+			if err != nil {
+				return 0, 0, err
+			}
+			defer c.Close()
+			return uncontested(ctx, c, lock)
+		},
+	}
 }
 
 // stamp sends now on ch without blocking (ch is buffered; a full channel

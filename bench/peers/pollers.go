@@ -27,23 +27,11 @@ type lockAPI interface {
 // it every Renew while leader, release it on stop. newLock makes the lock
 // of one process.
 func pollingPeer(name, addr string, hook *rtHook, newLock func(c *redis.Client, key string, t timings) lockAPI) peer {
-	return peer{
-		name:  name,
-		store: "redis",
-		hook:  hook,
-		newNode: func(ctx context.Context, lock, id string, t timings) (node, error) {
-			c, err := connectRedis(ctx, addr, hook)
-			if err != nil {
-				return nil, err
-			}
-			return &pollNode{client: c, lock: newLock(c, lock, t), t: t, acq: make(chan time.Time, 4)}, nil
-		},
-		uncontested: func(ctx context.Context, lock string) (time.Duration, time.Duration, error) {
-			c, err := connectRedis(ctx, addr, nil)
-			if err != nil {
-				return 0, 0, err
-			}
-			defer c.Close()
+	newNode := func(c *redis.Client, lock, _ string, t timings) node {
+		return &pollNode{client: c, lock: newLock(c, lock, t), t: t, acq: make(chan time.Time, 4)}
+	}
+	return redisPeer(name, addr, hook, newNode,
+		func(ctx context.Context, c *redis.Client, lock string) (time.Duration, time.Duration, error) {
 			t0 := time.Now()
 			l := newLock(c, lock, timingsOf(time.Second))
 			ok, err := l.obtain(ctx)
@@ -55,8 +43,7 @@ func pollingPeer(name, addr string, hook *rtHook, newLock func(c *redis.Client, 
 				return 0, 0, fmt.Errorf("%s: the fresh lock %q was not obtained", name, lock)
 			}
 			return d, 0, l.release(ctx)
-		},
-	}
+		})
 }
 
 // pollNode runs a polling leader loop.

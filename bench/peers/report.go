@@ -1,13 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/herdkit/herd/internal/testkit/benchkit"
 )
 
 // row is one line of the peers table.
@@ -17,7 +16,7 @@ type row struct {
 	// the store whose round trip the row's ratios are taken against.
 	peer, store string
 	// s is the row's latency distribution, unless value is set.
-	s summary
+	s benchkit.Summary
 	// value is the result of a counting row ("26.0 /min"), and x its
 	// number, compared with herd's.
 	value string
@@ -34,16 +33,14 @@ type row struct {
 
 // report is one run.
 type report struct {
-	date      time.Time
-	machine   string
-	goVersion string
-	versions  []string // "herd <commit>", "etcd v3.7.3", ...
-	servers   string
-	rt        map[string]summary // store round trip by store
-	rtWhat    map[string]string  // how it was taken
-	rows      []row
-	elapsed   time.Duration
-	params    string
+	machine  benchkit.Machine
+	versions []string // "herd <commit>", "etcd v3.7.3", ...
+	servers  string
+	rt       map[string]benchkit.Summary // store round trip by store
+	rtWhat   map[string]string           // how it was taken
+	rows     []row
+	elapsed  time.Duration
+	params   string
 }
 
 var header = []string{"#", "measurement", "peer", "n", "p50", "p99", "× store RT (p50÷p50 / p99÷p99)", "herd ÷ peer (p50 / p99)", "goal", "met"}
@@ -57,26 +54,26 @@ func (r report) cells(x row) []string {
 	case x.value != "":
 		out[3], out[4] = "", x.value
 		if x.herd != nil && x.herd.err == nil && x.x > 0 {
-			out[7] = ratio(x.herd.x / x.x)
+			out[7] = benchkit.FormatRatio(x.herd.x / x.x)
 		}
 	default:
-		out[3] = fmt.Sprint(x.s.n)
-		out[4], out[5] = duration(x.s.p50), duration(x.s.p99)
+		out[3] = fmt.Sprint(x.s.N)
+		out[4], out[5] = benchkit.FormatDuration(x.s.P50), benchkit.FormatDuration(x.s.P99)
 		if x.ttl > 0 {
-			out[4] += fmt.Sprintf(" (%.2f × TTL)", float64(x.s.p50)/float64(x.ttl))
-			out[5] += fmt.Sprintf(" (%.2f × TTL)", float64(x.s.p99)/float64(x.ttl))
+			out[4] += fmt.Sprintf(" (%.2f × TTL)", float64(x.s.P50)/float64(x.ttl))
+			out[5] += fmt.Sprintf(" (%.2f × TTL)", float64(x.s.P99)/float64(x.ttl))
 		}
-		if rt, ok := r.rt[x.store]; ok && rt.p50 > 0 {
-			out[6] = ratio(float64(x.s.p50)/float64(rt.p50)) + " / " + ratio(float64(x.s.p99)/float64(rt.p99))
+		if rt, ok := r.rt[x.store]; ok && rt.P50 > 0 {
+			out[6] = ratios(x.s, rt)
 		}
-		if x.herd != nil && x.herd.err == nil && x.herd.s.n > 0 && x.s.n > 0 {
-			out[7] = ratio(float64(x.herd.s.p50)/float64(x.s.p50)) + " / " + ratio(float64(x.herd.s.p99)/float64(x.s.p99))
+		if x.herd != nil && x.herd.err == nil && x.herd.s.N > 0 && x.s.N > 0 {
+			out[7] = ratios(x.herd.s, x.s)
 		}
 	}
 	if x.herd != nil && x.goal50 > 0 {
-		out[8] = "≤ " + ratio(x.goal50)
+		out[8] = "≤ " + benchkit.FormatRatio(x.goal50)
 		if x.value == "" {
-			out[8] += " / ≤ " + ratio(x.goal99)
+			out[8] += " / ≤ " + benchkit.FormatRatio(x.goal99)
 		}
 		out[9] = r.met(x)
 	}
@@ -96,11 +93,11 @@ func (r report) met(x row) string {
 		}
 		return "no"
 	}
-	if h.s.n == 0 || x.s.n == 0 {
+	if h.s.N == 0 || x.s.N == 0 {
 		return "—"
 	}
-	ok50 := float64(h.s.p50)/float64(x.s.p50) <= x.goal50
-	ok99 := float64(h.s.p99)/float64(x.s.p99) <= x.goal99
+	ok50 := float64(h.s.P50)/float64(x.s.P50) <= x.goal50
+	ok99 := float64(h.s.P99)/float64(x.s.P99) <= x.goal99
 	switch {
 	case ok50 && ok99:
 		return "yes"
@@ -112,143 +109,54 @@ func (r report) met(x row) string {
 	return "no"
 }
 
-func (r report) writeText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, x := range r.rows {
-		fmt.Fprintln(tw, strings.Join(r.cells(x), "\t"))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\n%s; %s; %s; run took %v\n", r.date.Format("2006-01-02 15:04 UTC"), r.machine, r.goVersion, r.elapsed.Round(time.Second))
-	for _, s := range r.storeLines() {
-		fmt.Fprintln(w, "  "+s)
-	}
-	for _, x := range r.rows {
-		if n := x.noteText(); n != "" {
-			fmt.Fprintf(w, "  [%s %s] %s\n", x.id, x.peer, n)
-		}
-	}
-	return nil
+// ratios prints a's p50 and p99 as multiples of b's: "2.10× / 1.85×".
+func ratios(a, b benchkit.Summary) string {
+	return benchkit.FormatRatio(float64(a.P50)/float64(b.P50)) + " / " + benchkit.FormatRatio(float64(a.P99)/float64(b.P99))
 }
 
-func (r report) storeLines() []string {
-	var out []string
+// table is the run's results table.
+func (r report) table() benchkit.Table {
+	t := benchkit.Table{Header: header}
+	for _, x := range r.rows {
+		t.Rows = append(t.Rows, benchkit.Row{Cells: r.cells(x), Label: x.id + ", " + x.peer, Note: benchkit.NoteText(x.err, x.note)})
+	}
+	return t
+}
+
+func (r report) writeText(w io.Writer) error {
+	m := r.machine
+	footer := []string{fmt.Sprintf("%s; %s; %s; run took %v", m.When(), m, m.GoVersion, r.elapsed.Round(time.Second))}
 	for _, st := range []string{"redis", "etcd"} {
 		if s, ok := r.rt[st]; ok {
-			out = append(out, fmt.Sprintf("%s: p50 %s, p99 %s (n %d)", r.rtWhat[st], duration(s.p50), duration(s.p99), s.n))
+			footer = append(footer, fmt.Sprintf("  %s: p50 %s, p99 %s (n %d)", r.rtWhat[st], benchkit.FormatDuration(s.P50), benchkit.FormatDuration(s.P99), s.N))
 		}
 	}
-	return out
-}
-
-func (x row) noteText() string {
-	switch {
-	case x.err != nil && x.note != "":
-		return "failed: " + x.err.Error() + ". " + x.note
-	case x.err != nil:
-		return "failed: " + x.err.Error()
-	}
-	return x.note
+	return r.table().WriteText(w, footer...)
 }
 
 // markdown is the generated part of docs/performance.md.
 func (r report) markdown() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Generated by `make bench-peers` (bench/peers); %v of measuring.\n\n", r.elapsed.Round(time.Second))
-	b.WriteString("| run | |\n|---|---|\n")
-	fmt.Fprintf(&b, "| date | %s |\n", r.date.Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "| machine | %s |\n", esc(r.machine))
-	fmt.Fprintf(&b, "| Go | %s |\n", r.goVersion)
-	fmt.Fprintf(&b, "| versions | %s |\n", esc(strings.Join(r.versions, ", ")))
-	fmt.Fprintf(&b, "| servers | %s |\n", esc(r.servers))
+	m := r.machine
+	facts := []benchkit.Fact{
+		{Name: "date", Value: m.When()},
+		{Name: "machine", Value: m.String()},
+		{Name: "Go", Value: m.GoVersion},
+		{Name: "versions", Value: strings.Join(r.versions, ", ")},
+		{Name: "servers", Value: r.servers},
+	}
 	for _, st := range []string{"redis", "etcd"} {
 		if s, ok := r.rt[st]; ok {
-			fmt.Fprintf(&b, "| %s round trip | p50 %s, p99 %s (%s, n %d) |\n", st, duration(s.p50), duration(s.p99), esc(r.rtWhat[st]), s.n)
+			facts = append(facts, benchkit.Fact{Name: st + " round trip", Value: fmt.Sprintf("p50 %s, p99 %s (%s, n %d)", benchkit.FormatDuration(s.P50), benchkit.FormatDuration(s.P99), r.rtWhat[st], s.N)})
 		}
 	}
-	fmt.Fprintf(&b, "| parameters | %s |\n\n", esc(r.params))
-	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
-	b.WriteString("|" + strings.Repeat("---|", len(header)) + "\n")
-	for _, x := range r.rows {
-		c := r.cells(x)
-		for i := range c {
-			c[i] = esc(c[i])
-		}
-		b.WriteString("| " + strings.Join(c, " | ") + " |\n")
-	}
-	b.WriteString("\n")
-	for _, x := range r.rows {
-		if n := x.noteText(); n != "" {
-			fmt.Fprintf(&b, "- **%s, %s** %s\n", x.id, x.peer, esc(n))
-		}
-	}
-	return b.String()
+	facts = append(facts, benchkit.Fact{Name: "parameters", Value: r.params})
+	intro := fmt.Sprintf("Generated by `make bench-peers` (bench/peers); %v of measuring.", r.elapsed.Round(time.Second))
+	return r.table().Markdown(intro, facts)
 }
 
-func esc(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
-
-// The markers around the generated part of docs/performance.md.
-const (
-	beginMarker = "<!-- herdpeers:begin (generated by make bench-peers; edit outside the markers) -->"
-	endMarker   = "<!-- herdpeers:end -->"
-)
-
-// errMarkers is returned by splice when the document has one marker
-// without the other, or the end before the begin.
-var errMarkers = errors.New("bench/peers: herdpeers markers are broken")
-
-// splice returns doc with the text between the markers replaced by
-// generated; a doc without them gets a section "Against its peers" with
-// the markers at its end.
-func splice(doc, generated string) (string, error) {
-	block := beginMarker + "\n" + strings.TrimRight(generated, "\n") + "\n" + endMarker
-	bi, ei := strings.Index(doc, beginMarker), strings.Index(doc, endMarker)
-	switch {
-	case bi < 0 && ei < 0:
-		return strings.TrimRight(doc, "\n") + "\n\n## Against its peers\n\n" + block + "\n", nil
-	case bi < 0 || ei < 0 || ei < bi:
-		return "", errMarkers
-	}
-	return doc[:bi] + block + doc[ei+len(endMarker):], nil
+// markers are the markers around the generated part of docs/performance.md.
+var markers = benchkit.Markers{
+	Begin:   "<!-- herdpeers:begin (generated by make bench-peers; edit outside the markers) -->",
+	End:     "<!-- herdpeers:end -->",
+	Heading: "## Against its peers",
 }
-
-func (r report) writeMarkdown(path string) error {
-	old, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	doc, err := splice(string(old), r.markdown())
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.WriteFile(path, []byte(doc), 0o644)
-}
-
-// duration prints d with three significant digits: "41.2µs", "1.25ms".
-func duration(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "0"
-	case d < time.Microsecond:
-		return fmt.Sprintf("%dns", d.Nanoseconds())
-	case d < time.Millisecond:
-		return sig3(float64(d)/float64(time.Microsecond)) + "µs"
-	case d < time.Second:
-		return sig3(float64(d)/float64(time.Millisecond)) + "ms"
-	}
-	return sig3(d.Seconds()) + "s"
-}
-
-func sig3(x float64) string {
-	switch {
-	case x < 10:
-		return fmt.Sprintf("%.2f", x)
-	case x < 100:
-		return fmt.Sprintf("%.1f", x)
-	}
-	return fmt.Sprintf("%.0f", x)
-}
-
-func ratio(x float64) string { return sig3(x) + "×" }

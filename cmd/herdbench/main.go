@@ -32,7 +32,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/herdkit/herd/internal/bench"
+	"github.com/herdkit/herd/cmd/herdbench/internal/bench"
 )
 
 func main() {

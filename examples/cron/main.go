@@ -31,58 +31,37 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/herdkit/herd/examples/internal/setup"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/scripts"
 )
 
 type options struct {
-	Redis      string
-	ID         string
-	Lock       string
-	LockTTL    time.Duration
+	setup.Node // -redis, -id, -lock, -lock-ttl
 	Every      time.Duration
 	Standalone bool
 }
 
 func main() {
-	host, _ := os.Hostname()
 	o := options{}
 	fs := flag.NewFlagSet("cron", flag.ExitOnError)
-	fs.StringVar(&o.Redis, "redis", envOr("REDIS_ADDR", "redis://127.0.0.1:6379"), "Redis URL or host:port; default $REDIS_ADDR or redis://127.0.0.1:6379")
-	fs.StringVar(&o.ID, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the cluster")
-	fs.StringVar(&o.Lock, "lock", "herd-cron-example", "lock name")
-	fs.DurationVar(&o.LockTTL, "lock-ttl", 6*time.Second, "master lock TTL; the other timings follow the specification's ratios")
+	o.Node.Flags(fs, "herd-cron-example")
 	fs.DurationVar(&o.Every, "every", 2*time.Second, "how often the job runs")
 	fs.BoolVar(&o.Standalone, "standalone", false, "single instance without Redis: always master, no coordination")
 	_ = fs.Parse(os.Args[1:])
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	c, err := newCron(o, os.Stdout)
-	if err == nil {
-		err = c.run(ctx)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cron:", err)
-		os.Exit(1)
-	}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	setup.Main("cron", func(ctx context.Context) error {
+		c, err := newCron(o, os.Stdout)
+		if err != nil {
+			return err
+		}
+		return c.run(ctx)
+	})
 }
 
 // recordRun appends one run to the history stream, fenced by term.
@@ -121,21 +100,13 @@ func newCron(o options, out io.Writer) (*cron, error) {
 		return nil, fmt.Errorf("-every %v: must be positive", o.Every)
 	}
 	c := &cron{o: o, out: out}
-	cfg := masterelection.DefaultConfig()
-	cfg.LockName, cfg.NodeID, cfg.Identifier = o.Lock, o.ID, o.ID
-	cfg.LockTTL = o.LockTTL
-	cfg.HeartbeatInterval = o.LockTTL / 3
-	cfg.CheckInterval = o.LockTTL / 6
-	cfg.ElectionJitter = o.LockTTL / 15
-	cfg.SlaveTimeout = o.LockTTL / 2
-	cfg.ProcessTTL = o.LockTTL * 3 / 2
-	cfg.Standalone = o.Standalone
+	// The timings left unset follow LockTTL in the specification's ratios.
+	cfg := masterelection.Config{LockName: o.Lock, NodeID: o.ID, Identifier: o.ID, LockTTL: o.LockTTL, Standalone: o.Standalone}
 	if !o.Standalone {
-		opts, err := clientOptions(o.Redis)
-		if err != nil {
+		var err error
+		if c.client, err = o.Client(); err != nil {
 			return nil, err
 		}
-		c.client = redis.NewClient(opts)
 	}
 	var client redis.UniversalClient
 	if c.client != nil {
@@ -163,22 +134,6 @@ func newCron(o options, out io.Writer) (*cron, error) {
 		}
 	})
 	return c, nil
-}
-
-func clientOptions(addr string) (*redis.Options, error) {
-	var opts *redis.Options
-	if strings.Contains(addr, "://") {
-		var err error
-		if opts, err = redis.ParseURL(addr); err != nil {
-			return nil, fmt.Errorf("-redis %q: %w", addr, err)
-		}
-	} else {
-		opts = &redis.Options{Addr: addr}
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return opts, nil
 }
 
 // run takes part in the election until ctx ends, then leaves it.

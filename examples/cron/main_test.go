@@ -12,7 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/herdkit/herd/internal/testsync"
+	"github.com/herdkit/herd/examples/internal/setup"
+	"github.com/herdkit/herd/internal/testkit/testsync"
 )
 
 func TestMain(m *testing.M) {
@@ -84,7 +85,7 @@ func history(t *testing.T, mr *miniredis.Miniredis, lock string) []run {
 }
 
 func opts(addr, id string) options {
-	return options{Redis: addr, ID: id, Lock: "cron-test", LockTTL: 600 * time.Millisecond, Every: 20 * time.Millisecond}
+	return options{Node: setup.Node{Redis: addr, ID: id, Lock: "cron-test", LockTTL: 600 * time.Millisecond}, Every: 20 * time.Millisecond}
 }
 
 // TestJobRunsOnTheMasterOnly: two processes, one runs the job; when it

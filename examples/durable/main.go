@@ -24,16 +24,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/examples/internal/setup"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 )
@@ -41,29 +38,28 @@ import (
 func main() {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("durable", flag.ExitOnError)
-	addr := fs.String("redis", os.Getenv("REDIS_ADDR"), "Redis to run on, host:port or redis:// URL (default: $REDIS_ADDR, else an embedded miniredis)")
+	addr := setup.RedisFlag(fs)
 	fs.IntVar(&o.Jobs, "jobs", o.Jobs, "number of jobs to send")
 	fs.DurationVar(&o.Work, "work", o.Work, "time each job takes")
 	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; a dead slave is removed after half of it")
 	_ = fs.Parse(os.Args[1:])
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer cancel()
-	newClient, where, cleanup, err := connect(*addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "durable:", err)
-		os.Exit(1)
-	}
-	defer cleanup()
-	fmt.Printf("durable routing on %s\n", where)
-	s, err := run(ctx, newClient, o, os.Stdout)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "durable:", err)
-		os.Exit(1)
-	}
-	s.print(os.Stdout)
-	if s.Lost != 0 {
-		os.Exit(1)
-	}
+	setup.Main("durable", func(ctx context.Context) error {
+		newClient, where, cleanup, err := setup.Connect(*addr)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		fmt.Printf("durable routing on %s\n", where)
+		s, err := run(ctx, newClient, o, os.Stdout)
+		if err != nil {
+			return err
+		}
+		s.print(os.Stdout)
+		if s.Lost != 0 {
+			return fmt.Errorf("%d messages lost", s.Lost)
+		}
+		return nil
+	})
 }
 
 // options of a run.
@@ -140,19 +136,10 @@ type node struct {
 	con    *durable.Consumer
 }
 
+// config is a node's election: the timings left unset follow ttl in the
+// specification's ratios, so a dead slave is removed after ttl/2.
 func config(lock, id string, ttl time.Duration) masterelection.Config {
-	cfg := masterelection.DefaultConfig()
-	cfg.LockName = lock
-	cfg.NodeID = id
-	cfg.Identifier = id
-	cfg.LockTTL = ttl
-	cfg.HeartbeatInterval = (ttl / 3).Truncate(time.Millisecond)
-	cfg.CheckInterval = (ttl / 6).Truncate(time.Millisecond)
-	cfg.ElectionJitter = (ttl / 15).Truncate(time.Millisecond)
-	cfg.StepDownMargin = (ttl / 10).Truncate(time.Millisecond)
-	cfg.SlaveTimeout = ttl / 2
-	cfg.ProcessTTL = 3 * ttl / 2
-	return cfg
+	return masterelection.Config{LockName: lock, NodeID: id, Identifier: id, LockTTL: ttl}
 }
 
 // run starts the nodes, sends the jobs, kills node-3 and waits until every
@@ -323,31 +310,4 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
 		}
 	}
 	return nil
-}
-
-// connect returns a factory of clients, one per node, on the embedded
-// miniredis or on addr.
-func connect(addr string) (newClient func() *redis.Client, where string, cleanup func(), err error) {
-	var opts *redis.Options
-	cleanup = func() {}
-	switch {
-	case addr == "":
-		mr := miniredis.NewMiniRedis()
-		if err := mr.StartAddr("127.0.0.1:0"); err != nil {
-			return nil, "", nil, fmt.Errorf("start embedded miniredis: %w", err)
-		}
-		mr.ClockTTL(true) // TTLs follow the wall clock, as on a real server
-		opts, where, cleanup = &redis.Options{Addr: mr.Addr()}, "an embedded miniredis ("+mr.Addr()+")", mr.Close
-	case strings.Contains(addr, "://"):
-		if opts, err = redis.ParseURL(addr); err != nil {
-			return nil, "", nil, fmt.Errorf("-redis %q: %w", addr, err)
-		}
-		where = addr
-	default:
-		opts, where = &redis.Options{Addr: addr}, addr
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return func() *redis.Client { return redis.NewClient(opts) }, where, cleanup, nil
 }

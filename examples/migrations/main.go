@@ -33,59 +33,38 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/herdkit/herd/examples/internal/setup"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
 
 type options struct {
-	Redis     string
-	ID        string
-	Lock      string
-	LockTTL   time.Duration
-	Wait      time.Duration
-	Candidate bool
+	setup.Node // -redis, -id, -lock, -lock-ttl
+	Wait       time.Duration
+	Candidate  bool
 }
 
 func main() {
-	host, _ := os.Hostname()
 	o := options{}
 	fs := flag.NewFlagSet("migrations", flag.ExitOnError)
-	fs.StringVar(&o.Redis, "redis", envOr("REDIS_ADDR", "redis://127.0.0.1:6379"), "Redis URL or host:port; default $REDIS_ADDR or redis://127.0.0.1:6379")
-	fs.StringVar(&o.ID, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the cluster")
-	fs.StringVar(&o.Lock, "lock", "herd-migrations-example", "lock name")
-	fs.DurationVar(&o.LockTTL, "lock-ttl", 6*time.Second, "master lock TTL; the other timings follow the specification's ratios")
+	o.Node.Flags(fs, "herd-migrations-example")
 	fs.DurationVar(&o.Wait, "wait", 30*time.Second, "how long a slave waits for the schema before it gives up")
 	fs.BoolVar(&o.Candidate, "candidate", true, "contend for mastership (false: never migrate, only wait)")
 	_ = fs.Parse(os.Args[1:])
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	p, err := newProcess(o, os.Stdout)
-	if err == nil {
-		err = p.run(ctx)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "migrations:", err)
-		os.Exit(1)
-	}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	setup.Main("migrations", func(ctx context.Context) error {
+		p, err := newProcess(o, os.Stdout)
+		if err != nil {
+			return err
+		}
+		return p.run(ctx)
+	})
 }
 
 // migration is one schema step, applied inside a MULTI/EXEC.
@@ -155,19 +134,13 @@ func newProcess(o options, out io.Writer) (*process, error) {
 	if o.Wait <= 0 {
 		return nil, fmt.Errorf("-wait %v: must be positive", o.Wait)
 	}
-	opts, err := clientOptions(o.Redis)
+	client, err := o.Client()
 	if err != nil {
 		return nil, err
 	}
-	p := &process{o: o, out: out, client: redis.NewClient(opts), keys: newAppKeys(o.Lock), lock: scripts.NewKeys(o.Lock, false), notice: make(chan struct{}, 1), serving: make(chan struct{})}
-	cfg := masterelection.DefaultConfig()
-	cfg.LockName, cfg.NodeID, cfg.Identifier, cfg.NonCandidate = o.Lock, o.ID, o.ID, !o.Candidate
-	cfg.LockTTL = o.LockTTL
-	cfg.HeartbeatInterval = o.LockTTL / 3
-	cfg.CheckInterval = o.LockTTL / 6
-	cfg.ElectionJitter = o.LockTTL / 15
-	cfg.SlaveTimeout = o.LockTTL / 2
-	cfg.ProcessTTL = o.LockTTL * 3 / 2
+	p := &process{o: o, out: out, client: client, keys: newAppKeys(o.Lock), lock: scripts.NewKeys(o.Lock, false), notice: make(chan struct{}, 1), serving: make(chan struct{})}
+	// The timings left unset follow LockTTL in the specification's ratios.
+	cfg := masterelection.Config{LockName: o.Lock, NodeID: o.ID, Identifier: o.ID, LockTTL: o.LockTTL, NonCandidate: !o.Candidate}
 	if p.m, err = masterelection.New(p.client, cfg); err != nil {
 		_ = p.client.Close()
 		return nil, err
@@ -205,22 +178,6 @@ func newProcess(o options, out io.Writer) (*process, error) {
 		}
 	})
 	return p, nil
-}
-
-func clientOptions(addr string) (*redis.Options, error) {
-	var opts *redis.Options
-	if strings.Contains(addr, "://") {
-		var err error
-		if opts, err = redis.ParseURL(addr); err != nil {
-			return nil, fmt.Errorf("-redis %q: %w", addr, err)
-		}
-	} else {
-		opts = &redis.Options{Addr: addr}
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return opts, nil
 }
 
 func (p *process) printf(format string, args ...any) {

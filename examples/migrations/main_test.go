@@ -11,7 +11,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"go.uber.org/goleak"
 
-	"github.com/herdkit/herd/internal/testsync"
+	"github.com/herdkit/herd/examples/internal/setup"
+	"github.com/herdkit/herd/internal/testkit/testsync"
 )
 
 func TestMain(m *testing.M) {
@@ -26,7 +27,7 @@ type instance struct {
 }
 
 func opts(addr, id string) options {
-	return options{Redis: addr, ID: id, Lock: "migrations-test", LockTTL: 600 * time.Millisecond, Wait: 10 * time.Second, Candidate: true}
+	return options{Node: setup.Node{Redis: addr, ID: id, Lock: "migrations-test", LockTTL: 600 * time.Millisecond}, Wait: 10 * time.Second, Candidate: true}
 }
 
 func start(t *testing.T, o options) *instance {

@@ -31,18 +31,16 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/herdkit/herd/examples/internal/setup"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/metrics"
 	"github.com/herdkit/herd/pubsub"
@@ -51,45 +49,25 @@ import (
 
 // options are the flags.
 type options struct {
-	Redis     string
-	ID        string
-	Lock      string
-	LockTTL   time.Duration
-	Every     time.Duration
-	MaxSubs   int
-	Workload  int
-	Candidate bool
-	Metrics   string
+	setup.Node // -redis, -id, -lock, -lock-ttl
+	Every      time.Duration
+	MaxSubs    int
+	Workload   int
+	Candidate  bool
+	Metrics    string
 }
 
 func main() {
-	host, _ := os.Hostname()
 	o := options{}
 	fs := flag.NewFlagSet("node", flag.ExitOnError)
-	fs.StringVar(&o.Redis, "redis", envOr("REDIS_ADDR", "redis://127.0.0.1:6379"), "Redis URL (redis://host:port/db) or host:port; default $REDIS_ADDR or redis://127.0.0.1:6379")
-	fs.StringVar(&o.ID, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the cluster")
-	fs.StringVar(&o.Lock, "lock", "herd-node-example", "lock name: the processes with the same one elect one master")
-	fs.DurationVar(&o.LockTTL, "lock-ttl", 6*time.Second, "master lock TTL; the other timings follow the specification's ratios (see docs/tuning.md)")
+	o.Node.Flags(fs, "herd-node-example")
 	fs.DurationVar(&o.Every, "every", 2*time.Second, "how often the master broadcasts a job")
 	fs.IntVar(&o.MaxSubs, "max-subscriptions", 50, "capability published in the registry")
 	fs.IntVar(&o.Workload, "workload", 80, "preferred workload in percent, published in the registry")
 	fs.BoolVar(&o.Candidate, "candidate", true, "contend for mastership (false: follow as a slave only)")
 	fs.StringVar(&o.Metrics, "metrics", "", "serve /metrics (Prometheus), /livez and /readyz on this address, e.g. :9100; empty: off")
 	_ = fs.Parse(os.Args[1:])
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "node:", err)
-		os.Exit(1)
-	}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	setup.Main("node", func(ctx context.Context) error { return run(ctx, o, os.Stdin, os.Stdout) })
 }
 
 // run runs the node until ctx ends (Ctrl+C), then leaves the election
@@ -144,50 +122,29 @@ type job struct {
 	Seq int64 `json:"seq"`
 }
 
-func clientOptions(addr string) (*redis.Options, error) {
-	var opts *redis.Options
-	if strings.Contains(addr, "://") {
-		var err error
-		if opts, err = redis.ParseURL(addr); err != nil {
-			return nil, fmt.Errorf("-redis %q: %w", addr, err)
-		}
-	} else {
-		opts = &redis.Options{Addr: addr}
-	}
-	opts.ContextTimeoutEnabled = true // herd's deadlines only hold with it
-	opts.DisableIdentity = true       // no CLIENT SETINFO: not every server has it
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return opts, nil
-}
-
-// config returns the election's configuration: every timing scales with
-// LockTTL in the specification's ratios (30s : 10s : 5s : 2s, slave
-// timeout 15s, process TTL 45s).
+// config returns the election's configuration. The timings it leaves unset
+// are masterelection's defaults, which follow LockTTL in the specification's
+// ratios (30s : 10s : 5s : 2s, slave timeout 15s, process TTL 45s).
 func config(o options) masterelection.Config {
-	cfg := masterelection.DefaultConfig()
-	cfg.LockName = o.Lock
-	cfg.NodeID = o.ID
-	cfg.Identifier = o.ID
-	cfg.NonCandidate = !o.Candidate
-	cfg.LockTTL = o.LockTTL
-	cfg.HeartbeatInterval = o.LockTTL / 3
-	cfg.CheckInterval = o.LockTTL / 6
-	cfg.ElectionJitter = o.LockTTL / 15
-	cfg.SlaveTimeout = o.LockTTL / 2
-	cfg.ProcessTTL = o.LockTTL * 3 / 2
-	cfg.Capabilities = registry.Capabilities{CanProcessDetections: true, MaxSubscriptions: o.MaxSubs, PreferredWorkload: o.Workload}
-	return cfg
+	return masterelection.Config{
+		LockName:     o.Lock,
+		NodeID:       o.ID,
+		Identifier:   o.ID,
+		NonCandidate: !o.Candidate,
+		LockTTL:      o.LockTTL,
+		Capabilities: registry.Capabilities{CanProcessDetections: true, MaxSubscriptions: o.MaxSubs, PreferredWorkload: o.Workload},
+	}
 }
 
 func newNode(o options, out io.Writer) (*node, error) {
 	if o.Every <= 0 {
 		return nil, fmt.Errorf("-every %v: must be positive", o.Every)
 	}
-	opts, err := clientOptions(o.Redis)
+	client, err := o.Client()
 	if err != nil {
 		return nil, err
 	}
-	n := &node{o: o, out: out, client: redis.NewClient(opts)}
+	n := &node{o: o, out: out, client: client}
 	if n.m, err = masterelection.New(n.client, config(o)); err != nil {
 		_ = n.client.Close()
 		return nil, err

@@ -12,7 +12,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"go.uber.org/goleak"
 
-	"github.com/herdkit/herd/internal/testsync"
+	"github.com/herdkit/herd/examples/internal/setup"
+	"github.com/herdkit/herd/internal/testkit/testsync"
 )
 
 func TestMain(m *testing.M) {
@@ -31,7 +32,7 @@ type proc struct {
 
 func startProc(t *testing.T, addr, id string) *proc {
 	t.Helper()
-	return startWith(t, options{Redis: addr, ID: id, Lock: "node-test", LockTTL: 600 * time.Millisecond, Every: 50 * time.Millisecond, MaxSubs: 10, Workload: 100, Candidate: true})
+	return startWith(t, options{Node: setup.Node{Redis: addr, ID: id, Lock: "node-test", LockTTL: 600 * time.Millisecond}, Every: 50 * time.Millisecond, MaxSubs: 10, Workload: 100, Candidate: true})
 }
 
 // startWith starts a node with the flags o.
@@ -136,7 +137,7 @@ func TestRunStopsOnCtrlC(t *testing.T) {
 	defer w.Close()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, options{Redis: mr.Addr(), ID: "solo", Lock: "run-test", LockTTL: 600 * time.Millisecond, Every: time.Second, MaxSubs: 1, Workload: 1, Candidate: true}, r, out)
+		done <- run(ctx, options{Node: setup.Node{Redis: mr.Addr(), ID: "solo", Lock: "run-test", LockTTL: 600 * time.Millisecond}, Every: time.Second, MaxSubs: 1, Workload: 1, Candidate: true}, r, out)
 	}()
 	testsync.WaitFor(t, "mastership", func() bool { return strings.Contains(out.String(), "MASTER with term") })
 	cancel()
@@ -159,10 +160,10 @@ func TestBadFlags(t *testing.T) {
 		o    options
 		want string
 	}{
-		{"bad url", options{Redis: "redis://[::1", ID: "x", Lock: "l", LockTTL: time.Second, Every: time.Second}, "-redis"},
-		{"bad id", options{Redis: "127.0.0.1:1", ID: "has space", Lock: "l", LockTTL: time.Second, Every: time.Second}, "NodeID"},
-		{"bad ttl", options{Redis: "127.0.0.1:1", ID: "x", Lock: "l", LockTTL: -time.Second, Every: time.Second}, "LockTTL"},
-		{"bad every", options{Redis: "127.0.0.1:1", ID: "x", Lock: "l", LockTTL: time.Second}, "-every"},
+		{"bad url", options{Node: setup.Node{Redis: "redis://[::1", ID: "x", Lock: "l", LockTTL: time.Second}, Every: time.Second}, "-redis"},
+		{"bad id", options{Node: setup.Node{Redis: "127.0.0.1:1", ID: "has space", Lock: "l", LockTTL: time.Second}, Every: time.Second}, "NodeID"},
+		{"bad ttl", options{Node: setup.Node{Redis: "127.0.0.1:1", ID: "x", Lock: "l", LockTTL: -time.Second}, Every: time.Second}, "LockTTL"},
+		{"bad every", options{Node: setup.Node{Redis: "127.0.0.1:1", ID: "x", Lock: "l", LockTTL: time.Second}}, "-every"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,7 +179,7 @@ func TestBadFlags(t *testing.T) {
 // election starts until it stops.
 func TestMetricsAndProbes(t *testing.T) {
 	mr := miniredis.RunT(t)
-	p := startWith(t, options{Redis: mr.Addr(), ID: "m", Lock: "node-test", LockTTL: 600 * time.Millisecond, Every: 50 * time.Millisecond, MaxSubs: 10, Workload: 100, Candidate: true, Metrics: "127.0.0.1:0"})
+	p := startWith(t, options{Node: setup.Node{Redis: mr.Addr(), ID: "m", Lock: "node-test", LockTTL: 600 * time.Millisecond}, Every: 50 * time.Millisecond, MaxSubs: 10, Workload: 100, Candidate: true, Metrics: "127.0.0.1:0"})
 	testsync.WaitFor(t, "mastership", p.n.m.IsMaster)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path string) (int, string) {

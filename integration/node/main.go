@@ -11,7 +11,7 @@
 // just after. A poller does this every -poll; the sender does it before each
 // message. A call whose two readings are further apart than -max-bracket
 // (the process was stopped or starved in between) is not acted on, since its
-// instant is uncertain. See docs/safety.md for why this measures the
+// instant is uncertain. See docs/testing.md for why this measures the
 // property exactly.
 //
 // The ctxs the election hands out for a mastership (the one given to

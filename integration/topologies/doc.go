@@ -1,5 +1,5 @@
 // Package topologies tests herd on Redis deployments beyond one server,
-// built by the tests from the server binaries (internal/redistest): a Redis
+// built by the tests from the server binaries (internal/testkit/redistest): a Redis
 // Cluster of three masters (with and without replicas) and a Sentinel
 // deployment (a primary, a replica, three sentinels). On each it checks the
 // election, the registry and routing, graceful handover, a crashed herd

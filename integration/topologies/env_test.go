@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/overlap"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/overlap"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 )
 
 // TestSentinelPrimaryFailover kills the Redis primary under three herd

@@ -24,6 +24,6 @@
 //	HERD_FAULTS_SEED=42 go test ./internal/faults/   # replay a schedule
 //	make soak SOAK_SCHEDULES=50                         # 50 random schedules added to the soak ledger
 //
-// docs/safety.md states the guarantees these tests check and why the
+// docs/safety.md states the guarantees these tests check; docs/testing.md why the
 // measurement is sound.
 package faults

@@ -9,7 +9,7 @@ import (
 )
 
 // This file holds the checkers of the forger, the transfers and the
-// membership oracle (docs/safety.md, "The forger", "Transfers" and "The
+// membership oracle (docs/testing.md, "The forger", "Transfers" and "The
 // membership oracle"). Each rule names the documented bound it rests on.
 
 // life is one node process as the harness saw it.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 )
 
 // fault is one step of a schedule: what to break, for how long, and how

@@ -12,8 +12,8 @@ import (
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
-	"github.com/herdkit/herd/internal/redistest"
-	"github.com/herdkit/herd/internal/testsync"
+	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/internal/testkit/testsync"
 	"github.com/herdkit/herd/registry"
 )
 

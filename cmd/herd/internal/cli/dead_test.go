@@ -13,7 +13,7 @@ import (
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
 	"github.com/herdkit/herd/durable"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 )
 
 // deadHerd is a herd of a master a and a slave b, a durable Router of a,

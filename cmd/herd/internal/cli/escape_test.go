@@ -6,7 +6,7 @@ import (
 	"unicode"
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 )
 
 // TestEscape: control characters, the line separators and bytes that are

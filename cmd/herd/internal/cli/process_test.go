@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 )
 
 var (

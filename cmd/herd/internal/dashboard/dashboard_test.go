@@ -13,7 +13,7 @@ import (
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/scripts"
 )
 

@@ -1,6 +1,6 @@
 // Package herdtest starts herds for the tests of the herd command: elections
 // in this process, each on a client of its own, against the real servers of
-// internal/redistest. It is imported only from _test.go files.
+// internal/testkit/redistest. It is imported only from _test.go files.
 package herdtest
 
 import (
@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/registry"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/scripts"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/registry"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/scripts"
 )
 

@@ -1,0 +1,261 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/testkit/benchkit"
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// startDurable starts a master with a durable.Router and slaves
+// durable.Consumers, whose handlers feed the rig as startRouting's
+// Subscribers do, so the runs are timed as routing's. On error, what was
+// started is stopped.
+func startDurable(ctx context.Context, env *Env, slaves int) (_ *routingRig, err error) {
+	g := newRig(slaves)
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	lock := env.LockName("durable")
+	master, err := g.startMaster(ctx, env, lock)
+	if err != nil {
+		return nil, err
+	}
+	cfg := durable.Config{LockName: lock, Block: 100 * time.Millisecond}
+	router, err := durable.NewRouter(master.client, master, nil, cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.send = func(ctx context.Context, slaveID, msgType string, payload any) error {
+		_, err := router.Send(ctx, slaveID, msgType, payload)
+		return err
+	}
+	g.sendBatch = func(ctx context.Context, msgs []pubsub.Outgoing) (pubsub.BatchResult, error) {
+		r, err := router.SendBatch(ctx, msgs)
+		return pubsub.BatchResult(r), err // the same outcomes, without durable's Stored
+	}
+	// A send reaches only a live process: each slave is registered as its
+	// election would register it, on the backend the server offers.
+	reg, err := registry.New(ctx, master.client, scripts.NewKeys(lock, false), registry.Config{ProcessTTL: 10 * time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	for i := range slaves {
+		g.ids[i] = fmt.Sprintf("slave-%d", i)
+		if err := reg.Register(ctx, registry.ProcessInfo{ProcessID: g.ids[i], Role: registry.RoleSlave}); err != nil {
+			return nil, fmt.Errorf("register %s: %w", g.ids[i], err)
+		}
+		c := env.NewClient()
+		g.closers = append(g.closers, func() {
+			_ = c.Del(context.WithoutCancel(ctx), router.Inbox(g.ids[i])).Err()
+			_ = c.Close()
+		})
+		s, err := durable.NewConsumer(c, g.ids[i], cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Handle("lat", func(context.Context, durable.Delivery) error { g.arrived(); return nil }); err != nil {
+			return nil, err
+		}
+		if err := s.Handle("tput", func(context.Context, durable.Delivery) error { g.counted(); return nil }); err != nil {
+			return nil, err
+		}
+		if err := s.Start(ctx); err != nil {
+			return nil, fmt.Errorf("start consumer %s: %w", g.ids[i], err)
+		}
+		g.closers = append(g.closers, func() { _ = s.Close() })
+	}
+	return g, nil
+}
+
+// DurableRouting measures durable routing as Routing and RoutingBatch
+// measure pub/sub: the latency Router.Send → handler for latencyN messages
+// sent one at a time round-robin, then the throughput of messages messages
+// sent with Router.Send by senders goroutines, then with Router.SendBatch,
+// batch messages per call. Each message is acknowledged by its Consumer
+// (XACK + XDEL) before the next is handled.
+func DurableRouting(ctx context.Context, env *Env, slaves, latencyN, messages, senders, batch int) (single, batched RoutingResult, err error) {
+	single = RoutingResult{Messages: messages, Senders: senders}
+	batched = RoutingResult{Messages: messages, Senders: senders, Batch: batch}
+	if slaves < 1 || senders < 1 || batch < 1 {
+		return single, batched, fmt.Errorf("durable routing needs at least 1 slave, sender and message per batch, got %d, %d, %d", slaves, senders, batch)
+	}
+	if err := durableSingle(ctx, env, slaves, latencyN, &single); err != nil {
+		return single, batched, err
+	}
+	// The batched run on a rig of its own (fresh inboxes and counters).
+	g, err := startDurable(ctx, env, slaves)
+	if err != nil {
+		return single, batched, err
+	}
+	defer g.close()
+	var calls atomic.Int64
+	admin := env.NewClient()
+	defer admin.Close()
+	meter, inside := meterCPU(ctx, admin), meterScripts(ctx, admin)
+	batched.Elapsed, err = g.throughput(ctx, messages, senders, g.sendBatches(ctx, batch, &calls))
+	batched.CPU, batched.Script = meter(messages), inside()
+	batched.Calls = int(calls.Load())
+	return single, batched, err
+}
+
+// durableSingle runs the latency and Router.Send throughput part of
+// DurableRouting on a rig of its own.
+func durableSingle(ctx context.Context, env *Env, slaves, latencyN int, res *RoutingResult) error {
+	g, err := startDurable(ctx, env, slaves)
+	if err != nil {
+		return err
+	}
+	defer g.close()
+	if res.Latency, err = g.latency(ctx, latencyN); err != nil {
+		return err
+	}
+	admin := env.NewClient()
+	defer admin.Close()
+	meter, inside := meterCPU(ctx, admin), meterScripts(ctx, admin)
+	defer func() { res.CPU, res.Script = meter(res.Messages), inside() }()
+	res.Elapsed, err = g.throughput(ctx, res.Messages, res.Senders, g.sendEach(ctx))
+	return err
+}
+
+// RawStreams is the floor under the durable rows: plain XADD of a payload
+// of the same size to slaves streams, batch entries per round trip (1: one
+// XADD per round trip, as Router.Send; more: pipelined), by senders
+// goroutines; each slave reads its stream with XREADGROUP (COUNT 64, its
+// own client) and acknowledges each read with one XACK of all its ids. It
+// returns the messages per second until every slave had read its share.
+func RawStreams(ctx context.Context, env *Env, slaves, messages, senders, batch int) (float64, error) {
+	if slaves < 1 || senders < 1 || batch < 1 {
+		return 0, fmt.Errorf("raw streams needs at least 1 slave, sender and batch, got %d, %d, %d", slaves, senders, batch)
+	}
+	prefix := env.LockName("rawstream")
+	pub := env.NewClient()
+	defer pub.Close()
+	var received atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	rctx, cancel := context.WithCancel(ctx)
+	var clients []*redis.Client
+	streams := make([]string, slaves)
+	defer func() { // the readers stop before their clients close
+		cancel()
+		wg.Wait()
+		for _, c := range clients {
+			_ = c.Del(context.WithoutCancel(ctx), streams...).Err()
+			_ = c.Close()
+		}
+	}()
+	for i := range slaves {
+		streams[i] = fmt.Sprintf("%s:slave-%d", prefix, i)
+		c := env.NewClient()
+		clients = append(clients, c)
+		if err := c.XGroupCreateMkStream(ctx, streams[i], "g", "0").Err(); err != nil {
+			return 0, fmt.Errorf("create group: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rctx.Err() == nil {
+				res, err := c.XReadGroup(rctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{streams[i], ">"}, Count: 64, Block: 100 * time.Millisecond}).Result()
+				if err != nil || len(res) == 0 {
+					continue
+				}
+				ids := make([]string, len(res[0].Messages))
+				for j, m := range res[0].Messages {
+					ids[j] = m.ID
+				}
+				if len(ids) == 0 {
+					continue
+				}
+				c.XAck(rctx, streams[i], "g", ids...)
+				if received.Add(int64(len(ids))) == int64(messages) {
+					once.Do(func() { close(done) })
+				}
+			}
+		}()
+	}
+	payload := make([]byte, 200) // about the size of a routed envelope
+	for i := range payload {
+		payload[i] = 'x'
+	}
+	errs := make(chan error, senders)
+	var swg sync.WaitGroup
+	t0 := time.Now()
+	for w := range senders {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			mine := make([]int, 0, messages/senders+1)
+			for i := w; i < messages; i += senders {
+				mine = append(mine, i)
+			}
+			for len(mine) > 0 {
+				n := min(batch, len(mine))
+				_, err := pub.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for _, i := range mine[:n] {
+						p.XAdd(ctx, &redis.XAddArgs{Stream: streams[i%slaves], Values: []any{"m", payload}})
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mine = mine[n:]
+			}
+		}()
+	}
+	swg.Wait()
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return 0, err
+	}
+	select {
+	case <-done:
+		return float64(messages) / time.Since(t0).Seconds(), nil
+	case <-time.After(30 * time.Second):
+		return 0, fmt.Errorf("raw streams: %d of %d messages read within 30s", received.Load(), messages)
+	}
+}
+
+// durableRows are rows 9f to 9j: durable routing (package durable) beside
+// pub/sub's rows 9a to 9e, and the bare streams floor under them.
+func durableRows(ctx context.Context, env *Env, plan Plan) []Row {
+	single, batched, err := DurableRouting(ctx, env, plan.Slaves, plan.RouteLatencyN, plan.RouteMessages, plan.RouteSenders, plan.RouteBatch)
+	lat := LatencyRow("9f", fmt.Sprintf("durable routed message latency: durable Router.Send → slave handler, 1 master, %d slaves", plan.Slaves), single.Latency, "—",
+		"As 9a on the durable transport: durable.Router on the master's client (the inbox_send script: fence check, the slave's registry entry (HEXISTS, and on the emulated backend ZSCORE of its deadline and TIME), SADD to the set of inboxes, XADD), every slave registered with registry.Register, a durable.Consumer per slave with its own client (XREADGROUP BLOCK, then XACK + XDEL in one MULTI after the handler); one message in flight at a time, round-robin.")
+	tput := Row{ID: "9g", What: fmt.Sprintf("durable routed message throughput, 1 master → %d slaves", plan.Slaves), N: single.Messages,
+		Value: fmt.Sprintf("%.0f msg/s", single.Rate()), Goal: "—",
+		Note: fmt.Sprintf("As 9b on the durable transport: %d messages sent with durable Router.Send by %d goroutines, each handled and acknowledged (one round trip per message) by its slave's Consumer; timed until every handler had seen its share (%v). %v; inside Redis %s per script call (INFO commandstats, EVALSHA: the inbox_send calls, and the elections' few).", single.Messages, single.Senders, single.Elapsed.Round(time.Millisecond), single.CPU, benchkit.FormatDuration(single.Script))}
+	bt := Row{ID: "9h", What: fmt.Sprintf("durable routed message throughput with SendBatch, %d messages per call, 1 master → %d slaves", batched.Batch, plan.Slaves), N: batched.Messages,
+		Value: fmt.Sprintf("%.0f msg/s", batched.Rate()), Goal: "—",
+		Note: fmt.Sprintf("As 9e on the durable transport: %d script calls of inbox_send.lua, one fencing check each and one registry lookup and SADD per slave it writes to (%v). %v; inside Redis %s per script call (INFO commandstats, EVALSHA: the inbox_send calls, and the elections' few).", batched.Calls, batched.Elapsed.Round(time.Millisecond), batched.CPU, benchkit.FormatDuration(batched.Script))}
+	lat.Err, tput.Err, bt.Err = err, err, err
+	rows := []Row{lat, tput, bt}
+	for _, batch := range []int{1, plan.RouteBatch} {
+		rate, err := RawStreams(ctx, env, plan.Slaves, plan.RouteMessages, plan.RouteSenders, batch)
+		r := Row{N: plan.RouteMessages, Value: fmt.Sprintf("%.0f msg/s", rate), Goal: "—", Err: err}
+		if batch == 1 {
+			r.ID, r.What = "9i", "floor under 9g: plain XADD, one per round trip, read with XREADGROUP"
+			r.Note = fmt.Sprintf("The same traffic without herd: %d goroutines XADD a 200-byte payload to %d streams, one XADD per round trip; each slave reads with XREADGROUP COUNT 64 and acknowledges each read with one XACK of its ids (no handler, no per-message acknowledgement, no fence).", plan.RouteSenders, plan.Slaves)
+		} else {
+			r.ID, r.What = "9j", fmt.Sprintf("floor under 9h: plain XADD pipelined, %d per round trip", batch)
+			r.Note = fmt.Sprintf("As 9i with %d XADD commands per pipeline.", batch)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}

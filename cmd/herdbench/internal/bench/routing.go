@@ -1,0 +1,458 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/pubsub"
+)
+
+// RoutingResult is what Routing and RoutingBatch measured.
+type RoutingResult struct {
+	// Latency is, per message sent one at a time, the time from the call of
+	// Router.Send until the slave's handler was called (Routing only).
+	Latency []time.Duration
+	// Messages, Senders and Elapsed: the throughput run sent Messages
+	// messages from Senders goroutines of the master, spread evenly over the
+	// slaves, and every handler had seen its share after Elapsed.
+	Messages, Senders int
+	Elapsed           time.Duration
+	// Batch is the number of messages per Router.SendBatch call; 0 when the
+	// messages were sent with Router.Send.
+	Batch int
+	// Calls is the number of SendBatch calls' script calls (round trips);
+	// 0 with Send, where it is one per message.
+	Calls int
+	// CPU is what the throughput run cost per message.
+	CPU CPU
+	// Script is the mean time Redis spent executing one script call
+	// (EVALSHA, the commands it ran included) during the throughput run,
+	// from INFO commandstats; zero when not measured (DurableRouting
+	// measures it).
+	Script time.Duration
+}
+
+// meterScripts starts counting the server's EVALSHA calls and the time it
+// spent in them; the function it returns gives the mean time per call
+// since (zero when INFO commandstats could not be read or no call was
+// made).
+func meterScripts(ctx context.Context, admin redis.UniversalClient) func() time.Duration {
+	read := func() (int64, int64, bool) {
+		info, err := admin.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return 0, 0, false
+		}
+		calls, usec, _ := commandUsec(info, "evalsha") // absent: no call yet
+		return calls, usec, true
+	}
+	c0, u0, ok0 := read()
+	return func() time.Duration {
+		c1, u1, ok1 := read()
+		if !ok0 || !ok1 || c1 <= c0 {
+			return 0
+		}
+		return time.Duration(u1-u0) * time.Microsecond / time.Duration(c1-c0)
+	}
+}
+
+// CPU is the CPU time a throughput run took per message: this process's
+// (the master's senders and every slave's receiver, which run in it) and
+// the server's (INFO cpu). On a machine whose cores they share, throughput
+// is bounded by their sum, whatever the round trips.
+type CPU struct {
+	Process, Server time.Duration
+}
+
+// String is the note's form: "CPU per message: this process 41µs, Redis 19µs".
+func (c CPU) String() string {
+	if c == (CPU{}) {
+		return "CPU per message not measured"
+	}
+	return fmt.Sprintf("CPU per message: this process %v, Redis %v", c.Process.Round(100*time.Nanosecond), c.Server.Round(100*time.Nanosecond))
+}
+
+// meterCPU starts counting this process's and the server's CPU time; the
+// function it returns gives what each used per message for n messages
+// since. A zero CPU (and no error) when either cannot be read.
+func meterCPU(ctx context.Context, admin redis.UniversalClient) func(n int) CPU {
+	p0, ok0 := processCPU()
+	s0, err0 := serverCPU(ctx, admin)
+	return func(n int) CPU {
+		p1, ok1 := processCPU()
+		s1, err1 := serverCPU(ctx, admin)
+		if !ok0 || !ok1 || err0 != nil || err1 != nil || n <= 0 {
+			return CPU{}
+		}
+		return CPU{Process: (p1 - p0) / time.Duration(n), Server: time.Duration((s1 - s0) * float64(time.Second) / float64(n))}
+	}
+}
+
+// Rate is the throughput in messages per second.
+func (r RoutingResult) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Messages) / r.Elapsed.Seconds()
+}
+
+type benchPayload struct {
+	Seq int `json:"seq"`
+}
+
+// routingRig is a master (a MasterElection with a pub/sub or a durable
+// Router on its client) and its slaves, each with its own client, as
+// separate processes. Their "lat" handler hands its time to latCh; their
+// "tput" handler counts into received and closes done when it reaches
+// target.
+type routingRig struct {
+	// send and sendBatch are the master's Router's Send and SendBatch.
+	send      func(ctx context.Context, slaveID, msgType string, payload any) error
+	sendBatch func(ctx context.Context, msgs []pubsub.Outgoing) (pubsub.BatchResult, error)
+
+	ids      []string
+	latCh    chan time.Time
+	received atomic.Int64
+	target   atomic.Int64
+	done     chan struct{}
+	doneOnce sync.Once
+	closers  []func()
+}
+
+func newRig(slaves int) *routingRig {
+	return &routingRig{latCh: make(chan time.Time, 1), done: make(chan struct{}), ids: make([]string, slaves)}
+}
+
+// startMaster starts the rig's master, the only candidate of lock.
+func (g *routingRig) startMaster(ctx context.Context, env *Env, lock string) (*node, error) {
+	master, err := newWarmNode(ctx, env, Timings(lock, "router", 30*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	g.closers = append(g.closers, func() { master.close(ctx) })
+	if err := master.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start the master: %w", err)
+	}
+	if !master.IsMaster() {
+		return nil, errors.New("the only candidate of a fresh lock is not master")
+	}
+	return master, nil
+}
+
+// arrived is the "lat" handler's work: it hands the arrival time to latCh
+// when the measuring loop waits for it.
+func (g *routingRig) arrived() {
+	select {
+	case g.latCh <- time.Now():
+	default:
+	}
+}
+
+// counted is the "tput" handler's work: it counts one message and closes
+// done at the target.
+func (g *routingRig) counted() {
+	if n := g.received.Add(1); n == g.target.Load() {
+		g.doneOnce.Do(func() { close(g.done) })
+	}
+}
+
+// close stops the slaves and the master, in the reverse order of start.
+func (g *routingRig) close() {
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		g.closers[i]()
+	}
+}
+
+// startRouting starts the master and slaves Subscribers. On error, what was
+// started is stopped.
+func startRouting(ctx context.Context, env *Env, slaves int) (_ *routingRig, err error) {
+	g := newRig(slaves)
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	lock := env.LockName("routing")
+	master, err := g.startMaster(ctx, env, lock)
+	if err != nil {
+		return nil, err
+	}
+	cfg := pubsub.Config{LockName: lock}
+	router, err := pubsub.NewRouter(master.client, master, nil, cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.send, g.sendBatch = router.Send, router.SendBatch
+	for i := range slaves {
+		g.ids[i] = fmt.Sprintf("slave-%d", i)
+		c := env.NewClient()
+		g.closers = append(g.closers, func() { _ = c.Close() })
+		s, err := pubsub.NewSubscriber(c, g.ids[i], cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Handle("lat", func(context.Context, pubsub.Message) error { g.arrived(); return nil }); err != nil {
+			return nil, err
+		}
+		if err := s.Handle("tput", func(context.Context, pubsub.Message) error { g.counted(); return nil }); err != nil {
+			return nil, err
+		}
+		if err := s.Start(ctx); err != nil {
+			return nil, fmt.Errorf("start subscriber %s: %w", g.ids[i], err)
+		}
+		g.closers = append(g.closers, func() { _ = s.Close() })
+	}
+	return g, nil
+}
+
+// latency sends n messages one at a time, round-robin over the slaves
+// (after a tenth as many, at most 100, to warm up), and returns for each
+// the time from the call of send until the slave's handler was called.
+func (g *routingRig) latency(ctx context.Context, n int) ([]time.Duration, error) {
+	var out []time.Duration
+	warm := min(n/10, 100)
+	for i := range warm + n {
+		t0 := time.Now()
+		if err := g.send(ctx, g.ids[i%len(g.ids)], "lat", benchPayload{Seq: i}); err != nil {
+			return out, fmt.Errorf("send: %w", err)
+		}
+		select {
+		case at := <-g.latCh:
+			if i >= warm {
+				out = append(out, at.Sub(t0))
+			}
+		case <-time.After(5 * time.Second):
+			return out, fmt.Errorf("message %d not handled within 5s", i)
+		}
+	}
+	return out, nil
+}
+
+// sendEach is a throughput sender: one send per message.
+func (g *routingRig) sendEach(ctx context.Context) func(mine []int) error {
+	return func(mine []int) error {
+		for _, i := range mine {
+			if err := g.send(ctx, g.ids[i%len(g.ids)], "tput", benchPayload{Seq: i}); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+		}
+		return nil
+	}
+}
+
+// sendBatches is a throughput sender: batch messages per sendBatch call,
+// whose script calls it adds to calls.
+func (g *routingRig) sendBatches(ctx context.Context, batch int, calls *atomic.Int64) func(mine []int) error {
+	return func(mine []int) error {
+		out := make([]pubsub.Outgoing, 0, batch)
+		for len(mine) > 0 {
+			n := min(batch, len(mine))
+			out = out[:0]
+			for _, i := range mine[:n] {
+				out = append(out, pubsub.Outgoing{SlaveID: g.ids[i%len(g.ids)], Type: "tput", Payload: benchPayload{Seq: i}})
+			}
+			r, err := g.sendBatch(ctx, out)
+			calls.Add(int64(r.Calls))
+			if err == nil {
+				err = r.Err()
+			}
+			if err != nil {
+				return fmt.Errorf("send batch: %w", err)
+			}
+			mine = mine[n:]
+		}
+		return nil
+	}
+}
+
+// throughput has senders goroutines call send with the indexes of their
+// share of messages messages (sender w gets w, w+senders, ...), and times
+// until every slave's handler has seen its share. The rig measures one
+// throughput run.
+func (g *routingRig) throughput(ctx context.Context, messages, senders int, send func(mine []int) error) (time.Duration, error) {
+	g.target.Store(int64(messages))
+	errs := make(chan error, senders)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := range senders {
+		mine := make([]int, 0, messages/senders+1)
+		for i := w; i < messages; i += senders {
+			mine = append(mine, i)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := send(mine); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return 0, err
+	}
+	select {
+	case <-g.done:
+		return time.Since(t0), nil
+	case <-time.After(30 * time.Second):
+		return 0, fmt.Errorf("throughput: %d of %d messages handled within 30s", g.received.Load(), messages)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Routing starts a master and slaves (startRouting), then measures latency
+// Send → handler for latencyN messages sent one at a time round-robin, and
+// the throughput of messages messages sent with Router.Send by senders
+// goroutines at once.
+func Routing(ctx context.Context, env *Env, slaves, latencyN, messages, senders int) (RoutingResult, error) {
+	res := RoutingResult{Messages: messages, Senders: senders}
+	if slaves < 1 || senders < 1 {
+		return res, fmt.Errorf("routing needs at least 1 slave and 1 sender, got %d and %d", slaves, senders)
+	}
+	g, err := startRouting(ctx, env, slaves)
+	if err != nil {
+		return res, err
+	}
+	defer g.close()
+
+	if res.Latency, err = g.latency(ctx, latencyN); err != nil {
+		return res, err
+	}
+	admin := env.NewClient()
+	defer admin.Close()
+	meter := meterCPU(ctx, admin)
+	res.Elapsed, err = g.throughput(ctx, messages, senders, g.sendEach(ctx))
+	res.CPU = meter(messages)
+	return res, err
+}
+
+// RoutingBatch measures the throughput of messages messages sent with
+// Router.SendBatch, batch messages per call, by senders goroutines at once,
+// from a master to slaves (startRouting), spread evenly over the slaves.
+// Every message must be delivered.
+func RoutingBatch(ctx context.Context, env *Env, slaves, messages, senders, batch int) (RoutingResult, error) {
+	res := RoutingResult{Messages: messages, Senders: senders, Batch: batch}
+	if slaves < 1 || senders < 1 || batch < 1 {
+		return res, fmt.Errorf("batch routing needs at least 1 slave, sender and message per batch, got %d, %d, %d", slaves, senders, batch)
+	}
+	g, err := startRouting(ctx, env, slaves)
+	if err != nil {
+		return res, err
+	}
+	defer g.close()
+	var calls atomic.Int64
+	admin := env.NewClient()
+	defer admin.Close()
+	meter := meterCPU(ctx, admin)
+	res.Elapsed, err = g.throughput(ctx, messages, senders, g.sendBatches(ctx, batch, &calls))
+	res.Calls = int(calls.Load())
+	res.CPU = meter(messages)
+	return res, err
+}
+
+// RawPublish is the floor under row 9's throughput: plain PUBLISH of a
+// payload of the same size to slaves plain go-redis subscriptions (one
+// connection each), sent by senders goroutines, batch messages per round
+// trip (1: one PUBLISH per round trip, as Router.Send). It returns the
+// messages per second until every subscriber had its share, and what they
+// cost per message.
+func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch int) (float64, CPU, error) {
+	if slaves < 1 || senders < 1 || batch < 1 {
+		return 0, CPU{}, fmt.Errorf("raw publish needs at least 1 slave, sender and batch, got %d, %d, %d", slaves, senders, batch)
+	}
+	prefix := env.LockName("raw")
+	pub := env.NewClient()
+	defer pub.Close()
+	var received atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	rctx, cancel := context.WithCancel(ctx)
+	defer wg.Wait()
+	defer cancel()
+	channels := make([]string, slaves)
+	for i := range slaves {
+		channels[i] = fmt.Sprintf("%s:slave-%d", prefix, i)
+		c := env.NewClient()
+		defer c.Close()
+		ps := c.Subscribe(ctx, channels[i])
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			return 0, CPU{}, fmt.Errorf("subscribe: %w", err)
+		}
+		ch := ps.Channel(redis.WithChannelSize(1000))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-rctx.Done():
+					return
+				case _, ok := <-ch:
+					if !ok {
+						return
+					}
+					if received.Add(1) == int64(messages) {
+						once.Do(func() { close(done) })
+					}
+				}
+			}
+		}()
+	}
+	payload := make([]byte, 200) // about the size of a routed envelope
+	for i := range payload {
+		payload[i] = 'x'
+	}
+	errs := make(chan error, senders)
+	var swg sync.WaitGroup
+	meter := meterCPU(ctx, pub)
+	t0 := time.Now()
+	for w := range senders {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			mine := make([]int, 0, messages/senders+1)
+			for i := w; i < messages; i += senders {
+				mine = append(mine, i)
+			}
+			for len(mine) > 0 {
+				n := min(batch, len(mine))
+				var err error
+				if n == 1 {
+					err = pub.Publish(ctx, channels[mine[0]%slaves], payload).Err()
+				} else {
+					_, err = pub.Pipelined(ctx, func(p redis.Pipeliner) error {
+						for _, i := range mine[:n] {
+							p.Publish(ctx, channels[i%slaves], payload)
+						}
+						return nil
+					})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mine = mine[n:]
+			}
+		}()
+	}
+	swg.Wait()
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return 0, CPU{}, err
+	}
+	select {
+	case <-done:
+		rate := float64(messages) / time.Since(t0).Seconds()
+		return rate, meter(messages), nil
+	case <-time.After(30 * time.Second):
+		return 0, CPU{}, fmt.Errorf("raw publish: %d of %d messages received within 30s", received.Load(), messages)
+	}
+}
