@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -8,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Config configures a Router or a Consumer. The zero value of every field
@@ -138,12 +138,7 @@ func DefaultConfig() Config {
 // once; the error wraps ErrInvalidConfig (and pubsub.ErrInvalidName for a
 // name). Zero values are valid: they mean the default.
 func (c Config) Validate() error {
-	var errs []error
-	if c.LockName != "" {
-		if err := checkName("LockName", c.LockName); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := c.names().Check()
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -171,44 +166,25 @@ func (c Config) Validate() error {
 	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
-// withDefaults validates c and fills in its zero fields; the names come
-// from from when it is a pubsub.KeySource.
+// withDefaults validates c and fills in its zero fields. The names come
+// from from when it is a pubsub.KeySource, and carry the hash tag with a
+// Redis Cluster client (as pubsub's do).
 func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
-	if src, ok := from.(pubsub.KeySource); ok {
-		k := src.Keys()
-		if c.LockName != "" && c.LockName != k.LockName {
-			return Config{}, fmt.Errorf("%w: LockName %q differs from the election's %q; leave it empty", ErrInvalidConfig, c.LockName, k.LockName)
-		}
-		c.LockName, c.Cluster = k.LockName, k.Cluster()
+	n, err := c.names().Resolve(client, from)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if _, ok := client.(*redis.ClusterClient); ok {
-		c.Cluster = true
-	}
+	c.LockName, c.Cluster = n.LockName, n.Cluster
 	d := DefaultConfig()
-	if c.LockName == "" {
-		c.LockName = d.LockName
-	}
-	if c.MaxLen == 0 {
-		c.MaxLen = d.MaxLen
-	}
-	if c.MaxLen < 0 {
-		c.MaxLen = 0 // the script's "no limit"
-	}
-	if c.ReassignBatch == 0 {
-		c.ReassignBatch = d.ReassignBatch
-	}
-	if c.ReassignTimeout == 0 {
-		c.ReassignTimeout = d.ReassignTimeout
-	}
-	if c.ReadCount == 0 {
-		c.ReadCount = d.ReadCount
-	}
-	if c.Block == 0 {
-		c.Block = d.Block
-	}
+	c.MaxLen = max(cmp.Or(c.MaxLen, d.MaxLen), 0) // negative: 0, the script's "no limit"
+	c.ReassignBatch = cmp.Or(c.ReassignBatch, d.ReassignBatch)
+	c.ReassignTimeout = cmp.Or(c.ReassignTimeout, d.ReassignTimeout)
+	c.SweepInterval = cmp.Or(c.SweepInterval, d.SweepInterval)
+	c.ReadCount = cmp.Or(c.ReadCount, d.ReadCount)
+	c.Block = cmp.Or(c.Block, d.Block)
 	if c.RetryDelay == 0 {
 		c.RetryDelay = d.RetryDelay
 		if c.MaxRetryDelay > 0 {
@@ -218,46 +194,14 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 	if c.MaxRetryDelay == 0 {
 		c.MaxRetryDelay = max(d.MaxRetryDelay, c.RetryDelay)
 	}
-	if c.MaxDeliveries == 0 {
-		c.MaxDeliveries = d.MaxDeliveries
-	}
-	if c.MaxDeliveries < 0 {
-		c.MaxDeliveries = 0 // no limit
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = d.SweepInterval
-	}
-	if c.OpTimeout == 0 {
-		c.OpTimeout = d.OpTimeout
-	}
+	c.MaxDeliveries = max(cmp.Or(c.MaxDeliveries, d.MaxDeliveries), 0) // negative: 0, no limit
+	c.OpTimeout = cmp.Or(c.OpTimeout, d.OpTimeout)
 	return c, nil
 }
 
-func (c Config) keys() scripts.Keys { return scripts.NewKeys(c.LockName, c.Cluster) }
-
-// Inbox returns the name of the durable inbox (a Redis Stream) of
-// processID under c's lock name: "<lock name>:inbox:<processID>", with the
-// hash tag under Cluster. It does not validate processID.
-func (c Config) Inbox(processID string) string {
-	if c.LockName == "" {
-		c.LockName = pubsub.DefaultLockName
-	}
-	return c.keys().Inbox(processID)
-}
-
+// report hands err to OnError, when there is one.
 func (c Config) report(err error) {
 	if c.OnError != nil {
 		c.OnError(err)
 	}
-}
-
-// checkName validates one name that ends up in a key or an envelope.
-func checkName(what, s string) error {
-	if len(s) > pubsub.MaxNameLen {
-		return fmt.Errorf("%w: %s is %d bytes long, the limit is %d", pubsub.ErrInvalidName, what, len(s), pubsub.MaxNameLen)
-	}
-	if err := scripts.ValidateName(what, s); err != nil {
-		return fmt.Errorf("%w: %w", pubsub.ErrInvalidName, err)
-	}
-	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -70,35 +70,34 @@ type Consumer struct {
 	keys      scripts.Keys
 	cfg       Config
 
-	mu       sync.Mutex
-	handlers map[string]Handler // guarded by mu
-	def      Handler            // guarded by mu
-	started  bool               // guarded by mu
-	closed   bool               // guarded by mu
-	cancel   context.CancelFunc // guarded by mu
-	done     chan struct{}      // guarded by mu; closed when the loop returns
+	mux   route.Mux[Delivery]
+	fence *route.Fence // the highest term seen, and its verification
 
-	// highest is the fence; known is the highest term known to exist
-	// (term key reads, Config.Terms, ObserveTerm); highest <= known.
-	highest, known                                           atomic.Int64
+	mu      sync.Mutex
+	started bool               // guarded by mu
+	closed  bool               // guarded by mu
+	cancel  context.CancelFunc // guarded by mu
+	done    chan struct{}      // guarded by mu; closed when the loop returns
+
 	handled, rejected, unverified, failed, redelivered, dead atomic.Uint64
 }
 
 // NewConsumer returns a Consumer of the inbox of processID (its node id).
 // It does not touch Redis until Start.
 func NewConsumer(client redis.UniversalClient, processID string, cfg Config) (*Consumer, error) {
-	if nilclient.Is(client) {
-		return nil, errors.New("durable: NewConsumer: client is nil")
+	if err := route.CheckClient("durable: NewConsumer", client); err != nil {
+		return nil, err
 	}
 	cfg, err := cfg.withDefaults(client, cfg.Terms)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkName("process id", processID); err != nil {
+	if err := route.CheckName("process id", processID); err != nil {
 		return nil, err
 	}
 	k := cfg.keys()
-	return &Consumer{client: client, processID: processID, inbox: k.Inbox(processID), keys: k, cfg: cfg, handlers: map[string]Handler{}}, nil
+	return &Consumer{client: client, processID: processID, inbox: k.Inbox(processID), keys: k, cfg: cfg,
+		fence: route.NewFence(client, k.Term, cfg.Terms, cfg.OpTimeout)}, nil
 }
 
 // Inbox returns the name of the stream this Consumer reads.
@@ -106,28 +105,12 @@ func (c *Consumer) Inbox() string { return c.inbox }
 
 // Handle registers h for entries of type msgType, replacing any previous
 // one; a nil h removes it. It may be called before or after Start.
-func (c *Consumer) Handle(msgType string, h Handler) error {
-	if err := checkName("message type", msgType); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if h == nil {
-		delete(c.handlers, msgType)
-	} else {
-		c.handlers[msgType] = h
-	}
-	return nil
-}
+func (c *Consumer) Handle(msgType string, h Handler) error { return c.mux.Handle(msgType, h) }
 
 // HandleDefault registers h for entries whose type has no handler of its
 // own (nil removes it). Without one, such entries fail with
 // pubsub.ErrUnknownType and stay pending, to be delivered again.
-func (c *Consumer) HandleDefault(h Handler) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.def = h
-}
+func (c *Consumer) HandleDefault(h Handler) { c.mux.HandleDefault(h) }
 
 // Start creates the consumer group of the inbox when it does not exist
 // (reading from the inbox's first entry, so nothing the master added
@@ -146,11 +129,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 	if err := c.createGroup(ctx); err != nil {
 		return err
 	}
-	term, err := c.readTerm(ctx)
-	if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
+	if _, err := c.fence.Latest(ctx); err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
 		return fmt.Errorf("durable: start: %w", err)
 	}
-	c.ObserveTerm(term)
 	loopCtx, cancel := context.WithCancel(context.Background())
 	c.started, c.cancel, c.done = true, cancel, make(chan struct{})
 	go c.loop(loopCtx, c.done)
@@ -175,13 +156,10 @@ func (c *Consumer) Close() error {
 
 // ObserveTerm tells the Consumer that a master term exists; entries with a
 // lower term are rejected from then on. Pass only terms Redis has shown.
-func (c *Consumer) ObserveTerm(term int64) {
-	raise(&c.known, term)
-	raise(&c.highest, term)
-}
+func (c *Consumer) ObserveTerm(term int64) { c.fence.Observe(term) }
 
 // HighestTerm returns the highest master term seen so far (0: none yet).
-func (c *Consumer) HighestTerm() int64 { return c.highest.Load() }
+func (c *Consumer) HighestTerm() int64 { return c.fence.Highest() }
 
 // Handled returns how many entries were handled and acknowledged.
 func (c *Consumer) Handled() uint64 { return c.handled.Load() }
@@ -228,24 +206,6 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 		return fmt.Errorf("durable: create group %q of %q: %w: %w", scripts.InboxGroup, c.inbox, pubsub.ErrConnection, err)
 	}
 	return nil
-}
-
-// readTerm reads the term key once.
-func (c *Consumer) readTerm(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
-	defer cancel()
-	raw, err := c.client.Get(ctx, c.keys.Term).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return 0, fmt.Errorf("%w: %q does not exist", pubsub.ErrTermMissing, c.keys.Term)
-	case err != nil:
-		return 0, fmt.Errorf("read %q: %w: %w", c.keys.Term, pubsub.ErrConnection, err)
-	}
-	term, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || term < 0 {
-		return 0, fmt.Errorf("key %q does not hold a term", c.keys.Term)
-	}
-	return term, nil
 }
 
 // loop reads and handles until ctx is cancelled. It starts with a pass over
@@ -408,25 +368,20 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 		return
 	}
 	prior, _ := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldDeliveries]), 10, 64)
-	if c.cfg.Terms != nil {
-		c.ObserveTerm(c.cfg.Terms.ObservedTerm())
-	}
-	if term > c.known.Load() {
-		stored, err := c.readTerm(ctx)
+	c.fence.Poll()
+	if ok, stored, err := c.fence.Verify(ctx, term); !ok {
+		refused := &pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err}
 		if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
-			c.cfg.report(&pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, From: m.From, ID: m.ID, Type: m.Type, Err: err})
+			c.cfg.report(refused)
 			c.failed.Add(1)
 			return // left pending: Redis could not be asked, ask again later
 		}
-		raise(&c.known, stored)
-		if term > stored {
-			c.unverified.Add(1)
-			c.cfg.report(&pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err})
-			c.ack(ctx, e.ID)
-			return
-		}
+		c.unverified.Add(1)
+		c.cfg.report(refused)
+		c.ack(ctx, e.ID)
+		return
 	}
-	if h, ok := c.fence(term); !ok {
+	if h, ok := c.fence.Admit(term); !ok {
 		// Not this master's order: leave it for the master to adopt (or
 		// drop). Acknowledged, so no pass delivers it again; not deleted.
 		c.rejected.Add(1)
@@ -444,7 +399,7 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 	if d.Deliveries > 1 {
 		c.redelivered.Add(1)
 	}
-	if err := c.dispatch(ctx, d); err != nil {
+	if err := c.mux.Dispatch(ctx, d.Type, d); err != nil {
 		c.failed.Add(1)
 		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err})
 		if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit && ctx.Err() == nil {
@@ -489,25 +444,6 @@ func (c *Consumer) leave(ctx context.Context, id string) {
 	}
 }
 
-// dispatch runs the handler of d's type, turning a panic into an error.
-func (c *Consumer) dispatch(ctx context.Context, d Delivery) (err error) {
-	c.mu.Lock()
-	h, ok := c.handlers[d.Type]
-	if !ok {
-		h = c.def
-	}
-	c.mu.Unlock()
-	if h == nil {
-		return fmt.Errorf("%w: %q", pubsub.ErrUnknownType, d.Type)
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", pubsub.ErrHandlerPanic, p)
-		}
-	}()
-	return h(ctx, d)
-}
-
 // ack acknowledges and deletes one entry in one round trip (MULTI), even
 // when ctx was just cancelled, and reports whether it did. An ack that fails
 // leaves the entry pending: it will be delivered again (the duplicate
@@ -526,28 +462,4 @@ func (c *Consumer) ack(ctx context.Context, id string) bool {
 		return false
 	}
 	return true
-}
-
-// fence accepts term when it is not lower than the highest seen, raising
-// the highest to it; it returns the highest term it compared with.
-func (c *Consumer) fence(term int64) (int64, bool) {
-	for {
-		h := c.highest.Load()
-		if term < h {
-			return h, false
-		}
-		if term == h || c.highest.CompareAndSwap(h, term) {
-			return h, true
-		}
-	}
-}
-
-// raise sets v to term when term is higher.
-func raise(v *atomic.Int64, term int64) {
-	for {
-		h := v.Load()
-		if term <= h || v.CompareAndSwap(h, term) {
-			return
-		}
-	}
 }

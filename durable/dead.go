@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -138,7 +139,7 @@ func (d *DeadLetters) Retry(ctx context.Context, id, to string) (string, error) 
 		}
 		to = d.decode(es[0]).Inbox
 	}
-	if err := checkName("process id", to); err != nil {
+	if err := route.CheckName("process id", to); err != nil {
 		return "", fmt.Errorf("durable: retry dead letter %s: %w", id, err)
 	}
 	entry, err := scripts.DeadRetry(ctx, d.client, d.keys, id, to)

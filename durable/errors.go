@@ -28,10 +28,11 @@ var (
 	// the registry (never registered, removed, or expired): the message was
 	// not added, since no process would read it.
 	ErrNotRegistered = errors.New("durable: not a live process in the registry")
-	// ErrNotSent is matched by the Outcome.Err of each message of SendBatch
-	// that was certainly not added because the batch stopped before or at
-	// its call; the error wraps the reason too.
-	ErrNotSent = errors.New("durable: not sent")
+	// ErrNotSent is pubsub.ErrNotSent itself, the two Routers sending
+	// batches alike: it is matched by the Outcome.Err of each message of
+	// SendBatch that was certainly not added because the batch stopped
+	// before or at its call; the error wraps the reason too.
+	ErrNotSent = pubsub.ErrNotSent
 	// ErrNoSlaves is returned by Reassign when there is no live slave to
 	// take the entries: they stay in the old inbox.
 	ErrNoSlaves = errors.New("durable: no slave to reassign to")

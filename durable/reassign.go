@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/herdkit/herd/internal/rendezvous"
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -21,37 +23,15 @@ type Pick func(m pubsub.Message, slaves []string) string
 // hashing of the message id over the slaves, so entries spread evenly, the
 // choice does not depend on the order of the list, and a slave leaving
 // moves only the entries that would have gone to it. Weighted choices, as
-// in examples/rebalance, fit the same signature.
+// in package assign, fit the same signature.
 func PickRendezvous(m pubsub.Message, slaves []string) string {
 	best, bestScore := "", uint64(0)
 	for _, s := range slaves {
-		if sc := rendezvous(m.ID, s); best == "" || sc > bestScore || (sc == bestScore && s < best) {
+		if sc := rendezvous.Hash(m.ID, s); best == "" || sc > bestScore || (sc == bestScore && s < best) {
 			best, bestScore = s, sc
 		}
 	}
 	return best
-}
-
-// rendezvous is FNV-1a (64 bit) of key, a zero byte and slave, finished
-// with the splitmix64 mixer.
-func rendezvous(key, slave string) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint64(key[i])) * prime
-	}
-	h *= prime
-	for i := 0; i < len(slave); i++ {
-		h = (h ^ uint64(slave[i])) * prime
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	return h ^ h>>31
 }
 
 // Reassigned is the outcome of Router.Reassign.
@@ -100,7 +80,7 @@ func (r Reassigned) Total() int {
 // entry while the entry moves: that entry is then handled twice.
 func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassigned, error) {
 	res := Reassigned{Moved: map[string]int{}}
-	if err := checkName("slave id", fromID); err != nil {
+	if err := route.CheckName("slave id", fromID); err != nil {
 		return res, err
 	}
 	if r.slaves == nil {
@@ -109,7 +89,7 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 	if pick == nil {
 		pick = PickRendezvous
 	}
-	term, err := r.term()
+	term, err := route.LiveTerm(r.leader)
 	if err != nil {
 		return res, err
 	}
@@ -173,7 +153,7 @@ func (r *Router) liveSlaves(ctx context.Context, fromID string) ([]string, error
 	self := r.leader.NodeID()
 	var ids []string
 	for _, n := range nodes {
-		if n.NodeID == fromID || n.NodeID == self || checkName("slave id", n.NodeID) != nil {
+		if n.NodeID == fromID || n.NodeID == self || route.CheckName("slave id", n.NodeID) != nil {
 			continue
 		}
 		ids = append(ids, n.NodeID)

@@ -2,13 +2,12 @@ package durable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -34,7 +33,6 @@ type Router struct {
 	slaves pubsub.SlaveLister
 	cfg    Config
 	keys   scripts.Keys
-	now    func() time.Time
 
 	backlog backlog // the predecessors' entries taken over, per term
 	orphans orphans // inboxes the last sweep could not move: no slave
@@ -46,23 +44,17 @@ type Router struct {
 // *masterelection.MasterElection is, leader is used), and when leader is a
 // pubsub.KeySource the inbox names come from it.
 func NewRouter(client redis.UniversalClient, leader pubsub.Leader, slaves pubsub.SlaveLister, cfg Config) (*Router, error) {
-	if nilclient.Is(client) {
-		return nil, errors.New("durable: NewRouter: client is nil")
-	}
-	if leader == nil {
-		return nil, errors.New("durable: NewRouter: leader is nil")
+	if err := route.CheckLeader("durable: NewRouter", client, leader); err != nil {
+		return nil, err
 	}
 	cfg, err := cfg.withDefaults(client, leader)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkName("leader NodeID", leader.NodeID()); err != nil {
-		return nil, err
-	}
 	if l, ok := leader.(pubsub.SlaveLister); ok && slaves == nil {
 		slaves = l
 	}
-	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg, keys: cfg.keys(), now: time.Now}, nil
+	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg, keys: cfg.keys()}, nil
 }
 
 // Inbox returns the name of the inbox of slaveID.
@@ -91,196 +83,103 @@ func (r *Router) Inbox(slaveID string) string { return r.keys.Inbox(slaveID) }
 // for bad input. On any other error (a timeout, a lost connection) the
 // message may or may not have been added.
 func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any) (string, error) {
-	if err := checkName("slave id", slaveID); err != nil {
+	if err := route.CheckName("slave id", slaveID); err != nil {
 		return "", err
 	}
-	term, err := r.term()
+	env, err := route.Stamp(r.leader, msgType, payload, time.Now())
 	if err != nil {
 		return "", err
 	}
-	id, data, err := envelope(r.leader.NodeID(), term, msgType, payload, r.now())
-	if err != nil {
-		return "", err
-	}
-	ids, err := r.send(ctx, term, []scripts.Queued{{Inbox: r.keys.Inbox(slaveID), Message: data}})
+	errs, err := r.store(ctx, env.Term, []route.Item{{SlaveID: slaveID, Data: env.Data}})
 	if err != nil {
 		return "", fmt.Errorf("send to slave %q: %w", slaveID, err)
 	}
-	if err := r.refused(slaveID, ids[0]); err != nil {
-		return "", err
+	if errs[0] != nil {
+		return "", errs[0]
 	}
-	return id, nil
+	return env.ID, nil
 }
 
-// refused turns the entry id inbox_send returned for a message to slaveID
-// into the error of a message it did not add, or nil.
-func (r *Router) refused(slaveID, entryID string) error {
-	switch entryID {
-	case scripts.SentFull:
-		return fmt.Errorf("send to slave %q: %w (%d entries)", slaveID, ErrInboxFull, r.cfg.MaxLen)
-	case scripts.SentNotLive:
-		return fmt.Errorf("send to slave %q: %w", slaveID, ErrNotRegistered)
-	}
-	return nil
-}
-
-// term returns this process's live term, or ErrNotMaster.
-func (r *Router) term() (int64, error) {
-	if !r.leader.IsMaster() {
-		return 0, ErrNotMaster
-	}
-	term := r.leader.Term()
-	if term <= 0 {
-		return 0, ErrNotMaster
-	}
-	return term, nil
-}
-
-// send runs the inbox_send script, after the mastership's takeover of its
-// predecessors' entries; a fenced call's scripts.ErrFenced matches
-// ErrNotMaster too.
-func (r *Router) send(ctx context.Context, term int64, msgs []scripts.Queued) ([]string, error) {
+// store is one call of Send and SendBatch: after the mastership's takeover
+// of its predecessors' entries, the inbox_send script adds items to their
+// slaves' inboxes while this process holds the lock under term (a fenced
+// call's scripts.ErrFenced matches ErrNotMaster too). An item it did not
+// add gets ErrInboxFull or ErrNotRegistered.
+func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]error, error) {
 	if err := r.takeOver(ctx, term); err != nil {
 		return nil, err
 	}
-	ids, err := scripts.InboxSend(ctx, r.client, r.keys, r.leader.NodeID(), term, r.cfg.MaxLen, msgs)
+	queued := make([]scripts.Queued, len(items))
+	for j, it := range items {
+		queued[j] = scripts.Queued{Inbox: r.keys.Inbox(it.SlaveID), Message: it.Data}
+	}
+	ids, err := scripts.InboxSend(ctx, r.client, r.keys, r.leader.NodeID(), term, r.cfg.MaxLen, queued)
 	if err != nil {
 		return nil, err
 	}
-	return ids, nil
-}
-
-// Outcome is what became of one message of Router.SendBatch.
-type Outcome struct {
-	// ID is the message's id; "" when it was refused as invalid or
-	// SendBatch stopped before stamping it.
-	ID string
-	// Err is nil when Redis stored the message in the slave's inbox.
-	// Otherwise it matches ErrInboxFull or ErrNotRegistered (not added), pubsub.ErrInvalidName,
-	// ErrInvalidPayload or ErrPayloadTooLarge (refused before anything was
-	// sent), ErrNotSent (certainly not added; it wraps why the batch
-	// stopped), or it is the error of the call that carried the message
-	// (which may or may not have run on the server).
-	Err error
-}
-
-// BatchResult is the outcome of Router.SendBatch, message by message.
-type BatchResult struct {
-	// Term is the term stamped on every message; 0 when nothing was stamped.
-	Term int64
-	// Outcomes has one entry per message, in the order of the batch.
-	Outcomes []Outcome
-	// Calls is the number of script calls made, each one round trip.
-	Calls int
-}
-
-// Stored returns the number of messages Redis stored.
-func (b BatchResult) Stored() int {
-	n := 0
-	for _, o := range b.Outcomes {
-		if o.Err == nil && o.ID != "" {
-			n++
+	errs := make([]error, len(ids))
+	for j, id := range ids {
+		switch id {
+		case scripts.SentFull:
+			errs[j] = fmt.Errorf("send to slave %q: %w (%d entries)", items[j].SlaveID, ErrInboxFull, r.cfg.MaxLen)
+		case scripts.SentNotLive:
+			errs[j] = fmt.Errorf("send to slave %q: %w", items[j].SlaveID, ErrNotRegistered)
 		}
 	}
-	return n
+	return errs, nil
 }
+
+// Outcome is what became of one message of Router.SendBatch: pubsub's,
+// with durable's meaning. ID is the message's id; "" when it was refused as
+// invalid or SendBatch stopped before stamping it. Err is nil when Redis
+// stored the message in the slave's inbox. Otherwise it matches
+// ErrInboxFull or ErrNotRegistered (not added), pubsub.ErrInvalidName,
+// ErrInvalidPayload or ErrPayloadTooLarge (refused before anything was
+// sent), ErrNotSent (certainly not added; it wraps why the batch stopped),
+// or it is the error of the call that carried the message (which may or
+// may not have run on the server).
+type Outcome = pubsub.Outcome
+
+// BatchResult is the outcome of Router.SendBatch, message by message: Term
+// is the term stamped on every message (0 when nothing was stamped),
+// Outcomes has one entry per message in the order of the batch, and Calls
+// is the number of script calls made, each one round trip.
+type BatchResult pubsub.BatchResult
+
+// Stored returns the number of messages Redis stored.
+func (b BatchResult) Stored() int { return pubsub.BatchResult(b).Delivered() }
 
 // Err joins the errors of the messages that were not stored, each prefixed
 // with its index in the batch; nil when all were stored.
-func (b BatchResult) Err() error {
-	var errs []error
-	for i, o := range b.Outcomes {
-		if o.Err != nil {
-			errs = append(errs, fmt.Errorf("message %d: %w", i, o.Err))
-		}
-	}
-	return errors.Join(errs...)
-}
+func (b BatchResult) Err() error { return pubsub.BatchResult(b).Err() }
 
 // SendBatch adds msgs to the slaves' inboxes, each with its own id, all
 // stamped with the term read when it begins, one round trip and one fencing
 // check per call of up to MaxBatchChunk messages and MaxBatchChunkBytes
-// bytes, as pubsub.Router.SendBatch does. Each call adds its messages in one
-// atomic step, so a slave reads its messages in the order of msgs.
+// bytes, as pubsub.Router.SendBatch does (the same core sends both). Each
+// call adds its messages in one atomic step, so a slave reads its messages
+// in the order of msgs; the first call of a mastership first takes over
+// the predecessors' entries, as Send does.
 //
-// Invalid messages are refused one by one before anything is sent. The
-// error is nil when every call was made and answered (check the outcomes,
-// or BatchResult.Err); otherwise it says why the batch stopped:
-// ErrNotMaster (nothing more sent), an error matching ErrNotMaster and
-// scripts.ErrFenced, or the error of a call or of ctx. The messages after
-// the call that stopped it match ErrNotSent.
+// Invalid messages are refused one by one before anything is sent, and
+// the others go. The error is nil when every call was made and answered
+// (check the outcomes, or BatchResult.Err), and when no message is valid;
+// otherwise it says why the batch stopped: ErrNotMaster (not master at the
+// start, or the mastership ended or changed term between two calls), an
+// error matching ErrNotMaster and scripts.ErrFenced, or the error of a call
+// or of ctx. The messages of the calls before were added (their outcomes
+// say whether to a full inbox or a process gone); those after the call
+// that stopped it match ErrNotSent, and so do those of that call when it
+// was fenced or never made; otherwise their Err is the call's error.
 func (r *Router) SendBatch(ctx context.Context, msgs []pubsub.Outgoing) (BatchResult, error) {
-	res := BatchResult{Outcomes: make([]Outcome, len(msgs))}
-	term, err := r.term()
-	if err != nil {
-		for i := range res.Outcomes {
-			res.Outcomes[i].Err = fmt.Errorf("%w: %w", ErrNotSent, err)
-		}
-		return res, err
+	b := route.NewBatch(len(msgs))
+	for _, m := range msgs {
+		b.Add(m.SlaveID, m.Type, m.Payload)
 	}
-	res.Term = term
-	from, now := r.leader.NodeID(), r.now()
-	var chunk []scripts.Queued
-	var idx []int
-	size := 0
-	flush := func() error {
-		if len(chunk) == 0 {
-			return nil
-		}
-		defer func() { chunk, idx, size = chunk[:0], idx[:0], 0 }()
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if !r.leader.IsMaster() || r.leader.Term() != term {
-			return ErrNotMaster
-		}
-		res.Calls++
-		ids, err := r.send(ctx, term, chunk)
-		if err != nil {
-			for _, i := range idx {
-				res.Outcomes[i].Err = err
-			}
-			return err
-		}
-		for j, i := range idx {
-			res.Outcomes[i].Err = r.refused(msgs[i].SlaveID, ids[j])
-		}
-		return nil
+	err := b.Send(ctx, r.leader, time.Now(), r.store)
+	res := BatchResult{Term: b.Term, Outcomes: make([]Outcome, len(msgs)), Calls: b.Calls}
+	for i := range res.Outcomes {
+		res.Outcomes[i] = Outcome{ID: b.IDs[i], Err: b.Errs[i]}
 	}
-	stop := func(from int, err error) (BatchResult, error) {
-		for i := from; i < len(msgs); i++ {
-			if res.Outcomes[i].Err == nil {
-				res.Outcomes[i].Err = fmt.Errorf("%w: %w", ErrNotSent, err)
-			}
-		}
-		return res, err
-	}
-	for i, m := range msgs {
-		if err := checkName("slave id", m.SlaveID); err != nil {
-			res.Outcomes[i].Err = err
-			continue
-		}
-		id, data, err := envelope(from, term, m.Type, m.Payload, now)
-		if err != nil {
-			res.Outcomes[i].Err = err
-			continue
-		}
-		if len(chunk) == MaxBatchChunk || (len(chunk) > 0 && size+len(data) > MaxBatchChunkBytes) {
-			first := idx[0]
-			if err := flush(); err != nil {
-				return stop(first, err)
-			}
-		}
-		res.Outcomes[i].ID = id
-		chunk = append(chunk, scripts.Queued{Inbox: r.keys.Inbox(m.SlaveID), Message: data})
-		idx = append(idx, i)
-		size += len(data)
-	}
-	if len(idx) > 0 {
-		first := idx[0]
-		if err := flush(); err != nil {
-			return stop(first, err)
-		}
-	}
-	return res, nil
+	return res, err
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/herdkit/herd/internal/atomicmax"
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
@@ -67,7 +69,7 @@ func (s Swept) changed() bool {
 // Maintain runs Sweep by itself; the first Send or SendBatch of each
 // mastership runs its adoption step and waits for it.
 func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
-	term, err := r.term()
+	term, err := route.LiveTerm(r.leader)
 	if err != nil {
 		return Swept{}, err
 	}
@@ -129,7 +131,7 @@ func (r *Router) adopt(ctx context.Context, term int64) (Swept, []string, error)
 		mode = scripts.AdoptDrop
 	}
 	var gone []string
-	todo := slices.DeleteFunc(ids, func(id string) bool { return checkName("process id", id) != nil })
+	todo := slices.DeleteFunc(ids, func(id string) bool { return route.CheckName("process id", id) != nil })
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), sweepChunk)]
 		res.Calls++
@@ -189,14 +191,7 @@ type backlog struct {
 	term atomic.Int64
 }
 
-func (b *backlog) done(term int64) {
-	for {
-		t := b.term.Load()
-		if t >= term || b.term.CompareAndSwap(t, term) {
-			return
-		}
-	}
-}
+func (b *backlog) done(term int64) { atomicmax.Raise(&b.term, term) }
 
 // Orphans returns the processes, not live, whose inboxes the last sweep
 // could not move to a slave (sorted).

@@ -2,12 +2,10 @@ package pubsub
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
-
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -18,11 +16,11 @@ const (
 	// holds the Redis server for the whole call (all the PUBLISH commands run
 	// in one atomic step), so the bound also bounds how long other clients
 	// wait behind it.
-	MaxBatchChunk = 128
+	MaxBatchChunk = route.MaxChunk
 	// MaxBatchChunkBytes is the most envelope bytes one call carries: 1 MiB.
 	// A message is never split, so a call whose first message alone is
 	// larger carries that message only.
-	MaxBatchChunkBytes = 1 << 20
+	MaxBatchChunkBytes = route.MaxChunkBytes
 )
 
 // Outgoing is one message of Router.SendBatch.
@@ -128,140 +126,35 @@ func (b BatchResult) Err() error {
 // An empty batch makes no call and returns a nil error, master or not.
 func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (res BatchResult, err error) {
 	defer func() { r.obs.batch(res) }()
-	res = BatchResult{Outcomes: make([]Outcome, len(msgs))}
-	if len(msgs) == 0 {
-		return res, nil
+	b := route.NewBatch(len(msgs))
+	for _, m := range msgs {
+		b.Add(m.SlaveID, m.Type, m.Payload)
 	}
-	raws := make([]json.RawMessage, len(msgs))
-	valid := 0
-	for i, m := range msgs {
-		raw, err := checkOutgoing(m)
-		if err != nil {
-			res.Outcomes[i].Err = fmt.Errorf("to slave %q: %w", m.SlaveID, err)
-			continue
-		}
-		raws[i] = raw
-		valid++
+	err = b.Send(ctx, r.leader, r.cfg.clock.Now(), r.publishBatch)
+	res = BatchResult{Term: b.Term, Outcomes: make([]Outcome, len(msgs)), Calls: b.Calls}
+	for i := range res.Outcomes {
+		res.Outcomes[i] = Outcome{ID: b.IDs[i], Err: b.Errs[i]}
 	}
-	if valid == 0 {
-		return res, nil
-	}
-	if !r.leader.IsMaster() {
-		markNotSent(res.Outcomes, 0, ErrNotMaster)
-		return res, ErrNotMaster
-	}
-	term := r.leader.Term()
-	if term <= 0 {
-		markNotSent(res.Outcomes, 0, ErrNotMaster)
-		return res, ErrNotMaster
-	}
-	res.Term = term
-
-	from, sentAt := r.leader.NodeID(), sentAtText(r.cfg.clock.Now())
-	routed := make([]scripts.Routed, len(msgs))
-	for i, m := range msgs {
-		if raws[i] == nil {
-			continue
-		}
-		id := uuid.NewString()
-		res.Outcomes[i].ID = id
-		routed[i] = scripts.Routed{Channel: r.keys.SlaveChannel(m.SlaveID), Message: encodeAt(id, from, term, m.Type, raws[i], sentAt)}
-	}
-
-	chunks := splitBatch(routed)
-	for c, ch := range chunks {
-		var err error
-		switch {
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		case c > 0 && (!r.leader.IsMaster() || r.leader.Term() != term):
-			// The election knows before Redis would tell: stop here.
-			err = ErrNotMaster
-		}
-		if err != nil {
-			markNotSent(res.Outcomes, ch.first, err)
-			return res, fmt.Errorf("send batch: stopped before call %d of %d (messages %d to %d not sent): %w", c+1, len(chunks), ch.first, len(msgs)-1, err)
-		}
-		batch := make([]scripts.Routed, 0, len(ch.index))
-		for _, i := range ch.index {
-			batch = append(batch, routed[i])
-		}
-		counts, err := scripts.RouteBatch(ctx, r.client, r.keys, from, term, batch)
-		res.Calls++
-		if err != nil {
-			if errors.Is(err, scripts.ErrFenced) { // it matches ErrNotMaster too
-				markNotSent(res.Outcomes, ch.first, err)
-			} else {
-				for _, i := range ch.index {
-					res.Outcomes[i].Err = err
-				}
-				markNotSent(res.Outcomes, ch.next, err)
-			}
-			return res, fmt.Errorf("send batch: call %d of %d (messages %d to %d): %w", c+1, len(chunks), ch.first, ch.next-1, err)
-		}
-		for j, i := range ch.index {
-			if counts[j] == 0 {
-				res.Outcomes[i].Err = &NoSubscriberError{SlaveID: msgs[i].SlaveID}
-			}
-		}
-	}
-	return res, nil
+	return res, err
 }
 
-// checkOutgoing validates one message of a batch and encodes its payload.
-func checkOutgoing(m Outgoing) (json.RawMessage, error) {
-	if err := checkName("slave id", m.SlaveID); err != nil {
-		return nil, err
+// publishBatch is one call of SendBatch: the route_batch script publishes
+// items to their slaves' channels while this process holds the lock under
+// term. A message that reached no subscriber gets a *NoSubscriberError.
+func (r *Router) publishBatch(ctx context.Context, term int64, items []route.Item) ([]error, error) {
+	routed := make([]scripts.Routed, len(items))
+	for j, it := range items {
+		routed[j] = scripts.Routed{Channel: r.keys.SlaveChannel(it.SlaveID), Message: it.Data}
 	}
-	if err := checkName("message type", m.Type); err != nil {
-		return nil, err
+	counts, err := scripts.RouteBatch(ctx, r.client, r.keys, r.leader.NodeID(), term, routed)
+	if err != nil {
+		return nil, err // scripts.ErrFenced when fenced
 	}
-	return encodePayload(m.Payload)
-}
-
-// markNotSent gives every message from index from on that has no outcome
-// yet (it was valid) an error matching ErrNotSent and reason.
-func markNotSent(out []Outcome, from int, reason error) {
-	err := fmt.Errorf("%w: %w", ErrNotSent, reason)
-	for i := from; i < len(out); i++ {
-		if out[i].Err == nil {
-			out[i].Err = err
+	errs := make([]error, len(items))
+	for j, n := range counts {
+		if n == 0 {
+			errs[j] = &NoSubscriberError{SlaveID: items[j].SlaveID}
 		}
 	}
-}
-
-// chunk is one script call of a batch: the indexes of its messages in the
-// batch, the first of them, and the index after the last.
-type chunk struct {
-	index       []int
-	first, next int
-}
-
-// splitBatch groups the messages that have a channel (the valid ones) into
-// consecutive chunks of at most MaxBatchChunk messages and
-// MaxBatchChunkBytes bytes of envelopes (a single larger message goes
-// alone).
-func splitBatch(routed []scripts.Routed) []chunk {
-	var chunks []chunk
-	var cur chunk
-	size := 0
-	for i, m := range routed {
-		if m.Channel == "" {
-			continue
-		}
-		if len(cur.index) > 0 && (len(cur.index) == MaxBatchChunk || size+len(m.Message) > MaxBatchChunkBytes) {
-			chunks = append(chunks, cur)
-			cur, size = chunk{}, 0
-		}
-		if len(cur.index) == 0 {
-			cur.first = i
-		}
-		cur.index = append(cur.index, i)
-		cur.next = i + 1
-		size += len(m.Message)
-	}
-	if len(cur.index) > 0 {
-		chunks = append(chunks, cur)
-	}
-	return chunks
+	return errs, nil
 }

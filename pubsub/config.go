@@ -1,12 +1,15 @@
 package pubsub
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"github.com/redis/go-redis/v9"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -112,17 +115,7 @@ func DefaultConfig() Config {
 // once; the error wraps ErrInvalidConfig (and ErrInvalidName for a name).
 // Zero values are valid: they mean the default.
 func (c Config) Validate() error {
-	var errs []error
-	if c.LockName != "" {
-		if err := checkName("LockName", c.LockName); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.SlavePrefix != "" {
-		if err := checkName("SlavePrefix", c.SlavePrefix); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := c.names().Check()
 	if c.PingInterval < 0 {
 		errs = append(errs, fmt.Errorf("PingInterval (%s) is negative", c.PingInterval))
 	}
@@ -145,57 +138,33 @@ func (c Config) Validate() error {
 }
 
 // withDefaults validates c and fills in its zero fields. The names come
-// from the first of from that is a KeySource, when there is one. With a
-// Redis Cluster client, Cluster is set whatever c says, so the names carry
-// the same hash tag as the election's (masterelection detects the client
-// too).
+// from the first of from that is a KeySource, when there is one, and carry
+// the hash tag with a Redis Cluster client (route.Names.Resolve).
 func (c Config) withDefaults(client redis.UniversalClient, from ...any) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
-	for _, f := range from {
-		src, ok := f.(KeySource)
-		if !ok {
-			continue
-		}
-		k := src.Keys()
-		if c.LockName != "" && c.LockName != k.LockName {
-			return Config{}, fmt.Errorf("%w: LockName %q differs from the election's %q; leave it empty", ErrInvalidConfig, c.LockName, k.LockName)
-		}
-		if c.SlavePrefix != "" && c.SlavePrefix != k.SlavePrefix {
-			return Config{}, fmt.Errorf("%w: SlavePrefix %q differs from the election's %q; leave it empty", ErrInvalidConfig, c.SlavePrefix, k.SlavePrefix)
-		}
-		c.LockName, c.SlavePrefix, c.Cluster = k.LockName, k.SlavePrefix, k.Cluster()
-		break
+	n, err := c.names().Resolve(client, from...)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if _, ok := client.(*redis.ClusterClient); ok {
-		c.Cluster = true
-	}
+	c.LockName, c.SlavePrefix, c.Cluster = n.LockName, n.SlavePrefix, n.Cluster
 	d := DefaultConfig()
-	if c.LockName == "" {
-		c.LockName = d.LockName
-	}
-	if c.SlavePrefix == "" {
-		c.SlavePrefix = d.SlavePrefix
-	}
-	if c.PingInterval == 0 {
-		c.PingInterval = d.PingInterval
-	}
-	if c.MaxRetryDelay == 0 {
-		c.MaxRetryDelay = d.MaxRetryDelay
-	}
-	if c.OpTimeout == 0 {
-		c.OpTimeout = d.OpTimeout
-	}
-	if c.clock == nil {
-		c.clock = d.clock
-	}
+	c.PingInterval = cmp.Or(c.PingInterval, d.PingInterval)
+	c.MaxRetryDelay = cmp.Or(c.MaxRetryDelay, d.MaxRetryDelay)
+	c.OpTimeout = cmp.Or(c.OpTimeout, d.OpTimeout)
+	c.clock = cmp.Or(c.clock, d.clock)
 	return c, nil
 }
 
-func (c Config) keys() scripts.Keys {
-	return scripts.NewKeys(c.LockName, c.Cluster).WithSlavePrefix(c.SlavePrefix)
+// names returns the fields of c that name its channels.
+func (c Config) names() route.Names {
+	return route.Names{LockName: c.LockName, SlavePrefix: c.SlavePrefix, Cluster: c.Cluster}
 }
+
+// keys returns the names of c's channels and keys, the defaults applied to
+// empty fields.
+func (c Config) keys() scripts.Keys { return c.names().Keys() }
 
 // SlaveChannel returns the channel of the process processID under the
 // default prefix: "worker:slave:<processID>", the specification's name.
@@ -208,20 +177,4 @@ func (c Config) SlaveChannel(processID string) string { return c.keys().SlaveCha
 
 // MasterInbox returns the channel on which slaves report to the master:
 // "<lock name>:master-inbox" (with the defaults applied to empty fields).
-func (c Config) MasterInbox() string {
-	if c.LockName == "" {
-		c.LockName = DefaultLockName
-	}
-	return c.keys().MasterInbox
-}
-
-// checkName validates one name that ends up in a channel or an envelope.
-func checkName(what, s string) error {
-	if len(s) > MaxNameLen {
-		return fmt.Errorf("%w: %s is %d bytes long, the limit is %d", ErrInvalidName, what, len(s), MaxNameLen)
-	}
-	if err := scripts.ValidateName(what, s); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidName, err)
-	}
-	return nil
-}
+func (c Config) MasterInbox() string { return c.keys().MasterInbox }

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/scripts"
 )
 
 // Errors returned or reported by this package. Match them with errors.Is;
 // the typed errors below (NoSubscriberError, StaleTermError,
-// UnverifiedTermError, MessageError) match their sentinel too.
+// UnverifiedTermError, MessageError) match their sentinel too. Package
+// durable reuses those about names, payloads, envelopes, handlers, terms
+// and connections.
 var (
 	// ErrNotMaster is matched by the errors of Router.Send, Router.Broadcast
 	// and Router.SendBatch when this process is not the master, or its
@@ -27,7 +30,7 @@ var (
 	// Router.SendBatch that was certainly not published because the batch
 	// stopped before or at its call (not master, fenced, a cancelled
 	// context, a failed earlier call); the error wraps that reason too.
-	ErrNotSent = errors.New("pubsub: not sent")
+	ErrNotSent = route.ErrNotSent
 	// ErrNoSubscriber is matched by a *NoSubscriberError: PUBLISH reached no
 	// subscriber, so nobody received the message.
 	ErrNoSubscriber = errors.New("pubsub: no subscriber")
@@ -43,30 +46,30 @@ var (
 	// ErrTermMissing is wrapped by an *UnverifiedTermError when the term key
 	// does not exist. The key has no TTL and is never deleted, so once a
 	// term was minted its absence means Redis lost its data.
-	ErrTermMissing = errors.New("pubsub: term key missing")
+	ErrTermMissing = route.ErrTermMissing
 	// ErrInvalidName wraps the reason a slave id, node id, message type,
 	// lock name or channel prefix cannot be used.
-	ErrInvalidName = errors.New("pubsub: invalid name")
+	ErrInvalidName = route.ErrInvalidName
 	// ErrInvalidPayload wraps the reason a payload cannot be encoded as JSON.
-	ErrInvalidPayload = errors.New("pubsub: invalid payload")
+	ErrInvalidPayload = route.ErrInvalidPayload
 	// ErrPayloadTooLarge is returned when a payload exceeds MaxPayloadSize,
 	// and reported when a received envelope does.
-	ErrPayloadTooLarge = errors.New("pubsub: payload too large")
+	ErrPayloadTooLarge = route.ErrPayloadTooLarge
 	// ErrMalformedEnvelope wraps the reason a received message is not a valid
 	// envelope.
 	ErrMalformedEnvelope = errors.New("pubsub: malformed envelope")
 	// ErrUnknownType is reported when a message's type has no handler and no
 	// default handler is registered.
-	ErrUnknownType = errors.New("pubsub: unknown message type")
+	ErrUnknownType = route.ErrUnknownType
 	// ErrHandlerPanic is reported when a handler panicked; the loop goes on.
-	ErrHandlerPanic = errors.New("pubsub: handler panicked")
+	ErrHandlerPanic = route.ErrHandlerPanic
 	// ErrStarted is returned by Start when the loop is already running.
 	ErrStarted = errors.New("pubsub: already started")
 	// ErrClosed is returned by Start after Close.
 	ErrClosed = errors.New("pubsub: closed")
 	// ErrConnection wraps receive and reconnect failures reported while the
 	// loop keeps retrying; messages published meanwhile are lost.
-	ErrConnection = errors.New("pubsub: connection problem")
+	ErrConnection = route.ErrConnection
 )
 
 // NoSubscriberError is returned by Router.Send (and joined into the error of

@@ -2,13 +2,12 @@ package pubsub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/route"
 )
 
 // Inbox is the master's side of slave reports: it listens on the master
@@ -22,7 +21,7 @@ import (
 type Inbox struct {
 	channel string
 	leader  Leader
-	mux     mux
+	mux     route.Mux[Message] // its Stacks set: a panic is reported with its stack
 	recv    receiver
 	dropped atomic.Uint64
 }
@@ -31,14 +30,15 @@ type Inbox struct {
 // report (for a process that only watches). It does not touch Redis until
 // Start.
 func NewInbox(client redis.UniversalClient, leader Leader, cfg Config) (*Inbox, error) {
-	if nilclient.Is(client) {
-		return nil, errors.New("pubsub: NewInbox: client is nil")
+	if err := route.CheckClient("pubsub: NewInbox", client); err != nil {
+		return nil, err
 	}
 	cfg, err := cfg.withDefaults(client, leader)
 	if err != nil {
 		return nil, err
 	}
 	in := &Inbox{channel: cfg.keys().MasterInbox, leader: leader}
+	in.mux.Stacks = true
 	in.recv = receiver{client: client, channels: []string{in.channel}, cfg: cfg, onMessage: in.onMessage}
 	return in, nil
 }
@@ -48,11 +48,11 @@ func (in *Inbox) Channel() string { return in.channel }
 
 // Handle registers h for reports of type msgType, replacing any previous
 // one; a nil h removes it. It may be called before or after Start.
-func (in *Inbox) Handle(msgType string, h Handler) error { return in.mux.handle(msgType, h) }
+func (in *Inbox) Handle(msgType string, h Handler) error { return in.mux.Handle(msgType, h) }
 
 // HandleDefault registers h for reports whose type has no handler of its
 // own (nil removes it).
-func (in *Inbox) HandleDefault(h Handler) { in.mux.handleDefault(h) }
+func (in *Inbox) HandleDefault(h Handler) { in.mux.HandleDefault(h) }
 
 // Start subscribes, waits until Redis confirms, and starts the loop. ctx
 // bounds the subscription; the loop runs until Close.
@@ -77,7 +77,7 @@ func (in *Inbox) onMessage(ctx context.Context, rm *redis.Message) {
 			Err: fmt.Errorf("report dropped: %w", ErrNotMaster)})
 		return
 	}
-	if err := in.mux.dispatch(ctx, m); err != nil {
+	if err := in.mux.Dispatch(ctx, m.Type, m); err != nil {
 		in.recv.report(&MessageError{Channel: in.channel, ID: m.ID, Type: m.Type, From: m.From, Err: err})
 	}
 }

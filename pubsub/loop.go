@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -33,55 +32,6 @@ func Chan(ch chan<- Message) Handler {
 			return fmt.Errorf("message dropped at close: %w", ctx.Err())
 		}
 	}
-}
-
-// mux holds the handlers by message type. It is safe for concurrent use.
-type mux struct {
-	mu       sync.RWMutex
-	byType   map[string]Handler
-	fallback Handler
-}
-
-func (x *mux) handle(msgType string, h Handler) error {
-	if err := checkName("message type", msgType); err != nil {
-		return err
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if h == nil {
-		delete(x.byType, msgType)
-		return nil
-	}
-	if x.byType == nil {
-		x.byType = make(map[string]Handler)
-	}
-	x.byType[msgType] = h
-	return nil
-}
-
-func (x *mux) handleDefault(h Handler) {
-	x.mu.Lock()
-	x.fallback = h
-	x.mu.Unlock()
-}
-
-// dispatch runs the handler of m.Type, or the default one.
-func (x *mux) dispatch(ctx context.Context, m Message) (err error) {
-	x.mu.RLock()
-	h := x.byType[m.Type]
-	if h == nil {
-		h = x.fallback
-	}
-	x.mu.RUnlock()
-	if h == nil {
-		return ErrUnknownType
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("%w: %v\n%s", ErrHandlerPanic, v, debug.Stack())
-		}
-	}()
-	return h(ctx, m)
 }
 
 // Lifecycle states of a receiver.

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
@@ -50,17 +49,11 @@ type Router struct {
 // leader is a KeySource (the election is), the channel names come from it:
 // NewRouter(client, election, nil, pubsub.Config{}) is all it takes.
 func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, cfg Config) (*Router, error) {
-	if nilclient.Is(client) {
-		return nil, errors.New("pubsub: NewRouter: client is nil")
-	}
-	if leader == nil {
-		return nil, errors.New("pubsub: NewRouter: leader is nil")
+	if err := route.CheckLeader("pubsub: NewRouter", client, leader); err != nil {
+		return nil, err
 	}
 	cfg, err := cfg.withDefaults(client, leader)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkName("leader NodeID", leader.NodeID()); err != nil {
 		return nil, err
 	}
 	if l, ok := leader.(SlaveLister); ok && slaves == nil {
@@ -86,14 +79,14 @@ func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, 
 // connection; it does not mean the slave processed it.
 func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any) (err error) {
 	defer func() { r.obs.sent(err) }()
-	if err := checkName("slave id", slaveID); err != nil {
+	if err := route.CheckName("slave id", slaveID); err != nil {
 		return err
 	}
-	data, term, err := r.envelope(msgType, payload)
+	env, err := route.Stamp(r.leader, msgType, payload, r.cfg.clock.Now())
 	if err != nil {
 		return err
 	}
-	counts, err := r.route(ctx, term, data, r.keys.SlaveChannel(slaveID))
+	counts, err := r.route(ctx, env, r.keys.SlaveChannel(slaveID))
 	if err != nil {
 		return fmt.Errorf("send to slave %q: %w", slaveID, err)
 	}
@@ -103,12 +96,12 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 	return nil
 }
 
-// route publishes data through the route script, which refuses when this
-// process no longer holds the lock under term: the check and the PUBLISH
-// are one atomic step on the server, in one round trip.
-func (r *Router) route(ctx context.Context, term int64, data []byte, channels ...string) ([]int64, error) {
+// route publishes env through the route script, which refuses when this
+// process no longer holds the lock under env's term: the check and the
+// PUBLISH are one atomic step on the server, in one round trip.
+func (r *Router) route(ctx context.Context, env route.Envelope, channels ...string) ([]int64, error) {
 	// A refusal is scripts.ErrFenced, which matches ErrNotMaster too.
-	return scripts.Route(ctx, r.client, r.keys, r.leader.NodeID(), term, data, channels...)
+	return scripts.Route(ctx, r.client, r.keys, r.leader.NodeID(), env.Term, env.Data, channels...)
 }
 
 // Broadcast sends one message (one id, one term) to every live slave the
@@ -127,7 +120,7 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 	if r.slaves == nil {
 		return 0, errors.New("pubsub: Broadcast: the Router has no SlaveLister")
 	}
-	data, term, err := r.envelope(msgType, payload)
+	env, err := route.Stamp(r.leader, msgType, payload, r.cfg.clock.Now())
 	if err != nil {
 		return 0, err
 	}
@@ -136,7 +129,7 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 		return 0, fmt.Errorf("list slaves: %w", err)
 	}
 	// Listing took a round trip: do not publish for a mastership that ended meanwhile.
-	if !r.leader.IsMaster() || r.leader.Term() != term {
+	if !r.leader.IsMaster() || r.leader.Term() != env.Term {
 		return 0, ErrNotMaster
 	}
 	self := r.leader.NodeID()
@@ -148,7 +141,7 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 			continue
 		}
 		seen[n.NodeID] = true
-		if err := checkName("slave id", n.NodeID); err != nil {
+		if err := route.CheckName("slave id", n.NodeID); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -161,7 +154,7 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 	for i, id := range ids {
 		channels[i] = r.keys.SlaveChannel(id)
 	}
-	counts, err := r.route(ctx, term, data, channels...)
+	counts, err := r.route(ctx, env, channels...)
 	if err != nil {
 		return 0, errors.Join(append(errs, fmt.Errorf("broadcast: %w", err))...)
 	}
@@ -173,23 +166,4 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 		}
 	}
 	return delivered, errors.Join(errs...)
-}
-
-// envelope validates the input, reads the term once and encodes.
-func (r *Router) envelope(msgType string, payload any) ([]byte, int64, error) {
-	if err := checkName("message type", msgType); err != nil {
-		return nil, 0, err
-	}
-	raw, err := encodePayload(payload)
-	if err != nil {
-		return nil, 0, err
-	}
-	if !r.leader.IsMaster() {
-		return nil, 0, ErrNotMaster
-	}
-	term := r.leader.Term()
-	if term <= 0 {
-		return nil, 0, ErrNotMaster
-	}
-	return encode(uuid.NewString(), r.leader.NodeID(), term, msgType, raw, r.cfg.clock.Now()), term, nil
 }

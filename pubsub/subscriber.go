@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -32,16 +32,10 @@ type Subscriber struct {
 	channel   string
 	keys      scripts.Keys
 	cfg       Config
-	mux       mux
+	mux       route.Mux[Message] // its Stacks set: a panic is reported with its stack
 	recv      receiver
 
-	// highest is the fence: the highest master term seen, raised only to
-	// terms Redis has confirmed. known is the highest term known to exist
-	// (term key reads, Config.Terms, ObserveTerm); highest <= known, and a
-	// term up to known needs no read to be verified.
-	highest    atomic.Int64
-	known      atomic.Int64
-	terms      termReads     // reads of the term key, shared by concurrent callers
+	fence      *route.Fence  // the highest term seen, and its verification
 	rejected   atomic.Uint64 // messages rejected for a stale term
 	unverified atomic.Uint64 // messages and notices refused for an unverified term
 }
@@ -50,18 +44,16 @@ type Subscriber struct {
 // listening on cfg.SlaveChannel(processID). It does not touch Redis until
 // Start.
 func NewSubscriber(client redis.UniversalClient, processID string, cfg Config) (*Subscriber, error) {
-	if nilclient.Is(client) {
-		return nil, errors.New("pubsub: NewSubscriber: client is nil")
+	if err := route.CheckNode("pubsub: NewSubscriber", client, processID); err != nil {
+		return nil, err
 	}
 	cfg, err := cfg.withDefaults(client, cfg.Terms)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkName("process id", processID); err != nil {
-		return nil, err
-	}
 	s := &Subscriber{client: client, processID: processID, channel: cfg.SlaveChannel(processID), keys: cfg.keys(), cfg: cfg}
-	s.terms.read = s.readTerm
+	s.mux.Stacks = true
+	s.fence = route.NewFence(client, s.keys.Term, cfg.Terms, cfg.OpTimeout)
 	s.recv = receiver{
 		client: client,
 		// The events channel comes first: under Redis Cluster the
@@ -81,12 +73,12 @@ func (s *Subscriber) Channel() string { return s.channel }
 
 // Handle registers h for messages of type msgType, replacing any previous
 // one; a nil h removes it. It may be called before or after Start.
-func (s *Subscriber) Handle(msgType string, h Handler) error { return s.mux.handle(msgType, h) }
+func (s *Subscriber) Handle(msgType string, h Handler) error { return s.mux.Handle(msgType, h) }
 
 // HandleDefault registers h for messages whose type has no handler of its
 // own (nil removes it). Without one, such messages are reported as
 // ErrUnknownType and dropped.
-func (s *Subscriber) HandleDefault(h Handler) { s.mux.handleDefault(h) }
+func (s *Subscriber) HandleDefault(h Handler) { s.mux.HandleDefault(h) }
 
 // Start subscribes to the slave channel and the events channel, waits until
 // Redis confirms both, reads the last minted term from Redis (so that a
@@ -106,13 +98,10 @@ func (s *Subscriber) Close() error { return s.recv.close() }
 // The term is trusted as verified: pass only terms Redis has shown (a
 // script's reply, the term key), never one read from a notice or message.
 // (Config.Terms does the same by polling, once per message.)
-func (s *Subscriber) ObserveTerm(term int64) {
-	raise(&s.known, term) // first, so that highest <= known holds
-	raise(&s.highest, term)
-}
+func (s *Subscriber) ObserveTerm(term int64) { s.fence.Observe(term) }
 
 // HighestTerm returns the highest master term seen so far (0: none yet).
-func (s *Subscriber) HighestTerm() int64 { return s.highest.Load() }
+func (s *Subscriber) HighestTerm() int64 { return s.fence.Highest() }
 
 // Rejected returns how many messages were rejected for a stale term.
 func (s *Subscriber) Rejected() uint64 { return s.rejected.Load() }
@@ -126,14 +115,14 @@ func (s *Subscriber) Unverified() uint64 { return s.unverified.Load() }
 // matching ErrNoSubscriber when no Inbox is listening. It does not need
 // Start.
 func (s *Subscriber) ReportToMaster(ctx context.Context, msgType string, payload any) error {
-	if err := checkName("message type", msgType); err != nil {
+	if err := route.CheckName("message type", msgType); err != nil {
 		return err
 	}
-	raw, err := encodePayload(payload)
+	raw, err := route.EncodePayload(payload)
 	if err != nil {
 		return err
 	}
-	data := encode(uuid.NewString(), s.processID, 0, msgType, raw, s.cfg.clock.Now())
+	data := route.Encode(uuid.NewString(), s.processID, 0, msgType, raw, s.cfg.clock.Now())
 	n, err := publishOnSlot(ctx, s.client, s.keys.MasterInbox, data)
 	if err != nil {
 		return fmt.Errorf("report to master: %w", err)
@@ -151,20 +140,15 @@ func (s *Subscriber) onSubscribed(ctx context.Context, channel string) {
 	if channel != s.keys.Events {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-	defer cancel()
-	term, err := s.terms.latest(ctx)
+	_, err := s.fence.Latest(ctx) // raises the fence to the term read
 	switch {
-	case errors.Is(err, ErrTermMissing):
-		return // no term minted yet, or lost with the data
-	case errors.Is(err, errNotATerm):
+	case err == nil, errors.Is(err, ErrTermMissing):
+		// ErrTermMissing: no term minted yet, or lost with the data
+	case errors.Is(err, route.ErrNotATerm):
 		s.recv.report(fmt.Errorf("pubsub: %w", err))
-		return
-	case err != nil:
+	default:
 		s.recv.report(fmt.Errorf("%w: read the last term: %w", ErrConnection, err))
-		return
 	}
-	s.ObserveTerm(term)
 }
 
 func (s *Subscriber) onMessage(ctx context.Context, rm *redis.Message) {
@@ -194,7 +178,7 @@ func (s *Subscriber) onNotice(ctx context.Context, payload string) {
 		s.refuse(e)
 		return
 	}
-	raise(&s.highest, term)
+	s.fence.Raise(term)
 }
 
 // onRouted validates, fences and dispatches one routed message. A term
@@ -211,41 +195,40 @@ func (s *Subscriber) onRouted(ctx context.Context, payload string) {
 			Err: fmt.Errorf("%w: term %d on a slave channel; a master's term is positive", ErrMalformedEnvelope, m.Term)})
 		return
 	}
-	if s.cfg.Terms != nil {
-		s.ObserveTerm(s.cfg.Terms.ObservedTerm())
-	}
-	if m.Term > s.highest.Load() {
+	s.fence.Poll()
+	if m.Term > s.fence.Highest() {
 		if e := s.verify(ctx, m.Term); e != nil {
 			e.Channel, e.From, e.ID, e.Type = s.channel, m.From, m.ID, m.Type
 			s.refuse(e)
 			return
 		}
 	}
-	if h, ok := s.fence(m.Term); !ok {
+	if h, ok := s.fence.Admit(m.Term); !ok {
 		s.rejected.Add(1)
 		s.recv.report(&StaleTermError{Term: m.Term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
 		return
 	}
-	if err := s.mux.dispatch(ctx, m); err != nil {
+	if err := s.mux.Dispatch(ctx, m.Type, m); err != nil {
 		s.recv.report(&MessageError{Channel: s.channel, ID: m.ID, Type: m.Type, From: m.From, Err: err})
 		return
 	}
 	s.recv.obs.received(ReceiveHandled)
 }
 
-// fence accepts term when it is not lower than the highest seen, raising
-// the highest to it (the caller has verified it). It returns the highest
-// term it compared with.
-func (s *Subscriber) fence(term int64) (int64, bool) {
-	for {
-		h := s.highest.Load()
-		if term < h {
-			return h, false
-		}
-		if term == h || s.highest.CompareAndSwap(h, term) {
-			return h, true
-		}
+// verify returns nil when Redis confirms term (route.Fence.Verify), and
+// otherwise the refusal with Term, Stored and Err set, for the caller to
+// complete with what identifies the message or notice.
+func (s *Subscriber) verify(ctx context.Context, term int64) *UnverifiedTermError {
+	if ok, stored, err := s.fence.Verify(ctx, term); !ok {
+		return &UnverifiedTermError{Term: term, Stored: stored, Err: err}
 	}
+	return nil
+}
+
+// refuse counts and reports a message or notice whose term was not verified.
+func (s *Subscriber) refuse(e *UnverifiedTermError) {
+	s.unverified.Add(1)
+	s.recv.report(e)
 }
 
 // publishOnSlot publishes on the node that serves channel's slot. Under

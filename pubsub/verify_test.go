@@ -13,7 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/pubsub"
 )
 

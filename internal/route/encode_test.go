@@ -1,4 +1,4 @@
-package pubsub
+package route_test
 
 import (
 	"bytes"
@@ -6,10 +6,13 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/pubsub"
 )
 
-// TestEncodeMatchesMarshal: the envelope encode writes is, byte for byte,
-// the one Message.MarshalJSON (encoding/json) writes, for every kind of
+// TestEncodeMatchesMarshal: the envelope Encode writes is, byte for byte,
+// the one pubsub.Message.MarshalJSON (encoding/json) writes, for every kind of
 // name and payload.
 func TestEncodeMatchesMarshal(t *testing.T) {
 	now := time.Date(2025, 11, 22, 0, 6, 40, 123456789, time.FixedZone("x", 3600))
@@ -39,9 +42,9 @@ func TestEncodeMatchesMarshal(t *testing.T) {
 
 func compareEncode(t *testing.T, id, from, typ string, term int64, payload any, now time.Time) {
 	t.Helper()
-	raw, err := encodePayload(payload)
+	raw, err := route.EncodePayload(payload)
 	if err != nil {
-		t.Fatalf("encodePayload(%v): %v", payload, err)
+		t.Fatalf("EncodePayload(%v): %v", payload, err)
 	}
 	orig, ok := payload.(json.RawMessage)
 	if !ok {
@@ -49,25 +52,25 @@ func compareEncode(t *testing.T, id, from, typ string, term int64, payload any, 
 			t.Fatal(err)
 		}
 	}
-	want, err := Message{ID: id, From: from, Term: term, Type: typ, Payload: orig, SentAt: now}.MarshalJSON()
+	want, err := pubsub.Message{ID: id, From: from, Term: term, Type: typ, Payload: orig, SentAt: now}.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := encode(id, from, term, typ, raw, now); !bytes.Equal(got, want) {
-		t.Fatalf("encode wrote\n%s\nMarshalJSON writes\n%s", got, want)
+	if got := route.Encode(id, from, term, typ, raw, now); !bytes.Equal(got, want) {
+		t.Fatalf("Encode wrote\n%s\nMarshalJSON writes\n%s", got, want)
 	}
 }
 
-// FuzzEncode: encode and MarshalJSON agree on any names and any valid JSON
+// FuzzEncode: Encode and MarshalJSON agree on any names and any valid JSON
 // payload.
 func FuzzEncode(f *testing.F) {
 	f.Add("m-1", "master", "assign", int64(1763770000123), []byte(`{"a": [1, "<&>"]}`))
 	f.Add("a\xff", "\u2028", "\"", int64(-1), []byte(" null "))
 	now := time.Date(2025, 11, 22, 0, 6, 40, 123e6, time.UTC)
 	f.Fuzz(func(t *testing.T, id, from, typ string, term int64, payload []byte) {
-		if !json.Valid(payload) || len(payload) > MaxPayloadSize {
-			if _, err := encodePayload(json.RawMessage(payload)); err == nil && !json.Valid(payload) {
-				t.Fatalf("encodePayload accepted invalid JSON %q", payload)
+		if !json.Valid(payload) || len(payload) > route.MaxPayloadSize {
+			if _, err := route.EncodePayload(json.RawMessage(payload)); err == nil && !json.Valid(payload) {
+				t.Fatalf("EncodePayload accepted invalid JSON %q", payload)
 			}
 			return
 		}

@@ -1,0 +1,215 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// Bounds of one script call of a batch (pubsub.MaxBatchChunk and
+// MaxBatchChunkBytes). A longer batch is split into calls of consecutive
+// messages, each call fenced on its own.
+const (
+	// MaxChunk is the most messages one call carries. The script holds the
+	// Redis server for the whole call, so the bound also bounds how long
+	// other clients wait behind it.
+	MaxChunk = 128
+	// MaxChunkBytes is the most envelope bytes one call carries: 1 MiB. A
+	// message is never split, so a call whose first message alone is
+	// larger carries that message only.
+	MaxChunkBytes = 1 << 20
+)
+
+// Item is one stamped message of a batch, as a Call carries it.
+type Item struct {
+	// SlaveID is the process the message goes to.
+	SlaveID string
+	// Data is its envelope.
+	Data []byte
+}
+
+// Call makes one script call that carries items, in order, under term,
+// fenced: the script acts only while this process holds the lock under
+// term. It returns one error per item (nil: Redis took the message), or the
+// error of the call, which matches scripts.ErrFenced when the script
+// refused for the fence.
+type Call func(ctx context.Context, term int64, items []Item) ([]error, error)
+
+// Batch is one batch of messages on its way: Add each message, then Send.
+// IDs, Errs, Term and Calls hold the outcome, message by message, for the
+// transport's BatchResult. It is not safe for concurrent use.
+type Batch struct {
+	// Term is the term stamped on every message; 0 when nothing was stamped.
+	Term int64
+	// IDs[i] is message i's id; "" when it was refused or never stamped.
+	IDs []string
+	// Errs[i] is message i's error: nil when Redis took it; an error
+	// matching ErrInvalidName, ErrInvalidPayload or ErrPayloadTooLarge when
+	// it was refused before anything was sent; one matching ErrNotSent (and
+	// wrapping the reason) when it certainly was not sent; what its Call returned for it; or the error of the call
+	// that carried it, which may or may not have run on the server.
+	Errs []error
+	// Calls is the number of script calls made, each one round trip.
+	Calls int
+
+	msgs []outgoing
+}
+
+// outgoing is one message as Add validated it.
+type outgoing struct {
+	slaveID, msgType string
+	payload          json.RawMessage // nil when refused
+}
+
+// NewBatch returns an empty Batch with room for n messages.
+func NewBatch(n int) *Batch {
+	return &Batch{IDs: make([]string, 0, n), Errs: make([]error, 0, n), msgs: make([]outgoing, 0, n)}
+}
+
+// Add appends one message to slaveID, validating its names and encoding
+// its payload (as Stamp does); an invalid message is refused with its own
+// error and the others still go.
+func (b *Batch) Add(slaveID, msgType string, payload any) {
+	m := outgoing{slaveID: slaveID, msgType: msgType}
+	err := CheckName("slave id", slaveID)
+	if err == nil {
+		err = CheckName("message type", msgType)
+	}
+	if err == nil {
+		m.payload, err = EncodePayload(payload)
+	}
+	if err != nil {
+		err = fmt.Errorf("to slave %q: %w", slaveID, err)
+	}
+	b.msgs = append(b.msgs, m)
+	b.IDs = append(b.IDs, "")
+	b.Errs = append(b.Errs, err)
+}
+
+// Send stamps the valid messages with their own ids and l's live term,
+// read once, and hands them to call in chunks of consecutive messages of at
+// most MaxChunk messages and MaxChunkBytes bytes, in order.
+//
+// It returns nil when every call was made and answered, or when no message
+// is valid (no call, master or not). Otherwise it says why the batch
+// stopped: ErrNotMaster when l is not master at the start (nothing is
+// sent), or reports between two calls that the mastership is over or has a
+// new term; the error of a call (matching scripts.ErrFenced when fenced);
+// or ctx's. The messages of the calls before were sent; those after it are
+// marked with an error matching ErrNotSent and the reason; those of the failed
+// call too when it was fenced or never made, and otherwise get the call's
+// error (their outcome is unknown).
+func (b *Batch) Send(ctx context.Context, l Leader, now time.Time, call Call) error {
+	items := make([]Item, len(b.msgs))
+	valid := 0
+	for i, m := range b.msgs {
+		if b.Errs[i] == nil {
+			items[i].SlaveID = m.slaveID
+			valid++
+		}
+	}
+	if valid == 0 {
+		return nil
+	}
+	term, err := LiveTerm(l)
+	if err != nil {
+		b.stop(0, err)
+		return err
+	}
+	b.Term = term
+	from, sentAt := l.NodeID(), sentAtText(now)
+	for i, m := range b.msgs {
+		if b.Errs[i] == nil {
+			b.IDs[i] = uuid.NewString()
+			items[i].Data = encodeAt(b.IDs[i], from, term, m.msgType, m.payload, sentAt)
+		}
+	}
+	chunks := split(items)
+	for c, ch := range chunks {
+		var err error
+		switch {
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		case c > 0 && (!l.IsMaster() || l.Term() != term):
+			// The election knows before Redis would tell: stop here.
+			err = ErrNotMaster
+		}
+		if err != nil {
+			b.stop(ch.first, err)
+			return fmt.Errorf("send batch: stopped before call %d of %d (messages %d to %d not sent): %w", c+1, len(chunks), ch.first, len(items)-1, err)
+		}
+		carried := make([]Item, 0, len(ch.index))
+		for _, i := range ch.index {
+			carried = append(carried, items[i])
+		}
+		errs, err := call(ctx, term, carried)
+		b.Calls++
+		if err != nil {
+			if errors.Is(err, scripts.ErrFenced) { // it matches ErrNotMaster too
+				b.stop(ch.first, err)
+			} else {
+				for _, i := range ch.index {
+					b.Errs[i] = err
+				}
+				b.stop(ch.next, err)
+			}
+			return fmt.Errorf("send batch: call %d of %d (messages %d to %d): %w", c+1, len(chunks), ch.first, ch.next-1, err)
+		}
+		for j, i := range ch.index {
+			b.Errs[i] = errs[j]
+		}
+	}
+	return nil
+}
+
+// stop gives every message from index from on that has no error yet (it
+// was valid) an error matching ErrNotSent and reason.
+func (b *Batch) stop(from int, reason error) {
+	err := fmt.Errorf("%w: %w", ErrNotSent, reason)
+	for i := from; i < len(b.Errs); i++ {
+		if b.Errs[i] == nil {
+			b.Errs[i] = err
+		}
+	}
+}
+
+// chunk is one script call of a batch: the indexes of its messages in the
+// batch, the first of them, and the index after the last.
+type chunk struct {
+	index       []int
+	first, next int
+}
+
+// split groups the stamped messages (those with Data) into consecutive
+// chunks of at most MaxChunk messages and MaxChunkBytes bytes of envelopes
+// (a single larger message goes alone).
+func split(items []Item) []chunk {
+	var chunks []chunk
+	var cur chunk
+	size := 0
+	for i, it := range items {
+		if it.Data == nil {
+			continue
+		}
+		if len(cur.index) > 0 && (len(cur.index) == MaxChunk || size+len(it.Data) > MaxChunkBytes) {
+			chunks = append(chunks, cur)
+			cur, size = chunk{}, 0
+		}
+		if len(cur.index) == 0 {
+			cur.first = i
+		}
+		cur.index = append(cur.index, i)
+		cur.next = i + 1
+		size += len(it.Data)
+	}
+	if len(cur.index) > 0 {
+		chunks = append(chunks, cur)
+	}
+	return chunks
+}
