@@ -156,7 +156,7 @@ type Config struct {
 	// defaultsOf is the LockTTL from which DefaultConfig derived the
 	// timings it spelled out; 0 for a Config not made by DefaultConfig.
 	// Those timings the caller left as they were follow a LockTTL it
-	// changed (followLockTTL), as they do in a Config{LockTTL: ...}.
+	// changed (rescaledToLockTTL), as they do in a Config{LockTTL: ...}.
 	defaultsOf time.Duration
 }
 
@@ -197,10 +197,10 @@ func DefaultConfig() Config {
 	return c
 }
 
-// followLockTTL returns c with the timings DefaultConfig spelled out and
+// rescaledToLockTTL returns c with the timings DefaultConfig spelled out and
 // the caller left alone set back to zero when the caller changed LockTTL,
 // so that withDefaults derives them from the LockTTL set.
-func (c Config) followLockTTL() Config {
+func (c Config) rescaledToLockTTL() Config {
 	of := c.defaultsOf
 	c.defaultsOf = 0
 	ttl := c.LockTTL
@@ -243,7 +243,7 @@ func (c Config) followLockTTL() Config {
 // withDefaults returns c with every zero field set to its default: the
 // one place defaults are decided. NodeID stays as it is.
 func (c Config) withDefaults() Config {
-	c = c.followLockTTL()
+	c = c.rescaledToLockTTL()
 	if c.LockName == "" {
 		c.LockName = scripts.DefaultLockName
 	}
@@ -294,7 +294,7 @@ func (c Config) withDefaults() Config {
 // LockTTL / 3)"), so the message names the field the caller set. An empty
 // NodeID is valid: New fills in a UUID.
 func (c Config) Validate() error {
-	u := c.followLockTTL() // as the caller set it: zero where a default applies
+	u := c.rescaledToLockTTL() // as the caller set it: zero where a default applies
 	c = u.withDefaults()
 	var errs []error
 	if err := scripts.ValidateName("LockName", c.LockName); err != nil {

@@ -3,7 +3,6 @@ package masterelection
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/herdkit/herd/internal/atomicmax"
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/registry"
@@ -67,28 +67,6 @@ const (
 	stateStarted
 	stateStopping
 )
-
-// leadership is one mastership: from a successful acquire until the lock is
-// lost, the self-fencing deadline passes, or Stop releases it.
-type leadership struct {
-	term     int64
-	ctx      *masterCtx     // given to OnMasterAcquired handlers; done when the mastership ends (masterctx.go)
-	deadline atomic.Int64   // self-fencing deadline, nanoseconds after MasterElection.base
-	handlers sync.WaitGroup // OnMasterAcquired handlers not yet returned
-}
-
-// newLeadership returns mastership term, whose self-fencing deadline is
-// deadline (an offset from m.base) and whose ctx is also done when parent is.
-func (m *MasterElection) newLeadership(parent context.Context, term int64, deadline time.Duration) *leadership {
-	l := &leadership{term: term}
-	l.deadline.Store(int64(deadline))
-	m.newMasterCtx(parent, l)
-	return l
-}
-
-// end marks mastership l over for its ctx (and every RunIfMaster ctx of
-// it) at once; it never blocks.
-func (l *leadership) end() { l.ctx.cancel() }
 
 // New returns an election on client configured by cfg. It does not talk to
 // Redis; Start does.
@@ -160,228 +138,6 @@ func contextTimeoutEnabled(client redis.UniversalClient) bool {
 	return true
 }
 
-// Start begins taking part in the election. It returns once the first
-// election has resolved: this process is master (master-acquired and
-// election-completed(true) were emitted) or slave (election-completed(false)).
-// While Redis is unreachable or refuses the election's commands it keeps
-// trying until ctx ends; it then stops the election and returns an error
-// that wraps ctx's error and names the last error the attempts ran into
-// (also reported as error events). The election keeps running after Start
-// returns, until Stop; ctx bounds only the wait. When the lock key holds
-// something other than a string (another program's data), no process could
-// ever become master: Start stops and returns an error wrapping ErrGarbage
-// that names the key and its type; so it does, naming the value and the DEL
-// to run, when the term key holds something other than a term below
-// scripts.MaxTerm. When Redis refuses the user (a wrong password, an ACL
-// without PUBLISH, SUBSCRIBE or another command the election runs), Start
-// stops at once and returns an error wrapping ErrPermission that gives the
-// cause Redis gave; it has written nothing.
-func (m *MasterElection) Start(ctx context.Context) error {
-	m.mu.Lock()
-	switch m.state {
-	case stateStarted:
-		m.mu.Unlock()
-		return ErrAlreadyStarted
-	case stateStopping:
-		m.mu.Unlock()
-		return ErrStopped
-	}
-	m.state = stateStarted
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.cancel = cancel
-	m.stops = make(chan *stopRequest)
-	m.mu.Unlock()
-
-	var sub *subscription // the events subscription, handed to run
-	if !m.cfg.Standalone {
-		var err error
-		if sub, err = m.prepare(ctx, runCtx); err != nil {
-			m.closeDone()
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
-			defer cancel()
-			_ = m.Stop(stopCtx)
-			return fmt.Errorf("masterelection: start: %w", err)
-		}
-	}
-	go m.run(runCtx, sub)
-
-	select {
-	case <-m.resolved:
-		if sub != nil {
-			// In place before Start returns, or failed and reported: a
-			// release announced after Start returned is never missed.
-			select {
-			case <-sub.ready:
-			case <-ctx.Done():
-			}
-		}
-		return nil
-	case <-m.done:
-		return ErrStopped
-	case <-ctx.Done():
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
-		defer cancel()
-		_ = m.Stop(stopCtx)
-		if err := m.lastError(); err != nil {
-			// The cause is what the attempts ran into (a refusal by the ACL,
-			// a wrong password, …), not the deadline itself.
-			return m.withDialCause(ctx, fmt.Errorf("masterelection: start: first election did not resolve: %w (last error: %w)", ctx.Err(), err), err)
-		}
-		return m.withDialCause(ctx, fmt.Errorf("masterelection: start: first election did not resolve: %w", ctx.Err()), nil)
-	}
-}
-
-// lastError returns the latest error reported by an error event, or nil.
-func (m *MasterElection) lastError() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lastErr
-}
-
-// Stop leaves the election. On the master it cancels the ctx given to the
-// OnMasterAcquired handlers, waits for them to return, releases the lock
-// (the release notice makes a slave take over at once) and emits
-// master-lost. On every process it then stops the loops and waits for every
-// goroutine, including event handlers finishing the events already queued.
-// All waiting is bounded by ctx. Stop may be called more than once and from
-// several goroutines; later calls wait for the first and return its result.
-//
-// When ctx ends before the OnMasterAcquired handlers have returned, Stop
-// does not wait for them any longer: IsMaster turns false, the lock is
-// released all the same (with a fresh ctx bounded by HeartbeatInterval, so
-// that the others need not wait LockTTL), master-lost is emitted, and Stop
-// returns an error wrapping ErrHandlersRunning and ctx's error that says the
-// lock was released while a handler still ran. Another process may then be
-// master while that handler still runs: a handler must return when its ctx
-// is done, and write only with the term it was given (which fencing
-// refuses once another process is master).
-func (m *MasterElection) Stop(ctx context.Context) error {
-	m.mu.Lock()
-	if m.state == stateStopping {
-		m.mu.Unlock()
-		select {
-		case <-m.stopped:
-			return m.stopErr
-		case <-ctx.Done():
-			return fmt.Errorf("masterelection: stop: %w", ctx.Err())
-		}
-	}
-	wasStarted := m.state == stateStarted
-	m.state = stateStopping
-	m.mu.Unlock()
-
-	var errs []error
-	if wasStarted {
-		if m.lead.Load() != nil && !m.cfg.Standalone { // standalone: nothing to release
-			errs = append(errs, m.resignFirst(ctx))
-		}
-		m.cancel()
-		select {
-		case <-m.done:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
-		}
-		if l := m.lead.Load(); l != nil {
-			_, err := m.resign(ctx, l, 0, "stopped", "", 0)
-			errs = append(errs, err)
-		}
-		if reg := m.Registry(); reg != nil {
-			rctx, cancel := m.cleanupContext(ctx)
-			if err := reg.Unregister(rctx, m.cfg.NodeID); err != nil {
-				errs = append(errs, fmt.Errorf("unregister process: %w", err))
-			}
-			cancel()
-		}
-	} else {
-		m.closeDone()
-	}
-	errs = append(errs, m.bus.close(ctx))
-	m.stopErr = errors.Join(errs...)
-	if m.stopErr != nil {
-		m.stopErr = fmt.Errorf("masterelection: stop: %w", m.stopErr)
-	}
-	close(m.stopped)
-	return m.stopErr
-}
-
-func (m *MasterElection) closeDone() { m.doneOnce.Do(func() { close(m.done) }) }
-
-// resign ends mastership l gracefully: it cancels the ctx of l's
-// OnMasterAcquired handlers, waits for them to return (bounded by ctx and,
-// when positive, by handlerWait), releases the lock (the release is
-// announced, so a slave takes over at once; not in standalone mode) and
-// emits master-lost. released tells whether the lock was released.
-//
-// A successor, when not "", gets the released lock reserved for window
-// (see Transfer).
-func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait time.Duration, reason, successor string, window time.Duration) (released bool, err error) {
-	l.end()
-	var errs []error
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if handlerWait > 0 {
-		wctx, cancel = context.WithTimeout(ctx, handlerWait)
-	}
-	handlersDone := make(chan struct{})
-	go func() { l.handlers.Wait(); close(handlersDone) }()
-	var running error // the handlers had not returned when the wait ended
-	select {
-	case <-handlersDone:
-	case <-wctx.Done():
-		running = wctx.Err()
-	}
-	cancel()
-	// IsMaster turns false before the release: the release notice wakes
-	// the slaves, and one of them may be master a round trip later.
-	l.deadline.Store(0)
-	if !m.cfg.Standalone {
-		rctx, cancel := m.cleanupContext(ctx)
-		released, err = scripts.ReleaseTo(rctx, m.client, m.keys, m.cfg.NodeID, l.term, successor, window)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("release master lock: %w", err))
-		}
-	}
-	if running != nil {
-		what := "the lock was released while an OnMasterAcquired handler still ran: another process may be master before it returns"
-		if !released {
-			what = "an OnMasterAcquired handler still ran when the wait for it ended"
-		}
-		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrHandlersRunning, what, running))
-	}
-	m.endLeadership(l, reason)
-	return released, errors.Join(errs...)
-}
-
-// cleanupContext returns ctx when it is still live, or a fresh context
-// bounded by the operation timeout when ctx has already ended, so cleanup
-// that matters to others (the release) still gets its chance.
-func (m *MasterElection) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Err() == nil {
-		return context.WithTimeout(ctx, m.opTimeout())
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), min(m.opTimeout(), time.Second))
-}
-
-// WaitForElectionComplete waits until the first election has resolved and
-// reports whether this process is master. It returns ctx's error when ctx
-// ends first, ErrNotStarted before Start and ErrStopped after Stop.
-func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster bool, err error) {
-	m.mu.Lock()
-	state := m.state
-	m.mu.Unlock()
-	if state == stateNew {
-		return false, ErrNotStarted
-	}
-	select {
-	case <-m.resolved:
-		return m.IsMaster(), nil
-	case <-m.done:
-		return false, ErrStopped
-	case <-ctx.Done():
-		return false, fmt.Errorf("masterelection: wait for election: %w", ctx.Err())
-	}
-}
-
 // IsMaster reports whether this process is master now. It answers from the
 // self-fencing deadline on the local monotonic clock: once the time during
 // which the lock is certainly still this process's has passed, it returns
@@ -443,7 +199,7 @@ func (m *MasterElection) Master(ctx context.Context) (nodeID string, term int64,
 	if st.Garbage != "" {
 		return st.NodeID, st.Term, fmt.Errorf("%w: %s", ErrGarbage, st.Garbage)
 	}
-	m.observeTerm(st.Term)
+	m.noteTerm(st.Term)
 	return st.NodeID, st.Term, nil
 }
 
@@ -500,30 +256,7 @@ func (m *MasterElection) masterInfoJSON() ([]byte, error) {
 	return b, nil
 }
 
-// holds reports whether mastership l is still certain at now.
-func (m *MasterElection) holds(l *leadership, now time.Time) bool {
-	at := now.Sub(m.base)
-	for {
-		cur := l.deadline.Load()
-		if at < time.Duration(cur) {
-			return true
-		}
-		// Passed: latch it, so that a renewal whose reply comes now cannot
-		// move the deadline past this answer (see extend).
-		if cur == 0 || l.deadline.CompareAndSwap(cur, 0) {
-			return false
-		}
-	}
-}
-
 // opTimeout bounds one Redis call of the loops.
 func (m *MasterElection) opTimeout() time.Duration { return m.cfg.HeartbeatInterval }
 
-func (m *MasterElection) observeTerm(t int64) {
-	for {
-		cur := m.observedTerm.Load()
-		if t <= cur || m.observedTerm.CompareAndSwap(cur, t) {
-			return
-		}
-	}
-}
+func (m *MasterElection) noteTerm(t int64) { atomicmax.Raise(&m.observedTerm, t) }

@@ -457,3 +457,93 @@ func TestBusRecoversPanicsAndCallsObserversFirst(t *testing.T) {
 		t.Fatal("panic not reported")
 	}
 }
+
+func TestBusOrderAcrossOverflow(t *testing.T) {
+	// A handler that falls behind and catches up, again and again, moves
+	// the events from the emitter's channel to the overflow queue and back:
+	// every event still arrives once, in order, and no role event is lost.
+	b := newTestBus(t)
+	const n = 20 * listenerCap
+	var got []int64
+	done := make(chan struct{})
+	b.subscribe(topicSlaveRegistered, func(p payload) {
+		got = append(got, p.term)
+		if p.term%(listenerCap/2) == 0 {
+			time.Sleep(time.Millisecond) // behind, for a while
+		}
+		if p.term == n {
+			close(done)
+		}
+	})
+	for i := int64(1); i <= n; i++ {
+		b.emit(topicSlaveRegistered, payload{term: i})
+		if i%(3*listenerCap) == 0 {
+			time.Sleep(5 * time.Millisecond) // let it catch up
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d of %d events delivered", len(got), n)
+	}
+	for i, term := range got {
+		if term != int64(i+1) {
+			t.Fatalf("event %d has term %d: out of order", i+1, term)
+		}
+	}
+}
+
+func TestBusEmitDoesNotWaitForAFullChannel(t *testing.T) {
+	b := newTestBus(t)
+	release := make(chan struct{})
+	b.subscribe(topicMasterLost, func(payload) { <-release })
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for range 4 * listenerCap {
+			b.emit(topicMasterLost, payload{})
+		}
+	}()
+	select {
+	case <-finished:
+	case <-time.After(5 * time.Second):
+		t.Fatal("emit waited for a blocked handler")
+	}
+	close(release)
+}
+
+func TestBusUnsubscribeDropsOverflowAndCountsItDone(t *testing.T) {
+	// Events queued in the emitter's channel and beyond it, in the overflow
+	// queue, are all dropped on unsubscribe and counted done, so Stop's
+	// wait for the master-acquired handlers ends.
+	b := newTestBus(t)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var ran atomic.Int32
+	unsubscribe := b.subscribe(topicMasterAcquired, func(payload) {
+		ran.Add(1)
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	})
+	l := &leadership{term: 1}
+	b.emit(topicMasterAcquired, payload{term: 1, lead: l})
+	<-entered
+	for range 2 * listenerCap {
+		b.emit(topicMasterAcquired, payload{term: 1, lead: l})
+	}
+	unsubscribe()
+	close(release)
+	waited := make(chan struct{})
+	go func() { l.handlers.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler count not back to zero after unsubscribe")
+	}
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1: queued events ran after unsubscribe", n)
+	}
+}

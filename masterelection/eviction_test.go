@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/clock"
-	"github.com/herdkit/herd/internal/testsync"
+	"github.com/herdkit/herd/internal/testkit/testsync"
 	"github.com/herdkit/herd/scripts"
 )
 

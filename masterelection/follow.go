@@ -15,7 +15,7 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// lostAcquires is what follow knows about the acquires whose reply was lost
+// lostAcquires is what followLoop knows about the acquires whose reply was lost
 // since maybeHeld was set, to tell a lock they may have taken from a twin's
 // (another process running with the same NodeID).
 type lostAcquires struct {
@@ -41,11 +41,11 @@ func (la *lostAcquires) add(info []byte) {
 	la.infos = append(la.infos, info)
 }
 
-// follow is the slave role: check the lock every CheckInterval and when it
+// followLoop is the slave role: check the lock every CheckInterval and when it
 // would expire, contend when it is free (after a random jitter, or at once
 // when the master announced its release). It returns the new mastership, or
 // nil when ctx ends.
-func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership {
+func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leadership {
 	contend := ls.unresolved && m.candidate.Load() // Start's first attempt goes straight to the lock
 	timer := m.clock.NewTimer(0)
 	defer timer.Stop()
@@ -61,32 +61,23 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 		case req := <-m.transfers:
 			req.reply(ErrNotMaster)
 		case req := <-m.stops:
-			ls.stopped = true // no mastership to end: Stop stops the loop
+			ls.stopRequested = true // no mastership to end: Stop stops the loop
 			close(req.done)
 			return nil
-		case <-ls.subscribed:
-			// The subscription is in place only now (Start's first attempt
+		case <-ls.feedConfirmed:
+			// The notice feed is in place only now (Start's first attempt
 			// does not wait for it): a release announced between an earlier
 			// answer and now was missed, so ask Redis again.
-			ls.subscribed = nil
+			ls.feedConfirmed = nil
 			if !ls.unresolved && !contend {
 				timer.Reset(0)
 			}
 		case n := <-m.notices:
-			// A notice is a hint, never a fact: anyone who may PUBLISH on
-			// the channel can send one. It only makes this process ask
-			// Redis sooner; what Redis answers decides.
-			switch {
-			case n.Event == scripts.NoticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
-				if n.To == m.cfg.NodeID {
-					ls.holdOff = time.Time{} // named by a Transfer: an own step-down's hold-off gives way
-				}
-				// The acquire script is the question: it takes the lock
-				// only if it is free, and not after a data loss.
+			switch m.followHint(ls, n) {
+			case hintContend:
 				contend = true
 				timer.Reset(0)
-			case n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID:
-				ls.noteClaim(n, m.clock.Now())
+			case hintAsk:
 				if !contend && !ls.unresolved { // an attempt due, or Start's first, asks Redis anyway
 					timer.Reset(0) // check now: learn the new master and its term from Redis
 				}
@@ -107,7 +98,7 @@ func (m *MasterElection) follow(ctx context.Context, ls *loopState) *leadership 
 	}
 }
 
-// check runs the check script and decides what follow does next: contend
+// check runs the check script and decides what followLoop does next: contend
 // (after the returned delay) or check again (after it).
 func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool, next time.Duration) {
 	sent := m.clock.Now()
@@ -124,8 +115,8 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 	ls.retry.reset()
 	// The term key is never deleted and only grows: missing, or below a
 	// term seen on it, it tells that Redis lost data.
-	lost := (st.TermMissing || st.Term < m.ObservedTerm()) && !st.TermGarbage
-	if !lost {
+	dataLost := (st.TermMissing || st.Term < m.ObservedTerm()) && !st.TermGarbage
+	if !dataLost {
 		ls.lossWait = time.Time{}
 	}
 	if !st.Exists || st.NodeID != m.cfg.NodeID {
@@ -137,7 +128,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		m.confirmClaim(ls, st.NodeID, st.Term)
 	}
 	if !st.Exists {
-		if wait := m.dataLossWait(ls, lost); wait > 0 {
+		if wait := m.dataLossWait(ls, dataLost); wait > 0 {
 			return false, wait
 		}
 		if m.candidate.Load() {
@@ -146,7 +137,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		m.resolveAsSlave(ls)
 		return false, m.cfg.CheckInterval
 	}
-	m.observeTerm(st.Term)
+	m.noteTerm(st.Term)
 	if st.Garbage != "" {
 		m.emitError(fmt.Errorf("%w: %s", ErrGarbage, st.Garbage))
 	}
@@ -156,7 +147,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 			if m.releaseStale(ctx, st.Term) {
 				return m.candidate.Load(), 0
 			}
-		case lost:
+		case dataLost:
 			// The term key is gone or behind (a data loss, an eviction): the
 			// lock is most likely this process's own from before, which
 			// the renew script no longer accepts (it checks the term key).
@@ -168,7 +159,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 			// twin's lock would make two masters); it is reported when it
 			// is certainly a twin's.
 			if why := m.twinEvidence(ctx, ls, st, sent, replied); why != "" {
-				ls.maybeHeld, ls.lost = false, lostAcquires{}
+				ls.maybeHeld, ls.lostAcquires = false, lostAcquires{}
 				m.emitError(fmt.Errorf("%w: %q (term %d): %s", ErrDuplicateNodeID, m.cfg.NodeID, st.Term, why))
 			}
 		default:
@@ -193,7 +184,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 // the same clock reading with the same info, as on a coarse clock) cannot
 // be told from our own lost reply: that lock is left to expire unreported.
 func (m *MasterElection) twinEvidence(ctx context.Context, ls *loopState, st scripts.MasterState, sent, replied time.Time) string {
-	la := &ls.lost
+	la := &ls.lostAcquires
 	if st.TTL >= 0 {
 		lo, hi := sent.Add(st.TTL), replied.Add(st.TTL)
 		if la.term == st.Term {
@@ -251,8 +242,8 @@ func (m *MasterElection) twinEvidence(ctx context.Context, ls *loopState, st scr
 // check (Start, a release notice, a candidacy change): the acquire script
 // refuses to write while the term key is behind the seen term it is given
 // (seenForAcquire), answering DataLoss, and contend starts the wait here.
-func (m *MasterElection) dataLossWait(ls *loopState, lost bool) time.Duration {
-	if !lost || m.ObservedTerm() == 0 {
+func (m *MasterElection) dataLossWait(ls *loopState, dataLost bool) time.Duration {
+	if !dataLost || m.ObservedTerm() == 0 {
 		return 0
 	}
 	now := m.clock.Now()
@@ -271,30 +262,6 @@ func (m *MasterElection) dataLossWait(ls *loopState, lost bool) time.Duration {
 		return min(rest, m.cfg.CheckInterval)
 	}
 	return 0
-}
-
-// noteClaim keeps the acquired notice n for the next answer of Redis (a
-// check, or a renewal sent after it), which confirms or refutes it.
-func (ls *loopState) noteClaim(n notice, now time.Time) {
-	if n.Term > ls.claim.Term {
-		ls.claim, ls.claimAt = n, now
-	}
-}
-
-// confirmClaim compares the pending acquired notice with what Redis said:
-// holder holds the lock (or nobody, "") and term is the last minted term. A
-// notice that claims a term above it was not sent by a lock script of this
-// lock: it is reported, once, and forgotten, having changed nothing.
-func (m *MasterElection) confirmClaim(ls *loopState, holder string, term int64) {
-	c := ls.claim
-	if c.Term == 0 {
-		return
-	}
-	ls.claim = notice{}
-	if c.Term > term {
-		m.emitError(fmt.Errorf("%w: %.96q on %s claims that %q took the lock with term %d, but Redis has term %d held by %q: ignored",
-			ErrUnconfirmedNotice, c.raw, m.keys.Events, c.NodeID, c.Term, term, holder))
-	}
 }
 
 // seenForAcquire is the seen-term argument of the acquire script: the
@@ -349,7 +316,7 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 			ls.tookLock(res.Term) // acquired, but void (too few replicas) and its release failed
 		} else {
 			ls.maybeHeld = true // the script may have run although its reply was lost
-			ls.lost.add(info)
+			ls.lostAcquires.add(info)
 		}
 		if ctx.Err() == nil {
 			m.emitError(fmt.Errorf("acquire master lock: %w", err))
@@ -370,19 +337,19 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	if res.Reserved {
 		// A Transfer reserved the free lock for another node: look again
 		// when the reservation ends, unless that node took it.
-		m.observeTerm(res.HolderTerm)
+		m.noteTerm(res.HolderTerm)
 		m.complete(ls, false)
 		return nil, m.untilExpiry(res.TTL)
 	}
 	if res.Term == 0 {
-		m.observeTerm(res.HolderTerm)
+		m.noteTerm(res.HolderTerm)
 		if res.Holder == m.cfg.NodeID {
 			// Ours from an attempt whose reply was lost: an earlier one, or
 			// this very call, which go-redis sent again after losing its reply
 			// (MaxRetries) and which then found its own lock. Or a twin's.
 			// check sorts it out, as after any lost reply.
 			ls.maybeHeld = true
-			ls.lost.add(info)
+			ls.lostAcquires.add(info)
 			return nil, 0
 		}
 		if res.Garbage != "" {
@@ -394,25 +361,44 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 
 	l := m.newLeadership(ctx, res.Term, m.deadlineAfter(sent))
 	ls.tookLock(res.Term)
-	m.observeTerm(res.Term)
+	m.noteTerm(res.Term)
 	m.lead.Store(l)
 	m.log.Info().Int64("term", res.Term).Msg("became master")
 	m.bus.emit(topicMasterAcquired, payload{term: res.Term, lead: l})
-	// The handlers' runners were made runnable on this goroutine's
-	// processor, where they would wait until this loop blocks or another
-	// processor wakes up to take them: about 100 µs here, with the
-	// registration and the slave tracker started below going first, most
-	// of a handover's last phase (docs/performance.md, row 4). Yield once
-	// so that OnMasterAcquired starts now. The next renewal is a
+	// The handlers' runners, waiting on their emitter channels, were made
+	// runnable on this goroutine's processor, where they would wait until
+	// this loop blocks or another processor wakes up to take them, behind
+	// the registration and the slave tracker started below: most of a
+	// handover's last phase (docs/performance.md, row 4). Yield once so
+	// that OnMasterAcquired starts now. The next renewal is a
 	// HeartbeatInterval away; a handler that computes without blocking
-	// holds this loop for about a scheduler time slice (10 ms) at worst,
-	// until another processor takes the loop or the handler is preempted.
+	// holds this loop for a scheduler time slice at worst, until another
+	// processor takes the loop or the handler is preempted.
 	runtime.Gosched()
 	m.complete(ls, true)
 	m.setRole(registry.RoleMaster, res.Term)
 	m.bg.Add(1)
 	go m.trackSlaves(l)
 	return l, 0
+}
+
+// acquire runs the acquire script, waiting for replicas when configured.
+// A lock acquired with too few acknowledgements is released at once (pinned
+// to its term) and reported as an error wrapping ErrReplicas; when that
+// release fails, the error comes with the term, so the loop knows the lock
+// that may still be its own.
+func (m *MasterElection) acquire(ctx context.Context, info []byte, seen int64) (scripts.Acquired, error) {
+	if m.cfg.WaitReplicas <= 0 {
+		return scripts.Acquire(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, seen)
+	}
+	res, acked, err := scripts.AcquireReplicated(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, seen, m.cfg.replication())
+	if err != nil || res.Term == 0 || acked >= int64(m.cfg.WaitReplicas) {
+		return res, err
+	}
+	if _, rerr := scripts.Release(ctx, m.client, m.keys, m.cfg.NodeID, res.Term); rerr != nil {
+		return scripts.Acquired{Term: res.Term}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term, rerr)
+	}
+	return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, released", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term)
 }
 
 // untilExpiry is when to look at a lock with remaining time ttl again: at

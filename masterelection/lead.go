@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/clock"
-	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -39,11 +38,7 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 			m.stopAsMaster(ls, l, req)
 			return
 		case n := <-m.notices:
-			// Another master announced? Only Redis can say: a renewal now
-			// either extends this mastership or, the lock gone, ends it.
-			if n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
-				now := m.clock.Now()
-				ls.noteClaim(n, now)
+			if now := m.clock.Now(); m.leadHint(ls, l, n, now) == hintAsk {
 				rn.attempt(now)
 			}
 		}
@@ -69,9 +64,9 @@ type renewals struct {
 	l        *leadership
 	ctx      context.Context // the attempts' ctx, ended by stop
 	cancel   context.CancelFunc
-	results  chan renewal // never full: at most maxRenewAttempts unread
-	due      clock.Timer  // the next renewal, or the next attempt of an unanswered one
-	deadline clock.Timer  // the self-fencing deadline
+	results  chan renewOutcome // never full: at most maxRenewAttempts unread
+	due      clock.Timer       // the next renewal, or the next attempt of an unanswered one
+	deadline clock.Timer       // the self-fencing deadline
 
 	inFlight int  // attempts started and not yet read from results
 	pending  bool // a renewal is due and no attempt of it has succeeded
@@ -81,7 +76,7 @@ func (m *MasterElection) newRenewals(ctx context.Context, ls *loopState, l *lead
 	actx, cancel := context.WithCancel(ctx)
 	return &renewals{
 		m: m, ls: ls, l: l, ctx: actx, cancel: cancel,
-		results:  make(chan renewal, maxRenewAttempts),
+		results:  make(chan renewOutcome, maxRenewAttempts),
 		due:      m.clock.NewTimer(m.cfg.HeartbeatInterval),
 		deadline: m.clock.NewTimer(m.remaining(l, m.clock.Now())),
 	}
@@ -127,20 +122,20 @@ func (rn *renewals) attempt(now time.Time) {
 		return
 	}
 	rn.inFlight++
-	rn.ls.renewals.Add(1)
+	rn.ls.renewAttempts.Add(1)
 	go func() {
-		defer rn.ls.renewals.Done()
+		defer rn.ls.renewAttempts.Done()
 		rctx, cancel := context.WithTimeout(rn.ctx, min(rest, maxRenewAttempts*m.renewRetry()))
 		ok, err := m.renew(rctx, rn.l.term)
 		cancel()
 		m.observeRenew(rn.ctx, rn.l.term, now, ok, err)
-		rn.results <- renewal{sent: now, ok: ok, err: err}
+		rn.results <- renewOutcome{sent: now, ok: ok, err: err}
 	}()
 }
 
 // outcome applies the outcome of one attempt, and returns the reason the
 // mastership ends, or "".
-func (rn *renewals) outcome(r renewal) string {
+func (rn *renewals) outcome(r renewOutcome) string {
 	m, ls, l := rn.m, rn.ls, rn.l
 	rn.inFlight--
 	now := m.clock.Now()
@@ -168,7 +163,7 @@ func (rn *renewals) outcome(r renewal) string {
 	case !m.extend(l, m.deadlineAfter(r.sent)):
 		// Too late: IsMaster has said false since the deadline, and a
 		// mastership never comes back. The lock, renewed, is ours under
-		// heldTerm: follow releases it.
+		// heldTerm: followLoop releases it.
 		return "self-fencing deadline passed before a renewal's reply"
 	}
 	ls.retry.reset()
@@ -183,30 +178,12 @@ func (rn *renewals) outcome(r renewal) string {
 	return ""
 }
 
-// extend moves l's self-fencing deadline forward to d, unless the deadline
-// in force has passed: it reports false then, and the mastership is over.
-// The check and the move are one atomic step against holds, which latches
-// a passed deadline at zero, so IsMaster never turns true again once it has
-// said false.
-func (m *MasterElection) extend(l *leadership, d time.Duration) bool {
-	for {
-		cur := l.deadline.Load()
-		if m.clock.Now().Sub(m.base) >= time.Duration(cur) {
-			l.deadline.CompareAndSwap(cur, 0)
-			return false
-		}
-		if int64(d) <= cur || l.deadline.CompareAndSwap(cur, int64(d)) {
-			return true
-		}
-	}
-}
-
 // maxRenewAttempts is how many renew attempts of one mastership may be in
 // flight at once.
 const maxRenewAttempts = 4
 
-// renewal is the outcome of one renew attempt.
-type renewal struct {
+// renewOutcome is the outcome of one renew attempt.
+type renewOutcome struct {
 	sent time.Time // when the attempt was sent, on the local clock
 	ok   bool      // the lock was renewed
 	err  error
@@ -218,20 +195,6 @@ type renewal struct {
 // StepDownMargin after the renewal was due).
 func (m *MasterElection) renewRetry() time.Duration {
 	return max(m.cfg.HeartbeatInterval/2, time.Millisecond)
-}
-
-// handOver ends mastership l gracefully while the election goes on (the
-// process stopped being a candidate): the handlers get until the next
-// renewal would be due to return, then the lock is released.
-func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leadership) {
-	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
-	released, err := m.resign(ctx, l, wait, "no longer a candidate: handed over", "", 0)
-	if err != nil {
-		m.emitError(fmt.Errorf("hand over: %w", err))
-	}
-	if released {
-		ls.lockGone()
-	}
 }
 
 // renew runs the renew script, waiting for replicas when configured; too
@@ -248,30 +211,16 @@ func (m *MasterElection) renew(ctx context.Context, term int64) (bool, error) {
 	return ok, err
 }
 
-// endLeadership ends mastership l: IsMaster turns false, l's ctx is
-// cancelled, master-lost is emitted. It does nothing if l already ended.
-func (m *MasterElection) endLeadership(l *leadership, reason string) {
-	if !m.lead.CompareAndSwap(l, nil) {
-		return
+// handOver ends mastership l gracefully while the election goes on (the
+// process stopped being a candidate): the handlers get until the next
+// renewal would be due to return, then the lock is released.
+func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leadership) {
+	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
+	released, err := m.resign(ctx, l, wait, "no longer a candidate: handed over", "", 0)
+	if err != nil {
+		m.emitError(fmt.Errorf("hand over: %w", err))
 	}
-	// The ctx ends before anything that can wait (trackMu is held by slave
-	// events, which may be queued behind a slow handler's): nothing may keep
-	// it live once the mastership is over.
-	l.end()
-	m.trackMu.Lock()
-	m.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
-	m.observeStepDown(l.term, reason)
-	m.bus.emit(topicMasterLost, payload{term: l.term})
-	m.trackMu.Unlock()
-	m.setRole(registry.RoleSlave, 0)
-}
-
-// deadlineAfter is the self-fencing deadline of a lock (re)written by a call
-// sent at sent, as an offset from m.base.
-func (m *MasterElection) deadlineAfter(sent time.Time) time.Duration {
-	return sent.Sub(m.base) + m.cfg.LockTTL - m.cfg.StepDownMargin
-}
-
-func (m *MasterElection) remaining(l *leadership, now time.Time) time.Duration {
-	return time.Duration(l.deadline.Load()) - now.Sub(m.base)
+	if released {
+		ls.lockGone()
+	}
 }

@@ -2,7 +2,6 @@ package masterelection
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -12,33 +11,33 @@ import (
 
 // loopState is owned by the run goroutine.
 type loopState struct {
-	unresolved bool            // the first election has not resolved yet
-	inElection bool            // election-started was emitted and its election-completed not yet
-	heldTerm   int64           // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
-	maybeHeld  bool            // an acquire's reply was lost: the lock may be ours under a term we never learnt
-	lost       lostAcquires    // the acquires whose reply was lost since maybeHeld was set
-	lossWait   time.Time       // after a data loss: do not contend before this instant
-	lossTerm   int64           // the observed term when lossWait was set: a higher one means a newer loss
-	claim      notice          // the acquired notice with the highest term that Redis has not yet been asked about
-	claimAt    time.Time       // when claim arrived: only an answer to a call sent since can refute it
-	holdOff    time.Time       // after a Transfer: do not contend before this instant
-	retry      backoff         // after Redis errors
-	subscribed <-chan struct{} // closed when the events subscription is confirmed; nil once follow has seen it
-	stopped    bool            // Stop's request came (stop.go): run returns without another attempt
+	unresolved    bool            // the first election has not resolved yet
+	inElection    bool            // election-started was emitted and its election-completed not yet
+	heldTerm      int64           // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
+	maybeHeld     bool            // an acquire's reply was lost: the lock may be ours under a term we never learnt
+	lostAcquires  lostAcquires    // the acquires whose reply was lost since maybeHeld was set
+	lossWait      time.Time       // after a data loss: do not contend before this instant
+	lossTerm      int64           // the observed term when lossWait was set: a higher one means a newer loss
+	claim         notice          // the acquired notice with the highest term that Redis has not yet been asked about
+	claimAt       time.Time       // when claim arrived: only an answer to a call sent since can refute it
+	holdOff       time.Time       // after a Transfer: do not contend before this instant
+	retry         backoff         // after Redis errors
+	feedConfirmed <-chan struct{} // closed when the notice feed is confirmed (noticeFeed); nil once followLoop has seen it
+	stopRequested bool            // Stop's request came (stop.go): run returns without another attempt
 
 	// haltMembership stops the membership loop and waits for it (Stop's
 	// resignation does so before the release: no registry write of this
 	// process may follow it, Stop unregisters).
 	haltMembership func()
 
-	// renewals counts the renew attempts still running; run waits for them
+	// renewAttempts counts the renew attempts still running; run waits for them
 	// before it returns. Only the attempts touch it besides run.
-	renewals sync.WaitGroup
+	renewAttempts sync.WaitGroup
 }
 
 // tookLock records that the lock under term is this process's: it may
 // outlive the mastership (a step-down on the deadline, a failed release),
-// and follow releases it then.
+// and followLoop releases it then.
 func (ls *loopState) tookLock(term int64) { ls.heldTerm = term }
 
 // lockGone records that no lock of this process's remains: it was released,
@@ -48,14 +47,14 @@ func (ls *loopState) lockGone() { ls.heldTerm = 0 }
 // lockNotOurs records a check that found the lock free or another node's:
 // no lock of ours lingers, and no lost acquire of ours took it.
 func (ls *loopState) lockNotOurs() {
-	ls.heldTerm, ls.maybeHeld, ls.lost = 0, false, lostAcquires{}
+	ls.heldTerm, ls.maybeHeld, ls.lostAcquires = 0, false, lostAcquires{}
 }
 
 // run is the election's single loop: it owns the role, the timers and every
-// Redis call of the election, alternating between follow (slave) and lead
-// (master) until ctx ends. sub is the events subscription Start made (nil in
+// Redis call of the election, alternating between followLoop (slave) and
+// leadLoop (master) until ctx ends. feed is the notice feed Start opened (nil in
 // standalone mode); run closes it.
-func (m *MasterElection) run(ctx context.Context, sub *subscription) {
+func (m *MasterElection) run(ctx context.Context, feed *noticeFeed) {
 	defer m.closeDone()
 	if m.cfg.Standalone {
 		m.runStandalone(ctx)
@@ -72,18 +71,18 @@ func (m *MasterElection) run(ctx context.Context, sub *subscription) {
 		m.membership(memCtx)
 	}()
 	var wg sync.WaitGroup
-	closeNotices := m.listen(ctx, &wg, sub)
+	closeFeed := m.readFeed(ctx, &wg, feed)
 	defer wg.Wait()
-	defer closeNotices()
+	defer closeFeed()
 
-	ls := &loopState{unresolved: true, subscribed: sub.confirmed}
+	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed}
 	ls.haltMembership = func() {
 		stopMembership()
 		<-membershipDone
 	}
-	defer ls.renewals.Wait()
-	for ctx.Err() == nil && !ls.stopped {
-		if l := m.follow(ctx, ls); l != nil {
+	defer ls.renewAttempts.Wait()
+	for ctx.Err() == nil && !ls.stopRequested {
+		if l := m.followLoop(ctx, ls); l != nil {
 			m.leadLoop(ctx, ls, l)
 		}
 	}
@@ -98,23 +97,17 @@ func (m *MasterElection) run(ctx context.Context, sub *subscription) {
 	}
 }
 
-// acquire runs the acquire script, waiting for replicas when configured.
-// A lock acquired with too few acknowledgements is released at once (pinned
-// to its term) and reported as an error wrapping ErrReplicas; when that
-// release fails, the error comes with the term, so the loop knows the lock
-// that may still be its own.
-func (m *MasterElection) acquire(ctx context.Context, info []byte, seen int64) (scripts.Acquired, error) {
-	if m.cfg.WaitReplicas <= 0 {
-		return scripts.Acquire(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, seen)
-	}
-	res, acked, err := scripts.AcquireReplicated(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, seen, m.cfg.replication())
-	if err != nil || res.Term == 0 || acked >= int64(m.cfg.WaitReplicas) {
-		return res, err
-	}
-	if _, rerr := scripts.Release(ctx, m.client, m.keys, m.cfg.NodeID, res.Term); rerr != nil {
-		return scripts.Acquired{Term: res.Term}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term, rerr)
-	}
-	return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, released", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term)
+// runStandalone is run in standalone mode: master at once, until Stop.
+func (m *MasterElection) runStandalone(ctx context.Context) {
+	m.bus.emit(topicElectionStarted, payload{})
+	term := m.clock.Now().UnixMilli()
+	l := m.newLeadership(ctx, term, time.Duration(^uint64(0)>>1)) // never: nothing can take it away
+	m.noteTerm(term)
+	m.lead.Store(l)
+	m.bus.emit(topicMasterAcquired, payload{term: term, lead: l})
+	m.bus.emit(topicElectionCompleted, payload{isMaster: true})
+	close(m.resolved)
+	<-ctx.Done()
 }
 
 // complete emits election-completed for the election in progress, and

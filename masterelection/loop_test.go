@@ -313,7 +313,7 @@ func TestDataLossWaitPerLoss(t *testing.T) {
 	n := w.node(testConfig("a"))
 	ttl := n.cfg.LockTTL
 	ls := &loopState{}
-	n.observeTerm(7)
+	n.noteTerm(7)
 	if d := n.dataLossWait(ls, true); d <= 0 {
 		t.Fatalf("first sight of a loss: wait %v, want up to LockTTL", d)
 	}
@@ -321,7 +321,7 @@ func TestDataLossWaitPerLoss(t *testing.T) {
 	if d := n.dataLossWait(ls, true); d != 0 {
 		t.Fatalf("LockTTL after the loss: wait %v, want 0 (contend)", d)
 	}
-	n.observeTerm(9) // elected after the loss, learnt from its notice
+	n.noteTerm(9) // elected after the loss, learnt from its notice
 	n.clk.Advance(time.Millisecond)
 	if d := n.dataLossWait(ls, true); d <= 0 {
 		t.Fatalf("a second loss after term 9 was elected: wait %v, want a new wait", d)

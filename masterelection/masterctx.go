@@ -29,40 +29,40 @@ type masterCtx struct {
 	done  chan struct{}
 	ended atomic.Bool // set before done closes; read without the lock
 
-	mu     sync.Mutex
-	closed bool          // done is closed
-	stops  []func() bool // undo the AfterFuncs registered by follow
+	mu      sync.Mutex
+	closed  bool          // done is closed
+	unlinks []func() bool // undo the AfterFuncs registered by cancelWith
 }
 
 // newMasterCtx returns a context of mastership l, done also when parent is.
 // The mastership's own ctx (l.ctx) also runs the deadline timer; a RunIfMaster
-// ctx follows l.ctx instead.
+// ctx ends with l.ctx instead.
 func (m *MasterElection) newMasterCtx(parent context.Context, l *leadership) *masterCtx {
 	c := &masterCtx{parent: parent, m: m, l: l, done: make(chan struct{})}
 	own := l.ctx == nil
 	if own {
 		l.ctx = c
 	}
-	c.follow(parent)
+	c.cancelWith(parent)
 	if own {
 		go c.watchDeadline()
 	} else {
-		c.follow(l.ctx)
+		c.cancelWith(l.ctx)
 	}
 	c.poll()
 	return c
 }
 
-// follow ends c when ctx ends.
-func (c *masterCtx) follow(ctx context.Context) {
-	stop := context.AfterFunc(ctx, c.cancel)
+// cancelWith ends c when ctx ends.
+func (c *masterCtx) cancelWith(ctx context.Context) {
+	unlink := context.AfterFunc(ctx, c.cancel)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		stop()
+		unlink()
 		return
 	}
-	c.stops = append(c.stops, stop)
+	c.unlinks = append(c.unlinks, unlink)
 	c.mu.Unlock()
 }
 
@@ -102,11 +102,11 @@ func (c *masterCtx) cancel() {
 	}
 	c.closed = true
 	close(c.done)
-	stops := c.stops
-	c.stops = nil
+	unlinks := c.unlinks
+	c.unlinks = nil
 	c.mu.Unlock()
-	for _, stop := range stops {
-		stop()
+	for _, unlink := range unlinks {
+		unlink()
 	}
 }
 

@@ -226,13 +226,13 @@ func TestSlaveEventNeedsTheMastership(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			l := n.newLeadership(ctx, 7, n.clk.Now().Sub(n.base)+tt.deadline)
-			defer l.end()
+			defer l.endCtx()
 			if tt.current {
 				n.lead.Store(l)
 				defer n.lead.Store(nil)
 			}
 			if tt.cancel {
-				l.end()
+				l.endCtx()
 			}
 			n.slaveEvent(l, topicSlaveRemoved, payload{nodeID: "b"})
 			n.slaveEvent(l, topicSlaveRegistered, payload{slave: registry.SlaveNode{NodeID: "c"}})

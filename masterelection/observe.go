@@ -238,7 +238,7 @@ func (m *MasterElection) observeStepDown(term int64, reason string) {
 }
 
 // stepDownReason classifies the words the loop gives endLeadership (lead.go,
-// election.go, transfer.go). TestStepDownReasons drives every path.
+// stop.go, transfer.go). TestStepDownReasons drives every path.
 func stepDownReason(detail string) StepDownReason {
 	switch {
 	case strings.HasPrefix(detail, "self-fencing deadline passed"):

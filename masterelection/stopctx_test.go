@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 )
 
 // TestStopCtxEndsBeforeHandlers: on a real server, Stop with a ctx that

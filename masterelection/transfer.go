@@ -118,7 +118,7 @@ func (m *MasterElection) awaitSuccessor(ctx context.Context, to string, from int
 		case err != nil:
 			// Redis unreachable for now: the hand-over itself is done.
 		case st.Exists && st.Term > from:
-			m.observeTerm(st.Term)
+			m.noteTerm(st.Term)
 			if (to != "" && st.NodeID != to) || st.NodeID == m.cfg.NodeID {
 				return fmt.Errorf("masterelection: transfer: %w: %q is master with term %d", ErrTransferNotTaken, st.NodeID, st.Term)
 			}

@@ -13,45 +13,124 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// subscription is the election's subscription to its events channel (and
-// control channel), made by Start while the rest of Start goes on.
-type subscription struct {
-	ps *redis.PubSub
-	// ready is closed when the subscription is confirmed by the server or
-	// its attempts have failed (then go-redis keeps subscribing again by
-	// itself once listen reads ps, and polling covers the gap); confirmed
-	// is closed only in the first case, before ready.
-	ready, confirmed chan struct{}
-	cancel           context.CancelFunc // ends the attempts
+// Start begins taking part in the election. It returns once the first
+// election has resolved: this process is master (master-acquired and
+// election-completed(true) were emitted) or slave (election-completed(false)).
+// While Redis is unreachable or refuses the election's commands it keeps
+// trying until ctx ends; it then stops the election and returns an error
+// that wraps ctx's error and names the last error the attempts ran into
+// (also reported as error events). The election keeps running after Start
+// returns, until Stop; ctx bounds only the wait. When the lock key holds
+// something other than a string (another program's data), no process could
+// ever become master: Start stops and returns an error wrapping ErrGarbage
+// that names the key and its type; so it does, naming the value and the DEL
+// to run, when the term key holds something other than a term below
+// scripts.MaxTerm. When Redis refuses the user (a wrong password, an ACL
+// without PUBLISH, SUBSCRIBE or another command the election runs), Start
+// stops at once and returns an error wrapping ErrPermission that gives the
+// cause Redis gave; it has written nothing.
+func (m *MasterElection) Start(ctx context.Context) error {
+	m.mu.Lock()
+	switch m.state {
+	case stateStarted:
+		m.mu.Unlock()
+		return ErrAlreadyStarted
+	case stateStopping:
+		m.mu.Unlock()
+		return ErrStopped
+	}
+	m.state = stateStarted
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	m.stops = make(chan *stopRequest)
+	m.mu.Unlock()
+
+	var feed *noticeFeed // the notice feed, handed to run
+	if !m.cfg.Standalone {
+		var err error
+		if feed, err = m.prepare(ctx, runCtx); err != nil {
+			m.closeDone()
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
+			defer cancel()
+			_ = m.Stop(stopCtx)
+			return fmt.Errorf("masterelection: start: %w", err)
+		}
+	}
+	go m.run(runCtx, feed)
+
+	select {
+	case <-m.resolved:
+		if feed != nil {
+			// In place before Start returns, or failed and reported: a
+			// release announced after Start returned is never missed.
+			select {
+			case <-feed.ready:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	case <-m.done:
+		return ErrStopped
+	case <-ctx.Done():
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
+		defer cancel()
+		_ = m.Stop(stopCtx)
+		if err := m.lastError(); err != nil {
+			// The cause is what the attempts ran into (a refusal by the ACL,
+			// a wrong password, …), not the deadline itself.
+			return m.withDialCause(ctx, fmt.Errorf("masterelection: start: first election did not resolve: %w (last error: %w)", ctx.Err(), err), err)
+		}
+		return m.withDialCause(ctx, fmt.Errorf("masterelection: start: first election did not resolve: %w", ctx.Err()), nil)
+	}
 }
 
-// close ends the attempts, closes the subscription and waits for the
-// goroutine that made it.
-func (s *subscription) close() {
-	s.cancel()
-	_ = s.ps.Close()
-	<-s.ready
+// lastError returns the latest error reported by an error event, or nil.
+func (m *MasterElection) lastError() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastErr
+}
+
+// WaitForElectionComplete waits until the first election has resolved and
+// reports whether this process is master. It returns ctx's error when ctx
+// ends first, ErrNotStarted before Start and ErrStopped after Stop.
+func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster bool, err error) {
+	m.mu.Lock()
+	state := m.state
+	m.mu.Unlock()
+	if state == stateNew {
+		return false, ErrNotStarted
+	}
+	select {
+	case <-m.resolved:
+		return m.IsMaster(), nil
+	case <-m.done:
+		return false, ErrStopped
+	case <-ctx.Done():
+		return false, fmt.Errorf("masterelection: wait for election: %w", ctx.Err())
+	}
 }
 
 // prepare does what Start needs before the election loop runs: it opens
 // the process registry (membership and slave tracking need it from the
 // first election on), reads the eviction policy and refuses a lock key that
-// holds garbage, and it subscribes to the events channel. The questions
+// holds garbage, and it opens the notice feed (openFeed). The questions
 // these put to Redis (the registry's backend probe, INFO memory, the lock
 // check) go out as one pipeline, one round trip on one connection (ask);
-// the subscription, which dials a connection of its own, goes on meanwhile,
-// and while the loop makes its first attempt (follow checks the lock again
-// if that attempt was answered before the subscription was in place, and
-// Start returns only once it is). Start thus waits for the slower of the
-// two, not for their sum (docs/performance.md, row 3s). What Redis did not
-// answer at first (it was unreachable, and the registry kept probing until
-// it answered) is asked again once the registry is open, so a Redis that
-// comes up late gets the same checks as one that was there all along.
+// the feed's subscription, which dials a connection of its own, goes on
+// meanwhile, and while the loop makes its first attempt (followLoop checks
+// the lock again if that attempt was answered before the feed was in
+// place, and Start returns only once it is). Start thus waits for the
+// slower of the two, not for their sum (docs/performance.md, row 3s).
+// What Redis did not answer at first (it was unreachable, and the registry
+// kept probing until it answered) is asked again once the registry is
+// open, so a Redis that comes up late gets the same checks as one that was
+// there all along.
 // runCtx ends when Stop is called.
 //
-// The subscription is returned for run; on an error Start fails, and
+// The feed is returned for run; on an error Start fails, and
 // every goroutine prepare started has returned.
-func (m *MasterElection) prepare(ctx, runCtx context.Context) (*subscription, error) {
+func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, error) {
 	openCtx, stopOpen := context.WithCancel(ctx)
 	defer stopOpen()
 	go func() {
@@ -63,15 +142,15 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*subscription, er
 	}()
 
 	opened := make(chan struct{}) // the registry is open: Redis answers
-	sub := m.subscribe(runCtx, opened)
+	feed := m.openFeed(runCtx, opened)
 	first := m.ask(openCtx)
 	if first.refused != nil { // no election can work as this user
-		sub.close()
+		feed.close()
 		return nil, first.refused
 	}
 	reg, err := m.openFirst(openCtx, first)
 	if err != nil {
-		sub.close()
+		feed.close()
 		return nil, err
 	}
 	close(opened)
@@ -89,10 +168,10 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*subscription, er
 		garbage, _ = m.garbageLock(openCtx)
 	}
 	if garbage != nil { // no election can work on this lock
-		sub.close()
+		feed.close()
 		return nil, garbage
 	}
-	return sub, nil
+	return feed, nil
 }
 
 // answers is what Start's first round trip (ask) found.
@@ -208,15 +287,4 @@ func (m *MasterElection) openFirst(ctx context.Context, a answers) (*registry.Re
 	}
 	m.emitError(fmt.Errorf("open process registry: %w", err))
 	return m.openRegistry(ctx)
-}
-
-// registryConfig is the configuration of the election's registry, for
-// openFirst and openRegistry's attempts.
-func (m *MasterElection) registryConfig() registry.Config {
-	return registry.Config{
-		ProcessTTL: m.cfg.ProcessTTL,
-		Backend:    m.cfg.RegistryBackend,
-		Logger:     m.log,
-		OnError:    m.emitError,
-	}
 }
