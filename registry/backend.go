@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -32,24 +33,6 @@ const (
 	BackendEmulated Backend = "emulated"
 )
 
-// backend stores the registry's entries, each with its own TTL. Every method
-// is one round trip and safe for concurrent use.
-type backend interface {
-	// put writes the entry of p.ID (p.Fallback instead when a master write
-	// is fenced) and reports whether it was absent before.
-	put(ctx context.Context, p scripts.Put) (scripts.Stored, error)
-	// remove deletes the entry of id (only while it holds *guard when guard
-	// is not nil) and returns the version minted for the deletion, 0 when
-	// no live entry was deleted.
-	remove(ctx context.Context, id string, guard *string, reason string) (int64, error)
-	// read returns the live entries of ids, or all live entries when ids is
-	// empty, and the ids it removed because they had expired (emulated
-	// only). With versioned it also returns the registry's version as of
-	// the read, atomically (a transaction); without, the view's Version may
-	// be 0.
-	read(ctx context.Context, ids []string, versioned bool) (scripts.RegistryView, error)
-}
-
 // pickBackend returns the backend to use on a server that answered the
 // probe with p: want, when the server runs it, or the best one it runs when
 // want is BackendAuto.
@@ -75,43 +58,93 @@ func pickBackend(p Probed, want Backend) (Backend, error) {
 	return want, nil
 }
 
-func newBackend(b Backend, c redis.UniversalClient, k scripts.Keys) backend {
-	if b == BackendEmulated {
-		return typeChecked{emulated{c: c, k: k}, []string{k.Processes, k.ProcessesExpiry}}
+// store keeps the registry's entries, each with its own TTL, as its
+// backend says. Every method is one round trip and safe for concurrent use.
+// When Redis refuses a command because a registry key holds another type
+// than herd writes (someone else wrote it), the error wraps ErrCorruptEntry
+// and names the keys, which Redis's WRONGTYPE does not.
+//
+// With the native and the hpexpire backend the server expires each hash
+// field itself, so reads are plain HGETALL and HGET and never return an
+// expired entry; the two differ only in the command registry_put.lua uses.
+// The emulated backend keeps each entry's deadline (server TIME + TTL, in
+// ms) in the sorted set Keys.ProcessesExpiry: writes set both in one
+// script, and every read runs registry_expire.lua, which deletes and
+// announces the entries whose deadline has passed, in one MULTI with its
+// HGETALL or HMGET (and the version counter's GET), so no read returns an
+// expired entry.
+type store struct {
+	mode string // scripts.TTLNative, TTLHPExpire or TTLEmulated, the names of the backends
+	c    redis.UniversalClient
+	k    scripts.Keys
+}
+
+// put writes the entry of p.ID (p.Fallback instead when a master write is
+// fenced) and reports whether it was absent before.
+func (s store) put(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
+	p.Mode = s.mode
+	st, err := scripts.RegistryPut(ctx, s.c, s.k, p)
+	return st, s.check(err)
+}
+
+// remove deletes the entry of id (only while it holds *guard when guard is
+// not nil) and returns the version minted for the deletion, 0 when no live
+// entry was deleted.
+func (s store) remove(ctx context.Context, id string, guard *string, reason string) (int64, error) {
+	v, err := scripts.RegistryRemove(ctx, s.c, s.k, id, guard, reason)
+	return v, s.check(err)
+}
+
+// read returns the live entries of ids, or all live entries when ids is
+// empty, the ids it removed because they had expired (emulated only), and
+// the lock's holder at the read (View.Master), in one round trip.
+// With versioned it also returns the registry's version as of the read,
+// atomically; without, the view's Version may be 0. The read is a
+// transaction with the version counter when versioned, of several ids, or
+// emulated (whose expiry makes it one anyway), and a plain HGETALL or HGET
+// otherwise.
+func (s store) read(ctx context.Context, ids []string, versioned bool) (scripts.RegistryView, error) {
+	emulated := s.mode == scripts.TTLEmulated
+	if versioned || len(ids) > 1 || emulated {
+		view, err := scripts.RegistryRead(ctx, s.c, s.k, emulated, ids...)
+		return view, s.check(err)
 	}
-	return typeChecked{fieldTTL{mode: string(b), c: c, k: k}, []string{k.Processes}}
+	pipe := s.c.Pipeline()
+	holder := scripts.QueueHolder(ctx, pipe, s.k)
+	var all *redis.MapStringStringCmd
+	var one *redis.StringCmd
+	if len(ids) == 0 {
+		all = pipe.HGetAll(ctx, s.k.Processes)
+	} else {
+		one = pipe.HGet(ctx, s.k.Processes, ids[0])
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	master, err := scripts.ReadHolder(holder)
+	if err != nil {
+		return scripts.RegistryView{}, err
+	}
+	if all != nil {
+		m, err := all.Result()
+		return scripts.RegistryView{Entries: m, Master: master}, s.check(err)
+	}
+	v, err := one.Result()
+	if errors.Is(err, redis.Nil) {
+		return scripts.RegistryView{Entries: map[string]string{}, Master: master}, nil
+	}
+	if err != nil {
+		return scripts.RegistryView{}, s.check(err)
+	}
+	return scripts.RegistryView{Entries: map[string]string{ids[0]: v}, Master: master}, nil
 }
 
-// typeChecked names the keys, and wraps ErrCorruptEntry, when Redis refuses
-// a command because a registry key holds another type than herd writes
-// (someone else wrote it): Redis's WRONGTYPE names neither.
-type typeChecked struct {
-	be   backend
-	keys []string
-}
-
-func (t typeChecked) put(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
-	st, err := t.be.put(ctx, p)
-	return st, t.check(err)
-}
-
-func (t typeChecked) remove(ctx context.Context, id string, guard *string, reason string) (int64, error) {
-	v, err := t.be.remove(ctx, id, guard, reason)
-	return v, t.check(err)
-}
-
-func (t typeChecked) read(ctx context.Context, ids []string, versioned bool) (scripts.RegistryView, error) {
-	view, err := t.be.read(ctx, ids, versioned)
-	return view, t.check(err)
-}
-
-func (t typeChecked) check(err error) error {
+// check turns Redis's WRONGTYPE into ErrCorruptEntry naming the keys.
+func (s store) check(err error) error {
 	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		return err
 	}
-	what := fmt.Sprintf("key %q is not a hash", t.keys[0])
-	if len(t.keys) == 2 {
-		what = fmt.Sprintf("key %q is not a hash or key %q is not a sorted set", t.keys[0], t.keys[1])
+	what := fmt.Sprintf("key %q is not a hash", s.k.Processes)
+	if s.mode == scripts.TTLEmulated {
+		what = fmt.Sprintf("key %q is not a hash or key %q is not a sorted set", s.k.Processes, s.k.ProcessesExpiry)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrCorruptEntry, what, err)
 }

@@ -9,69 +9,19 @@ import (
 	"github.com/herdkit/herd/internal/wire"
 )
 
-// fastDecode reads the form herd itself writes (ProcessInfo.MarshalJSON)
-// without reflection: an object whose members are the wire form's, each at
-// most once, strings without escapes, timestamps in toISOString's layout and
-// integers without fraction or exponent. Anything else -- and anything odd,
-// such as a member name in another case, which encoding/json would still
-// match -- makes it return ok false, and the caller decodes value with
-// encoding/json, which gives the answer. When ok is true the result is what
-// encoding/json gives for value (FuzzDecodeProcess checks it).
-//
-// Listing 10,000 processes decodes 10,000 entries; this path does it several
-// times faster than encoding/json.
-func fastDecode(value string) (w ProcessInfo, ok bool) {
-	if w, ok = herdsForm(value); ok {
-		return w, true
-	}
-	d := scanner{s: value}
-	d.space()
-	var seen uint16
-	ok = d.object(func(name string) bool {
-		bit := memberBit(name)
-		if bit == 0 || seen&bit != 0 {
-			return false // unknown (or differently cased) or repeated member
-		}
-		seen |= bit
-		var ok bool
-		switch bit {
-		case bitProcessID:
-			w.ProcessID, ok = d.str()
-		case bitNodeID:
-			w.NodeID, ok = d.str()
-		case bitRole:
-			var r string
-			r, ok = d.str()
-			w.Role = internRole(r)
-		case bitIdentifier:
-			w.Identifier, ok = d.str()
-		case bitLastSeen:
-			w.LastSeen, ok = d.time()
-		case bitRegisteredAt:
-			w.RegisteredAt, ok = d.time()
-		case bitCapabilities:
-			w.Capabilities, ok = d.capabilities()
-		case bitMetadata:
-			w.Metadata, ok = d.metadata()
-		case bitTerm:
-			w.Term, ok = d.int()
-		case bitVersion:
-			w.Version, ok = d.int()
-		}
-		return ok
-	})
-	return w, ok && d.end()
-}
-
 // herdsForm reads exactly what ProcessInfo.MarshalJSON writes and the
-// registry scripts store: the members in MarshalJSON's order, each named
-// byte for byte, no white space, the optional ones (identifier,
-// registeredAt, metadata, term, version) in their places or absent. It
-// matches each member name as one literal instead of reading it as a
-// string and looking it up, the larger part of fastDecode's work on a
-// registry listing. Anything else returns ok false, for fastDecode's
-// member-by-member reading; when ok is true the result is the one that
-// reading gives, through the same value readers.
+// registry scripts store, without reflection: the members in MarshalJSON's
+// order, each named byte for byte, no white space, the optional ones
+// (identifier, registeredAt, metadata, term, version) in their places or
+// absent, strings without escapes, timestamps in toISOString's layout and
+// integers without fraction or exponent. Anything else returns ok false, and
+// the caller decodes value with encoding/json, which gives the answer. When
+// ok is true the result is what encoding/json gives for value
+// (FuzzHerdsForm checks it).
+//
+// Why it exists: listing the registry decodes every entry, and with
+// encoding/json alone the decoding is most of what Processes costs at 10,000
+// entries (docs/performance.md, row 7).
 func herdsForm(value string) (w ProcessInfo, ok bool) {
 	d := scanner{s: value}
 	if !d.lit(`{"processId":`) {
@@ -128,46 +78,7 @@ func herdsForm(value string) (w ProcessInfo, ok bool) {
 			return w, false
 		}
 	}
-	return w, d.lit(`}`) && d.end()
-}
-
-const (
-	bitProcessID uint16 = 1 << iota
-	bitNodeID
-	bitRole
-	bitLastSeen
-	bitCapabilities
-	bitIdentifier
-	bitRegisteredAt
-	bitMetadata
-	bitTerm
-	bitVersion
-)
-
-func memberBit(name string) uint16 {
-	switch name {
-	case "processId":
-		return bitProcessID
-	case "nodeId":
-		return bitNodeID
-	case "role":
-		return bitRole
-	case "lastSeen":
-		return bitLastSeen
-	case "capabilities":
-		return bitCapabilities
-	case "identifier":
-		return bitIdentifier
-	case "registeredAt":
-		return bitRegisteredAt
-	case "metadata":
-		return bitMetadata
-	case "term":
-		return bitTerm
-	case "version":
-		return bitVersion
-	}
-	return 0
+	return w, d.lit(`}`) && d.i == len(d.s)
 }
 
 // internRole returns the constants for the two roles, so that decoding does
@@ -188,22 +99,6 @@ type scanner struct {
 	i int
 }
 
-func (d *scanner) space() {
-	s, i := d.s, d.i
-	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
-		i++
-	}
-	d.i = i
-}
-
-func (d *scanner) byte(c byte) bool {
-	if d.i < len(d.s) && d.s[d.i] == c {
-		d.i++
-		return true
-	}
-	return false
-}
-
 // lit consumes lit when the text goes on with it.
 func (d *scanner) lit(lit string) bool {
 	if strings.HasPrefix(d.s[d.i:], lit) {
@@ -211,12 +106,6 @@ func (d *scanner) lit(lit string) bool {
 		return true
 	}
 	return false
-}
-
-// end reports whether only white space is left.
-func (d *scanner) end() bool {
-	d.space()
-	return d.i == len(d.s)
 }
 
 // str reads a string without escapes whose bytes are valid UTF-8, the case
@@ -250,7 +139,7 @@ func (d *scanner) str() (string, bool) {
 // int reads an integer in JSON's grammar without fraction or exponent, of
 // at most 18 digits (so that it cannot overflow).
 func (d *scanner) int() (int64, bool) {
-	neg := d.byte('-')
+	neg := d.lit("-")
 	start := d.i
 	var n int64
 	for d.i < len(d.s) && d.s[d.i] >= '0' && d.s[d.i] <= '9' {
@@ -274,15 +163,10 @@ func (d *scanner) int() (int64, bool) {
 }
 
 func (d *scanner) boolean() (bool, bool) {
-	if len(d.s)-d.i >= 4 && d.s[d.i:d.i+4] == "true" {
-		d.i += 4
+	if d.lit("true") {
 		return true, true
 	}
-	if len(d.s)-d.i >= 5 && d.s[d.i:d.i+5] == "false" {
-		d.i += 5
-		return false, true
-	}
-	return false, false
+	return false, d.lit("false")
 }
 
 // time reads a timestamp in exactly the layout herd writes,
@@ -331,81 +215,10 @@ func daysIn(year, month int) int {
 	return 31
 }
 
-// capabilities reads the capabilities object, members in any order, each at
-// most once.
-func (d *scanner) capabilities() (Capabilities, bool) {
-	var c Capabilities
-	var seen [3]bool
-	once := func(i int) bool {
-		if seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
-	}
-	ok := d.object(func(name string) bool {
-		var n int64
-		ok := false
-		switch name {
-		case "canProcessDetections":
-			if once(0) {
-				c.CanProcessDetections, ok = d.boolean()
-			}
-		case "maxSubscriptions":
-			if once(1) {
-				n, ok = d.int()
-				c.MaxSubscriptions = int(n)
-			}
-		case "preferredWorkload":
-			if once(2) {
-				n, ok = d.int()
-				c.PreferredWorkload = int(n)
-			}
-		}
-		return ok
-	})
-	return c, ok
-}
-
-// object reads an object. member is called with each member's name, the
-// scanner at its value, which it must consume; it returns false to give up.
-func (d *scanner) object(member func(name string) bool) bool {
-	if !d.byte('{') {
-		return false
-	}
-	d.space()
-	if d.byte('}') {
-		return true
-	}
-	for {
-		d.space()
-		name, ok := d.str()
-		if !ok {
-			return false
-		}
-		d.space()
-		if !d.byte(':') {
-			return false
-		}
-		d.space()
-		if !member(name) {
-			return false
-		}
-		d.space()
-		if d.byte('}') {
-			return true
-		}
-		if !d.byte(',') {
-			return false
-		}
-	}
-}
-
 // metadata reads null or an object; the object, free-form, goes to
 // encoding/json once its extent is known.
 func (d *scanner) metadata() (map[string]any, bool) {
-	if len(d.s)-d.i >= 4 && d.s[d.i:d.i+4] == "null" {
-		d.i += 4
+	if d.lit("null") {
 		return nil, true
 	}
 	if d.i >= len(d.s) || d.s[d.i] != '{' {
@@ -422,9 +235,9 @@ func (d *scanner) metadata() (map[string]any, bool) {
 	return m, true
 }
 
-// maxMetadataDepth is the deepest metadata the fast path takes; deeper
-// values go to encoding/json with the whole entry, whose nesting limit
-// counts the entry's own level too.
+// maxMetadataDepth is the deepest metadata herdsForm takes; deeper values
+// go to encoding/json with the whole entry, whose nesting limit counts the
+// entry's own level too.
 const maxMetadataDepth = 1000
 
 // skipComposite moves past the object or array starting at d.i by counting

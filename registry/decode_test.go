@@ -11,9 +11,10 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// TestFastDecodeTakesHerdsForm checks that what herd writes is read by the
-// fast path, not by the fallback, and read back unchanged.
-func TestFastDecodeTakesHerdsForm(t *testing.T) {
+// TestHerdsForm checks that what herd writes is read by herdsForm, not by
+// encoding/json, and read back unchanged, also once the registry script has
+// appended the version.
+func TestHerdsForm(t *testing.T) {
 	at := time.Date(2026, 2, 28, 23, 59, 59, 999e6, time.UTC)
 	for _, p := range []ProcessInfo{
 		{ProcessID: "a", NodeID: "a", Role: RoleSlave},
@@ -28,77 +29,65 @@ func TestFastDecodeTakesHerdsForm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, ok := fastDecode(string(b))
-		if !ok {
-			t.Errorf("fast path refused herd's own form %s", b)
+		if got, ok := herdsForm(string(b)); !ok || !sameInfo(got, p) {
+			t.Errorf("herdsForm(%s) = %+v, %v; want %+v, true", b, got, ok, p)
+		}
+		if p.Version != 0 {
 			continue
 		}
-		if got := w; !sameInfo(got, p) {
-			t.Errorf("fast path read %s as\n%+v\nwant %+v", b, got, p)
-		}
-		// The literal reading takes it too, and so does it once the
-		// registry script has appended the version.
-		for _, v := range []string{string(b), strings.TrimSuffix(string(b), "}") + `,"version":1772600767123457}`} {
-			if p.Version != 0 && v != string(b) {
-				continue
-			}
-			want := p
-			if v != string(b) {
-				want.Version = 1772600767123457
-			}
-			if got, ok := herdsForm(v); !ok || !sameInfo(got, want) {
-				t.Errorf("herdsForm(%s) = %+v, %v; want %+v, true", v, got, ok, want)
-			}
-		}
-	}
-	// Other orders and spacing are fastDecode's member-by-member reading.
-	for _, v := range []string{
-		`{"nodeId":"a","processId":"a","role":"slave","lastSeen":"","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0}}`,
-		`{"processId":"a", "nodeId":"a","role":"slave","lastSeen":"","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0}}`,
-		`{"processId":"a","nodeId":"a","role":"slave","lastSeen":"","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0},"version":1,"term":2}`,
-	} {
-		if _, ok := herdsForm(v); ok {
-			t.Errorf("herdsForm took %s, which is not in MarshalJSON's order", v)
-		}
-		if _, ok := fastDecode(v); !ok {
-			t.Errorf("fastDecode refused %s", v)
+		v := strings.TrimSuffix(string(b), "}") + `,"version":1772600767123457}`
+		want := p
+		want.Version = 1772600767123457
+		if got, ok := herdsForm(v); !ok || !sameInfo(got, want) {
+			t.Errorf("herdsForm(%s) = %+v, %v; want %+v, true", v, got, ok, want)
 		}
 	}
 }
 
-// TestFastDecodeDefers lists forms the fast path must leave to
-// encoding/json, which accepts or refuses them with its own rules.
-func TestFastDecodeDefers(t *testing.T) {
-	for _, v := range []string{
-		`{"ProcessId":"a","role":"slave"}`,                                   // case-insensitive match
-		`{"processId":"a","processId":"b","role":"slave"}`,                   // repeated member
-		`{"processId":"a\u0062","role":"slave"}`,                             // escape
-		`{"processId":"a","role":"slave","lastSeen":1772600767123}`,          // milliseconds
-		`{"processId":"a","role":"slave","lastSeen":"2026-03-04T05:06:07Z"}`, // other layout
-		`{"processId":"a","role":"slave","lastSeen":"2026-02-30T05:06:07.000Z"}`,
-		`{"processId":"a","role":"slave","term":1.0}`,
-		`{"processId":"a","role":"slave","term":01}`,
-		`{"processId":"a","role":"slave","version":1.5}`,
-		`{"processId":"a","role":"slave","version":1e3}`,
-		`{"processId":"a","role":"slave","version":1,"version":2}`,
-		`{"processId":"a","role":"slave","Version":1}`,
-		`{"processId":"a","role":"slave","capabilities":{"maxSubscriptions":1e3}}`,
-		`{"processId":"a","role":"slave","capabilities":null}`,
-		`{"processId":"a","role":"slave","extra":1}`,
-		"{\"processId\":\"a\xff\",\"role\":\"slave\"}",
-		`{"processId":"a","role":"slave"} x`,
-		`{"processId":"a","role":"slave","metadata":{"a":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}}`, // deeper than encoding/json takes
-		`{"processId":"a","role":"slave",}`,
+// TestHerdsFormDefers changes one thing at a time in herd's own form and
+// checks that herdsForm leaves the result to encoding/json, which accepts or
+// refuses it with its own rules.
+func TestHerdsFormDefers(t *testing.T) {
+	const base = `{"processId":"a","nodeId":"a","role":"slave","lastSeen":"2026-03-04T05:06:07.123Z",` +
+		`"capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0},"metadata":{"k":1},"term":2,"version":1}`
+	if _, ok := herdsForm(base); !ok {
+		t.Fatalf("herdsForm refused herd's form %s", base)
+	}
+	for _, tc := range []struct{ name, old, new string }{
+		{"other member order", `"processId":"a","nodeId":"a"`, `"nodeId":"a","processId":"a"`},
+		{"white space", `"nodeId":"a",`, `"nodeId":"a", `},
+		{"trailing white space", `"version":1}`, `"version":1} `},
+		{"trailing text", `"version":1}`, `"version":1} x`},
+		{"trailing comma", `"version":1}`, `"version":1,}`},
+		{"unknown member", `"version":1}`, `"version":1,"extra":1}`},
+		{"repeated member", `"version":1}`, `"version":1,"version":2}`},
+		{"member name in another case", `"processId"`, `"ProcessId"`},
+		{"escape", `"processId":"a"`, `"processId":"\u0061"`},
+		{"invalid UTF-8", `"processId":"a"`, "\"processId\":\"a\xff\""},
+		{"milliseconds", `"2026-03-04T05:06:07.123Z"`, `1772600767123`},
+		{"other layout", `"2026-03-04T05:06:07.123Z"`, `"2026-03-04T05:06:07Z"`},
+		{"no such day", `"2026-03-04T05:06:07.123Z"`, `"2026-02-30T05:06:07.000Z"`},
+		{"fraction", `"term":2`, `"term":2.0`},
+		{"leading zero", `"term":2`, `"term":02`},
+		{"exponent", `"version":1`, `"version":1e3`},
+		{"19 digits", `"version":1`, `"version":1000000000000000000`},
+		{"capabilities null", `{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0}`, `null`},
+		{"count with exponent", `"maxSubscriptions":0`, `"maxSubscriptions":1e3`},
+		{"metadata deeper than encoding/json takes", `{"k":1}`, `{"k":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`},
 	} {
-		if w, ok := fastDecode(v); ok {
-			t.Errorf("fast path took %s as %+v; it must defer", v, w)
+		v := strings.Replace(base, tc.old, tc.new, 1)
+		if v == base {
+			t.Fatalf("%s: %q is not in the base form", tc.name, tc.old)
+		}
+		if w, ok := herdsForm(v); ok {
+			t.Errorf("%s: herdsForm took %s as %+v; it must defer", tc.name, v, w)
 		}
 	}
 }
 
-// FuzzFastDecode checks the fast path against encoding/json: whatever it
+// FuzzHerdsForm checks herdsForm against encoding/json: whatever it
 // accepts, encoding/json accepts with the same result.
-func FuzzFastDecode(f *testing.F) {
+func FuzzHerdsForm(f *testing.F) {
 	for _, seed := range []string{
 		`{"processId":"a","nodeId":"a","role":"slave","lastSeen":"2026-03-04T05:06:07.123Z","capabilities":{"canProcessDetections":true,"maxSubscriptions":4,"preferredWorkload":70}}`,
 		`{"processId":"m","role":"master","identifier":"svc","registeredAt":"2026-03-04T05:06:07.000Z","metadata":{"n":1.5,"l":[1,"x",null],"o":{"}":"]"}},"term":1772600767123}`,
@@ -116,16 +105,16 @@ func FuzzFastDecode(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, value string) {
-		w, ok := fastDecode(value)
+		w, ok := herdsForm(value)
 		if !ok {
 			return
 		}
 		var want processJSON
 		if err := json.Unmarshal([]byte(value), &want); err != nil {
-			t.Fatalf("fast path accepted %q, encoding/json refuses it: %v", value, err)
+			t.Fatalf("herdsForm accepted %q, encoding/json refuses it: %v", value, err)
 		}
 		if got, exp := w, want.info(); !sameInfo(got, exp) {
-			t.Fatalf("fast path read %q as\n%+v\nencoding/json as\n%+v", value, got, exp)
+			t.Fatalf("herdsForm read %q as\n%+v\nencoding/json as\n%+v", value, got, exp)
 		}
 	})
 }
@@ -139,8 +128,8 @@ func sameInfo(a, b ProcessInfo) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// BenchmarkDecodeProcess decodes one entry as herd writes it, through the
-// fast path and through encoding/json.
+// BenchmarkDecodeProcess decodes one entry as herd writes it, through
+// herdsForm and through encoding/json.
 func BenchmarkDecodeProcess(b *testing.B) {
 	at := time.Date(2026, 11, 22, 5, 6, 7, 123e6, time.UTC)
 	v, err := json.Marshal(ProcessInfo{ProcessID: "proc-01234", NodeID: "proc-01234", Role: RoleSlave, LastSeen: at, RegisteredAt: at,
@@ -148,7 +137,7 @@ func BenchmarkDecodeProcess(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("fast", func(b *testing.B) {
+	b.Run("herdsForm", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := decodeProcess("proc-01234", string(v)); err != nil {
@@ -165,37 +154,6 @@ func BenchmarkDecodeProcess(b *testing.B) {
 			}
 		}
 	})
-}
-
-// TestWithLastSeen checks the heartbeat's patch of an encoded entry against
-// encoding the whole entry, and that it declines what it cannot patch.
-func TestWithLastSeen(t *testing.T) {
-	p := ProcessInfo{ProcessID: "a", NodeID: "a", Role: RoleSlave, Identifier: `"lastSeen":"`,
-		LastSeen: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC), Metadata: map[string]any{"k": "v"}}
-	b, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := lastSeenAt(b)
-	p.LastSeen = time.Date(2027, 12, 31, 23, 59, 59, 987654321, time.FixedZone("X", -3600))
-	want, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := withLastSeen(b, at, p.LastSeen); string(got) != string(want) {
-		t.Errorf("patched entry = %s\nwant            %s", got, want)
-	}
-	if got := withLastSeen(b, at, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)); got != nil {
-		t.Errorf("a year past 9999 was patched into %s", got)
-	}
-	zero := ProcessInfo{ProcessID: "a", Role: RoleSlave}
-	zb, err := json.Marshal(zero)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if at := lastSeenAt(zb); at != 0 {
-		t.Errorf("lastSeenAt found a patchable timestamp in %s at %d", zb, at)
-	}
 }
 
 // BenchmarkSnapshot10k is Processes()'s work after the read: 10,000

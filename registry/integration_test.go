@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/redistest"
-	"github.com/herdkit/herd/internal/testsync"
+	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/internal/testkit/testsync"
 	"github.com/herdkit/herd/scripts"
 )
 

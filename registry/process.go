@@ -128,22 +128,27 @@ type SlaveNode struct {
 	LastSeen time.Time `json:"lastSeen"`
 	// Metadata is the slave's free-form application data.
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// Capabilities are what the slave published: what rebalancing weighs
+	// (package assign does).
+	Capabilities Capabilities `json:"capabilities"`
 }
 
 // Slave returns p as a SlaveNode.
 func (p ProcessInfo) Slave() SlaveNode {
-	return SlaveNode{NodeID: p.NodeID, Identifier: p.Identifier, RegisteredAt: p.RegisteredAt, LastSeen: p.LastSeen, Metadata: p.Metadata}
+	return SlaveNode{NodeID: p.NodeID, Identifier: p.Identifier, RegisteredAt: p.RegisteredAt, LastSeen: p.LastSeen,
+		Metadata: p.Metadata, Capabilities: p.Capabilities}
 }
 
 // jsTime is a time written as JavaScript's Date.prototype.toISOString.
 type jsTime time.Time
 
-// MarshalJSON writes t in wire.TimeLayout, and the zero time as "".
-func (t jsTime) MarshalJSON() ([]byte, error) {
+// MarshalText writes t in wire.TimeLayout, and the zero time as "";
+// encoding/json quotes it.
+func (t jsTime) MarshalText() ([]byte, error) {
 	if time.Time(t).IsZero() {
-		return []byte(`""`), nil
+		return nil, nil
 	}
-	return []byte(`"` + time.Time(t).UTC().Format(wire.TimeLayout) + `"`), nil
+	return time.Time(t).UTC().AppendFormat(nil, wire.TimeLayout), nil
 }
 
 // UnmarshalJSON reads a timestamp leniently (wire.ParseTime).
@@ -193,15 +198,14 @@ func (p ProcessInfo) Validate() error {
 
 // decodeProcess reads a stored ProcessInfo leniently but checks its shape: a
 // JSON object with a processId (equal to field unless field is "") and a role
-// of master or slave. A missing nodeId means the processId, as in the
-// specification. The error describes what is wrong; callers wrap it with
-// ErrCorruptEntry and the place it was read from.
+// of master or slave. Unknown members are ignored. A missing nodeId means the
+// processId, as in the specification. The error describes what is wrong;
+// callers wrap it with ErrCorruptEntry and the place it was read from.
 func decodeProcess(field, value string) (ProcessInfo, error) {
-	p, ok := fastDecode(value)
+	p, ok := herdsForm(value)
 	if !ok {
 		// Not in the form herd writes: encoding/json reads it, leniently,
-		// and says what is wrong. Decoded once, not through
-		// ProcessInfo.UnmarshalJSON.
+		// and says what is wrong.
 		var w processJSON
 		if err := json.Unmarshal([]byte(value), &w); err != nil {
 			return ProcessInfo{}, err

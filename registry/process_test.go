@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,6 +69,55 @@ func TestDecodeProcessDefaultsNodeID(t *testing.T) {
 	}
 }
 
+// TestDecodeProcess reads stored values herd did not write: what
+// encoding/json reads is taken, unknown members and member names in another
+// case included; the rest is an error saying what is wrong.
+func TestDecodeProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name, field, value string
+		want               string // a part of the error; "" when the value is read
+	}{
+		{"herd's form", "a", `{"processId":"a","nodeId":"a","role":"slave","lastSeen":"2026-03-04T05:06:07.123Z",` +
+			`"capabilities":{"canProcessDetections":true,"maxSubscriptions":4,"preferredWorkload":70},"version":3}`, ""},
+		{"other order and spacing", "a", ` { "role" : "slave" , "processId" : "a" } `, ""},
+		{"unknown member", "a", `{"processId":"a","role":"slave","extra":{"x":[1]}}`, ""},
+		{"member name in another case", "a", `{"ProcessId":"a","ROLE":"slave"}`, ""},
+		{"escapes", "ab", `{"processId":"a\u0062","role":"slave"}`, ""},
+		{"repeated member: the last wins", "b", `{"processId":"a","processId":"b","role":"slave"}`, ""},
+		{"master's key, no field", "", `{"processId":"m","role":"master","term":7}`, ""},
+		{"not JSON", "a", `{oops`, "invalid character"},
+		{"empty", "a", ``, "unexpected end"},
+		{"trailing text", "a", `{"processId":"a","role":"slave"} x`, "invalid character"},
+		{"trailing comma", "a", `{"processId":"a","role":"slave",}`, "invalid character"},
+		{"array", "a", `[1,2]`, "cannot unmarshal array"},
+		{"no processId", "a", `{"role":"slave"}`, "no processId"},
+		{"other processId", "a", `{"processId":"b","role":"slave"}`, `processId "b" differs`},
+		{"invalid UTF-8", "a", "{\"processId\":\"a\xff\",\"role\":\"slave\"}", "differs from the field name"},
+		{"unknown role", "a", `{"processId":"a","role":"boss"}`, `role "boss"`},
+		{"term as a string", "a", `{"processId":"a","role":"slave","term":"7"}`, "term"},
+		{"term with a fraction", "a", `{"processId":"a","role":"slave","term":1.5}`, "term"},
+		{"version out of range", "a", `{"processId":"a","role":"slave","version":9999999999999999999}`, "version"},
+		{"capabilities not an object", "a", `{"processId":"a","role":"slave","capabilities":"all"}`, "capabilities"},
+		{"count out of range", "a", `{"processId":"a","role":"slave","capabilities":{"maxSubscriptions":1e400}}`, "maxSubscriptions"},
+		{"metadata not an object", "a", `{"processId":"a","role":"slave","metadata":[1]}`, "metadata"},
+		{"metadata too deep", "a", `{"processId":"a","role":"slave","metadata":{"a":` +
+			strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}}`, "max depth"},
+		{"not a time", "a", `{"processId":"a","role":"slave","lastSeen":"yesterday"}`, "yesterday"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := decodeProcess(tc.field, tc.value)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("decode = %v, want it read", err)
+			case tc.want == "" && (p.ProcessID == "" || p.NodeID != p.ProcessID):
+				t.Fatalf("decode = %+v, want a processId and the nodeId defaulted to it", p)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("decode = %+v, %v; want an error with %q", p, err, tc.want)
+			}
+		})
+	}
+}
+
 // FuzzDecodeProcess checks that decoding a stored value never panics, and
 // that whatever it accepts is written back in a form it reads back the same.
 // `go test` runs the seeds; `go test -fuzz FuzzDecodeProcess` explores.
@@ -111,4 +161,31 @@ func FuzzDecodeProcess(f *testing.F) {
 			t.Fatalf("round trip changed %+v into %+v", p, p2)
 		}
 	})
+}
+
+// BenchmarkEncodeEntry encodes what a heartbeat writes: the entry of a
+// slave, and of a master with its slave form.
+func BenchmarkEncodeEntry(b *testing.B) {
+	at := time.Date(2026, 11, 22, 5, 6, 7, 123e6, time.UTC)
+	for _, role := range []Role{RoleSlave, RoleMaster} {
+		b.Run(string(role), func(b *testing.B) {
+			info := ProcessInfo{ProcessID: "proc-01234", NodeID: "proc-01234", Role: role, RegisteredAt: at, Identifier: "worker",
+				Capabilities: Capabilities{CanProcessDetections: true, MaxSubscriptions: 100, PreferredWorkload: 50}}
+			if role == RoleMaster {
+				info.Term = 1772600767123
+			}
+			b.ReportAllocs()
+			for n := 1; b.Loop(); n++ {
+				info.LastSeen = at.Add(time.Duration(n) * time.Millisecond)
+				if _, err := encodeEntry(info); err != nil {
+					b.Fatal(err)
+				}
+				if role == RoleMaster {
+					if _, err := encodeEntry(asSlave(info)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
 }

@@ -1,9 +1,7 @@
 package registry
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -83,7 +81,7 @@ type Registry struct {
 	cfg   Config
 	clock clock.Clock // lastSeen and registeredAt; a test's, from New's ctx
 	kind  Backend
-	be    backend
+	be    store
 
 	mu       sync.Mutex
 	own      map[string]*owned // processes registered through r, by process id
@@ -95,38 +93,19 @@ type Registry struct {
 type owned struct {
 	mu         sync.Mutex // held across each write, so one process's writes never overtake each other
 	info       ProcessInfo
-	encoded    entryJSON // info as JSON, written by Register; heartbeats patch its lastSeen
-	fallback   entryJSON // info as a slave, written instead when a master write is fenced; master only
-	registered bool      // info has been stored once
-	gone       bool      // Unregister was called
+	registered bool // info has been stored once
+	gone       bool // Unregister was called
 }
 
-// entryJSON is an entry as JSON, and where heartbeats patch its lastSeen.
-//
-// The patch (withLastSeen) depends on the member order of MarshalJSON
-// (TestWithLastSeen checks it against a fresh encoding). It is kept because
-// herdbench row 6b (registry.Heartbeat) shows it: p50 57.7-61.2 µs (1.37-1.44×
-// PING) with it, 63.0-65.8 µs (1.44-1.57×, over the row's goal of 1.5× in two
-// runs) with every heartbeat encoding the entry, four runs of each taken in
-// turn on one 2-CPU machine; BenchmarkHeartbeat counts 28 allocations (1,344
-// B) per heartbeat with it and 36 (2,072 B) without.
-type entryJSON struct {
-	b      []byte
-	seenAt int // offset of lastSeen's value in b; 0 when it cannot be patched
-}
-
-// encodeEntry encodes info for the registry.
-func encodeEntry(info ProcessInfo) (entryJSON, error) {
-	b, err := json.Marshal(info)
+// encodeEntry encodes info for the registry. It calls MarshalJSON itself:
+// json.Marshal would only check and compact its output once more.
+func encodeEntry(info ProcessInfo) ([]byte, error) {
+	b, err := info.MarshalJSON()
 	if err != nil {
-		return entryJSON{}, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 	}
-	return entryJSON{b: b, seenAt: lastSeenAt(b)}, nil
+	return b, nil
 }
-
-// at returns e with its lastSeen set to t, or nil when it cannot be patched
-// (the caller encodes).
-func (e entryJSON) at(t time.Time) []byte { return withLastSeen(e.b, e.seenAt, t) }
 
 // asSlave is info with the role a process that is not master has.
 func asSlave(info ProcessInfo) ProcessInfo {
@@ -202,7 +181,7 @@ func newRegistry(ctx context.Context, client redis.UniversalClient, keys scripts
 	opts.Backend = kind
 	r := &Registry{
 		c: client, keys: keys, cfg: opts, clock: clock.From(ctx), kind: kind,
-		be:       newBackend(kind, client, keys),
+		be:       store{mode: string(kind), c: client, k: keys},
 		own:      map[string]*owned{},
 		reported: map[string]uint64{},
 	}
@@ -260,32 +239,16 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		}
 	}
 	info.LastSeen = now
-	enc, err := encodeEntry(info)
+	st, err := r.write(ctx, info, false)
 	if err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
-	var fallback entryJSON
-	if info.Role == RoleMaster {
-		if fallback, err = encodeEntry(asSlave(info)); err != nil {
-			return fmt.Errorf("register process %q: %w", info.ProcessID, err)
-		}
-	}
-	st, err := r.write(ctx, info, enc.b, fallback.b, false)
-	if err != nil {
-		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
-	}
-	o.info, o.encoded, o.fallback, o.registered = info, enc, fallback, true
+	o.info, o.registered = info, true
 	if st.Fenced {
-		o.demote()
+		o.info = asSlave(o.info) // what the write stored instead
 		return r.fenced("register", info, st)
 	}
 	return nil
-}
-
-// demote makes the remembered info a slave's, after a fenced master write
-// stored the fallback.
-func (o *owned) demote() {
-	o.info, o.encoded, o.fallback = asSlave(o.info), o.fallback, entryJSON{}
 }
 
 // fenced is the error of a master write of info that Redis refused.
@@ -332,17 +295,7 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 	}
 	info := o.info
 	info.LastSeen = r.clock.Now()
-	var fallback []byte
-	if info.Role == RoleMaster {
-		if fallback = o.fallback.at(info.LastSeen); fallback == nil {
-			enc, err := encodeEntry(asSlave(info))
-			if err != nil {
-				return fmt.Errorf("heartbeat %q: %w", processID, err)
-			}
-			fallback = enc.b
-		}
-	}
-	st, err := r.write(ctx, info, o.encoded.at(info.LastSeen), fallback, true)
+	st, err := r.write(ctx, info, true)
 	if err != nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, err)
 	}
@@ -351,7 +304,7 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 		r.cfg.Logger.Info().Str("process", processID).Msg("entry was gone; heartbeat registered it again")
 	}
 	if st.Fenced {
-		o.demote()
+		o.info = asSlave(o.info) // what the write stored instead
 		return r.fenced("heartbeat", info, st)
 	}
 	return nil
@@ -410,18 +363,22 @@ func (r *Registry) Process(ctx context.Context, processID string) (ProcessInfo, 
 }
 
 // ProcessesByRole returns the live entries whose role is role, sorted by
-// process id; the specification's getProcessesByRole.
+// process id; the specification's getProcessesByRole. RoleSlave leaves out
+// the process that holds the master lock at the read (read in the same
+// round trip), whatever its entry says: a new master's entry still says
+// slave until its first write as master, and a process is never its own
+// slave.
 func (r *Registry) ProcessesByRole(ctx context.Context, role Role) ([]ProcessInfo, error) {
 	if role != RoleMaster && role != RoleSlave {
 		return nil, fmt.Errorf("%w: role %q is neither %q nor %q", ErrInvalidProcess, role, RoleMaster, RoleSlave)
 	}
-	all, err := r.Processes(ctx)
+	snap, err := r.load(ctx, false)
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0]
-	for _, p := range all {
-		if p.Role == role {
+	out := snap.infos[:0]
+	for _, p := range snap.infos {
+		if p.Role == role && !(role == RoleSlave && snap.master != "" && (p.ProcessID == snap.master || p.NodeID == snap.master)) {
 			out = append(out, p)
 		}
 	}
@@ -448,8 +405,8 @@ func (r *Registry) MasterProcess(ctx context.Context) (ProcessInfo, error) {
 	return p, nil
 }
 
-// Slaves returns every live slave, sorted by node id; the specification's
-// getSlaves.
+// Slaves returns every live slave, sorted by node id, the lock's holder
+// left out as in ProcessesByRole; the specification's getSlaves.
 func (r *Registry) Slaves(ctx context.Context) ([]SlaveNode, error) {
 	ps, err := r.ProcessesByRole(ctx, RoleSlave)
 	if err != nil {
@@ -463,14 +420,29 @@ func (r *Registry) Slaves(ctx context.Context) ([]SlaveNode, error) {
 }
 
 // Slave returns the live slave nodeID, or ErrNotFound when there is no live
-// entry for it or it is not a slave; the specification's getSlave.
+// entry for it or it is not a slave (its entry says master, or it holds the
+// lock); the specification's getSlave.
 func (r *Registry) Slave(ctx context.Context, nodeID string) (SlaveNode, error) {
-	p, err := r.Process(ctx, nodeID)
-	if err != nil {
-		return SlaveNode{}, err
+	if err := scripts.ValidateName("process id", nodeID); err != nil {
+		return SlaveNode{}, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 	}
-	if p.Role != RoleSlave {
+	view, err := r.be.read(ctx, []string{nodeID}, false)
+	if err != nil {
+		return SlaveNode{}, fmt.Errorf("read process %q: %w", nodeID, err)
+	}
+	raw, ok := view.Entries[nodeID]
+	if !ok {
+		return SlaveNode{}, fmt.Errorf("process %q: %w", nodeID, ErrNotFound)
+	}
+	p, err := decodeProcess(nodeID, raw)
+	if err != nil {
+		return SlaveNode{}, r.corrupt(nodeID, err)
+	}
+	switch {
+	case p.Role != RoleSlave:
 		return SlaveNode{}, fmt.Errorf("slave %q: it is the %s: %w", nodeID, p.Role, ErrNotFound)
+	case view.Master != "" && (p.ProcessID == view.Master || p.NodeID == view.Master):
+		return SlaveNode{}, fmt.Errorf("slave %q: it holds the master lock: %w", nodeID, ErrNotFound)
 	}
 	return p.Slave(), nil
 }
@@ -499,6 +471,7 @@ type snapshot struct {
 	infos   []ProcessInfo
 	raws    []string
 	version int64
+	master  string // the lock's holder at the read
 }
 
 // load reads every live entry, sorted by process id, skipping and reporting
@@ -522,11 +495,10 @@ func (r *Registry) load(ctx context.Context, versioned bool) (snapshot, error) {
 // joins or leaves; every read in between sees the same ids), so the sorted
 // ids of the last snapshot are kept and tried first: when every one of them
 // is in view and there are as many, they are exactly view's ids, in order,
-// and no sort is needed. Sorting 10,000 ids took about a quarter of this
-// function's CPU (docs/performance.md, row 7).
+// and no sort is needed.
 func (r *Registry) snapshotOf(view scripts.RegistryView) snapshot {
 	m := view.Entries
-	snap := snapshot{infos: make([]ProcessInfo, len(m)), raws: make([]string, len(m)), version: view.Version}
+	snap := snapshot{infos: make([]ProcessInfo, len(m)), raws: make([]string, len(m)), version: view.Version, master: view.Master}
 	errs := make([]error, len(m))
 	r.mu.Lock()
 	fields := r.order
@@ -660,58 +632,24 @@ func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, erro
 	return v, nil
 }
 
-// write stores b, the JSON form of info (nil: encode info here); with role
-// master, fallback is the slave form stored instead when the write is fenced.
-func (r *Registry) write(ctx context.Context, info ProcessInfo, b, fallback []byte, heartbeat bool) (scripts.Stored, error) {
-	if b == nil {
-		enc, err := encodeEntry(info)
-		if err != nil {
+// write stores info, encoded whole; with role master it also sends the
+// slave form of info, which Redis stores instead when the write is fenced.
+func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool) (scripts.Stored, error) {
+	b, err := encodeEntry(info)
+	if err != nil {
+		return scripts.Stored{}, err
+	}
+	var fallback []byte
+	if info.Role == RoleMaster {
+		if fallback, err = encodeEntry(asSlave(info)); err != nil {
 			return scripts.Stored{}, err
 		}
-		b = enc.b
 	}
 	return r.be.put(ctx, scripts.Put{
 		ID: info.ProcessID, Value: b, Role: string(info.Role),
 		TTL: r.cfg.ProcessTTL, Heartbeat: heartbeat,
 		Node: info.NodeID, Term: info.Term, Fallback: fallback,
 	})
-}
-
-// lastSeenMember is how MarshalJSON starts the lastSeen member. It follows
-// processId, nodeId and role, which are validated names or a Role and so
-// never contain a quote: its first occurrence is the member.
-const lastSeenMember = `,"lastSeen":"`
-
-// lastSeenAt returns the offset of the timestamp in b's lastSeen member, or
-// 0 when b does not hold one in the layout heartbeats write.
-func lastSeenAt(b []byte) int {
-	i := bytes.Index(b, []byte(lastSeenMember))
-	if i < 0 {
-		return 0
-	}
-	at := i + len(lastSeenMember)
-	if len(b) < at+len(wire.TimeLayout)+1 || b[at+len(wire.TimeLayout)] != '"' {
-		return 0
-	}
-	return at
-}
-
-// withLastSeen returns a copy of encoded with its lastSeen set to t, so a
-// heartbeat does not encode the unchanged rest of the entry again; nil (the
-// caller encodes) when encoded has no patchable lastSeen or t does not fit
-// the layout.
-func withLastSeen(encoded []byte, at int, t time.Time) []byte {
-	if at == 0 {
-		return nil
-	}
-	var buf [64]byte
-	ts := t.UTC().AppendFormat(buf[:0], wire.TimeLayout)
-	if len(ts) != len(wire.TimeLayout) {
-		return nil // a year outside 0000-9999 would need another length
-	}
-	b := append([]byte(nil), encoded...)
-	copy(b[at:], ts)
-	return b
 }
 
 // claim returns the owned record of id, creating it when needed.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/scripts"
 )
 

@@ -25,19 +25,19 @@ var (
 
 	// inboxSendScript is inbox_send.lua: XADD messages to durable inboxes
 	// only while the sender holds the lock under its term.
-	inboxSendScript = redis.NewScript(writesSrc + inboxSendSrc)
+	inboxSendScript = redis.NewScript(withWrites(inboxSendSrc))
 	// inboxMoveScript is inbox_move.lua: move entries of one durable inbox
 	// to others only while the sender holds the lock under its term.
-	inboxMoveScript = redis.NewScript(writesSrc + inboxMoveSrc)
+	inboxMoveScript = redis.NewScript(withWrites(inboxMoveSrc))
 	// inboxAdoptScript is inbox_adopt.lua: re-stamp (or drop) the entries
 	// of older terms at the head of inboxes, fenced by the lock and term.
-	inboxAdoptScript = redis.NewScript(writesSrc + inboxAdoptSrc)
+	inboxAdoptScript = redis.NewScript(withWrites(inboxAdoptSrc))
 	// inboxDeadScript is inbox_dead.lua: move one entry of an inbox to the
 	// dead-letter stream.
-	inboxDeadScript = redis.NewScript(writesSrc + inboxDeadSrc)
+	inboxDeadScript = redis.NewScript(withWrites(inboxDeadSrc))
 	// deadRetryScript is dead_retry.lua: move one dead letter back to the
 	// inbox of a live process under the current term.
-	deadRetryScript = redis.NewScript(writesSrc + deadRetrySrc)
+	deadRetryScript = redis.NewScript(withWrites(deadRetrySrc))
 )
 
 // Fields of a durable inbox entry, as inbox_send.lua and inbox_move.lua

@@ -129,6 +129,35 @@ func (k Keys) Inbox(processID string) string { return k.Prefix + ":inbox:" + pro
 // name begins with "<lock name>:inbox:" match it too.
 func (k Keys) InboxPattern() string { return k.Inbox("*") }
 
+// AssignKeys are the names of one item set of package assign: the items,
+// the master's plan, and each item's owner. They carry the election's
+// prefix, so under Cluster they hash to the lock's slot and one script can
+// check the lock and write the plan.
+type AssignKeys struct {
+	// Items is the set of the items to assign.
+	Items string
+	// Plan is the master's plan: a hash, item -> slave id.
+	Plan string
+	// Own is the ownership of each item: a hash, item -> "<deadline ms>
+	// <slave id>", the deadline on the server's clock.
+	Own string
+	// planPrefix and heldPrefix prefix PlanOf and Held.
+	planPrefix, heldPrefix string
+}
+
+// Assign returns the keys of the item set named set: "<prefix>:assign:<set>:…".
+func (k Keys) Assign(set string) AssignKeys {
+	base := k.Prefix + ":assign:" + set
+	return AssignKeys{Items: base + ":items", Plan: base + ":plan", Own: base + ":own",
+		planPrefix: base + ":plan:", heldPrefix: base + ":held:"}
+}
+
+// PlanOf returns the set of the items the plan gives slave id.
+func (a AssignKeys) PlanOf(id string) string { return a.planPrefix + id }
+
+// Held returns the set of the items slave id may own.
+func (a AssignKeys) Held(id string) string { return a.heldPrefix + id }
+
 // Cluster reports whether k carries a Redis Cluster hash tag.
 func (k Keys) Cluster() bool { return strings.HasPrefix(k.Prefix, "{") }
 

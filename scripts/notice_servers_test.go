@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/internal/redistest"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/scripts"
 )
 

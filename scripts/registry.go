@@ -32,14 +32,14 @@ var (
 	registryProbeScript = redis.NewScript(registryProbeSrc)
 	// registryPutScript is registry_put.lua: write an entry with its TTL and
 	// announce a registration.
-	registryPutScript = redis.NewScript(writesSrc + registryPutSrc)
+	registryPutScript = redis.NewScript(withWrites(registryPutSrc))
 	// registryRemoveScript is registry_remove.lua: delete an entry, optionally
 	// only when it still holds a given value, and announce it.
-	registryRemoveScript = redis.NewScript(writesSrc + registryRemoveSrc)
+	registryRemoveScript = redis.NewScript(withWrites(registryRemoveSrc))
 	// registryExpireScript is registry_expire.lua: the emulated backend's
 	// expiry, which removes and announces the expired entries; RegistryRead
 	// runs it atomically with the read.
-	registryExpireScript = redis.NewScript(writesSrc + registryExpireSrc)
+	registryExpireScript = redis.NewScript(withWrites(registryExpireSrc))
 )
 
 // The TTL modes of RegistryPut, one per registry backend.
@@ -268,11 +268,15 @@ type RegistryView struct {
 	// data) or not a version (not a decimal below MaxTerm: the scripts count
 	// it as none too).
 	Version int64
+	// Master is the node id holding the master lock (Keys.Master) at the
+	// read, "" when none: a new master's entry still says slave until its
+	// first write as master, and readers that list slaves leave it out.
+	Master string
 }
 
 // RegistryRead reads the live entries of ids (every entry when ids is
-// empty) and the version counter in one MULTI/EXEC, one round trip, so the
-// entries are exactly those of Version. With expire (the emulated backend)
+// empty), the version counter and the lock's holder in one MULTI/EXEC, one
+// round trip, so the entries are exactly those of Version. With expire (the emulated backend)
 // registry_expire.lua runs first in the same transaction, so the read sees
 // no expired entry.
 func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids ...string) (RegistryView, error) {
@@ -284,7 +288,7 @@ func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids
 			if cached {
 				gone = pipe.EvalSha(ctx, registryExpireScript.Hash(), registryKeys(k), k.RegistryEvents)
 			} else {
-				gone = pipe.Eval(ctx, registryExpireSrc, registryKeys(k), k.RegistryEvents)
+				gone = pipe.Eval(ctx, withWrites(registryExpireSrc), registryKeys(k), k.RegistryEvents)
 			}
 		}
 		var all *redis.MapStringStringCmd
@@ -298,6 +302,7 @@ func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids
 			read = some
 		}
 		version := pipe.Get(ctx, k.ProcessesVersion)
+		holder := pipe.Get(ctx, k.Master)
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		var view RegistryView
 		if gone != nil {
@@ -351,6 +356,32 @@ func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids
 		} else if !errors.Is(err, redis.Nil) && !strings.Contains(err.Error(), "WRONGTYPE") {
 			return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
 		}
+		var err error
+		if view.Master, err = readHolder(holder); err != nil {
+			return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
+		}
 		return view, nil
 	}
+}
+
+// QueueHolder queues the read of the lock's holder (Keys.Master) on pipe,
+// for reads that must leave the master out; ReadHolder reads its answer.
+func QueueHolder(ctx context.Context, pipe redis.Pipeliner, k Keys) *redis.StringCmd {
+	return pipe.Get(ctx, k.Master)
+}
+
+// ReadHolder returns the node id a queued QueueHolder read, "" when the
+// lock is free or its key holds something that is not a string (garbage
+// names no holder).
+func ReadHolder(cmd *redis.StringCmd) (string, error) { return readHolder(cmd) }
+
+func readHolder(cmd *redis.StringCmd) (string, error) {
+	v, err := cmd.Result()
+	switch {
+	case err == nil:
+		return v, nil
+	case errors.Is(err, redis.Nil), strings.Contains(err.Error(), "WRONGTYPE"):
+		return "", nil
+	}
+	return "", err
 }

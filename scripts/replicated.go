@@ -23,7 +23,7 @@ type Replication struct {
 // replicas that acknowledged the write (meaningful when a term was minted).
 // The caller decides what too few acknowledgements mean.
 func AcquireReplicated(ctx context.Context, c redis.UniversalClient, k Keys, nodeID string, ttl time.Duration, info []byte, seen int64, r Replication) (Acquired, int64, error) {
-	reply, acked, err := runWaited(ctx, c, acquireScript, acquireSrc, "acquire", acquireKeys(k), r, acquireArgs(k, nodeID, ttl, info, seen)...)
+	reply, acked, err := runWaited(ctx, c, acquireScript, withWrites(acquireSrc), "acquire", acquireKeys(k), r, acquireArgs(k, nodeID, ttl, info, seen)...)
 	if err != nil {
 		return Acquired{}, 0, err
 	}

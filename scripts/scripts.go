@@ -43,18 +43,22 @@ var (
 	routeBatchSrc string
 )
 
+// withWrites returns src after the prelude writes.lua: the source of a
+// script that writes, as Redis runs it (also when sent with EVAL).
+func withWrites(src string) string { return writesSrc + src }
+
 // The lock scripts. Their contracts (KEYS, ARGV, reply) are in the headers of
 // the .lua files; the typed functions below are the only callers in herd.
 var (
 	// acquireScript is acquire.lua: SET master NX PX, mint the term, store the
 	// heartbeat and master_process, publish an "acquired" notice.
-	acquireScript = redis.NewScript(writesSrc + acquireSrc)
+	acquireScript = redis.NewScript(withWrites(acquireSrc))
 	// renewScript is renew.lua: extend the lock, heartbeat and master_process
 	// while the lock is the caller's.
 	renewScript = redis.NewScript(renewSrc)
 	// releaseScript is release.lua: delete the lock keys if the lock is the
 	// caller's and publish a "released" notice.
-	releaseScript = redis.NewScript(writesSrc + releaseSrc)
+	releaseScript = redis.NewScript(withWrites(releaseSrc))
 	// checkScript is check.lua: the master's node id, term and remaining TTL.
 	checkScript = redis.NewScript(checkSrc)
 	// routeScript is route.lua: PUBLISH a message to channels only while the
@@ -463,6 +467,8 @@ var scriptCommands = map[string]string{
 	"route":           "GET, PUBLISH",
 	"route batch":     "GET, PUBLISH",
 	"inbox send":      "GET, HEXISTS, ZSCORE, TIME, SADD, XLEN, XADD",
+	"assign plan":     "GET, HGET, HSET, HDEL, SADD, SREM",
+	"assign sync":     "TIME, HGET, HSET, HDEL, SMEMBERS, SADD, SREM",
 	"inbox move":      "GET, XRANGE, XPENDING, XADD, SADD, XACK, XDEL, XLEN, DEL, SREM",
 	"inbox adopt":     "GET, TIME, HEXISTS, ZSCORE, EXISTS, XRANGE, XPENDING, XADD, XACK, XDEL, XLEN, DEL, SREM",
 	"inbox dead":      "XRANGE, XADD, XACK, XDEL",

@@ -1,0 +1,127 @@
+package scripts
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed assign_plan.lua
+	assignPlanSrc string
+	//go:embed assign_sync.lua
+	assignSyncSrc string
+
+	// assignPlanScript is assign_plan.lua: change the owners in an item
+	// set's plan only while the caller holds the lock under its term.
+	assignPlanScript = redis.NewScript(withWrites(assignPlanSrc))
+	// assignSyncScript is assign_sync.lua: one slave's release, claim and
+	// renewal of all its items.
+	assignSyncScript = redis.NewScript(withWrites(assignSyncSrc))
+)
+
+// AssignPlan runs assign_plan.lua: if nodeID still holds the lock under
+// term, it sets the owner of each item in owners ("" leaves the item
+// unassigned) in the plan of a, in one atomic step, and returns how many
+// owners changed. It returns ErrFenced, and writes nothing, otherwise. An
+// empty owners makes no call. before is the plan as the caller read it: the
+// old owners it names must include every item's current owner, so that the
+// script is given the per-slave set it leaves.
+func AssignPlan(ctx context.Context, c redis.Scripter, k Keys, a AssignKeys, nodeID string, term int64, before, owners map[string]string) (int, error) {
+	if len(owners) == 0 {
+		return 0, nil
+	}
+	keys := []string{k.Master, k.Term, a.Plan}
+	seen := map[string]bool{}
+	slave := func(id string) {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			keys = append(keys, a.PlanOf(id))
+		}
+	}
+	items := make([]string, 0, len(owners))
+	for item := range owners {
+		items = append(items, item)
+	}
+	slices.Sort(items)
+	args := []any{nodeID, termArg(term), a.planPrefix}
+	for _, item := range items {
+		slave(before[item])
+		slave(owners[item])
+		args = append(args, item, owners[item])
+	}
+	reply, err := run(ctx, c, assignPlanScript, "assign plan", keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := reply.(int64)
+	switch {
+	case !ok:
+		return 0, unexpected("assign plan", reply)
+	case n == -1:
+		return 0, fmt.Errorf("assign plan of %d items as %q with term %d: %w", len(owners), nodeID, term, ErrFenced)
+	}
+	return int(n), nil
+}
+
+// Synced is the reply of AssignSync.
+type Synced struct {
+	// Owned lists the items the slave owns until Now + the TTL it gave.
+	Owned []string
+	// Revoked lists the items it still owns that the plan no longer gives
+	// it: not renewed, they expire at their deadline unless released.
+	Revoked []string
+	// Waiting lists the items the plan gives it that another slave still
+	// owns.
+	Waiting []string
+	// Now is the server's time when the script ran.
+	Now time.Time
+}
+
+// AssignSync runs assign_sync.lua for slave id: it gives up the items in
+// released, then, unless leave is set, claims or renews (TTL ttl) every
+// item the plan gives it that no one else owns, and reports the items it
+// owns, those revoked and those it waits for. With leave it gives up every
+// item it holds and claims none.
+func AssignSync(ctx context.Context, c redis.Scripter, a AssignKeys, id string, ttl time.Duration, leave bool, released []string) (Synced, error) {
+	mode := "claim"
+	if leave {
+		mode = "leave"
+	}
+	args := make([]any, 0, 3+len(released))
+	args = append(args, id, ttl.Milliseconds(), mode)
+	for _, item := range released {
+		args = append(args, item)
+	}
+	reply, err := run(ctx, c, assignSyncScript, "assign sync", []string{a.Own, a.PlanOf(id), a.Held(id)}, args...)
+	if err != nil {
+		return Synced{}, err
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 4 {
+		return Synced{}, unexpected("assign sync", reply)
+	}
+	var lists [3][]string
+	for i := range lists {
+		l, ok := arr[i].([]any)
+		if !ok {
+			return Synced{}, unexpected("assign sync", reply)
+		}
+		for _, v := range l {
+			s, ok := v.(string)
+			if !ok {
+				return Synced{}, unexpected("assign sync", reply)
+			}
+			lists[i] = append(lists[i], s)
+		}
+	}
+	now, ok := arr[3].(int64)
+	if !ok {
+		return Synced{}, unexpected("assign sync", reply)
+	}
+	return Synced{Owned: lists[0], Revoked: lists[1], Waiting: lists[2], Now: time.UnixMilli(now)}, nil
+}
