@@ -24,21 +24,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/herdkit/herd/examples/internal/setup"
 	"github.com/herdkit/herd/scripts"
 )
 
 func main() {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("cluster", flag.ExitOnError)
-	addr := fs.String("redis", os.Getenv("REDIS_ADDR"), "Redis to run on, host:port or redis:// URL (default: $REDIS_ADDR, else an embedded miniredis)")
+	addr := setup.RedisFlag(fs)
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of nodes (at least 4)")
 	fs.IntVar(&o.Cameras, "cameras", o.Cameras, "number of camera subscriptions to assign")
 	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; the other timings follow the specification's ratios (see docs/tuning.md)")
@@ -57,12 +54,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "cluster: -color %q: want auto, always or never\n", *colorFlag)
 		os.Exit(2)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer cancel()
-	if _, err := demo(ctx, o, *addr, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "cluster:", err)
-		os.Exit(1)
-	}
+	setup.Main("cluster", func(ctx context.Context) error {
+		_, err := demo(ctx, o, *addr, os.Stdout)
+		return err
+	})
 }
 
 // demo connects to addr (or starts an embedded miniredis when addr is "")
@@ -73,7 +68,7 @@ func demo(ctx context.Context, o options, addr string, out io.Writer) (summary, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	newClient, where, cleanup, err := connect(addr)
+	newClient, where, cleanup, err := setup.Connect(addr)
 	if err != nil {
 		return summary{}, err
 	}
@@ -96,41 +91,6 @@ func demo(ctx context.Context, o options, addr string, out io.Writer) (summary, 
 	}
 	s.print(out)
 	return s, nil
-}
-
-// connect returns a factory of clients, one per node as separate processes
-// would have, all with ContextTimeoutEnabled so herd's deadlines hold.
-func connect(addr string) (newClient func() *redis.Client, where string, cleanup func(), err error) {
-	var opts *redis.Options
-	cleanup = func() {}
-	switch {
-	case addr == "":
-		mr := miniredis.NewMiniRedis()
-		if err := mr.StartAddr("127.0.0.1:0"); err != nil {
-			return nil, "", nil, fmt.Errorf("start embedded miniredis: %w", err)
-		}
-		mr.ClockTTL(true) // TTLs follow the wall clock, as on a real server
-		opts, where, cleanup = &redis.Options{Addr: mr.Addr()}, "an embedded miniredis ("+mr.Addr()+")", mr.Close
-	case strings.Contains(addr, "://"):
-		if opts, err = redis.ParseURL(addr); err != nil {
-			return nil, "", nil, fmt.Errorf("-redis %q: %w", addr, err)
-		}
-		where = addr
-	default:
-		opts, where = &redis.Options{Addr: addr}, addr
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.DisableIdentity = true // no CLIENT SETINFO: not every server has it
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	probe := redis.NewClient(opts)
-	defer probe.Close()
-	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := probe.Ping(pctx).Err(); err != nil {
-		cleanup()
-		return nil, "", nil, fmt.Errorf("cannot reach Redis at %s: %w", where, err)
-	}
-	return func() *redis.Client { return redis.NewClient(opts) }, where, cleanup, nil
 }
 
 // deleteKeys removes the demo's keys from a real Redis (best effort).

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/examples/rebalance"
+	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 )
@@ -117,7 +117,7 @@ func newNode(e *env, cfg masterelection.Config, client *redis.Client) (*node, er
 func (n *node) start(ctx context.Context) error {
 	c := n.cfg.Capabilities
 	n.env.tl.event(n.id, fmt.Sprintf("starts: MaxSubscriptions %d, PreferredWorkload %d%% (weight %g)",
-		c.MaxSubscriptions, c.PreferredWorkload, rebalance.Weight(c)), kindInfo)
+		c.MaxSubscriptions, c.PreferredWorkload, assign.Weight(c)), kindInfo)
 	if err := n.sub.Start(ctx); err != nil {
 		return fmt.Errorf("%s: start subscriber: %w", n.id, err)
 	}
@@ -258,7 +258,7 @@ func (n *node) onSubscriberError(err error) {
 
 // coordinator is the master's work: it keeps the set of live slaves from
 // the election's slave events, and after each change (once changes have
-// settled) plans the cameras with rebalance.Assign and routes to each slave
+// settled) plans the cameras with assign.Assign and routes to each slave
 // its list. It runs on every node and acts only while that node is master.
 type coordinator struct {
 	n      *node
@@ -266,11 +266,11 @@ type coordinator struct {
 	done   chan struct{} // closed when run has returned: feed no longer waits
 
 	mu      sync.Mutex
-	term    int64                      // the mastership it plans for; 0 while slave
-	slaves  map[string]rebalance.Slave // live slaves as the election reports them
-	sent    map[string][]string        // the list each slave last received in this mastership
-	plan    rebalance.Plan             // the last plan
-	pending bool                       // a plan is due or some slave has not received its list
+	term    int64                   // the mastership it plans for; 0 while slave
+	slaves  map[string]assign.Slave // live slaves as the election reports them
+	sent    map[string][]string     // the list each slave last received in this mastership
+	plan    assign.Plan             // the last plan
+	pending bool                    // a plan is due or some slave has not received its list
 }
 
 // feed hands an event to the coordinator; it waits only while the
@@ -318,7 +318,7 @@ func (c *coordinator) apply(ctx context.Context, e masterelection.Event) bool {
 	defer c.mu.Unlock()
 	switch e.Kind {
 	case masterelection.EventMasterAcquired:
-		c.term, c.slaves, c.sent, c.plan = e.Term, map[string]rebalance.Slave{}, map[string][]string{}, rebalance.Plan{}
+		c.term, c.slaves, c.sent, c.plan = e.Term, map[string]assign.Slave{}, map[string][]string{}, assign.Plan{}
 		c.pending = true
 		return true
 	case masterelection.EventMasterLost:
@@ -336,8 +336,8 @@ func (c *coordinator) apply(ctx context.Context, e masterelection.Event) bool {
 			tl.event(c.n.id, fmt.Sprintf("slave-registered %s, but its entry is gone (%v): not planned for", id, err), kindInfo)
 			return false
 		}
-		c.slaves[id] = rebalance.Slave{ID: id, Capabilities: info.Capabilities}
-		tl.event(c.n.id, fmt.Sprintf("slave-registered %s (weight %g)", id, rebalance.Weight(info.Capabilities)), kindInfo)
+		c.slaves[id] = assign.Slave{ID: id, Capabilities: info.Capabilities}
+		tl.event(c.n.id, fmt.Sprintf("slave-registered %s (weight %g)", id, assign.Weight(info.Capabilities)), kindInfo)
 	case masterelection.EventSlaveRemoved:
 		if c.term == 0 {
 			return false
@@ -360,7 +360,7 @@ func (c *coordinator) route(ctx context.Context) (retry bool) {
 		return false
 	}
 	tl := c.n.env.tl
-	plan, err := rebalance.Assign(c.n.env.cameras, slices.Collect(maps.Values(c.slaves)))
+	plan, err := assign.Assign(c.n.env.cameras, slices.Collect(maps.Values(c.slaves)))
 	if err != nil {
 		tl.event(c.n.id, "plan: "+err.Error(), kindError)
 		return false
@@ -407,14 +407,14 @@ func (c *coordinator) route(ctx context.Context) (retry bool) {
 
 // settled reports the last plan of the mastership term when every slave has
 // received its list, the plan is not stale, and the slaves are exactly want.
-func (c *coordinator) settled(term int64, want []string) (rebalance.Plan, bool) {
+func (c *coordinator) settled(term int64, want []string) (assign.Plan, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.term != term || c.pending || c.plan.Owner == nil {
-		return rebalance.Plan{}, false
+		return assign.Plan{}, false
 	}
 	if !slices.Equal(slices.Sorted(maps.Keys(c.slaves)), want) || !slices.Equal(slices.Sorted(maps.Keys(c.sent)), want) {
-		return rebalance.Plan{}, false
+		return assign.Plan{}, false
 	}
 	return c.plan, true
 }

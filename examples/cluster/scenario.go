@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/examples/rebalance"
+	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
@@ -472,9 +472,9 @@ func (s *scenario) waitMaster(ctx context.Context, nodes []*node, within time.Du
 // waitSettled waits until master has planned for exactly the live slaves,
 // every slave has received its list, and every slave serves exactly its
 // list: each camera is served by exactly one live slave.
-func (s *scenario) waitSettled(ctx context.Context, master *node, within time.Duration) (rebalance.Plan, error) {
+func (s *scenario) waitSettled(ctx context.Context, master *node, within time.Duration) (assign.Plan, error) {
 	want := s.slaveIDs(master)
-	var plan rebalance.Plan
+	var plan assign.Plan
 	err := waitFor(ctx, within, func() bool {
 		term := master.m.Term()
 		if term == 0 {

@@ -1,0 +1,105 @@
+package assign
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSet is the default Config.Set.
+	DefaultSet = "items"
+	// DefaultLeaseTTL is the default Config.LeaseTTL.
+	DefaultLeaseTTL = 10 * time.Second
+	// DefaultSettle is the default Config.Settle.
+	DefaultSettle = time.Second
+)
+
+// Config configures a Planner and the Workers of one item set. The master's
+// Planner and every slave's Worker must agree on Set; the timings are each
+// side's own.
+type Config struct {
+	// Set names the item set: its keys are "<lock prefix>:assign:<Set>:…".
+	// One election can carry several sets. Default: DefaultSet.
+	Set string
+	// LeaseTTL is how long an item's ownership lasts on Redis after a
+	// Worker's last renewal: a Worker that stops renewing (killed, paused,
+	// cut off) loses its items this long after its last renewal, and the
+	// items' new owners may start then. Default: DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// RenewInterval is how often a Worker renews all its items, in one
+	// round trip however many it holds, and picks up the plan's changes.
+	// Default: LeaseTTL / 3. It must be below LeaseTTL - Margin.
+	RenewInterval time.Duration
+	// Margin is how much earlier than its ownership on Redis a Worker's
+	// own deadline for an item falls: the allowance for the two clocks'
+	// rates and for scheduling. An item's ctx ends at the Worker's deadline.
+	// Default: LeaseTTL / 10.
+	Margin time.Duration
+	// Settle is how long the Planner waits after a change (a slave joined
+	// or left, an item was added or removed) for more changes before it
+	// plans, so a fleet starting up is planned once. Default: DefaultSettle.
+	Settle time.Duration
+	// Resync is how often the Planner plans even without a change, to pick
+	// up capability changes and items written by other processes. Default:
+	// 10 × Settle.
+	Resync time.Duration
+	// OnError, if set, is called with every error of the background loops
+	// (a failed renewal, a failed plan, a handler's panic). It must not
+	// block. Default: errors are dropped.
+	OnError func(error)
+}
+
+// withDefaults returns c with its zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.Set == "" {
+		c.Set = DefaultSet
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = c.LeaseTTL / 3
+	}
+	if c.Margin == 0 {
+		c.Margin = c.LeaseTTL / 10
+	}
+	if c.Settle == 0 {
+		c.Settle = DefaultSettle
+	}
+	if c.Resync == 0 {
+		c.Resync = 10 * c.Settle
+	}
+	return c
+}
+
+// Validate reports the first problem of c with its defaults applied, naming
+// the field and both values where two are involved.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := scripts.ValidateName("Set", c.Set); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.LeaseTTL < time.Millisecond:
+		return fmt.Errorf("%w: LeaseTTL %v is below 1ms", ErrInvalidConfig, c.LeaseTTL)
+	case c.Margin < 0 || c.Margin >= c.LeaseTTL:
+		return fmt.Errorf("%w: Margin %v must be at least 0 and below LeaseTTL %v", ErrInvalidConfig, c.Margin, c.LeaseTTL)
+	case c.RenewInterval <= 0 || c.RenewInterval >= c.LeaseTTL-c.Margin:
+		return fmt.Errorf("%w: RenewInterval %v must be above 0 and below LeaseTTL - Margin = %v", ErrInvalidConfig, c.RenewInterval, c.LeaseTTL-c.Margin)
+	case c.Settle < 0:
+		return fmt.Errorf("%w: Settle %v is negative", ErrInvalidConfig, c.Settle)
+	case c.Resync <= 0:
+		return fmt.Errorf("%w: Resync %v must be above 0", ErrInvalidConfig, c.Resync)
+	}
+	return nil
+}
+
+// report hands err to OnError when it is set.
+func (c Config) report(err error) {
+	if c.OnError != nil && err != nil {
+		c.OnError(err)
+	}
+}

@@ -1,0 +1,62 @@
+// Package assign spreads work items (camera subscriptions, queue
+// partitions, tenants, display connections) over the slaves of a herd and
+// moves them when slaves come and go, so that each item is worked by at
+// most one live slave at a time.
+//
+// The master runs a Planner; every slave runs a Worker with the same
+// Config.Set:
+//
+//	p, _ := assign.NewPlanner(client, election, assign.Config{Set: "cameras"})
+//	go p.Run(ctx)                          // plans while this process is master
+//	_ = p.SetItems(ctx, "cam-1", "cam-2")  // any process may change the items
+//
+//	w, _ := assign.NewWorker(client, election.Keys(), election.NodeID(), assign.Config{Set: "cameras"})
+//	_ = w.OnAssigned(func(ctx context.Context, item string) {
+//		subscribe(item)
+//		<-ctx.Done() // the item is no longer ours
+//		unsubscribe(item)
+//	})
+//	_ = w.Start(ctx)
+//	defer w.Stop(ctx)
+//
+// # The plan
+//
+// The Planner assigns the items to the live slaves of the registry (never to
+// the master itself) by rendezvous hashing weighted by each slave's
+// capabilities, with MaxSubscriptions as a hard cap (Assign). The plan
+// depends only on the items and the slaves: a leave moves only the leaver's
+// items, a join moves only the items the joiner now ranks first, a weight
+// change moves items only to or from that slave. It plans when it becomes
+// master, Settle after a slave joins or leaves or the items change, and
+// every Resync; it writes only what changed, in one script fenced by the
+// mastership's term (a deposed master's write is refused). The plan is kept
+// in Redis, so a new master continues from it.
+//
+// # Ownership and hand-off
+//
+// A plan says who should own an item; ownership says who does. Each item's
+// owner and deadline are kept in Redis. A Worker claims an item the plan
+// gives it only when no one owns it or the owner's deadline has passed, and
+// renews all its items in one round trip every RenewInterval, however many
+// it holds. When the plan moves an item away, the old Worker ends the
+// item's ctx, then gives the item up; the new Worker claims it at its next
+// round trip. A Worker that cannot renew (killed, paused, cut off from
+// Redis) loses its items LeaseTTL after its last renewal; its own deadline
+// for them, on its own clock, falls Margin earlier, and the item's ctx ends
+// there.
+//
+// The guarantee: an item's ctx is live in at most one Worker at any
+// instant, provided the Workers' clocks run at rates within Margin/LeaseTTL
+// of the Redis server's (as for the master's self-fencing) and Redis keeps
+// its data (a Redis that loses the ownership hash lets a new owner start
+// at once). Check ctx.Err() right before acting on an item: a Done channel
+// closes when a timer fires, which can be late after a pause, but Err reads
+// the deadline itself.
+//
+// Not guaranteed: that a handler has returned when the next owner starts
+// (the ctx has ended; the handler must stop acting on it), that every item
+// has an owner (an item no slave has room for is unassigned: Planner.Last
+// lists them), or how fast an item moves (its old Worker's next round trip,
+// then its new Worker's: about two RenewIntervals; a dead Worker's items,
+// once its registry entry expired and the master planned again).
+package assign

@@ -1,0 +1,98 @@
+package assign
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// lease is the ctx of one item's ownership: done when the Worker's own
+// deadline for the item passes (it moves forward with each renewal), when
+// the item is revoked, or when the Worker stops. Err reads the deadline on
+// the clock it was set by, so a process that resumes after a pause sees the
+// ctx done before any timer has run; Done closes when the timer fires.
+type lease struct {
+	mu       sync.Mutex
+	deadline time.Time // guarded by mu
+	err      error     // guarded by mu; set once
+	done     chan struct{}
+	timer    *time.Timer
+}
+
+// newLease returns a lease live until deadline.
+func newLease(deadline time.Time) *lease {
+	l := &lease{deadline: deadline, done: make(chan struct{})}
+	l.timer = time.AfterFunc(time.Until(deadline), l.expire)
+	return l
+}
+
+// expire ends l when its deadline has passed, else arms the timer again (the
+// deadline moved meanwhile).
+func (l *lease) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d := time.Until(l.deadline); d > 0 {
+		l.timer.Reset(d)
+		return
+	}
+	l.endLocked(context.DeadlineExceeded)
+}
+
+// extend moves l's deadline to deadline if that is later, and reports
+// whether l is still live.
+func (l *lease) extend(deadline time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.errLocked() != nil {
+		return false
+	}
+	if deadline.After(l.deadline) {
+		l.deadline = deadline
+	}
+	return true
+}
+
+// end ends l with err (context.Canceled: revoked or stopped).
+func (l *lease) end(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endLocked(err)
+}
+
+func (l *lease) endLocked(err error) {
+	if l.err == nil {
+		l.err = err
+		l.timer.Stop()
+		close(l.done)
+	}
+}
+
+// errLocked is Err with l.mu held.
+func (l *lease) errLocked() error {
+	if l.err == nil && !time.Now().Before(l.deadline) {
+		l.endLocked(context.DeadlineExceeded)
+	}
+	return l.err
+}
+
+// Deadline returns the Worker's own deadline for the item: it moves forward
+// with each renewal.
+func (l *lease) Deadline() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline, true
+}
+
+// Done is closed when the ownership ends.
+func (l *lease) Done() <-chan struct{} { return l.done }
+
+// Err is nil while the item is this Worker's: context.DeadlineExceeded once
+// its deadline passed, context.Canceled once revoked or stopped.
+func (l *lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.errLocked()
+}
+
+// Value returns nil: a lease carries no values.
+func (l *lease) Value(any) any { return nil }

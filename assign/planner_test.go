@@ -1,0 +1,165 @@
+package assign_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/herdkit/herd/assign"
+	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/masterelection"
+	"github.com/herdkit/herd/registry"
+)
+
+// node is one herd process: an election, its Planner and its Worker.
+type node struct {
+	e      *masterelection.MasterElection
+	p      *assign.Planner
+	w      *assign.Worker
+	cancel context.CancelFunc
+	ran    chan struct{}
+}
+
+func startNode(t *testing.T, inst *redistest.Instance, id string, caps registry.Capabilities, s *spans, cfg assign.Config) *node {
+	t.Helper()
+	c := inst.Client(t)
+	ec := masterelection.Config{LockName: "svc", NodeID: id, LockTTL: time.Second, Capabilities: caps}
+	e, err := masterelection.New(c, ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := assign.NewPlanner(c, e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := assign.NewWorker(c, e.Keys(), id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.OnAssigned(s.handler(id)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	n := &node{e: e, p: p, w: w, cancel: cancel, ran: make(chan struct{})}
+	go func() { defer close(n.ran); _ = p.Run(runCtx) }()
+	t.Cleanup(func() { n.stop(t) })
+	return n
+}
+
+func (n *node) stop(t *testing.T) {
+	select {
+	case <-n.ran:
+		return
+	default:
+	}
+	n.cancel()
+	<-n.ran
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = n.w.Stop(ctx)
+	_ = n.e.Stop(ctx)
+}
+
+// settled waits until every live node's Worker owns exactly what Assign
+// gives it for items over the live non-master nodes, and returns that plan.
+func settled(t *testing.T, items []string, nodes map[string]*node, caps map[string]registry.Capabilities, within time.Duration) assign.Plan {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var slaves []assign.Slave
+		master := ""
+		for id, n := range nodes {
+			if n.e.IsMaster() {
+				master = id
+				continue
+			}
+			slaves = append(slaves, assign.Slave{ID: id, Capabilities: caps[id]})
+		}
+		want, err := assign.Assign(items, slaves)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := master != ""
+		for _, id := range slices.Sorted(maps.Keys(nodes)) {
+			if !slices.Equal(nodes[id].w.Owned(), want.Items(id)) {
+				ok = false
+			}
+		}
+		if ok {
+			return want
+		}
+		if time.Now().After(deadline) {
+			got := map[string][]string{}
+			for id, n := range nodes {
+				got[id] = n.w.Owned()
+			}
+			t.Fatalf("not settled within %v: master %q, owned %v, want %v", within, master, got, want.Owner)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPlannerAssignsAndANewMasterFinishesThePlan: the master plans the
+// items over the slaves and never over itself (its registry entry may
+// still say slave), every slave's Worker comes to own exactly its items; a
+// slave that stops loses its items to the others; the master stops, and the
+// new master, taking over a plan that named it, moves its items away and
+// finishes the plan. No item is ever worked by two Workers at once.
+func TestPlannerAssignsAndANewMasterFinishesThePlan(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	s := newSpans()
+	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond}
+	caps := map[string]registry.Capabilities{
+		"n1": {MaxSubscriptions: 40, PreferredWorkload: 100},
+		"n2": {MaxSubscriptions: 40, PreferredWorkload: 100},
+		"n3": {MaxSubscriptions: 40, PreferredWorkload: 50},
+		"n4": {MaxSubscriptions: 40, PreferredWorkload: 100},
+	}
+	nodes := map[string]*node{}
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
+	}
+	items := names(40)
+	if err := nodes["n2"].p.SetItems(context.Background(), items...); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, items, nodes, caps, 10*time.Second)
+
+	// A slave leaves.
+	var slave string
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		if !nodes[id].e.IsMaster() {
+			slave = id
+			break
+		}
+	}
+	nodes[slave].stop(t)
+	delete(nodes, slave)
+	settled(t, items, nodes, caps, 10*time.Second)
+
+	// The master leaves; the next one finishes the plan without itself.
+	for id, n := range nodes {
+		if n.e.IsMaster() {
+			n.stop(t)
+			delete(nodes, id)
+			break
+		}
+	}
+	settled(t, items, nodes, caps, 10*time.Second)
+	for _, n := range nodes {
+		n.stop(t)
+	}
+	s.wg.Wait()
+	if o := s.overlaps(); len(o) > 0 {
+		t.Fatalf("overlaps:\n%v", o)
+	}
+}

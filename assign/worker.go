@@ -1,0 +1,254 @@
+package assign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/scripts"
+)
+
+// Worker is a slave's side of an item set: it owns the items the master's
+// plan gives it, one at a time per item across the herd, and runs the
+// OnAssigned handler for each with a ctx that ends when the item stops
+// being its own. Its methods are safe for concurrent use.
+type Worker struct {
+	client redis.UniversalClient
+	keys   scripts.AssignKeys
+	id     string
+	cfg    Config
+
+	mu       sync.Mutex
+	fn       func(ctx context.Context, item string) // set before Start
+	started  bool
+	leases   map[string]*lease // guarded by mu: the items owned, by their ctx
+	released []string          // guarded by mu: items whose ctx ended, to give up on Redis
+
+	kick     chan struct{}
+	stop     chan struct{}
+	loopDone chan struct{}
+	handlers sync.WaitGroup
+}
+
+// NewWorker returns the Worker of slave id (its process id in the
+// registry, which the Planner plans for) for the election whose keys are
+// keys (MasterElection.Keys). It does no I/O.
+func NewWorker(client redis.UniversalClient, keys scripts.Keys, id string, cfg Config) (*Worker, error) {
+	if nilclient.Is(client) {
+		return nil, fmt.Errorf("%w: the Redis client is nil", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := scripts.ValidateName("worker id", id); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	cfg = cfg.withDefaults()
+	return &Worker{
+		client: client, keys: keys.Assign(cfg.Set), id: id, cfg: cfg,
+		leases: map[string]*lease{}, kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), loopDone: make(chan struct{}),
+	}, nil
+}
+
+// OnAssigned sets the handler run, in a goroutine of its own, each time
+// this Worker comes to own an item. Its ctx ends when the item is no longer
+// this Worker's: revoked by a new plan (the next owner starts only after
+// this ctx ended and the Worker gave the item up), the ownership expired
+// because the Worker could not renew it (the ctx ends at the Worker's own
+// deadline, Margin before the ownership on Redis can pass to another), or
+// Stop. Check ctx.Err() right before acting on the item. The handler's
+// return does not give the item up: it stays owned until the plan moves it.
+// Set it before Start; it returns ErrStarted after.
+func (w *Worker) OnAssigned(fn func(ctx context.Context, item string)) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return ErrStarted
+	}
+	w.fn = fn
+	return nil
+}
+
+// Start claims the items the plan gives this Worker (one round trip) and
+// starts the loop that renews them every RenewInterval. It returns the
+// first round trip's error, and the loop runs on.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return ErrStarted
+	}
+	w.started = true
+	w.mu.Unlock()
+	err := w.sync(ctx)
+	go w.loop()
+	return err
+}
+
+// loop renews every RenewInterval, and at once after a handler's ctx ended
+// so that the item is given up without delay.
+func (w *Worker) loop() {
+	defer close(w.loopDone)
+	t := time.NewTimer(w.cfg.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		case <-w.kick:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.RenewInterval)
+		w.cfg.report(w.sync(ctx))
+		cancel()
+		t.Reset(w.cfg.RenewInterval)
+	}
+}
+
+// sync is one round trip: give up the released items, claim and renew the
+// planned ones, end the ctx of every item no longer owned.
+func (w *Worker) sync(ctx context.Context) error {
+	w.mu.Lock()
+	released := w.released
+	w.released = nil
+	w.mu.Unlock()
+	sent := time.Now()
+	s, err := scripts.AssignSync(ctx, w.client, w.keys, w.id, w.cfg.LeaseTTL, false, released)
+	if err != nil {
+		// Not renewed: the leases end at their own deadlines. The released
+		// items are given up with the next round trip.
+		w.mu.Lock()
+		w.released = append(released, w.released...)
+		w.mu.Unlock()
+		return fmt.Errorf("assign: worker %s: renew: %w", w.id, err)
+	}
+	deadline := sent.Add(w.cfg.LeaseTTL - w.cfg.Margin)
+	owned := make(map[string]bool, len(s.Owned))
+	var start []string
+	ended := false
+	w.mu.Lock()
+	defer func() {
+		w.mu.Unlock()
+		if ended {
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	select {
+	case <-w.stop:
+		return nil // Stop gives everything up
+	default:
+	}
+	for _, item := range s.Owned {
+		owned[item] = true
+		if l := w.leases[item]; l != nil && l.extend(deadline) {
+			continue
+		}
+		w.leases[item] = newLease(deadline)
+		start = append(start, item)
+	}
+	for item, l := range w.leases {
+		if !owned[item] {
+			l.end(context.Canceled)
+			delete(w.leases, item)
+			w.released = append(w.released, item)
+			ended = true
+		}
+	}
+	for _, item := range start {
+		w.run(w.leases[item], item)
+	}
+	return nil
+}
+
+// run starts the handler for item under l. w.mu is held.
+func (w *Worker) run(l *lease, item string) {
+	if w.fn == nil {
+		return
+	}
+	fn := w.fn
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				w.cfg.report(fmt.Errorf("assign: OnAssigned handler for item %q panicked: %v\n%s", item, r, debug.Stack()))
+			}
+		}()
+		fn(l, item)
+	}()
+}
+
+// Owned returns, sorted, the items this Worker owns now (their ctx live).
+func (w *Worker) Owned() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for item, l := range w.leases {
+		if l.Err() == nil {
+			out = append(out, item)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Stop ends every item's ctx, waits for the handlers (as long as ctx
+// allows), and gives every item up on Redis in one round trip, so their
+// next owners start without waiting for the ownership to expire. It
+// returns an error wrapping ErrHandlersRunning when ctx ended first (the
+// items are given up all the same: their ctxs have ended). Stop is
+// idempotent; a Worker cannot be started again.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	select {
+	case <-w.stop:
+		w.mu.Unlock()
+		<-w.loopDone
+		return nil
+	default:
+	}
+	close(w.stop)
+	if !w.started {
+		w.started = true // never to start
+		close(w.loopDone)
+		w.mu.Unlock()
+		return nil
+	}
+	for item, l := range w.leases {
+		l.end(context.Canceled)
+		delete(w.leases, item)
+	}
+	w.mu.Unlock()
+	<-w.loopDone
+	var errs []error
+	done := make(chan struct{})
+	go func() { w.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("%w: %w", ErrHandlersRunning, ctx.Err()))
+	}
+	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RenewInterval)
+	defer cancel()
+	if _, err := scripts.AssignSync(leaveCtx, w.client, w.keys, w.id, w.cfg.LeaseTTL, true, nil); err != nil {
+		errs = append(errs, fmt.Errorf("assign: worker %s: give up items: %w", w.id, err))
+	}
+	return errors.Join(errs...)
+}

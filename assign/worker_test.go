@@ -1,0 +1,294 @@
+package assign_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/assign"
+	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/scripts"
+)
+
+// live is one span during which a Worker's ctx for an item was seen live:
+// first is taken before the first observation that saw it live, last after
+// the last one, so a true overlap cannot hide between two probes.
+type live struct {
+	worker      string
+	first, last time.Time
+}
+
+// spans records, per item, the spans of every Worker's ctx, probing each
+// ctx every millisecond as a handler that acts on the item would.
+type spans struct {
+	mu    sync.Mutex
+	items map[string][]live
+	wg    sync.WaitGroup
+}
+
+func newSpans() *spans { return &spans{items: map[string][]live{}} }
+
+func (s *spans) handler(worker string) func(context.Context, string) {
+	return func(ctx context.Context, item string) {
+		s.wg.Add(1)
+		defer s.wg.Done()
+		var l live
+		l.worker = worker
+		for {
+			before := time.Now()
+			if ctx.Err() != nil {
+				break
+			}
+			after := time.Now()
+			if l.first.IsZero() {
+				l.first = before
+			}
+			l.last = after
+			time.Sleep(time.Millisecond)
+		}
+		if l.first.IsZero() {
+			return
+		}
+		s.mu.Lock()
+		s.items[item] = append(s.items[item], l)
+		s.mu.Unlock()
+	}
+}
+
+// overlaps returns every pair of spans of one item, of two Workers, that
+// intersect.
+func (s *spans) overlaps() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for item, ls := range s.items {
+		sort.Slice(ls, func(i, j int) bool { return ls[i].first.Before(ls[j].first) })
+		for i := range ls {
+			for j := i + 1; j < len(ls); j++ {
+				if ls[i].worker != ls[j].worker && !ls[i].last.Before(ls[j].first) {
+					out = append(out, fmt.Sprintf("item %s: %s live until %v after %s began", item, ls[i].worker, ls[i].last.Sub(ls[j].first), ls[j].worker))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// cutter is a go-redis hook that fails every command while cut is set: a
+// process cut off from Redis.
+type cutter struct{ cut atomic.Bool }
+
+var errCut = errors.New("test: cut off from redis")
+
+func (c *cutter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *cutter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if c.cut.Load() {
+			return errCut
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *cutter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if c.cut.Load() {
+			return errCut
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// fixture is a Redis server, a lock held by "m" and a plan writer.
+type fixture struct {
+	inst  *redistest.Instance
+	admin *redis.Client
+	k     scripts.Keys
+	a     scripts.AssignKeys
+	term  int64
+	cfg   assign.Config
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	inst := redistest.Start(t, redistest.Default(t))
+	f := &fixture{inst: inst, admin: inst.Client(t), k: scripts.NewKeys("svc", false),
+		cfg: assign.Config{LeaseTTL: time.Second, RenewInterval: 100 * time.Millisecond, Margin: 100 * time.Millisecond}}
+	f.a = f.k.Assign(assign.DefaultSet)
+	acq, err := scripts.Acquire(context.Background(), f.admin, f.k, "m", time.Hour, nil, 0)
+	if err != nil || acq.Term == 0 {
+		t.Fatalf("acquire = %+v, %v", acq, err)
+	}
+	f.term = acq.Term
+	return f
+}
+
+// plan gives every item to owner.
+func (f *fixture) plan(t *testing.T, owner string, items []string) {
+	t.Helper()
+	before, err := f.admin.HGetAll(context.Background(), f.a.Plan).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]string{}
+	for _, item := range items {
+		owners[item] = owner
+	}
+	if _, err := scripts.AssignPlan(context.Background(), f.admin, f.k, f.a, "m", f.term, before, owners); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) worker(t *testing.T, id string, s *spans, hooks ...redis.Hook) *assign.Worker {
+	t.Helper()
+	c := f.inst.Client(t)
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	w, err := assign.NewWorker(c, f.k, id, f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.OnAssigned(s.handler(id)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return w
+}
+
+func names(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("item-%02d", i)
+	}
+	return out
+}
+
+// waitOwned waits until w owns exactly want.
+func waitOwned(t *testing.T, w *assign.Worker, want []string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !slices.Equal(w.Owned(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker owns %v after %v, want %v", w.Owned(), within, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRevokedItemsMoveWithoutOverlap: a plan that moves every item from a
+// to b ends each of a's ctxs before b's begins, and b gets them all.
+func TestRevokedItemsMoveWithoutOverlap(t *testing.T) {
+	f := newFixture(t)
+	s := newSpans()
+	items := names(20)
+	f.plan(t, "a", items)
+	wa := f.worker(t, "a", s)
+	wb := f.worker(t, "b", s)
+	waitOwned(t, wa, items, 5*time.Second)
+	f.plan(t, "b", items)
+	waitOwned(t, wb, items, 5*time.Second)
+	waitOwned(t, wa, nil, 5*time.Second)
+	if err := wa.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.wg.Wait()
+	if o := s.overlaps(); len(o) > 0 {
+		t.Fatalf("overlaps:\n%v", o)
+	}
+	for _, item := range items {
+		if n := len(s.items[item]); n != 2 {
+			t.Errorf("item %s had %d owners' spans, want 2 (a, then b)", item, n)
+		}
+	}
+	// Stop gave everything up.
+	if n, _ := f.admin.HLen(context.Background(), f.a.Own).Result(); n != 0 {
+		t.Errorf("%d items still owned on redis after both workers stopped", n)
+	}
+}
+
+// TestCutOffOwnerEndsBeforeTheNextOwnerStarts: a Worker cut off from Redis
+// cannot renew; its ctxs end at its own deadline, and the next owner claims
+// the items only once their ownership expired on Redis: never both at once.
+func TestCutOffOwnerEndsBeforeTheNextOwnerStarts(t *testing.T) {
+	f := newFixture(t)
+	s := newSpans()
+	items := names(10)
+	f.plan(t, "a", items)
+	cut := &cutter{}
+	wa := f.worker(t, "a", s, cut)
+	wb := f.worker(t, "b", s)
+	waitOwned(t, wa, items, 5*time.Second)
+	cut.cut.Store(true)
+	f.plan(t, "b", items)
+	waitOwned(t, wb, items, 5*time.Second)
+	if got := wa.Owned(); len(got) != 0 {
+		t.Errorf("cut-off worker still owns %v", got)
+	}
+	_ = wb.Stop(context.Background())
+	_ = wa.Stop(context.Background())
+	s.wg.Wait()
+	if o := s.overlaps(); len(o) > 0 {
+		t.Fatalf("overlaps:\n%v", o)
+	}
+	for _, item := range items {
+		ls := s.items[item]
+		if len(ls) != 2 || ls[0].worker != "a" || ls[1].worker != "b" {
+			t.Errorf("item %s spans %+v, want a then b", item, ls)
+		}
+	}
+}
+
+// TestWorkerLifecycle: Stop before Start and twice returns nil; Start and
+// OnAssigned after Stop or a first Start return ErrStarted; bad config is
+// refused naming the field.
+func TestWorkerLifecycle(t *testing.T) {
+	f := newFixture(t)
+	w, err := assign.NewWorker(f.admin, f.k, "a", f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); !errors.Is(err, assign.ErrStarted) {
+		t.Errorf("Start after Stop = %v, want ErrStarted", err)
+	}
+	if err := w.OnAssigned(func(context.Context, string) {}); !errors.Is(err, assign.ErrStarted) {
+		t.Errorf("OnAssigned after Stop = %v, want ErrStarted", err)
+	}
+	for _, tc := range []struct {
+		cfg  assign.Config
+		want string
+	}{
+		{assign.Config{LeaseTTL: time.Second, Margin: time.Second}, "Margin 1s must be at least 0 and below LeaseTTL 1s"},
+		{assign.Config{LeaseTTL: time.Second, RenewInterval: 950 * time.Millisecond}, "RenewInterval 950ms must be above 0 and below LeaseTTL - Margin = 900ms"},
+		{assign.Config{Set: "a b"}, "Set \"a b\" contains whitespace"},
+	} {
+		_, err := assign.NewWorker(f.admin, f.k, "a", tc.cfg)
+		if !errors.Is(err, assign.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewWorker(%+v) = %v, want ErrInvalidConfig naming %q", tc.cfg, err, tc.want)
+		}
+	}
+	var nilClient *redis.Client
+	if _, err := assign.NewWorker(nilClient, f.k, "a", f.cfg); !errors.Is(err, assign.ErrInvalidConfig) {
+		t.Errorf("NewWorker(typed nil client) = %v, want ErrInvalidConfig", err)
+	}
+}
