@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,4 +126,17 @@ func AssignSync(ctx context.Context, c redis.Scripter, a AssignKeys, id string, 
 		return Synced{}, unexpected("assign sync", reply)
 	}
 	return Synced{Owned: lists[0], Revoked: lists[1], Waiting: lists[2], Now: time.UnixMilli(now)}, nil
+}
+
+// ParseOwner reads a value of AssignKeys.Own, "<deadline ms> <slave id>"
+// as assign_sync.lua writes it: the owner and the deadline of its
+// ownership on the server's clock. ok is false for any other value (not
+// written by herd: no one's).
+func ParseOwner(v string) (slave string, deadline time.Time, ok bool) {
+	ms, id, found := strings.Cut(v, " ")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !found || err != nil || n < 0 || id == "" {
+		return "", time.Time{}, false
+	}
+	return id, time.UnixMilli(n), true
 }

@@ -46,6 +46,8 @@ Commands:
                 dead list [-n N] [-o table|json]     the oldest N (100), with errors
                 dead retry [-to PROCESS] ID...       send again, to its inbox or -to
                 dead drop ID... | -all               delete for good
+  assignments the items of an assign item set: who should own each and who does,
+              moves in flight, unassigned items [-set NAME] [-o table|json]
 
 Global flags (also accepted after the command):
   -redis URL         Redis URL (default $REDIS_URL, else redis://127.0.0.1:6379):
@@ -121,6 +123,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	cmds := map[string]func(context.Context, []string) error{
 		"status": a.status, "processes": a.processes, "watch": a.watch,
 		"step-down": a.stepDown, "dashboard": a.dashboard, "dead": a.dead,
+		"assignments": a.assignments,
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	if name == "help" {
@@ -129,7 +132,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	run, ok := cmds[name]
 	if !ok {
-		fmt.Fprintf(stderr, "herd: unknown command %q: status, processes, watch, step-down, dashboard or dead ('herd -h' for help)\n", name)
+		fmt.Fprintf(stderr, "herd: unknown command %q: status, processes, watch, step-down, dashboard, dead or assignments ('herd -h' for help)\n", name)
 		return operate.ExitUsage
 	}
 	err := run(ctx, rest)
@@ -679,4 +682,38 @@ func wrap(w io.Writer, text, first, indent string, width int) {
 		line += word
 	}
 	fmt.Fprintln(w, prefix+line)
+}
+
+// assignments runs herd assignments: the items of one item set of package
+// assign, per item and per slave.
+func (a *app) assignments(ctx context.Context, args []string) error {
+	fs := a.command("assignments", "[-set NAME] [-o table|json]",
+		"Lists the items of an assign item set (keys <lock>:assign:<set>:...): the slave\n"+
+			"the master's plan gives each, the slave that owns it now and for how long\n"+
+			"without a renewal, and its state: owned, moving (another slave still owns\n"+
+			"it), waiting (not claimed yet), unassigned (no slave had room) or removed\n"+
+			"(no longer in the set, still owned); then each slave's planned and owned\n"+
+			"counts.")
+	out := fs.String("o", "table", "output `format`: table or json")
+	set := fs.String("set", "items", "the item set's `name` (assign.Config.Set)")
+	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "table", "json"))
+	if err != nil {
+		return err
+	}
+	defer done()
+	rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
+	defer cancel()
+	as, err := operate.ReadAssignments(rctx, r, *set)
+	if err != nil {
+		return err
+	}
+	if *out == "json" {
+		return writeJSON(a.stdout, as)
+	}
+	if len(as.Items) == 0 {
+		fmt.Fprintf(a.stdout, "no items in set %s\n", as.Set)
+		return nil
+	}
+	assignTable(a.stdout, as)
+	return nil
 }

@@ -202,3 +202,32 @@ func deadTable(w io.Writer, ls []operate.DeadLetter) {
 
 // oneLine joins the lines of s with spaces, so that a cell stays on its row.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// assignTable writes one row per item, then one per slave and the counts.
+func assignTable(w io.Writer, as operate.Assignments) {
+	cols := []column{{header: "ITEM", min: 8, give: 2}, {header: "PLANNED", min: 8, give: 1}, {header: "OWNER", min: 8, give: 1},
+		{header: "LEFT"}, {header: "STATE"}}
+	for _, it := range as.Items {
+		left := "-"
+		if it.Owner != "" {
+			left = operate.FormatAge(it.Left)
+		}
+		cells := []string{it.Item, dash(it.Planned), dash(it.Owner), left, it.State}
+		for i := range cols {
+			cols[i].cells = append(cols[i].cells, cells[i])
+		}
+	}
+	writeTable(w, cols, Width)
+	fmt.Fprintln(w)
+	slaves := []column{{header: "SLAVE", min: 8, give: 1}, {header: "PLANNED"}, {header: "OWNED"}}
+	for _, s := range as.Slaves {
+		cells := []string{s.ID, fmt.Sprint(s.Planned), fmt.Sprint(s.Owned)}
+		for i := range slaves {
+			slaves[i].cells = append(slaves[i].cells, cells[i])
+		}
+	}
+	writeTable(w, slaves, Width)
+	fmt.Fprintf(w, "%d items: %d owned, %d moving, %d waiting, %d unassigned, %d removed\n", len(as.Items),
+		as.Counts[operate.ItemOwned], as.Counts[operate.ItemMoving], as.Counts[operate.ItemWaiting],
+		as.Counts[operate.ItemUnassigned], as.Counts[operate.ItemRemoved])
+}

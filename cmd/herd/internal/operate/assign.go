@@ -1,0 +1,139 @@
+package operate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// Item states, as herd assignments shows them.
+const (
+	// ItemOwned: the planned slave owns the item.
+	ItemOwned = "owned"
+	// ItemMoving: the plan names a slave, and another still owns the item
+	// (it gives it up at its next round trip, or its ownership expires).
+	ItemMoving = "moving"
+	// ItemWaiting: the plan names a slave that has not claimed the item yet.
+	ItemWaiting = "waiting"
+	// ItemUnassigned: no slave had room for the item, or the master has
+	// not planned it yet.
+	ItemUnassigned = "unassigned"
+	// ItemRemoved: the item is no longer in the set, and a slave still owns
+	// it until it gives it up.
+	ItemRemoved = "removed"
+)
+
+// ItemState is one item of an assign item set.
+type ItemState struct {
+	Item string `json:"item"`
+	// Planned is the slave the master's plan gives the item; "" when none.
+	Planned string `json:"planned"`
+	// Owner is the slave that owns it now; "" when none (or expired).
+	Owner string `json:"owner"`
+	// Left is how long the owner's ownership lasts without a renewal.
+	Left time.Duration `json:"-"`
+	// LeftMs is Left in milliseconds, for JSON.
+	LeftMs int64 `json:"leftMs"`
+	// State is ItemOwned, ItemMoving, ItemWaiting, ItemUnassigned or
+	// ItemRemoved.
+	State string `json:"state"`
+}
+
+// SlaveLoad is one slave's share of an item set.
+type SlaveLoad struct {
+	ID      string `json:"id"`
+	Planned int    `json:"planned"`
+	Owned   int    `json:"owned"`
+}
+
+// Assignments is what herd assignments shows: every item of one item set
+// of package assign, who should own it and who does.
+type Assignments struct {
+	Set    string      `json:"set"`
+	Items  []ItemState `json:"items"`
+	Slaves []SlaveLoad `json:"slaves"`
+	// Counts of items by State.
+	Counts map[string]int `json:"counts"`
+	// Time is the server's clock at the read.
+	Time time.Time `json:"time"`
+}
+
+// ReadAssignments reads the item set set of r's lock in one round trip.
+func ReadAssignments(ctx context.Context, r *Reader, set string) (Assignments, error) {
+	if err := scripts.ValidateName("item set", set); err != nil {
+		return Assignments{}, fmt.Errorf("%w: -set: %w", ErrUsage, err)
+	}
+	k := r.conn.Keys.Assign(set)
+	c := r.conn.Client
+	pipe := c.Pipeline()
+	now := pipe.Time(ctx)
+	itemsCmd := pipe.SMembers(ctx, k.Items)
+	planCmd := pipe.HGetAll(ctx, k.Plan)
+	ownCmd := pipe.HGetAll(ctx, k.Own)
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	for _, cmd := range []redis.Cmder{now, itemsCmd, planCmd, ownCmd} {
+		if err := cmd.Err(); err != nil {
+			return Assignments{}, Classify("read item set "+set, err)
+		}
+	}
+	a := Assignments{Set: set, Time: now.Val(), Counts: map[string]int{}}
+	plan, own := planCmd.Val(), ownCmd.Val()
+	all := map[string]bool{}
+	for _, item := range itemsCmd.Val() {
+		all[item] = true
+	}
+	for item := range own {
+		all[item] = true
+	}
+	loads := map[string]*SlaveLoad{}
+	load := func(id string) *SlaveLoad {
+		if loads[id] == nil {
+			loads[id] = &SlaveLoad{ID: id}
+		}
+		return loads[id]
+	}
+	inSet := map[string]bool{}
+	for _, item := range itemsCmd.Val() {
+		inSet[item] = true
+	}
+	for item := range all {
+		st := ItemState{Item: item, Planned: plan[item]}
+		if id, deadline, ok := scripts.ParseOwner(own[item]); ok && deadline.After(a.Time) {
+			st.Owner, st.Left = id, deadline.Sub(a.Time)
+			st.LeftMs = ms(st.Left)
+			load(id).Owned++
+		}
+		if st.Planned != "" {
+			load(st.Planned).Planned++
+		}
+		switch {
+		case !inSet[item]:
+			if st.Owner == "" {
+				continue // given up and gone
+			}
+			st.State = ItemRemoved
+		case st.Planned == "":
+			st.State = ItemUnassigned
+		case st.Owner == st.Planned:
+			st.State = ItemOwned
+		case st.Owner != "":
+			st.State = ItemMoving
+		default:
+			st.State = ItemWaiting
+		}
+		a.Counts[st.State]++
+		a.Items = append(a.Items, st)
+	}
+	slices.SortFunc(a.Items, func(x, y ItemState) int { return strings.Compare(x.Item, y.Item) })
+	for _, l := range loads {
+		a.Slaves = append(a.Slaves, *l)
+	}
+	slices.SortFunc(a.Slaves, func(x, y SlaveLoad) int { return strings.Compare(x.ID, y.ID) })
+	return a, nil
+}
