@@ -26,6 +26,13 @@ var (
 	assignSyncScript = redis.NewScript(withWrites(assignSyncSrc))
 )
 
+// The SHA1 digests of the assign scripts, for hooks that recognise their
+// calls on the wire.
+var (
+	AssignPlanSHA = assignPlanScript.Hash()
+	AssignSyncSHA = assignSyncScript.Hash()
+)
+
 // AssignPlan runs assign_plan.lua: if nodeID still holds the lock under
 // term, it sets the owner of each item in owners ("" leaves the item
 // unassigned) in the plan of a, in one atomic step, and returns how many
