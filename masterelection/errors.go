@@ -72,6 +72,14 @@ var (
 	// The message names the policy, the limit and the keys at risk. The
 	// election runs all the same; see docs/safety.md, "Eviction".
 	ErrEvictionPolicy = errors.New("masterelection: redis may evict the election's keys")
+	// ErrClusterCoverage is wrapped by the error event emitted at Start on
+	// a Redis Cluster whose node holding the election's keys has
+	// cluster-require-full-coverage yes and a cluster-node-timeout for which
+	// a failover of any other master (the slot then answers CLUSTERDOWN
+	// until the promotion) outlasts LockTTL - StepDownMargin: the master
+	// would step down although its own node is healthy. The election runs
+	// all the same; see docs/topologies.md.
+	ErrClusterCoverage = errors.New("masterelection: a failover elsewhere in the cluster can end the mastership")
 	// ErrUnconfirmedNotice is wrapped by the error event emitted when an
 	// "acquired" notice on the events channel claims a term that Redis,
 	// asked right after it, does not have: the notice was not sent by a lock

@@ -163,6 +163,7 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, erro
 		eviction = m.readEviction(openCtx)
 	}
 	m.reportEviction(eviction)
+	m.reportCoverage(m.readCoverage(openCtx))
 	garbage, answered := first.garbage, first.checked
 	if !answered {
 		garbage, _ = m.garbageLock(openCtx)
