@@ -41,7 +41,7 @@ Commands:
   step-down   ask the master to hand over [-to NODE] [-timeout D]; waits for the
               new master and prints it
   dashboard   serve the live web page, /api/status, /metrics and /healthz
-              [-listen ADDR] [-allow-step-down] [-interval D]
+              [-listen ADDR] [-allow-step-down] [-interval D] [-assign-sets A,B]
   dead        the dead letters of durable routing (entries a consumer gave up on):
                 dead list [-n N] [-o table|json]     the oldest N (100), with errors
                 dead retry [-to PROCESS] ID...       send again, to its inbox or -to
@@ -379,18 +379,29 @@ func (a *app) stepDown(ctx context.Context, args []string) error {
 }
 
 func (a *app) dashboard(ctx context.Context, args []string) error {
-	fs := a.command("dashboard", "[-listen ADDR] [-allow-step-down] [-interval D]",
+	fs := a.command("dashboard", "[-listen ADDR] [-allow-step-down] [-interval D] [-assign-sets A,B]",
 		"Serves the live web page of the herd on http://ADDR/, and /api/status (the\n"+
 			"status JSON), /api/events (Server-Sent Events), /metrics (Prometheus) and\n"+
-			"/healthz. The page's step-down button works only with -allow-step-down.")
+			"/healthz. The page's step-down button works only with -allow-step-down;\n"+
+			"-assign-sets adds a panel per item set of package assign.")
 	listen := fs.String("listen", DefaultListen, "`address` to listen on (host:port)")
 	allow := fs.Bool("allow-step-down", false, "enable the step-down button (POST /api/step-down)")
 	interval := fs.Duration("interval", operate.DefaultInterval, "re-sync `interval`: Redis is read at least this often")
+	sets := fs.String("assign-sets", "", "comma-separated `names` of assign item sets to show (assign.Config.Set)")
 	r, done, err := a.open(ctx, fs, args, positive("interval", interval))
 	if err != nil {
 		return err
 	}
 	defer done()
+	var assignSets []string
+	if *sets != "" {
+		assignSets = strings.Split(*sets, ",")
+		for _, set := range assignSets {
+			if err := scripts.ValidateName("item set", set); err != nil {
+				return fmt.Errorf("%w: -assign-sets: %w", operate.ErrUsage, err)
+			}
+		}
+	}
 	if _, err := a.snapshot(ctx, r); err != nil {
 		return err
 	}
@@ -398,7 +409,7 @@ func (a *app) dashboard(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: -listen %s: %w", operate.ErrUsage, *listen, err)
 	}
-	d := dashboard.New(r, operate.NewWatcher(r, *interval), dashboard.Options{AllowStepDown: *allow})
+	d := dashboard.New(r, operate.NewWatcher(r, *interval), dashboard.Options{AllowStepDown: *allow, AssignSets: assignSets})
 	fmt.Fprintf(a.stdout, "herd dashboard of %q on %s: http://%s/\n", a.lock, r.Conn().URL, ln.Addr())
 	return d.Serve(ctx, ln)
 }

@@ -140,7 +140,7 @@ func TestBrowser(t *testing.T) {
 	herdtest.WaitRegistered(t, nodes[0], 3)
 	nodes[0].SetMetadata(map[string]any{"zone": "eu-west-1", "version": "2.4.1"})
 	nodes[2].SetMetadata(map[string]any{"zone": "eu-central-1", "queues": []string{"emails", "invoices"}})
-	srv := served(t, inst, "orders", Options{AllowStepDown: true})
+	srv := served(t, inst, "orders", Options{AllowStepDown: true, AssignSets: []string{"cameras"}})
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL)); err != nil {
 		t.Fatal(err)
@@ -220,6 +220,21 @@ func TestBrowser(t *testing.T) {
 	addDeadLetter(t, inst, "orders")
 	within(t, 2*time.Second, "the dead letter counted", func() bool {
 		return text(t, ctx, "count-dead") == "1" && js[bool](t, ctx, `document.getElementById('count-dead').classList.contains('has-dead')`)
+	})
+	// An item set of package assign: one item owned, one moving, one
+	// unassigned, and each slave's planned and owned counts.
+	if got := text(t, ctx, "assign-sets"); !strings.Contains(got, "0 owned · 0 moving · 0 waiting · 0 unassigned · 0 removed") {
+		t.Fatalf("the watched set before it has items: %q", got)
+	}
+	deadline := fmt.Sprint(time.Now().Add(time.Hour).UnixMilli())
+	admin := inst.Client(t)
+	herdtest.Admin(t, admin, "SADD", "orders:assign:cameras:items", "cam-1", "cam-2", "cam-3")
+	herdtest.Admin(t, admin, "HSET", "orders:assign:cameras:plan", "cam-1", "api-3", "cam-2", "worker-1")
+	herdtest.Admin(t, admin, "HSET", "orders:assign:cameras:own", "cam-1", deadline+" api-3", "cam-2", deadline+" api-3")
+	within(t, 2*time.Second, "the assignments shown", func() bool {
+		return strings.Contains(text(t, ctx, "assign-sets"), "1 owned · 1 moving · 0 waiting · 1 unassigned · 0 removed") &&
+			js[string](t, ctx, `(document.querySelector('[data-set="cameras"] tr[data-slave="api-3"]') || {}).textContent || ""`) == "api-312" &&
+			js[string](t, ctx, `(document.querySelector('[data-set="cameras"] tr[data-slave="worker-1"]') || {}).textContent || ""`) == "worker-110"
 	})
 	t.Logf("looked at the page with a red heartbeat: %s", screenshot(t, ctx, "dashboard.png"))
 }

@@ -43,6 +43,10 @@ type Options struct {
 	Events int
 	// Masterships is how many masterships the timeline keeps. Default 50.
 	Masterships int
+	// AssignSets names item sets of package assign the page shows, each
+	// with its items by state and every slave's planned and owned counts.
+	// Default none.
+	AssignSets []string
 }
 
 // Dashboard is the web page of one lock name and the watcher that feeds it.
@@ -67,6 +71,7 @@ func New(r *operate.Reader, w *operate.Watcher, o Options) *Dashboard {
 	if o.Masterships <= 0 {
 		o.Masterships = 50
 	}
+	r.WatchAssignments(o.AssignSets...)
 	d := &Dashboard{reader: r, watcher: w, opts: o, metrics: prometheus.NewRegistry(), mux: http.NewServeMux()}
 	d.hub = newHub(r.Conn(), o, w.Interval())
 	d.metrics.MustRegister(newCollector(d.hub))

@@ -153,6 +153,8 @@ type model struct {
 	// when it could not be read, then DeadLettersError says why.
 	DeadLetters      *int64 `json:"deadLetters"`
 	DeadLettersError string `json:"deadLettersError,omitempty"`
+	// Assignments summarize the watched item sets of package assign.
+	Assignments []operate.AssignSummary `json:"assignments"`
 }
 
 type masterModel struct {
@@ -194,6 +196,10 @@ func (h *hub) modelLocked() model {
 	}
 	if m.Masterships == nil {
 		m.Masterships = []mastership{}
+	}
+	m.Assignments = s.Assignments
+	if m.Assignments == nil {
+		m.Assignments = []operate.AssignSummary{}
 	}
 	if s.DeadLetters >= 0 {
 		n := s.DeadLetters

@@ -137,3 +137,43 @@ func ReadAssignments(ctx context.Context, r *Reader, set string) (Assignments, e
 	slices.SortFunc(a.Slaves, func(x, y SlaveLoad) int { return strings.Compare(x.ID, y.ID) })
 	return a, nil
 }
+
+// AssignSummary is one item set as the dashboard shows it: the counts by
+// state and each slave's share, without the items.
+type AssignSummary struct {
+	Set    string         `json:"set"`
+	Counts map[string]int `json:"counts"`
+	Slaves []SlaveLoad    `json:"slaves"`
+	// Error is why the set could not be read; "" when it was.
+	Error string `json:"error,omitempty"`
+}
+
+// WatchAssignments makes every Read (and so the dashboard) summarize the
+// item sets sets of package assign too (Snapshot.Assignments); a name that
+// cannot be a set's is summarized with its error.
+func (r *Reader) WatchAssignments(sets ...string) {
+	r.mu.Lock()
+	r.assignSets = slices.Clone(sets)
+	r.mu.Unlock()
+}
+
+// summarizeAssignments reads the watched item sets; a set that cannot be
+// read says why and never fails the read.
+func (r *Reader) summarizeAssignments(ctx context.Context) []AssignSummary {
+	r.mu.Lock()
+	sets := r.assignSets
+	r.mu.Unlock()
+	var out []AssignSummary
+	for _, set := range sets {
+		a, err := ReadAssignments(ctx, r, set)
+		if err != nil {
+			out = append(out, AssignSummary{Set: set, Counts: map[string]int{}, Slaves: []SlaveLoad{}, Error: err.Error()})
+			continue
+		}
+		if a.Slaves == nil {
+			a.Slaves = []SlaveLoad{}
+		}
+		out = append(out, AssignSummary{Set: set, Counts: a.Counts, Slaves: a.Slaves})
+	}
+	return out
+}

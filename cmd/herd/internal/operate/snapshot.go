@@ -82,6 +82,9 @@ type Snapshot struct {
 	// DeadLettersError is why DeadLetters could not be read; "" when it
 	// was.
 	DeadLettersError string
+	// Assignments summarize the item sets the Reader watches
+	// (WatchAssignments); nil when it watches none.
+	Assignments []AssignSummary
 }
 
 // ByRole returns the processes of role r ("" for all).
@@ -104,8 +107,9 @@ type Reader struct {
 	reg        *registry.Registry
 	processTTL time.Duration
 
-	mu      sync.Mutex
-	corrupt []string // corrupt entries the registry reported during the current read
+	mu         sync.Mutex
+	corrupt    []string // corrupt entries the registry reported during the current read
+	assignSets []string // item sets every read summarizes (WatchAssignments)
 }
 
 // NewReader returns a Reader for conn's lock. processTTL is the processes'
@@ -209,6 +213,7 @@ func (r *Reader) read(ctx context.Context) (Snapshot, bool, error) {
 	if err != nil {
 		s.DeadLetters, s.DeadLettersError = -1, Classify("count the dead letters of "+k.Dead+" (XLEN)", err).Error()
 	}
+	s.Assignments = r.summarizeAssignments(ctx)
 	r.mu.Lock()
 	corrupt := r.corrupt
 	r.mu.Unlock()

@@ -68,6 +68,7 @@
     renderMaster();
     renderStats();
     renderProcesses();
+    renderAssignments();
     renderTimeline();
     renderEvents();
     tick();
@@ -160,6 +161,31 @@
         cell('heartbeat', [hb])
       ]);
       body.appendChild(row);
+    });
+  }
+
+  // renderAssignments shows each watched item set of package assign: the
+  // items by state, then each slave's planned and owned counts.
+  function renderAssignments() {
+    var sets = model.assignments || [];
+    $('assignments').hidden = sets.length === 0;
+    var box = $('assign-sets');
+    clear(box);
+    sets.forEach(function (a) {
+      var c = a.counts || {};
+      var line = a.error ? 'cannot be read: ' + a.error :
+        ['owned', 'moving', 'waiting', 'unassigned', 'removed'].map(function (k) { return (c[k] || 0) + ' ' + k; }).join(' · ');
+      var rows = a.slaves.map(function (s) {
+        return el('tr', { 'data-slave': s.id }, [cell('slave', [s.id], 'mono'), cell('planned', [String(s.planned)]), cell('owned', [String(s.owned)])]);
+      });
+      box.appendChild(el('div', { className: 'assign-set', 'data-set': a.set }, [
+        el('h3', { className: 'sub mono', text: a.set }),
+        el('p', { className: 'assign-counts' + ((c.moving || c.waiting || c.unassigned) ? ' has-moves' : ''), text: line }),
+        el('table', { className: 'processes' }, [
+          el('thead', null, [el('tr', null, [el('th', { text: 'slave' }), el('th', { text: 'planned' }), el('th', { text: 'owned' })])]),
+          el('tbody', null, rows)
+        ])
+      ]));
     });
   }
 
