@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,8 +31,9 @@ type Planner struct {
 	cfg    Config
 	kick   chan struct{}
 
-	mu   sync.Mutex
-	last Plan // guarded by mu: the plan of the last planning
+	mu    sync.Mutex
+	last  Plan // guarded by mu: the plan of the last planning
+	moves atomic.Uint64
 }
 
 // NewPlanner returns the Planner of e's item set cfg.Set. It does no I/O;
@@ -111,6 +113,13 @@ func (p *Planner) Last() Plan {
 	defer p.mu.Unlock()
 	return p.last
 }
+
+// Set returns the name of the Planner's item set (Config.Set).
+func (p *Planner) Set() string { return p.cfg.Set }
+
+// Moves returns how many item owners this Planner's plans changed in Redis
+// (an item given to a slave, moved, or left unassigned).
+func (p *Planner) Moves() uint64 { return p.moves.Load() }
 
 // Kick asks Run to plan after Settle.
 func (p *Planner) Kick() {
@@ -216,9 +225,11 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 			owners[item] = ""
 		}
 	}
-	if _, err := scripts.AssignPlan(ctx, p.client, p.e.Keys(), p.keys, self, term, stored.Owner, owners); err != nil {
+	n, err := scripts.AssignPlan(ctx, p.client, p.e.Keys(), p.keys, self, term, stored.Owner, owners)
+	if err != nil {
 		return fmt.Errorf("assign: write plan: %w", err)
 	}
+	p.moves.Add(uint64(n))
 	p.mu.Lock()
 	p.last = next
 	p.mu.Unlock()

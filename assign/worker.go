@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,8 @@ type Worker struct {
 	stop     chan struct{}
 	loopDone chan struct{}
 	handlers sync.WaitGroup
+
+	claimed, revoked, expired atomic.Uint64
 }
 
 // NewWorker returns the Worker of slave id (its process id in the
@@ -161,10 +164,16 @@ func (w *Worker) sync(ctx context.Context) error {
 			continue
 		}
 		w.leases[item] = newLease(deadline)
+		w.claimed.Add(1)
 		start = append(start, item)
 	}
 	for item, l := range w.leases {
 		if !owned[item] {
+			if errors.Is(l.Err(), context.DeadlineExceeded) {
+				w.expired.Add(1)
+			} else {
+				w.revoked.Add(1)
+			}
 			l.end(context.Canceled)
 			delete(w.leases, item)
 			w.released = append(w.released, item)
@@ -194,6 +203,21 @@ func (w *Worker) run(l *lease, item string) {
 		fn(l, item)
 	}()
 }
+
+// Set returns the name of the Worker's item set (Config.Set).
+func (w *Worker) Set() string { return w.cfg.Set }
+
+// Claimed returns how many times this Worker came to own an item (each
+// started an OnAssigned handler).
+func (w *Worker) Claimed() uint64 { return w.claimed.Load() }
+
+// Revoked returns how many of its items this Worker gave up because the
+// plan moved or removed them.
+func (w *Worker) Revoked() uint64 { return w.revoked.Load() }
+
+// Expired returns how many of its items this Worker lost because it could
+// not renew them before its own deadline.
+func (w *Worker) Expired() uint64 { return w.expired.Load() }
 
 // Owned returns, sorted, the items this Worker owns now (their ctx live).
 func (w *Worker) Owned() []string {

@@ -200,6 +200,9 @@ func TestRevokedItemsMoveWithoutOverlap(t *testing.T) {
 	f.plan(t, "b", items)
 	waitOwned(t, wb, items, 5*time.Second)
 	waitOwned(t, wa, nil, 5*time.Second)
+	if wa.Claimed() != 20 || wa.Revoked() != 20 || wa.Expired() != 0 || wb.Claimed() != 20 {
+		t.Errorf("a claimed %d, revoked %d, expired %d; b claimed %d; want 20, 20, 0; 20", wa.Claimed(), wa.Revoked(), wa.Expired(), wb.Claimed())
+	}
 	if err := wa.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +239,15 @@ func TestCutOffOwnerEndsBeforeTheNextOwnerStarts(t *testing.T) {
 	cut.cut.Store(true)
 	f.plan(t, "b", items)
 	waitOwned(t, wb, items, 5*time.Second)
+	// a learns it lost them when it reaches Redis again.
+	cut.cut.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for wa.Expired() != 10 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if wa.Expired() != 10 || wa.Revoked() != 0 {
+		t.Errorf("cut-off worker: expired %d, revoked %d; want 10, 0", wa.Expired(), wa.Revoked())
+	}
 	if got := wa.Owned(); len(got) != 0 {
 		t.Errorf("cut-off worker still owns %v", got)
 	}

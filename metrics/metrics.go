@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
@@ -21,6 +22,7 @@ const (
 	subsystemRouter     = "router"
 	subsystemSubscriber = "subscriber"
 	subsystemConsumer   = "consumer"
+	subsystemAssign     = "assign"
 )
 
 // LockLabel is the constant label that carries the election's lock name on
@@ -46,6 +48,8 @@ type options struct {
 	router          *pubsub.Router
 	subscriber      *pubsub.Subscriber
 	consumer        *durable.Consumer
+	workers         []*assign.Worker
+	planners        []*assign.Planner
 	labels          prometheus.Labels
 	renewBuckets    []float64
 	electionBuckets []float64
@@ -65,6 +69,22 @@ func WithSubscriber(s *pubsub.Subscriber) Option { return func(o *options) { o.s
 // herd_consumer_redelivered_total and herd_consumer_highest_term, read from
 // the Consumer's counters at scrape time.
 func WithConsumer(c *durable.Consumer) Option { return func(o *options) { o.consumer = c } }
+
+// WithWorker adds the metrics of an assign Worker (the slave's side of an
+// item set): herd_assign_owned_items and
+// herd_assign_ownership_changes_total, labelled with its set. It may be
+// given once per set.
+func WithWorker(w *assign.Worker) Option {
+	return func(o *options) { o.workers = append(o.workers, w) }
+}
+
+// WithPlanner adds the metrics of an assign Planner (the master's side of
+// an item set): herd_assign_unassigned_items and
+// herd_assign_plan_moves_total, labelled with its set. It may be given
+// once per set.
+func WithPlanner(p *assign.Planner) Option {
+	return func(o *options) { o.planners = append(o.planners, p) }
+}
 
 // WithConstLabels adds constant labels to every metric, for example the
 // service or the instance when several processes' metrics end up in one
@@ -124,6 +144,12 @@ func Register(reg prometheus.Registerer, e *masterelection.MasterElection, opts 
 	}
 	if o.consumer != nil {
 		m.watchConsumer(o.consumer, labels)
+	}
+	for _, w := range o.workers {
+		m.watchWorker(w, labels)
+	}
+	for _, p := range o.planners {
+		m.watchPlanner(p, labels)
 	}
 	if err := reg.Register(m); err != nil {
 		m.stop()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/metrics"
 	"github.com/herdkit/herd/pubsub"
@@ -269,7 +270,16 @@ func TestMetricsAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := register(t, e, metrics.WithRouter(router), metrics.WithSubscriber(sub), metrics.WithConsumer(con))
+	worker, err := assign.NewWorker(c, e.Keys(), "a", assign.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner, err := assign.NewPlanner(c, e, assign.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := register(t, e, metrics.WithRouter(router), metrics.WithSubscriber(sub), metrics.WithConsumer(con),
+		metrics.WithWorker(worker), metrics.WithPlanner(planner))
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
