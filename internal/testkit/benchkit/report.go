@@ -11,7 +11,8 @@ import (
 )
 
 // Table is the results of a run: a row of cells per measurement, and the
-// notes of the rows that have one, printed under the table.
+// notes of the rows and of the groups of rows that have one, printed under
+// the table.
 type Table struct {
 	// Header names the columns.
 	Header []string
@@ -28,6 +29,22 @@ type Row struct {
 	// Note says how the row was measured, or why it failed (see NoteText);
 	// "" for none.
 	Note string
+	// Group and GroupNote, on the first row of a group of rows measured
+	// alike, name the group ("7a-7z") and say once how all of it was
+	// measured; the group's note comes before this row's own.
+	Group, GroupNote string
+}
+
+// notes calls f with the label and text of every note of t, in order.
+func (t Table) notes(f func(label, note string)) {
+	for _, r := range t.Rows {
+		if r.GroupNote != "" {
+			f(r.Group, r.GroupNote)
+		}
+		if r.Note != "" {
+			f(r.Label, r.Note)
+		}
+	}
 }
 
 // NoteText is the note of a row that measured with err: note alone when
@@ -57,11 +74,7 @@ func (t Table) WriteText(w io.Writer, footer ...string) error {
 	for _, line := range footer {
 		fmt.Fprintln(w, line)
 	}
-	for _, r := range t.Rows {
-		if r.Note != "" {
-			fmt.Fprintf(w, "  [%s] %s\n", r.Label, r.Note)
-		}
-	}
+	t.notes(func(label, note string) { fmt.Fprintf(w, "  [%s] %s\n", label, note) })
 	return nil
 }
 
@@ -70,7 +83,8 @@ func (t Table) WriteText(w io.Writer, footer ...string) error {
 type Fact struct{ Name, Value string }
 
 // Markdown returns the generated part of a document: the line intro, the
-// facts of the run, the results table and the notes, every cell escaped.
+// facts of the run, the results table and the notes, every cell and note
+// escaped.
 func (t Table) Markdown(intro string, facts []Fact) string {
 	var b strings.Builder
 	b.WriteString(intro + "\n\n")
@@ -88,11 +102,7 @@ func (t Table) Markdown(intro string, facts []Fact) string {
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}
 	b.WriteString("\n")
-	for _, r := range t.Rows {
-		if r.Note != "" {
-			fmt.Fprintf(&b, "- **%s** %s\n", r.Label, MarkdownEscape(r.Note))
-		}
-	}
+	t.notes(func(label, note string) { fmt.Fprintf(&b, "- **%s** %s\n", label, MarkdownEscape(note)) })
 	return b.String()
 }
 

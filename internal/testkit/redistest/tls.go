@@ -125,10 +125,6 @@ func StartTLS(t testing.TB, s Server, extraArgs ...string) *TLSInstance {
 // writeCertificates writes a certificate authority and a server
 // certificate for 127.0.0.1 signed by it into dir, as PEM files.
 func writeCertificates(dir string) (caFile, certFile, keyFile string, err error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", "", err
-	}
 	now := time.Now()
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
@@ -139,17 +135,9 @@ func writeCertificates(dir string) (caFile, certFile, keyFile string, err error)
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	caCert, caKey, err := issue(caTmpl, nil, nil)
 	if err != nil {
-		return "", "", "", fmt.Errorf("sign the authority: %w", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return "", "", "", err
-	}
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", "", err
+		return "", "", "", fmt.Errorf("issue the authority: %w", err)
 	}
 	srvTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
@@ -160,9 +148,9 @@ func writeCertificates(dir string) (caFile, certFile, keyFile string, err error)
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	srvCert, srvKey, err := issue(srvTmpl, caCert, caKey)
 	if err != nil {
-		return "", "", "", fmt.Errorf("sign the server certificate: %w", err)
+		return "", "", "", fmt.Errorf("issue the server certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(srvKey)
 	if err != nil {
@@ -173,8 +161,8 @@ func writeCertificates(dir string) (caFile, certFile, keyFile string, err error)
 		path, kind string
 		der        []byte
 	}{
-		{caFile, "CERTIFICATE", caDER},
-		{certFile, "CERTIFICATE", srvDER},
+		{caFile, "CERTIFICATE", caCert.Raw},
+		{certFile, "CERTIFICATE", srvCert.Raw},
 		{keyFile, "EC PRIVATE KEY", keyDER},
 	} {
 		b := pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der})
@@ -183,4 +171,26 @@ func writeCertificates(dir string) (caFile, certFile, keyFile string, err error)
 		}
 	}
 	return caFile, certFile, keyFile, nil
+}
+
+// issue makes a P-256 key and the certificate of tmpl for it, signed by
+// parent's key parentKey, or by the new key itself when parent is nil (a
+// self-signed authority).
+func issue(tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cert, key, nil
 }

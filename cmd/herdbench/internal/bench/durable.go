@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -105,7 +104,7 @@ func DurableRouting(ctx context.Context, env *Env, slaves, latencyN, messages, s
 	admin := env.NewClient()
 	defer admin.Close()
 	meter, inside := meterCPU(ctx, admin), meterScripts(ctx, admin)
-	batched.Elapsed, err = g.throughput(ctx, messages, senders, g.sendBatches(ctx, batch, &calls))
+	batched.Elapsed, err = g.throughput(ctx, messages, senders, batch, g.sendBatches(ctx, &calls))
 	batched.CPU, batched.Script = meter(messages), inside()
 	batched.Calls = int(calls.Load())
 	return single, batched, err
@@ -126,7 +125,7 @@ func durableSingle(ctx context.Context, env *Env, slaves, latencyN int, res *Rou
 	defer admin.Close()
 	meter, inside := meterCPU(ctx, admin), meterScripts(ctx, admin)
 	defer func() { res.CPU, res.Script = meter(res.Messages), inside() }()
-	res.Elapsed, err = g.throughput(ctx, res.Messages, res.Senders, g.sendEach(ctx))
+	res.Elapsed, err = g.throughput(ctx, res.Messages, res.Senders, 1, g.sendEach(ctx))
 	return err
 }
 
@@ -191,36 +190,17 @@ func RawStreams(ctx context.Context, env *Env, slaves, messages, senders, batch 
 	for i := range payload {
 		payload[i] = 'x'
 	}
-	errs := make(chan error, senders)
-	var swg sync.WaitGroup
 	t0 := time.Now()
-	for w := range senders {
-		swg.Add(1)
-		go func() {
-			defer swg.Done()
-			mine := make([]int, 0, messages/senders+1)
-			for i := w; i < messages; i += senders {
-				mine = append(mine, i)
+	err := sendShares(messages, senders, batch, func(idx []int) error {
+		_, err := pub.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: streams[i%slaves], Values: []any{"m", payload}})
 			}
-			for len(mine) > 0 {
-				n := min(batch, len(mine))
-				_, err := pub.Pipelined(ctx, func(p redis.Pipeliner) error {
-					for _, i := range mine[:n] {
-						p.XAdd(ctx, &redis.XAddArgs{Stream: streams[i%slaves], Values: []any{"m", payload}})
-					}
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				mine = mine[n:]
-			}
-		}()
-	}
-	swg.Wait()
-	close(errs)
-	if err := errors.Join(collect(errs)...); err != nil {
+			return nil
+		})
+		return err
+	})
+	if err != nil {
 		return 0, err
 	}
 	select {
@@ -235,14 +215,11 @@ func RawStreams(ctx context.Context, env *Env, slaves, messages, senders, batch 
 // pub/sub's rows 9a to 9e, and the bare streams floor under them.
 func durableRows(ctx context.Context, env *Env, plan Plan) []Row {
 	single, batched, err := DurableRouting(ctx, env, plan.Slaves, plan.RouteLatencyN, plan.RouteMessages, plan.RouteSenders, plan.RouteBatch)
-	lat := LatencyRow("9f", fmt.Sprintf("durable routed message latency: durable Router.Send → slave handler, 1 master, %d slaves", plan.Slaves), single.Latency, "—",
-		"As 9a on the durable transport: durable.Router on the master's client (the inbox_send script: fence check, the slave's registry entry (HEXISTS, and on the emulated backend ZSCORE of its deadline and TIME), SADD to the set of inboxes, XADD), every slave registered with registry.Register, a durable.Consumer per slave with its own client (XREADGROUP BLOCK, then XACK + XDEL in one MULTI after the handler); one message in flight at a time, round-robin.")
+	lat := LatencyRow("9f", fmt.Sprintf("durable routed message latency: durable Router.Send → slave handler, 1 master, %d slaves", plan.Slaves), single.Latency, "—", "")
 	tput := Row{ID: "9g", What: fmt.Sprintf("durable routed message throughput, 1 master → %d slaves", plan.Slaves), N: single.Messages,
-		Value: fmt.Sprintf("%.0f msg/s", single.Rate()), Goal: "—",
-		Note: fmt.Sprintf("As 9b on the durable transport: %d messages sent with durable Router.Send by %d goroutines, each handled and acknowledged (one round trip per message) by its slave's Consumer; timed until every handler had seen its share (%v). %v; inside Redis %s per script call (INFO commandstats, EVALSHA: the inbox_send calls, and the elections' few).", single.Messages, single.Senders, single.Elapsed.Round(time.Millisecond), single.CPU, benchkit.FormatDuration(single.Script))}
+		Value: fmt.Sprintf("%.0f msg/s", single.Rate()), Goal: "—"}
 	bt := Row{ID: "9h", What: fmt.Sprintf("durable routed message throughput with SendBatch, %d messages per call, 1 master → %d slaves", batched.Batch, plan.Slaves), N: batched.Messages,
-		Value: fmt.Sprintf("%.0f msg/s", batched.Rate()), Goal: "—",
-		Note: fmt.Sprintf("As 9e on the durable transport: %d script calls of inbox_send.lua, one fencing check each and one registry lookup and SADD per slave it writes to (%v). %v; inside Redis %s per script call (INFO commandstats, EVALSHA: the inbox_send calls, and the elections' few).", batched.Calls, batched.Elapsed.Round(time.Millisecond), batched.CPU, benchkit.FormatDuration(batched.Script))}
+		Value: fmt.Sprintf("%.0f msg/s", batched.Rate()), Goal: "—"}
 	lat.Err, tput.Err, bt.Err = err, err, err
 	rows := []Row{lat, tput, bt}
 	for _, batch := range []int{1, plan.RouteBatch} {
@@ -250,12 +227,11 @@ func durableRows(ctx context.Context, env *Env, plan Plan) []Row {
 		r := Row{N: plan.RouteMessages, Value: fmt.Sprintf("%.0f msg/s", rate), Goal: "—", Err: err}
 		if batch == 1 {
 			r.ID, r.What = "9i", "floor under 9g: plain XADD, one per round trip, read with XREADGROUP"
-			r.Note = fmt.Sprintf("The same traffic without herd: %d goroutines XADD a 200-byte payload to %d streams, one XADD per round trip; each slave reads with XREADGROUP COUNT 64 and acknowledges each read with one XACK of its ids (no handler, no per-message acknowledgement, no fence).", plan.RouteSenders, plan.Slaves)
 		} else {
 			r.ID, r.What = "9j", fmt.Sprintf("floor under 9h: plain XADD pipelined, %d per round trip", batch)
-			r.Note = fmt.Sprintf("As 9i with %d XADD commands per pipeline.", batch)
 		}
 		rows = append(rows, r)
 	}
-	return rows
+	return group(fmt.Sprintf("As 9a-9e, durable: durable.Router's inbox_send script (fence check; the slave's registry entry: HEXISTS, plus ZSCORE of its deadline and TIME on the emulated backend; SADD to the inbox set; XADD); registered slaves, each with a durable.Consumer on its own client (XREADGROUP BLOCK; after the handler, XACK + XDEL in one MULTI round trip). 9h: %d calls, each one fence check plus a registry lookup and SADD per slave written to. 9g %v, 9h %v; CPU per message, this process/Redis: 9g %v, 9h %v; inside Redis per EVALSHA (INFO commandstats; inbox_send and the elections' few): 9g %s, 9h %s. 9i-9j: as 9c-9d with XADD to a stream per slave, read with XREADGROUP COUNT 64, one XACK per read (no handler, per-message acknowledgement or fence).",
+		batched.Calls, single.Elapsed.Round(time.Millisecond), batched.Elapsed.Round(time.Millisecond), single.CPU, batched.CPU, benchkit.FormatDuration(single.Script), benchkit.FormatDuration(batched.Script)), rows)
 }

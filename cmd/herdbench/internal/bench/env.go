@@ -114,3 +114,19 @@ func (e *Env) Cleanup(ctx context.Context, c redis.UniversalClient) error {
 	}
 	return nil
 }
+
+// readMessages calls handle with each message of ch, a subscription's
+// channel, until ctx ends or ch is closed.
+func readMessages(ctx context.Context, ch <-chan *redis.Message, handle func(*redis.Message)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			handle(m)
+		}
+	}
+}

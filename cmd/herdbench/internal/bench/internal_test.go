@@ -188,3 +188,18 @@ func TestParseAddr(t *testing.T) {
 		t.Errorf("LockName gave %q and %q for prefix %q", a, b, e.Prefix)
 	}
 }
+
+func TestGroup(t *testing.T) {
+	rows := group("measured alike", []Row{{ID: "9f", Note: "own"}, {ID: "9g", Err: errors.New("boom")}, {ID: "9h"}})
+	if rows[0].Group != "9f-9h" || rows[0].GroupNote != "measured alike" || rows[1].Group != "" {
+		t.Errorf("group gave %+v", rows)
+	}
+	if one := group("alone", []Row{{ID: "8"}}); one[0].Group != "8" {
+		t.Errorf("group of one row labelled %q", one[0].Group)
+	}
+	md := Report{Rows: rows}.Markdown()
+	want := "- **9f-9h** measured alike\n- **9f** own\n- **9g** failed: boom\n"
+	if !strings.Contains(md, want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md)
+	}
+}

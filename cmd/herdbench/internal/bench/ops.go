@@ -82,51 +82,60 @@ func AcquireOp(c redis.UniversalClient, lockName, nodeID string, ttl time.Durati
 // RenewOp acquires a lock and returns the Op that renews it, as the master
 // does every HeartbeatInterval (with its term, as the election loop does).
 func RenewOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte) (Op, error) {
-	k := scripts.NewKeys(lockName, false)
-	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info, 0)
+	k, term, err := hold(ctx, c, lockName, nodeID, ttl, info, "renew")
 	if err != nil {
-		return Op{}, fmt.Errorf("acquire before renew: %w", err)
-	}
-	if res.Term == 0 {
-		return Op{}, fmt.Errorf("%w: lock %q is held by %q", errUnexpected, lockName, res.Holder)
+		return Op{}, err
 	}
 	return Op{
 		Name: "renew",
 		Do: func(ctx context.Context) error {
-			ok, err := scripts.Renew(ctx, c, k, nodeID, res.Term, ttl)
+			ok, err := scripts.Renew(ctx, c, k, nodeID, term, ttl)
 			if err == nil && !ok {
 				err = fmt.Errorf("%w: renew found the lock gone", errUnexpected)
 			}
 			return err
 		},
-		Close: func(ctx context.Context) error { return release(ctx, c, k, nodeID, res.Term) },
+		Close: func(ctx context.Context) error { return release(ctx, c, k, nodeID, term) },
 	}, nil
 }
 
 // CheckOp acquires a lock for holder and returns the Op that checks it, as
 // every slave does every CheckInterval.
 func CheckOp(ctx context.Context, c redis.UniversalClient, lockName, holder string, ttl time.Duration) (Op, error) {
-	k := scripts.NewKeys(lockName, false)
-	res, err := scripts.Acquire(ctx, c, k, holder, ttl, nil, 0)
+	k, term, err := hold(ctx, c, lockName, holder, ttl, nil, "check")
 	if err != nil {
-		return Op{}, fmt.Errorf("acquire before check: %w", err)
-	}
-	if res.Term == 0 {
-		return Op{}, fmt.Errorf("%w: lock %q is held by %q", errUnexpected, lockName, res.Holder)
+		return Op{}, err
 	}
 	return Op{
 		Name: "check",
 		Do: func(ctx context.Context) error {
 			st, err := scripts.Check(ctx, c, k)
-			if err == nil && (st.NodeID != holder || st.Term != res.Term) {
+			if err == nil && (st.NodeID != holder || st.Term != term) {
 				err = fmt.Errorf("%w: check saw %q term %d", errUnexpected, st.NodeID, st.Term)
 			}
 			return err
 		},
-		Close: func(ctx context.Context) error { return release(ctx, c, k, holder, res.Term) },
+		Close: func(ctx context.Context) error { return release(ctx, c, k, holder, term) },
 	}, nil
 }
 
+// hold acquires the lock lockName for nodeID, before the Op op that needs
+// it held, and returns the lock's keys and the term; the Op's Close
+// releases it.
+func hold(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte, op string) (scripts.Keys, int64, error) {
+	k := scripts.NewKeys(lockName, false)
+	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info, 0)
+	if err != nil {
+		return k, 0, fmt.Errorf("acquire before %s: %w", op, err)
+	}
+	if res.Term == 0 {
+		return k, 0, fmt.Errorf("%w: lock %q is held by %q", errUnexpected, lockName, res.Holder)
+	}
+	return k, res.Term, nil
+}
+
+// release releases the lock nodeID holds under term and deletes its term
+// key.
 func release(ctx context.Context, c redis.UniversalClient, k scripts.Keys, nodeID string, term int64) error {
 	if _, err := scripts.Release(ctx, c, k, nodeID, term); err != nil {
 		return err

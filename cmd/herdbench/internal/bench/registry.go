@@ -162,18 +162,7 @@ func SlaveRegistered(ctx context.Context, env *Env, reps int) ([]time.Duration, 
 	}()
 	go func() {
 		defer wg.Done()
-		ch := ps.Channel()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case m, ok := <-ch:
-				if !ok {
-					return
-				}
-				tracker.Notice([]byte(m.Payload))
-			}
-		}
+		readMessages(rctx, ps.Channel(), func(m *redis.Message) { tracker.Notice([]byte(m.Payload)) })
 	}()
 	var samples []time.Duration
 	for r := range reps + 1 { // round 0 is a warm-up, and waits for the first sweep

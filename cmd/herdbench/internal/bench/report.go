@@ -29,8 +29,13 @@ type Row struct {
 	Value string
 	// Goal is the goal the issue sets, or "".
 	Goal string
-	// Note says how the row was measured; printed under the table.
+	// Note says how the row was measured, or what its own numbers are;
+	// printed under the table.
 	Note string
+	// Group and GroupNote, on the first row of a group of rows measured
+	// alike (see group), name the group ("7a-7z") and say once how all of
+	// it was measured; printed before the row's own note.
+	Group, GroupNote string
 	// Err is why the measurement failed; the row shows it instead of a result.
 	Err error
 	// Pending marks a row that cannot be measured yet; it shows
@@ -42,6 +47,20 @@ type Row struct {
 func LatencyRow(id, what string, samples []time.Duration, goal, note string) Row {
 	s := benchkit.Summarize(samples)
 	return Row{ID: id, What: what, N: s.N, P50: s.P50, P99: s.P99, Goal: goal, Note: note}
+}
+
+// group gives rows, numbered already, the one note note, printed once
+// under the span of their ids ("9f-9j"); each row keeps its own note (its
+// own numbers, or its failure).
+func group(note string, rows []Row) []Row {
+	if len(rows) == 0 || note == "" {
+		return rows
+	}
+	rows[0].Group, rows[0].GroupNote = rows[0].ID, note
+	if last := rows[len(rows)-1].ID; last != rows[0].ID {
+		rows[0].Group += "-" + last
+	}
+	return rows
 }
 
 // Report is one run: where it ran and what it measured.
@@ -114,7 +133,8 @@ func (row Row) cells(ping time.Duration) []string {
 func (r Report) table() benchkit.Table {
 	t := benchkit.Table{Header: header}
 	for _, row := range r.Rows {
-		t.Rows = append(t.Rows, benchkit.Row{Cells: row.cells(r.Ping), Label: row.ID, Note: benchkit.NoteText(row.Err, row.Note)})
+		t.Rows = append(t.Rows, benchkit.Row{Cells: row.cells(r.Ping), Label: row.ID, Note: benchkit.NoteText(row.Err, row.Note),
+			Group: row.Group, GroupNote: row.GroupNote})
 	}
 	return t
 }

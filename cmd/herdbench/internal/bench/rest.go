@@ -6,11 +6,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/testkit/benchkit"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -58,11 +58,11 @@ func CostAtRest(ctx context.Context, env *Env, processes int, window time.Durati
 	admin := env.NewClient()
 	defer admin.Close()
 	nodes := make([]*node, 0, processes)
-	hooks := make([]*countHook, 0, processes)
+	hooks := make([]*commandCount, 0, processes)
 	defer func() { closeAll(ctx, nodes) }()
 	for i := range processes {
 		c := env.NewClient()
-		h := &countHook{}
+		h := &commandCount{}
 		c.AddHook(h)
 		if err := c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
@@ -81,28 +81,18 @@ func CostAtRest(ctx context.Context, env *Env, processes int, window time.Durati
 	if err := sleep(ctx, time.Second); err != nil { // let the start-up traffic pass
 		return res, err
 	}
-	sent0 := make([]int64, len(hooks))
+	sent0 := make([]int, len(hooks))
 	for i, h := range hooks {
-		sent0[i] = h.total()
+		sent0[i] = h.count()
 	}
-	before, err := commandStats(ctx, admin)
+	w, err := measureWindow(ctx, admin, window)
 	if err != nil {
 		return res, err
 	}
-	cpu0, _ := processCPU()
-	t0 := time.Now()
-	if err := sleep(ctx, window); err != nil {
-		return res, err
-	}
-	after, err := commandStats(ctx, admin)
-	res.Window = time.Since(t0)
-	cpu1, _ := processCPU()
-	if err != nil {
-		return res, err
-	}
+	res.Window = w.wall
 	scale := float64(time.Minute) / float64(res.Window) / float64(processes)
 	res.PerMinute = map[string]float64{}
-	for name, n := range after.Sub(before) {
+	for name, n := range w.executed {
 		if name == "info" {
 			continue
 		}
@@ -114,10 +104,10 @@ func CostAtRest(ctx context.Context, env *Env, processes int, window time.Durati
 		}
 	}
 	perMin := float64(time.Minute) / float64(res.Window)
-	res.ClientCPU = time.Duration(float64(cpu1-cpu0) * perMin / float64(processes))
+	res.ClientCPU = time.Duration(float64(w.clientTime) * perMin / float64(processes))
 	slaves := 0
 	for i, n := range nodes {
-		sent := float64(hooks[i].total()-sent0[i]) * perMin
+		sent := float64(hooks[i].count()-sent0[i]) * perMin
 		if n.IsMaster() {
 			res.MasterSent = sent
 		} else {
@@ -190,7 +180,7 @@ func Scale(ctx context.Context, env *Env, nodes int, window time.Duration) (Scal
 	admin := env.NewClient()
 	defer admin.Close()
 
-	base, err := serverCPUOver(ctx, admin, window)
+	base, err := measureWindow(ctx, admin, window)
 	if err != nil {
 		return res, err
 	}
@@ -234,7 +224,7 @@ func Scale(ctx context.Context, env *Env, nodes int, window time.Duration) (Scal
 	if err := sleep(ctx, 2*time.Second); err != nil { // let the notices of the registrations drain
 		return res, err
 	}
-	idle, err := serverCPUOver(ctx, admin, window)
+	idle, err := measureWindow(ctx, admin, window)
 	if err != nil {
 		return res, err
 	}
@@ -242,14 +232,19 @@ func Scale(ctx context.Context, env *Env, nodes int, window time.Duration) (Scal
 	return res, nil
 }
 
+// cpuWindow is what the server and this process did during one window.
 type cpuWindow struct {
-	wall     time.Duration
-	cpu      float64 // server, percent of one CPU
-	commands float64 // per second
-	client   float64 // this process, percent of one CPU
+	wall       time.Duration
+	cpu        float64               // server, percent of one CPU
+	executed   benchkit.CommandStats // the server's commands (INFO commandstats delta)
+	commands   float64               // per second, INFO left out
+	clientTime time.Duration         // this process's CPU time
+	client     float64               // this process, percent of one CPU
 }
 
-func serverCPUOver(ctx context.Context, admin redis.UniversalClient, window time.Duration) (cpuWindow, error) {
+// measureWindow waits window and returns what the server (INFO commandstats
+// and INFO cpu deltas, read through admin) and this process did meanwhile.
+func measureWindow(ctx context.Context, admin redis.UniversalClient, window time.Duration) (cpuWindow, error) {
 	var w cpuWindow
 	cs0, err := commandStats(ctx, admin)
 	if err != nil {
@@ -275,8 +270,10 @@ func serverCPUOver(ctx context.Context, admin redis.UniversalClient, window time
 		return w, err
 	}
 	w.cpu = (s1 - s0) / w.wall.Seconds() * 100
-	w.client = float64(p1-p0) / float64(w.wall) * 100
-	w.commands = float64(cs1.Sub(cs0).Total("info")) / w.wall.Seconds()
+	w.clientTime = p1 - p0
+	w.client = float64(w.clientTime) / float64(w.wall) * 100
+	w.executed = cs1.Sub(cs0)
+	w.commands = float64(w.executed.Total("info")) / w.wall.Seconds()
 	return w, nil
 }
 
@@ -288,49 +285,5 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// countHook counts the commands a client sends through its command path
-// (pipelines included; a subscription's own commands do not pass hooks).
-type countHook struct {
-	mu sync.Mutex
-	n  map[string]int64
-}
-
-func (h *countHook) add(name string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.n == nil {
-		h.n = map[string]int64{}
-	}
-	h.n[name]++
-}
-
-func (h *countHook) total() int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var t int64
-	for _, v := range h.n {
-		t += v
-	}
-	return t
-}
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.add(cmd.Name())
-		return next(ctx, cmd)
-	}
-}
-
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.add(c.Name())
-		}
-		return next(ctx, cmds)
 	}
 }

@@ -69,12 +69,12 @@ type CPU struct {
 	Process, Server time.Duration
 }
 
-// String is the note's form: "CPU per message: this process 41µs, Redis 19µs".
+// String is the notes' form, this process's then Redis's: "41µs/19µs".
 func (c CPU) String() string {
 	if c == (CPU{}) {
-		return "CPU per message not measured"
+		return "not measured"
 	}
-	return fmt.Sprintf("CPU per message: this process %v, Redis %v", c.Process.Round(100*time.Nanosecond), c.Server.Round(100*time.Nanosecond))
+	return fmt.Sprintf("%v/%v", c.Process.Round(100*time.Nanosecond), c.Server.Round(100*time.Nanosecond))
 }
 
 // meterCPU starts counting this process's and the server's CPU time; the
@@ -234,9 +234,9 @@ func (g *routingRig) latency(ctx context.Context, n int) ([]time.Duration, error
 }
 
 // sendEach is a throughput sender: one send per message.
-func (g *routingRig) sendEach(ctx context.Context) func(mine []int) error {
-	return func(mine []int) error {
-		for _, i := range mine {
+func (g *routingRig) sendEach(ctx context.Context) func(batch []int) error {
+	return func(batch []int) error {
+		for _, i := range batch {
 			if err := g.send(ctx, g.ids[i%len(g.ids)], "tput", benchPayload{Seq: i}); err != nil {
 				return fmt.Errorf("send: %w", err)
 			}
@@ -245,56 +245,33 @@ func (g *routingRig) sendEach(ctx context.Context) func(mine []int) error {
 	}
 }
 
-// sendBatches is a throughput sender: batch messages per sendBatch call,
-// whose script calls it adds to calls.
-func (g *routingRig) sendBatches(ctx context.Context, batch int, calls *atomic.Int64) func(mine []int) error {
-	return func(mine []int) error {
-		out := make([]pubsub.Outgoing, 0, batch)
-		for len(mine) > 0 {
-			n := min(batch, len(mine))
-			out = out[:0]
-			for _, i := range mine[:n] {
-				out = append(out, pubsub.Outgoing{SlaveID: g.ids[i%len(g.ids)], Type: "tput", Payload: benchPayload{Seq: i}})
-			}
-			r, err := g.sendBatch(ctx, out)
-			calls.Add(int64(r.Calls))
-			if err == nil {
-				err = r.Err()
-			}
-			if err != nil {
-				return fmt.Errorf("send batch: %w", err)
-			}
-			mine = mine[n:]
+// sendBatches is a throughput sender: one sendBatch call per batch, whose
+// script calls it adds to calls.
+func (g *routingRig) sendBatches(ctx context.Context, calls *atomic.Int64) func(batch []int) error {
+	return func(batch []int) error {
+		out := make([]pubsub.Outgoing, 0, len(batch))
+		for _, i := range batch {
+			out = append(out, pubsub.Outgoing{SlaveID: g.ids[i%len(g.ids)], Type: "tput", Payload: benchPayload{Seq: i}})
+		}
+		r, err := g.sendBatch(ctx, out)
+		calls.Add(int64(r.Calls))
+		if err == nil {
+			err = r.Err()
+		}
+		if err != nil {
+			return fmt.Errorf("send batch: %w", err)
 		}
 		return nil
 	}
 }
 
-// throughput has senders goroutines call send with the indexes of their
-// share of messages messages (sender w gets w, w+senders, ...), and times
-// until every slave's handler has seen its share. The rig measures one
-// throughput run.
-func (g *routingRig) throughput(ctx context.Context, messages, senders int, send func(mine []int) error) (time.Duration, error) {
+// throughput sends messages messages with send by senders goroutines,
+// batch at a time (sendShares), and times until every slave's handler has
+// seen its share. The rig measures one throughput run.
+func (g *routingRig) throughput(ctx context.Context, messages, senders, batch int, send func(batch []int) error) (time.Duration, error) {
 	g.target.Store(int64(messages))
-	errs := make(chan error, senders)
-	var wg sync.WaitGroup
 	t0 := time.Now()
-	for w := range senders {
-		mine := make([]int, 0, messages/senders+1)
-		for i := w; i < messages; i += senders {
-			mine = append(mine, i)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := send(mine); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := errors.Join(collect(errs)...); err != nil {
+	if err := sendShares(messages, senders, batch, send); err != nil {
 		return 0, err
 	}
 	select {
@@ -305,6 +282,36 @@ func (g *routingRig) throughput(ctx context.Context, messages, senders int, send
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+}
+
+// sendShares has senders goroutines send messages messages, batch at a
+// time: sender w takes the indexes w, w+senders, ... and calls send with up
+// to batch of them at a time, in order, until its share is sent or send
+// fails. It returns once every sender has returned, with their errors.
+func sendShares(messages, senders, batch int, send func(batch []int) error) error {
+	errs := make(chan error, senders)
+	var wg sync.WaitGroup
+	for w := range senders {
+		mine := make([]int, 0, messages/senders+1)
+		for i := w; i < messages; i += senders {
+			mine = append(mine, i)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for len(mine) > 0 {
+				n := min(batch, len(mine))
+				if err := send(mine[:n]); err != nil {
+					errs <- err
+					return
+				}
+				mine = mine[n:]
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
 }
 
 // Routing starts a master and slaves (startRouting), then measures latency
@@ -328,7 +335,7 @@ func Routing(ctx context.Context, env *Env, slaves, latencyN, messages, senders 
 	admin := env.NewClient()
 	defer admin.Close()
 	meter := meterCPU(ctx, admin)
-	res.Elapsed, err = g.throughput(ctx, messages, senders, g.sendEach(ctx))
+	res.Elapsed, err = g.throughput(ctx, messages, senders, 1, g.sendEach(ctx))
 	res.CPU = meter(messages)
 	return res, err
 }
@@ -351,7 +358,7 @@ func RoutingBatch(ctx context.Context, env *Env, slaves, messages, senders, batc
 	admin := env.NewClient()
 	defer admin.Close()
 	meter := meterCPU(ctx, admin)
-	res.Elapsed, err = g.throughput(ctx, messages, senders, g.sendBatches(ctx, batch, &calls))
+	res.Elapsed, err = g.throughput(ctx, messages, senders, batch, g.sendBatches(ctx, &calls))
 	res.Calls = int(calls.Load())
 	res.CPU = meter(messages)
 	return res, err
@@ -391,61 +398,32 @@ func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				select {
-				case <-rctx.Done():
-					return
-				case _, ok := <-ch:
-					if !ok {
-						return
-					}
-					if received.Add(1) == int64(messages) {
-						once.Do(func() { close(done) })
-					}
+			readMessages(rctx, ch, func(*redis.Message) {
+				if received.Add(1) == int64(messages) {
+					once.Do(func() { close(done) })
 				}
-			}
+			})
 		}()
 	}
 	payload := make([]byte, 200) // about the size of a routed envelope
 	for i := range payload {
 		payload[i] = 'x'
 	}
-	errs := make(chan error, senders)
-	var swg sync.WaitGroup
 	meter := meterCPU(ctx, pub)
 	t0 := time.Now()
-	for w := range senders {
-		swg.Add(1)
-		go func() {
-			defer swg.Done()
-			mine := make([]int, 0, messages/senders+1)
-			for i := w; i < messages; i += senders {
-				mine = append(mine, i)
+	err := sendShares(messages, senders, batch, func(idx []int) error {
+		if len(idx) == 1 {
+			return pub.Publish(ctx, channels[idx[0]%slaves], payload).Err()
+		}
+		_, err := pub.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				p.Publish(ctx, channels[i%slaves], payload)
 			}
-			for len(mine) > 0 {
-				n := min(batch, len(mine))
-				var err error
-				if n == 1 {
-					err = pub.Publish(ctx, channels[mine[0]%slaves], payload).Err()
-				} else {
-					_, err = pub.Pipelined(ctx, func(p redis.Pipeliner) error {
-						for _, i := range mine[:n] {
-							p.Publish(ctx, channels[i%slaves], payload)
-						}
-						return nil
-					})
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				mine = mine[n:]
-			}
-		}()
-	}
-	swg.Wait()
-	close(errs)
-	if err := errors.Join(collect(errs)...); err != nil {
+			return nil
+		})
+		return err
+	})
+	if err != nil {
 		return 0, CPU{}, err
 	}
 	select {

@@ -59,8 +59,9 @@ func StartUncontested(ctx context.Context, env *Env, reps int) (StartResult, err
 	return res, nil
 }
 
-// commandCount is a client hook that counts the commands sent, a
-// pipeline's one by one.
+// commandCount is a client hook that counts the commands sent through the
+// client's command path, a pipeline's one by one, and keeps their names (a
+// subscription's own commands do not pass hooks).
 type commandCount struct {
 	mu   sync.Mutex
 	n    int

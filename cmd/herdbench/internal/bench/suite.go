@@ -177,14 +177,14 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	step("start", "New + Start on a fresh lock", func() []Row {
 		res, err := StartUncontested(ctx, env, plan.StartReps)
 		row := LatencyRow("3s", "uncontested start: New + Start on a fresh lock → master", res.Total, "≤ 8× PING",
-			fmt.Sprintf("Default timings, one candidate on a lock name no process uses, on a client already connected; from the call of New until Start returned as master: the registry probe, the eviction check (INFO memory), the lock check, the subscription on a connection of its own and the acquire. %d commands through the client's hooks per Start.", res.Commands))
+			fmt.Sprintf("Default timings, a connected client: registry probe, eviction check (INFO memory), lock check, subscription on its own connection, acquire; %d commands (client hooks).", res.Commands))
 		row.Err = err
 		return []Row{row}
 	})
 	step("contended", fmt.Sprintf("contended election of %d", plan.Candidates), func() []Row {
 		s, err := Contended(ctx, env, plan.Candidates, plan.ContendedReps)
 		row := LatencyRow("3", fmt.Sprintf("contended election, %d candidates at once → one master known to all", plan.Candidates), s, "—",
-			fmt.Sprintf("%d MasterElections at default timings, each with its own connected client, Start called at the same instant; timed until every Start has returned (each knows its role), exactly one master then; %d rounds.", plan.Candidates, plan.ContendedReps))
+			"MasterElections (default timings), each on its own connected client; timed until every Start returned.")
 		row.Err = err
 		return []Row{row}
 	})
@@ -195,7 +195,7 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 			phases[i] = benchkit.FormatDuration(benchkit.Summarize(p).P50)
 		}
 		row := LatencyRow("4", "graceful handover: master Stop → master-acquired on a slave", res.Total, "p50 ≤ 6×, p99 ≤ 20× PING",
-			fmt.Sprintf("Default timings (LockTTL 30s), 2 nodes; from the call of the master's Stop to the slave's OnMasterAcquired handler. Medians of its phases (client hooks): Stop's work before the release script is sent %s; the release's round trip %s; its reply → the slave's acquire sent (the notice, the slave's loop) %s; the acquire's round trip %s; reply → handler (event bus) %s.",
+			fmt.Sprintf("Default timings (LockTTL 30s), 2 nodes, until the OnMasterAcquired handler. Phase medians (client hooks): Stop's work before the release %s; release round trip %s; reply → slave's acquire sent (notice, loop) %s; acquire round trip %s; reply → handler (event bus) %s.",
 				phases[0], phases[1], phases[2], phases[3], phases[4]))
 		row.Err = err
 		return []Row{row}
@@ -203,60 +203,57 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	step("transfer", "directed hand-over", func() []Row {
 		s, err := Transfer(ctx, env, plan.HandoverReps)
 		row := LatencyRow("4t", "directed hand-over: master Transfer(node) → master-acquired on that node", s, "within a few round trips",
-			"Default timings (LockTTL 30s), 3 nodes up; from the call of the master's Transfer naming the next node to that node's OnMasterAcquired handler: the handlers' return, the release that reserves the lock for it, its notice, the named node's acquire, the event bus.")
+			"As 4, 3 nodes: the handlers' return, a release reserving the lock for the named node, its notice, its acquire, the event bus.")
 		row.Err = err
 		return []Row{row}
 	})
 	step("failover", "crash failover", func() []Row {
 		res, err := Failover(ctx, env, plan.FailoverTTL, plan.FailoverNodes, plan.FailoverReps)
-		cut := LatencyRow("5a", "crash failover: master's connection cut → master-acquired elsewhere", res.FromCut, fmt.Sprintf("≤ LockTTL + 100ms = %s", benchkit.FormatDuration(plan.FailoverTTL+100*time.Millisecond)),
-			fmt.Sprintf("LockTTL %v with the default ratios (heartbeat TTL/3, check TTL/6, jitter TTL/15), %d nodes; the master's client is closed (no renew, no release) at a random point of its heartbeat cycle, so its lock has between 2/3 and all of LockTTL left.", plan.FailoverTTL, plan.FailoverNodes))
+		cut := LatencyRow("5a", "crash failover: master's connection cut → master-acquired elsewhere", res.FromCut, fmt.Sprintf("≤ LockTTL + 100ms = %s", benchkit.FormatDuration(plan.FailoverTTL+100*time.Millisecond)), "")
 		cut.TTL = plan.FailoverTTL
-		exp := LatencyRow("5b", "crash failover: lock expiry → master-acquired elsewhere", res.FromExpiry, "≤ 100ms",
-			"The same failovers timed from the lock's expiry (PTTL read right after the cut, ms resolution): what failover adds to LockTTL. Slaves check at the instant the lock expires, then wait a random jitter (0 to TTL/15) before contending.")
+		exp := LatencyRow("5b", "crash failover: lock expiry → master-acquired elsewhere", res.FromExpiry, "≤ 100ms", "")
 		cut.Err, exp.Err = err, err
-		return []Row{cut, exp}
+		return group(fmt.Sprintf("LockTTL %v, default ratios (heartbeat TTL/3, check TTL/6, jitter TTL/15), %d nodes; the master's client closed (no renew, no release) at a random point of its heartbeat cycle, leaving 2/3 to all of LockTTL. 5b from expiry (PTTL read after the cut, ms resolution): slaves check at expiry, then wait a random 0 to TTL/15 before contending.",
+			plan.FailoverTTL, plan.FailoverNodes), []Row{cut, exp})
 	})
 	step("processes", "registry: Processes()", func() []Row {
 		rows := processesRows(ctx, env, rep.Server, plan.RegistrySizes)
 		for _, path := range plan.RegistryServers {
 			rows = append(rows, processesOn(ctx, path, serverShort(rep.Server), plan.RegistrySizes)...)
 		}
-		return letter("7", rows)
+		return group(fmt.Sprintf("registry.Registry.Processes(), read and decoded; slave entries of about %d bytes, registered beforehand by 16 goroutines.", exampleEntrySize()), letter("7", rows))
 	})
 	step("joined", "slave-registered latency", func() []Row {
 		s, err := SlaveRegistered(ctx, env, plan.JoinReps)
 		row := LatencyRow("8", "slave-registered latency: slave's Register → master's tracker reports the join", s, "p99 ≤ 2ms",
-			"A slave's registry.Register (its own client) until OnJoin of the master's registry.SlaveTracker, which a subscription to the registry events channel feeds as the election does; a new slave each round.")
+			"OnJoin of the master's registry.SlaveTracker, fed by a subscription to the registry events channel as in the election; a new slave, own client, each round.")
 		row.Err = err
 		return []Row{row}
 	})
 	step("routing", "routed messages", func() []Row {
 		res, err := Routing(ctx, env, plan.Slaves, plan.RouteLatencyN, plan.RouteMessages, plan.RouteSenders)
-		lat := LatencyRow("9a", fmt.Sprintf("routed message latency: Router.Send → slave handler, 1 master, %d slaves", plan.Slaves), res.Latency, "p99 ≤ 1ms",
-			"pubsub.Router on the master's client (a real MasterElection, for the term), pubsub.Subscriber per slave with its own client; one message in flight at a time, round-robin over the slaves; a small JSON payload.")
+		lat := LatencyRow("9a", fmt.Sprintf("routed message latency: Router.Send → slave handler, 1 master, %d slaves", plan.Slaves), res.Latency, "p99 ≤ 1ms", "")
 		tput := Row{ID: "9b", What: fmt.Sprintf("routed message throughput, 1 master → %d slaves", plan.Slaves), N: res.Messages,
-			Value: fmt.Sprintf("%.0f msg/s", res.Rate()), Goal: "≥ 50,000 msg/s",
-			Note: fmt.Sprintf("%d messages sent with Router.Send by %d goroutines of the master at once, spread evenly over the slaves; timed until every handler had seen its share (%v). %v.", res.Messages, res.Senders, res.Elapsed.Round(time.Millisecond), res.CPU)}
+			Value: fmt.Sprintf("%.0f msg/s", res.Rate()), Goal: "≥ 50,000 msg/s"}
 		lat.Err, tput.Err = err, err
 		rows := []Row{lat, tput}
+		var raw []CPU
 		for _, batch := range []int{1, 64} {
 			rate, cpu, err := RawPublish(ctx, env, plan.Slaves, plan.RouteMessages, plan.RouteSenders, batch)
 			r := Row{ID: fmt.Sprintf("9%c", 'c'+len(rows)-2), N: plan.RouteMessages, Value: fmt.Sprintf("%.0f msg/s", rate), Goal: "—", Err: err}
 			if batch == 1 {
 				r.What = "floor under 9b: plain PUBLISH, one message per round trip"
-				r.Note = fmt.Sprintf("The same traffic without herd: %d goroutines PUBLISH a 200-byte payload to %d plain go-redis subscriptions, one PUBLISH per round trip as Router.Send; what this machine allows without batching. %v.", plan.RouteSenders, plan.Slaves, cpu)
 			} else {
 				r.What = fmt.Sprintf("plain PUBLISH pipelined, %d messages per round trip", batch)
-				r.Note = fmt.Sprintf("As 9c with %d PUBLISH commands per pipeline: what batching would allow. %v.", batch, cpu)
 			}
+			raw = append(raw, cpu)
 			rows = append(rows, r)
 		}
 		b, err := RoutingBatch(ctx, env, plan.Slaves, plan.RouteMessages, plan.RouteSenders, plan.RouteBatch)
 		rows = append(rows, Row{ID: "9e", What: fmt.Sprintf("routed message throughput with Router.SendBatch, %d messages per call, 1 master → %d slaves", b.Batch, plan.Slaves),
-			N: b.Messages, Value: fmt.Sprintf("%.0f msg/s", b.Rate()), Goal: "≥ 50,000 msg/s", Err: err,
-			Note: fmt.Sprintf("As 9b, but each of the %d goroutines sends its share with Router.SendBatch, %d messages per call: %d script calls in all, each one round trip and one fencing check for all its messages (route_batch.lua); timed until every handler had seen its share (%v). The herd counterpart of 9d. %v.",
-				b.Senders, b.Batch, b.Calls, b.Elapsed.Round(time.Millisecond), b.CPU)})
+			N: b.Messages, Value: fmt.Sprintf("%.0f msg/s", b.Rate()), Goal: "≥ 50,000 msg/s", Err: err})
+		rows = group(fmt.Sprintf("pubsub.Router on the master's client (a real MasterElection, for the term), a pubsub.Subscriber per slave on its own client; 9a one small JSON message in flight, round-robin. 9b-9e: %d goroutines of the master at once (9b with Router.Send), spread evenly, until each handler had its share: 9b %v, 9e %v (%d route_batch.lua calls, one round trip and fence check each). 9c-9d: a 200-byte PUBLISH to a plain go-redis subscription per slave. CPU per message, this process/Redis: 9b %v, 9c %v, 9d %v, 9e %v.",
+			plan.RouteSenders, res.Elapsed.Round(time.Millisecond), b.Elapsed.Round(time.Millisecond), b.Calls, res.CPU, raw[0], raw[1], b.CPU), rows)
 		return append(rows, durableRows(ctx, env, plan)...)
 	})
 	step("adoption", fmt.Sprintf("durable backlog: adoption of %d entries, failover", plan.Backlog), func() []Row {
@@ -265,17 +262,14 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	step("rest", "cost at rest", func() []Row {
 		res, err := CostAtRest(ctx, env, plan.RestProcesses, plan.RestWindow)
 		rt := Row{ID: "10a", What: "round trips per process per minute at rest, default timings", N: plan.RestProcesses,
-			Value: fmt.Sprintf("%.1f /min", res.RoundTrips), Goal: "—",
-			Note: fmt.Sprintf("%d processes (1 master, %d slaves) at default timings, idle; INFO commandstats deltas over a %v window scaled to one minute, per process: %s. Through the command path only (client hook; a subscription's PINGs do not pass it): master %.1f /min, slave %.1f /min.",
-				res.Processes, res.Processes-1, res.Window.Round(100*time.Millisecond), res.Breakdown(true), res.MasterSent, res.SlaveSent)}
+			Value: fmt.Sprintf("%.1f /min", res.RoundTrips), Goal: "—"}
 		ex := Row{ID: "10b", What: "Redis commands executed per process per minute at rest (inside scripts included)", N: plan.RestProcesses,
-			Value: fmt.Sprintf("%.1f /min", res.Executed), Goal: "—",
-			Note: "Same window; the commands the scripts run: " + res.Breakdown(false) + "."}
+			Value: fmt.Sprintf("%.1f /min", res.Executed), Goal: "—"}
 		cpu := Row{ID: "10c", What: "CPU time of this process per herd process per minute at rest", N: plan.RestProcesses,
-			Value: benchkit.FormatDuration(res.ClientCPU) + " /min", Goal: "—",
-			Note: "Same window: this process's CPU time (getrusage), which ran the processes' elections and nothing else, per process, scaled to a minute."}
+			Value: benchkit.FormatDuration(res.ClientCPU) + " /min", Goal: "—"}
 		rt.Err, ex.Err, cpu.Err = err, err, err
-		return []Row{rt, ex, cpu}
+		return group(fmt.Sprintf("1 master, %d slaves, idle; deltas over %v scaled to a minute. 10a by INFO commandstats: %s; through the command path (client hook; subscriptions' PINGs bypass it) master %.1f, slave %.1f /min. 10b, commands inside scripts: %s. 10c by getrusage; this process ran only the elections.",
+			plan.RestProcesses-1, res.Window.Round(100*time.Millisecond), res.Breakdown(true), res.MasterSent, res.SlaveSent, res.Breakdown(false)), []Row{rt, ex, cpu})
 	})
 	step("cost", "allocations and CPU per operation (Go benchmarks)", func() []Row {
 		if !plan.Benchmarks {
@@ -291,17 +285,14 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 				pool = fmt.Sprintf("a pool of %d", env.opts.PoolSize)
 			}
 			start := Row{ID: "11a", What: fmt.Sprintf("scale: %d nodes in one process → one master known to all", plan.ScaleNodes), N: 1,
-				P50: res.ToMaster, P99: res.ToMaster, Goal: "—",
-				Note: fmt.Sprintf("%d MasterElections at default timings sharing one client (%s), Start called at the same instant; one measurement, so p50 = p99.", plan.ScaleNodes, pool)}
+				P50: res.ToMaster, P99: res.ToMaster, Goal: "—"}
 			reg := Row{ID: "11b", What: fmt.Sprintf("scale: %d nodes → all listed in the registry", plan.ScaleNodes), N: 1,
-				P50: res.Registered, P99: res.Registered, Goal: "—",
-				Note: "From the same instant until HLEN of the registry hash reached the number of nodes (polled every 10ms): each node registers itself after Start; registrations are announced on the registry events channel, which only the master reads."}
+				P50: res.Registered, P99: res.Registered, Goal: "—"}
 			cpu := Row{ID: "11c", What: fmt.Sprintf("scale: Redis CPU while %d nodes idle", plan.ScaleNodes), N: 1,
-				Value: fmt.Sprintf("%.2f%% of a CPU (%.2f%% with no nodes)", res.IdleCPU, res.BaselineCPU), Goal: "—",
-				Note: fmt.Sprintf("INFO cpu (used_cpu_sys + used_cpu_user) deltas over %v starting 2s after all were registered, against a window of the same length before the nodes started; the server executed %.0f commands/s meanwhile (inside scripts included); this process, running the elections, used %.2f%% of a CPU.",
-					res.Window.Round(100*time.Millisecond), res.IdleCommands, res.ClientCPU)}
+				Value: fmt.Sprintf("%.2f%% of a CPU (%.2f%% with no nodes)", res.IdleCPU, res.BaselineCPU), Goal: "—"}
 			start.Err, reg.Err, cpu.Err = err, err, err
-			return []Row{start, reg, cpu}
+			return group(fmt.Sprintf("MasterElections (default timings) sharing one client (%s), Started at once. 11b: until HLEN of the registry hash reached the node count (polled every 10ms); nodes register after Start, announced on the registry events channel only the master reads. 11c: INFO cpu (used_cpu_sys + used_cpu_user) over %v from 2s after all registered, against an equal window before; meanwhile the server ran %.0f commands/s (inside scripts included), this process (the elections) %.2f%% of a CPU.",
+				pool, res.Window.Round(100*time.Millisecond), res.IdleCommands, res.ClientCPU), []Row{start, reg, cpu})
 		})
 	}
 	sortRows(rep.Rows)
@@ -374,23 +365,21 @@ func opRows(ctx context.Context, env *Env, n int) ([]Row, time.Duration) {
 	if err != nil {
 		return fail(err)
 	}
-	insideNote := fmt.Sprintf(" Inside Redis (INFO commandstats, mean per call): PING %s, empty script %s, renew %s, check %s, heartbeat %s; the rest of each round trip is loopback, go-redis and the scheduler.",
-		inside["ping"], inside["empty script"], inside["renew"], inside["check"], inside["heartbeat"])
 	rows := []Row{
 		LatencyRow("1", "PING round trip (the baseline)", samples[0], "—",
-			"One client, one connection, calls one after the other; the operations of rows 1, 2 and 6 are interleaved call by call so that load on the machine affects them alike."),
+			"One connection, calls back to back, interleaved call by call with rows 2 and 6 so load hits all alike."),
 		LatencyRow("1r", "PING round trip from rest: each after 10 ms of idleness", rested, "—",
-			"The same client and connection, each PING sent after this goroutine slept 10 ms: the round trip pays for waking the idle threads and cores on both sides. Every round trip of the scenario rows (3-5, 8, 9a) starts from rest; row 1 is the floor of calls sent back to back."),
-		LatencyRow("2a", "acquire script, uncontested", samples[1], "≤ 1.15× row 2d",
-			"scripts.Acquire on a free lock with a ProcessInfo JSON of "+fmt.Sprint(len(info))+" bytes (EVALSHA); the lock is released untimed after each call."),
-		LatencyRow("2b", "renew script", samples[2], "≤ 1.15× row 2d", "scripts.Renew with the term, as the master's loop calls it (EVALSHA)."),
-		LatencyRow("2c", "check script (a slave's poll)", samples[3], "—", "scripts.Check of a held lock, as every slave calls it each CheckInterval (EVALSHA)."),
-		LatencyRow("2d", "empty script (EVALSHA of \"return 1\"): the floor of any script call", samples[6], "—", "What calling a script costs before it does anything; rows 2a-2c and 6 minus this is the work of their scripts."+insideNote),
-		LatencyRow("6a", "registration (registry.Register)", samples[4], "≤ 1.5× PING",
-			fmt.Sprintf("registry.Register of a slave entry (%d bytes of JSON) on the %s backend: entry, TTL and notice in one script.", exampleEntrySize(), reg.Backend())),
-		LatencyRow("6b", "heartbeat (registry.Heartbeat)", samples[5], "≤ 1.5× PING",
-			fmt.Sprintf("registry.Heartbeat of that entry on the %s backend.", reg.Backend())),
+			"Same connection; pays for waking idle threads and cores on both sides, like every round trip of rows 3-5, 8 and 9a."),
+		LatencyRow("2a", "acquire script, uncontested", samples[1], "≤ 1.15× row 2d", ""),
+		LatencyRow("2b", "renew script", samples[2], "≤ 1.15× row 2d", ""),
+		LatencyRow("2c", "check script (a slave's poll)", samples[3], "—", ""),
+		LatencyRow("2d", "empty script (EVALSHA of \"return 1\"): the floor of any script call", samples[6], "—", ""),
+		LatencyRow("6a", "registration (registry.Register)", samples[4], "≤ 1.5× PING", ""),
+		LatencyRow("6b", "heartbeat (registry.Heartbeat)", samples[5], "≤ 1.5× PING", ""),
 	}
+	group(fmt.Sprintf("EVALSHA on that connection: scripts.Acquire of a free lock (%d-byte ProcessInfo; released untimed after each), scripts.Renew with the term (the master's loop), scripts.Check of a held lock (each slave, every CheckInterval). 2a-2c and 6 minus 2d is script work. Inside Redis (INFO commandstats, mean per call): PING %s, empty script %s, renew %s, check %s, heartbeat %s; the rest is loopback, go-redis and the scheduler.",
+		len(info), inside["ping"], inside["empty script"], inside["renew"], inside["check"], inside["heartbeat"]), rows[2:6])
+	group(fmt.Sprintf("A %d-byte slave entry, %s backend; Register writes entry, TTL and notice in one script.", exampleEntrySize(), reg.Backend()), rows[6:8])
 	return rows, benchkit.Summarize(samples[0]).P50
 }
 
@@ -434,8 +423,8 @@ func costRows(ctx context.Context, env *Env) []Row {
 	c := env.NewClient()
 	defer c.Close()
 	info, err := exampleInfo()
-	row := func(id, what, note string, body func(b *testing.B) error) Row {
-		r := Row{ID: id, What: what, Goal: "—", Note: note}
+	row := func(id, what string, body func(b *testing.B) error) Row {
+		r := Row{ID: id, What: what, Goal: "—"}
 		if err != nil {
 			r.Err = err
 			return r
@@ -448,23 +437,20 @@ func costRows(ctx context.Context, env *Env) []Row {
 	if rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	rows := []Row{row("10d", "allocations and CPU per renew script call (this process)",
-		"Go benchmark BenchmarkRenew (testing.Benchmark, 1s): heap allocations and this process's CPU time (getrusage) per scripts.Renew call.", renew.BenchFunc())}
+	rows := []Row{row("10d", "allocations and CPU per renew script call (this process)", renew.BenchFunc())}
 	if renew.Close != nil {
 		_ = renew.Close(ctx)
 	}
-	rows = append(rows, row("10e", "allocations and CPU per heartbeat of the election loop (this process)",
-		"Go benchmark BenchmarkLoopRenew: a master with HeartbeatInterval 1ms renews back to back; per renewal counted by a client hook, everything the process does (timers, contexts, script call, event plumbing).", LoopRenewFunc(env)))
+	rows = append(rows, row("10e", "allocations and CPU per heartbeat of the election loop (this process)", LoopRenewFunc(env)))
 	check, cerr := CheckOp(ctx, c, env.LockName("bench-check"), "bench-node", 30*time.Second)
 	if cerr != nil {
 		err = errors.Join(err, cerr)
 	}
-	rows = append(rows, row("10f", "allocations and CPU per check script call (this process)",
-		"Go benchmark BenchmarkCheck: per scripts.Check call, as a slave polls.", check.BenchFunc()))
+	rows = append(rows, row("10f", "allocations and CPU per check script call (this process)", check.BenchFunc()))
 	if check.Close != nil {
 		_ = check.Close(ctx)
 	}
-	return rows
+	return group("Go benchmarks (testing.Benchmark, 1s): heap allocations and this process's CPU (getrusage) per call: 10d BenchmarkRenew (scripts.Renew); 10e BenchmarkLoopRenew, a master renewing back to back (HeartbeatInterval 1ms), all the process does per renewal (counted by a client hook: timers, contexts, script call, events); 10f BenchmarkCheck (scripts.Check, a slave's poll).", rows)
 }
 
 // sortRows orders rows by their number, then their letter.
@@ -536,9 +522,6 @@ func processesRows(ctx context.Context, env *Env, server string, sizes []int) []
 				floored = true
 				rows = append(rows, hgetallFloor(ctx, c, lock, size, short))
 			}
-		}
-		if len(rows) > 0 && err == nil {
-			rows[len(rows)-len(sizes)].Note = fmt.Sprintf("registry.Registry.Processes() on the %s backend with that many slave entries (about %d bytes of JSON each), read and decoded; registered beforehand by 16 goroutines.", b, exampleEntrySize())
 		}
 		_ = c.Del(ctx, scripts.NewKeys(lock, false).Processes, scripts.NewKeys(lock, false).ProcessesExpiry).Err()
 	}
