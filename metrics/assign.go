@@ -17,17 +17,10 @@ func (m *Metrics) watchWorker(w *assign.Worker, labels prometheus.Labels) {
 		Namespace: namespace, Subsystem: subsystemAssign, Name: "owned_items", ConstLabels: l,
 		Help: "Items of the set this process owns now (Worker.Owned); read at scrape time.",
 	}, func() float64 { return float64(len(w.Owned())) }))
-	for _, o := range []struct {
-		outcome string
-		read    func() uint64
-	}{{"claimed", w.Claimed}, {"revoked", w.Revoked}, {"expired", w.Expired}} {
-		ol := maps.Clone(l)
-		ol["outcome"] = o.outcome
-		m.add(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystemAssign, Name: "ownership_changes_total", ConstLabels: ol,
-			Help: "Items this process came to own (claimed), gave up because the plan moved them (revoked), or lost because it could not renew in time (expired); read at scrape time.",
-		}, func() float64 { return float64(o.read()) }))
-	}
+	m.add(outcomeCounters(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystemAssign, Name: "ownership_changes_total", ConstLabels: l,
+		Help: "Items this process came to own (claimed), gave up because the plan moved them (revoked), or lost because it could not renew in time (expired); read at scrape time.",
+	}, outcomeFunc{"claimed", w.Claimed}, outcomeFunc{"revoked", w.Revoked}, outcomeFunc{"expired", w.Expired})...)
 }
 
 // watchPlanner makes the metrics of an assign Planner, read from it at

@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"maps"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/herdkit/herd/durable"
@@ -32,20 +30,11 @@ const (
 // watchConsumer makes the metrics of a durable Consumer. They are read from
 // its counters at scrape time: a Consumer has no observer hooks.
 func (m *Metrics) watchConsumer(c *durable.Consumer, labels prometheus.Labels) {
-	for _, o := range []struct {
-		outcome string
-		read    func() uint64
-	}{
-		{consumerHandled, c.Handled}, {consumerFailed, c.Failed}, {consumerStaleTerm, c.Rejected},
-		{consumerUnverifiedTerm, c.Unverified}, {consumerDead, c.Dead},
-	} {
-		l := maps.Clone(labels)
-		l["outcome"] = o.outcome
-		m.add(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystemConsumer, Name: "messages_total", ConstLabels: l,
-			Help: "Entries of this process's durable inbox, by outcome: handled; failed (per delivery: delivered again, or dead at the last); stale_term, unverified_term (not handled); dead (moved to the dead letters). Read from the Consumer at scrape time.",
-		}, func() float64 { return float64(o.read()) }))
-	}
+	m.add(outcomeCounters(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystemConsumer, Name: "messages_total", ConstLabels: labels,
+		Help: "Entries of this process's durable inbox, by outcome: handled; failed (per delivery: delivered again, or dead at the last); stale_term, unverified_term (not handled); dead (moved to the dead letters). Read from the Consumer at scrape time.",
+	}, outcomeFunc{consumerHandled, c.Handled}, outcomeFunc{consumerFailed, c.Failed}, outcomeFunc{consumerStaleTerm, c.Rejected},
+		outcomeFunc{consumerUnverifiedTerm, c.Unverified}, outcomeFunc{consumerDead, c.Dead})...)
 	m.add(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystemConsumer, Name: "redelivered_total", ConstLabels: labels,

@@ -19,35 +19,42 @@ const (
 	directionLost     = "lost"
 )
 
-// The values of the kind label of herd_election_errors_total, in the order
-// errorKind tests them.
-var errorKinds = []string{
-	"data_loss", "garbage", "duplicate_node_id", "replicas", "eviction_policy",
-	"unconfirmed_notice", "handler_panic", "corrupt_entry",
-	"timeout", "connection", "redis", "other",
+// sentinelKinds are the errors errorKind tests first, in this order, each
+// with its value of the kind label of herd_election_errors_total.
+var sentinelKinds = []struct {
+	err  error
+	kind string
+}{
+	{masterelection.ErrDataLoss, "data_loss"},
+	{masterelection.ErrGarbage, "garbage"},
+	{masterelection.ErrDuplicateNodeID, "duplicate_node_id"},
+	{masterelection.ErrReplicas, "replicas"},
+	{masterelection.ErrEvictionPolicy, "eviction_policy"},
+	{masterelection.ErrUnconfirmedNotice, "unconfirmed_notice"},
+	{masterelection.ErrHandlerPanic, "handler_panic"},
+	{registry.ErrCorruptEntry, "corrupt_entry"},
+}
+
+// errorKinds returns the values of the kind label of
+// herd_election_errors_total, in the order errorKind tests them.
+func errorKinds() []string {
+	var kinds []string
+	for _, s := range sentinelKinds {
+		kinds = append(kinds, s.kind)
+	}
+	return append(kinds, "timeout", "connection", "redis", "other")
 }
 
 // errorKind classifies an error event of the election.
 func errorKind(err error) string {
+	for _, s := range sentinelKinds {
+		if errors.Is(err, s.err) {
+			return s.kind
+		}
+	}
 	var rerr redis.Error
 	var nerr net.Error
 	switch {
-	case errors.Is(err, masterelection.ErrDataLoss):
-		return "data_loss"
-	case errors.Is(err, masterelection.ErrGarbage):
-		return "garbage"
-	case errors.Is(err, masterelection.ErrDuplicateNodeID):
-		return "duplicate_node_id"
-	case errors.Is(err, masterelection.ErrReplicas):
-		return "replicas"
-	case errors.Is(err, masterelection.ErrEvictionPolicy):
-		return "eviction_policy"
-	case errors.Is(err, masterelection.ErrUnconfirmedNotice):
-		return "unconfirmed_notice"
-	case errors.Is(err, masterelection.ErrHandlerPanic):
-		return "handler_panic"
-	case errors.Is(err, registry.ErrCorruptEntry):
-		return "corrupt_entry"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr) && nerr.Timeout():
 		return "timeout"
 	case errors.As(err, &nerr):
@@ -112,7 +119,7 @@ func (m *Metrics) watchElection(e *masterelection.MasterElection, labels prometh
 		leaves: prometheus.NewCounter(prometheus.CounterOpts(opts("slave_leaves_total",
 			"Slave-removed events on this process as master: a slave unregistered, timed out or expired."))),
 		errors: counterVec(prometheus.CounterOpts(opts("errors_total",
-			"Error events of the election, by kind.")), "kind", errorKinds...),
+			"Error events of the election, by kind.")), "kind", errorKinds()...),
 		slaveSet: map[string]struct{}{},
 	}
 	em.elections.WithLabelValues("master")

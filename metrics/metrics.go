@@ -200,6 +200,26 @@ func counterVec(opts prometheus.CounterOpts, label string, values ...string) *pr
 	return v
 }
 
+// outcomeFunc is one series of a counter by outcome that is read at scrape
+// time: its value of the outcome label and the function that reads it.
+type outcomeFunc struct {
+	outcome string
+	read    func() uint64
+}
+
+// outcomeCounters returns one counter of opts per outcome, labelled with
+// it ("outcome", beside opts.ConstLabels) and read at scrape time.
+func outcomeCounters(opts prometheus.CounterOpts, outcomes ...outcomeFunc) []prometheus.Collector {
+	cs := make([]prometheus.Collector, 0, len(outcomes))
+	for _, o := range outcomes {
+		oo := opts
+		oo.ConstLabels = maps.Clone(opts.ConstLabels)
+		oo.ConstLabels["outcome"] = o.outcome
+		cs = append(cs, prometheus.NewCounterFunc(oo, func() float64 { return float64(o.read()) }))
+	}
+	return cs
+}
+
 // boolValue is 1 for true and 0 for false.
 func boolValue(b bool) float64 {
 	if b {

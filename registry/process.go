@@ -139,6 +139,13 @@ func (p ProcessInfo) Slave() SlaveNode {
 		Metadata: p.Metadata, Capabilities: p.Capabilities}
 }
 
+// holds reports whether p is the process that holds the master lock, whose
+// value is master (the holder's node id, "" when there is none): a slave
+// read leaves it out whatever its entry says.
+func (p ProcessInfo) holds(master string) bool {
+	return master != "" && (p.ProcessID == master || p.NodeID == master)
+}
+
 // jsTime is a time written as JavaScript's Date.prototype.toISOString.
 type jsTime time.Time
 

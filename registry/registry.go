@@ -344,22 +344,30 @@ func (r *Registry) Processes(ctx context.Context) ([]ProcessInfo, error) {
 // Process returns the live entry of processID, ErrNotFound when there is
 // none, or an error wrapping ErrCorruptEntry when it cannot be read.
 func (r *Registry) Process(ctx context.Context, processID string) (ProcessInfo, error) {
+	p, _, err := r.entry(ctx, processID)
+	return p, err
+}
+
+// entry reads the live entry of processID and, in the same round trip, the
+// node id of the lock's holder ("" when none): the read of Process and
+// Slave, with their errors.
+func (r *Registry) entry(ctx context.Context, processID string) (_ ProcessInfo, master string, _ error) {
 	if err := scripts.ValidateName("process id", processID); err != nil {
-		return ProcessInfo{}, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+		return ProcessInfo{}, "", fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 	}
 	view, err := r.be.read(ctx, []string{processID}, false)
 	if err != nil {
-		return ProcessInfo{}, fmt.Errorf("read process %q: %w", processID, err)
+		return ProcessInfo{}, "", fmt.Errorf("read process %q: %w", processID, err)
 	}
 	raw, ok := view.Entries[processID]
 	if !ok {
-		return ProcessInfo{}, fmt.Errorf("process %q: %w", processID, ErrNotFound)
+		return ProcessInfo{}, "", fmt.Errorf("process %q: %w", processID, ErrNotFound)
 	}
 	p, err := decodeProcess(processID, raw)
 	if err != nil {
-		return ProcessInfo{}, r.corrupt(processID, err)
+		return ProcessInfo{}, "", r.corrupt(processID, err)
 	}
-	return p, nil
+	return p, view.Master, nil
 }
 
 // ProcessesByRole returns the live entries whose role is role, sorted by
@@ -378,7 +386,7 @@ func (r *Registry) ProcessesByRole(ctx context.Context, role Role) ([]ProcessInf
 	}
 	out := snap.infos[:0]
 	for _, p := range snap.infos {
-		if p.Role == role && !(role == RoleSlave && snap.master != "" && (p.ProcessID == snap.master || p.NodeID == snap.master)) {
+		if p.Role == role && !(role == RoleSlave && p.holds(snap.master)) {
 			out = append(out, p)
 		}
 	}
@@ -423,25 +431,14 @@ func (r *Registry) Slaves(ctx context.Context) ([]SlaveNode, error) {
 // entry for it or it is not a slave (its entry says master, or it holds the
 // lock); the specification's getSlave.
 func (r *Registry) Slave(ctx context.Context, nodeID string) (SlaveNode, error) {
-	if err := scripts.ValidateName("process id", nodeID); err != nil {
-		return SlaveNode{}, fmt.Errorf("%w: %w", ErrInvalidProcess, err)
-	}
-	view, err := r.be.read(ctx, []string{nodeID}, false)
+	p, master, err := r.entry(ctx, nodeID)
 	if err != nil {
-		return SlaveNode{}, fmt.Errorf("read process %q: %w", nodeID, err)
-	}
-	raw, ok := view.Entries[nodeID]
-	if !ok {
-		return SlaveNode{}, fmt.Errorf("process %q: %w", nodeID, ErrNotFound)
-	}
-	p, err := decodeProcess(nodeID, raw)
-	if err != nil {
-		return SlaveNode{}, r.corrupt(nodeID, err)
+		return SlaveNode{}, err
 	}
 	switch {
 	case p.Role != RoleSlave:
 		return SlaveNode{}, fmt.Errorf("slave %q: it is the %s: %w", nodeID, p.Role, ErrNotFound)
-	case view.Master != "" && (p.ProcessID == view.Master || p.NodeID == view.Master):
+	case p.holds(master):
 		return SlaveNode{}, fmt.Errorf("slave %q: it holds the master lock: %w", nodeID, ErrNotFound)
 	}
 	return p.Slave(), nil

@@ -28,16 +28,23 @@ local declared = {}
 for i = 4, #KEYS do
   declared[KEYS[i]] = true
 end
+-- Check every key and write before the first write.
+local writes = {{'HSET', KEYS[3], 'i', 'x'}, {'HDEL', KEYS[3], 'i'}}
 local prefix = ARGV[3]
-local function setOf(slave)
+-- planned(slave, op) returns the plan set of slave (nil for '': no owner)
+-- after adding op on it (SREM or SADD) to the writes to check; or nil and an
+-- error reply when that set is not among KEYS.
+local function planned(slave, op)
+  if slave == '' then
+    return nil
+  end
   local k = prefix .. slave
   if not declared[k] then
     return nil, redis.error_reply('ERR assign_plan: the plan set ' .. k .. ' is not among KEYS')
   end
+  writes[#writes + 1] = {op, k, 'x'}
   return k
 end
--- Check every key and write before the first write.
-local writes = {{'HSET', KEYS[3], 'i', 'x'}, {'HDEL', KEYS[3], 'i'}}
 local changes = {}
 for i = 4, #ARGV, 2 do
   local item, to = ARGV[i], ARGV[i + 1]
@@ -46,22 +53,14 @@ for i = 4, #ARGV, 2 do
     from = ''
   end
   if from ~= to then
-    local fk, tk
-    if from ~= '' then
-      local k, bad = setOf(from)
-      if bad then
-        return bad
-      end
-      fk = k
-      writes[#writes + 1] = {'SREM', fk, 'x'}
+    local fk, bad = planned(from, 'SREM')
+    if bad then
+      return bad
     end
-    if to ~= '' then
-      local k, bad = setOf(to)
-      if bad then
-        return bad
-      end
-      tk = k
-      writes[#writes + 1] = {'SADD', tk, 'x'}
+    local tk
+    tk, bad = planned(to, 'SADD')
+    if bad then
+      return bad
     end
     changes[#changes + 1] = {item, fk, tk, to}
   end

@@ -23,15 +23,7 @@ if #e == 0 then
   return 0
 end
 local id = ARGV[2]
-local live = redis.call('HEXISTS', KEYS[3], id) == 1
-if live then
-  local deadline = redis.call('ZSCORE', KEYS[4], id)
-  if deadline then
-    local t = redis.call('TIME')
-    live = tonumber(deadline) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-end
-if not live then
+if not isLive(KEYS[3], KEYS[4], id) then
   return -3
 end
 local term = redis.pcall('GET', KEYS[2])

@@ -44,10 +44,9 @@ local prefix, mode = ARGV[4], ARGV[6]
 if mode ~= 'adopt' and mode ~= 'drop' then
   return redis.error_reply('ERR inbox_adopt: mode ' .. tostring(mode) .. ' is neither adopt nor drop')
 end
-for i = 6, #KEYS do
-  if string.sub(KEYS[i], 1, #prefix) ~= prefix or #KEYS[i] == #prefix then
-    return redis.error_reply('ERR inbox_adopt: key ' .. KEYS[i] .. ' is not an inbox under ' .. prefix)
-  end
+local err = notInbox('inbox_adopt', prefix, 6)
+if err then
+  return err
 end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
   return -1
@@ -66,18 +65,13 @@ if denied then
 end
 local term = tonumber(ARGV[2])
 local budget = tonumber(ARGV[5]) or 0
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for i = 6, #KEYS do
   local k = KEYS[i]
   local id = string.sub(k, #prefix + 1)
   local live = 0
-  if redis.call('HEXISTS', KEYS[3], id) == 1 then
-    local deadline = redis.call('ZSCORE', KEYS[4], id)
-    if not deadline or tonumber(deadline) > now then
-      live = 1
-    end
+  if isLive(KEYS[3], KEYS[4], id) then
+    live = 1
   end
   local state, n, bad = 1, 0, 0
   if redis.call('EXISTS', k) == 0 then

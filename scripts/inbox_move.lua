@@ -32,10 +32,9 @@ if #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR inbox_move: ARGV after the node id, term, group and prefix must be entry id, destination pairs')
 end
 local prefix = ARGV[4]
-for i = 4, #KEYS do
-  if string.sub(KEYS[i], 1, #prefix) ~= prefix or #KEYS[i] == #prefix then
-    return redis.error_reply('ERR inbox_move: key ' .. KEYS[i] .. ' is not an inbox under ' .. prefix)
-  end
+local err = notInbox('inbox_move', prefix, 4)
+if err then
+  return err
 end
 for i = 6, #ARGV, 2 do
   local d = tonumber(ARGV[i])

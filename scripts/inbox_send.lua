@@ -32,10 +32,9 @@ if #KEYS - 5 ~= #ARGV - 4 or #KEYS < 6 then
   return redis.error_reply('ERR inbox_send: want one inbox key per message, got ' .. (#KEYS - 5) .. ' keys and ' .. (#ARGV - 4) .. ' messages')
 end
 local prefix = ARGV[4]
-for i = 6, #KEYS do
-  if string.sub(KEYS[i], 1, #prefix) ~= prefix or #KEYS[i] == #prefix then
-    return redis.error_reply('ERR inbox_send: key ' .. KEYS[i] .. ' is not an inbox under ' .. prefix)
-  end
+local err = notInbox('inbox_send', prefix, 6)
+if err then
+  return err
 end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
   return -1
@@ -49,22 +48,7 @@ local denied = refused('inbox send', writes)
 if denied then
   return denied
 end
-local now
 local live = {}
-local function isLive(id)
-  if redis.call('HEXISTS', KEYS[3], id) == 0 then
-    return false
-  end
-  local deadline = redis.call('ZSCORE', KEYS[4], id)
-  if not deadline then
-    return true
-  end
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return tonumber(deadline) > now
-end
 local cap = tonumber(ARGV[3]) or 0
 local len = {}
 local ids = {}
@@ -72,7 +56,7 @@ for i = 6, #KEYS do
   local k = KEYS[i]
   local id = string.sub(k, #prefix + 1)
   if live[id] == nil then
-    live[id] = isLive(id)
+    live[id] = isLive(KEYS[3], KEYS[4], id)
     if live[id] then
       redis.call('SADD', KEYS[5], id)
     end

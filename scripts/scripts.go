@@ -26,7 +26,9 @@ const MaxTerm = 1<<53 - 1
 var (
 	// writesSrc is writes.lua, the prelude of every script that writes: it
 	// defines refused, the check of the script's writes against the
-	// user's ACL before the first one.
+	// user's ACL before the first one, and the inbox scripts' checks
+	// notInbox (a key is an inbox key) and isLive (a process is live in
+	// the registry).
 	//go:embed writes.lua
 	writesSrc string
 	//go:embed acquire.lua

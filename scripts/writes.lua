@@ -1,4 +1,5 @@
--- writes: the prelude of every script that writes (scripts.go prepends it).
+-- writes: the prelude of every script that writes (scripts.go prepends it):
+-- the helpers those scripts share.
 --
 -- refused(script, cmds) checks each write the script may make, given as a
 -- command with its key ({'SET', KEYS[1], 'x'}), against the user's ACL
@@ -18,4 +19,38 @@ local function refused(script, cmds)
     end
   end
   return nil
+end
+
+-- notInbox(script, prefix, first) returns the error reply naming the first of
+-- KEYS[first..] that is not an inbox key (prefix, the inbox name prefix
+-- <prefix>:inbox:, followed by a process id), or nil. A script checks its
+-- inbox keys with it before it reads or writes any key.
+local function notInbox(script, prefix, first)
+  for i = first, #KEYS do
+    if string.sub(KEYS[i], 1, #prefix) ~= prefix or #KEYS[i] == #prefix then
+      return redis.error_reply('ERR ' .. script .. ': key ' .. KEYS[i] .. ' is not an inbox under ' .. prefix)
+    end
+  end
+  return nil
+end
+
+-- isLive(processes, expiry, id) tells whether process id is live in the
+-- registry: it has an entry in the hash processes (<prefix>:processes) and
+-- its deadline in the sorted set expiry (<prefix>:processes:expiry, in ms;
+-- emulated registry only), when it has one, has not passed. The server's
+-- clock is read once per script, when a deadline is first compared.
+local nowMs
+local function isLive(processes, expiry, id)
+  if redis.call('HEXISTS', processes, id) == 0 then
+    return false
+  end
+  local deadline = redis.call('ZSCORE', expiry, id)
+  if not deadline then
+    return true
+  end
+  if not nowMs then
+    local t = redis.call('TIME')
+    nowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return tonumber(deadline) > nowMs
 end

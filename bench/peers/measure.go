@@ -79,13 +79,57 @@ type series struct {
 	err     error
 }
 
-// handoverState is one peer's election during handovers: its leader.
-type handoverState struct {
+// peerRun is one peer's election in a measurement the peers take turns
+// at: handovers (its leader) or crash failovers (its processes).
+type peerRun struct {
 	p      peer
 	lock   string
-	leader node
-	seq    int
-	res    series
+	seq    int    // the number of the last process started
+	res    series // the samples, or why the peer stopped
+	leader node   // handovers: the process that leads
+	nodes  []node // failovers: the processes
+}
+
+// newRuns returns a run of each peer, on a lock of its own named after
+// what, and the runs' series by peer name.
+func newRuns(peers []peer, what string) ([]*peerRun, map[string]*series) {
+	runs := make([]*peerRun, 0, len(peers))
+	out := map[string]*series{}
+	for _, p := range peers {
+		s := &peerRun{p: p, lock: "herdpeers-" + p.name + "-" + what}
+		out[p.name] = &s.res
+		runs = append(runs, s)
+	}
+	return runs, out
+}
+
+// takeTurns runs reps rounds in which each run whose series has no error
+// yet plays round once, in turn; a round's error ends that run's series.
+func takeTurns(runs []*peerRun, reps int, round func(s *peerRun) error) {
+	for r := range reps {
+		for _, s := range runs {
+			if s.res.err != nil {
+				continue
+			}
+			if err := round(s); err != nil {
+				s.res.err = fmt.Errorf("round %d: %w", r+1, err)
+			}
+		}
+	}
+}
+
+// fresh starts the run's next process.
+func (s *peerRun) fresh(ctx context.Context, t timings) (node, error) {
+	s.seq++
+	n, err := s.p.newNode(ctx, s.lock, fmt.Sprintf("node-%d", s.seq), t)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.start(ctx); err != nil {
+		_ = stopWithin(ctx, n, 5*time.Second)
+		return nil, fmt.Errorf("start a process: %w", err)
+	}
+	return n, nil
 }
 
 // handovers measures, reps times per peer, a graceful handover with
@@ -94,19 +138,11 @@ type handoverState struct {
 // it leads. The new process leads the next round. Peers take turns,
 // one handover each per round.
 func handovers(ctx context.Context, peers []peer, t timings, reps int) map[string]*series {
-	states := make([]*handoverState, 0, len(peers))
-	out := map[string]*series{}
-	for _, p := range peers {
-		s := &handoverState{p: p, lock: "herdpeers-" + p.name + "-handover"}
-		out[p.name] = &s.res
-		states = append(states, s)
-		n, err := p.newNode(ctx, s.lock, "node-0", t)
+	runs, out := newRuns(peers, "handover")
+	for _, s := range runs {
+		n, err := s.fresh(ctx, t)
 		if err == nil {
-			err = n.start(ctx)
-			if err == nil {
-				err = waitAcquired(ctx, n, 5*time.Second)
-			}
-			if err != nil {
+			if err = waitAcquired(ctx, n, 5*time.Second); err != nil {
 				_ = stopWithin(ctx, n, 5*time.Second)
 			}
 		}
@@ -116,17 +152,8 @@ func handovers(ctx context.Context, peers []peer, t timings, reps int) map[strin
 		}
 		s.leader = n
 	}
-	for r := range reps {
-		for _, s := range states {
-			if s.res.err != nil {
-				continue
-			}
-			if err := s.round(ctx, t); err != nil {
-				s.res.err = fmt.Errorf("round %d: %w", r+1, err)
-			}
-		}
-	}
-	for _, s := range states {
+	takeTurns(runs, reps, func(s *peerRun) error { return s.handover(ctx, t) })
+	for _, s := range runs {
 		if s.leader != nil {
 			_ = stopWithin(ctx, s.leader, 5*time.Second)
 		}
@@ -134,15 +161,11 @@ func handovers(ctx context.Context, peers []peer, t timings, reps int) map[strin
 	return out
 }
 
-func (s *handoverState) round(ctx context.Context, t timings) error {
-	s.seq++
-	w, err := s.p.newNode(ctx, s.lock, fmt.Sprintf("node-%d", s.seq), t)
+// handover is one round of handovers.
+func (s *peerRun) handover(ctx context.Context, t timings) error {
+	w, err := s.fresh(ctx, t)
 	if err != nil {
 		return err
-	}
-	if err := w.start(ctx); err != nil {
-		_ = stopWithin(ctx, w, 5*time.Second)
-		return fmt.Errorf("start the next process: %w", err)
 	}
 	sleep(ctx, settle+rand.N(t.Check))
 	if w.leader() {
@@ -167,15 +190,6 @@ func (s *handoverState) round(ctx context.Context, t timings) error {
 	return nil
 }
 
-// failoverState is one peer's election during crash failovers.
-type failoverState struct {
-	p     peer
-	lock  string
-	nodes []node
-	seq   int
-	res   series
-}
-
 // failovers measures, reps times per peer, a crash failover among
 // processes processes with timings t: at a random point of the leader's
 // renewal cycle its connections are closed (no release, no renewal, as if
@@ -184,12 +198,8 @@ type failoverState struct {
 func failovers(ctx context.Context, peers []peer, t timings, processes, reps int) map[string]*series {
 	var cleanup sync.WaitGroup
 	defer cleanup.Wait()
-	states := make([]*failoverState, 0, len(peers))
-	out := map[string]*series{}
-	for _, p := range peers {
-		s := &failoverState{p: p, lock: "herdpeers-" + p.name + "-failover"}
-		out[p.name] = &s.res
-		states = append(states, s)
+	runs, out := newRuns(peers, "failover")
+	for _, s := range runs {
 		for range processes {
 			n, err := s.fresh(ctx, t)
 			if err != nil {
@@ -199,17 +209,8 @@ func failovers(ctx context.Context, peers []peer, t timings, processes, reps int
 			s.nodes = append(s.nodes, n)
 		}
 	}
-	for r := range reps {
-		for _, s := range states {
-			if s.res.err != nil {
-				continue
-			}
-			if err := s.round(ctx, t, &cleanup); err != nil {
-				s.res.err = fmt.Errorf("round %d: %w", r+1, err)
-			}
-		}
-	}
-	for _, s := range states {
+	takeTurns(runs, reps, func(s *peerRun) error { return s.failover(ctx, t, &cleanup) })
+	for _, s := range runs {
 		for _, n := range s.nodes {
 			cleanup.Add(1)
 			go func() {
@@ -221,20 +222,8 @@ func failovers(ctx context.Context, peers []peer, t timings, processes, reps int
 	return out
 }
 
-func (s *failoverState) fresh(ctx context.Context, t timings) (node, error) {
-	s.seq++
-	n, err := s.p.newNode(ctx, s.lock, fmt.Sprintf("node-%d", s.seq), t)
-	if err != nil {
-		return nil, err
-	}
-	if err := n.start(ctx); err != nil {
-		_ = stopWithin(ctx, n, 5*time.Second)
-		return nil, fmt.Errorf("start a process: %w", err)
-	}
-	return n, nil
-}
-
-func (s *failoverState) round(ctx context.Context, t timings, cleanup *sync.WaitGroup) error {
+// failover is one round of failovers.
+func (s *peerRun) failover(ctx context.Context, t timings, cleanup *sync.WaitGroup) error {
 	sleep(ctx, settle+rand.N(t.Renew))
 	var leader node
 	deadline := time.Now().Add(3*t.TTL + 5*time.Second)

@@ -87,6 +87,15 @@ func (s *stats) add(f func(s *stats)) {
 	f(s)
 }
 
+// at returns instants[id] read under s.mu; instants is one of s's maps of
+// instants (removedAt, lostAt), which are never replaced, only written.
+func (s *stats) at(instants map[string]time.Time, id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := instants[id]
+	return t, ok
+}
+
 func newNode(e *env, cfg masterelection.Config, client *redis.Client) (*node, error) {
 	m, err := masterelection.New(client, cfg)
 	if err != nil {

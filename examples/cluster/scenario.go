@@ -550,20 +550,14 @@ func (s *scenario) servingLine(master *node) string {
 	return fmt.Sprintf("%s (%d of %d)", strings.Join(parts, ", "), total, len(s.env.cameras))
 }
 
+// removedAt returns when the master reported slave id removed, if it did.
 func (s *scenario) removedAt(id string) (time.Time, bool) {
-	st := s.env.stats
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	t, ok := st.removedAt[id]
-	return t, ok
+	return s.env.stats.at(s.env.stats.removedAt, id)
 }
 
+// lostAt returns when node id reported its mastership lost, if it did.
 func (s *scenario) lostAt(id string) (time.Time, bool) {
-	st := s.env.stats
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	t, ok := st.lostAt[id]
-	return t, ok
+	return s.env.stats.at(s.env.stats.lostAt, id)
 }
 
 // waitFor polls cond until it holds, within ends, or ctx ends.

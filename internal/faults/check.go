@@ -359,14 +359,9 @@ type procTerm struct {
 // masterships builds the acting intervals from the node records.
 func (c *checker) masterships() {
 	open := map[procTerm]*Mastership{}
-	var order []procTerm
-	dead := map[string]int64{}
-	var last int64
+	var order []*Mastership
 	for _, r := range c.recs {
-		last = max(last, r.T)
 		switch r.Kind {
-		case KindDead:
-			dead[r.Peer] = r.T
 		case KindAcquired, KindLost, KindSent:
 			k := procTerm{r.Proc, r.Term}
 			m := open[k]
@@ -377,7 +372,7 @@ func (c *checker) masterships() {
 			if m == nil {
 				m = &Mastership{Proc: r.Proc, Node: r.Node, Term: r.Term, Start: start, End: r.T, How: "open"}
 				open[k] = m
-				order = append(order, k)
+				order = append(order, m)
 			}
 			m.Start = min(m.Start, start)
 			m.End = max(m.End, r.T)
@@ -386,18 +381,7 @@ func (c *checker) masterships() {
 			}
 		}
 	}
-	for _, k := range order {
-		m := open[k]
-		if m.How == "open" {
-			if d, ok := dead[m.Proc]; ok {
-				m.End, m.How = max(m.End, d), "dead"
-			} else {
-				m.End = max(m.End, last)
-			}
-		}
-		c.rep.Masterships = append(c.rep.Masterships, *m)
-	}
-	sort.SliceStable(c.rep.Masterships, func(i, j int) bool { return c.rep.Masterships[i].Start < c.rep.Masterships[j].Start })
+	c.rep.Masterships = c.ended(order)
 	c.rep.Judged["overlap"] = len(c.rep.Masterships)
 	c.rep.Judged["terms"] = len(c.rep.Masterships)
 }
@@ -468,6 +452,34 @@ func (o Overlap) why() string {
 	return ""
 }
 
+// ended returns spans (masterships or ctx spans), sorted by start, with
+// each span still open at the end of the records ended: at the reaping of
+// its process (How "dead") when the harness recorded one, else at the
+// last record.
+func (c *checker) ended(spans []*Mastership) []Mastership {
+	dead := map[string]int64{}
+	var last int64
+	for _, r := range c.recs {
+		last = max(last, r.T)
+		if r.Kind == KindDead {
+			dead[r.Peer] = r.T
+		}
+	}
+	var out []Mastership
+	for _, s := range spans {
+		if s.How == "open" {
+			if d, ok := dead[s.Proc]; ok {
+				s.End, s.How = max(s.End, d), "dead"
+			} else {
+				s.End = max(s.End, last)
+			}
+		}
+		out = append(out, *s)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Start < out[j].Start })
+	return out
+}
+
 func (c *checker) overlaps() {
 	ms := c.rep.Masterships
 	for i := range ms {
@@ -498,14 +510,9 @@ func (c *checker) ctxs() {
 		serial int64
 	}
 	spans := map[key]*Mastership{}
-	var order []key
-	dead := map[string]int64{}
-	var last int64
+	var order []*Mastership
 	for _, r := range c.recs {
-		last = max(last, r.T)
 		switch r.Kind {
-		case KindDead:
-			dead[r.Peer] = r.T
 		case KindCtxLive, KindCtxDone:
 			k := key{r.Proc, r.Seq}
 			s := spans[k]
@@ -515,7 +522,7 @@ func (c *checker) ctxs() {
 					s.Start = r.Begin // its first live record was lost
 				}
 				spans[k] = s
-				order = append(order, k)
+				order = append(order, s)
 			}
 			if r.Kind == KindCtxDone {
 				s.End, s.LastBegin, s.Seen = max(s.End, r.T), r.Begin, r.Seen
@@ -527,18 +534,7 @@ func (c *checker) ctxs() {
 			}
 		}
 	}
-	for _, k := range order {
-		s := spans[k]
-		if s.How == "open" {
-			if d, ok := dead[s.Proc]; ok {
-				s.End, s.How = max(s.End, d), "dead"
-			} else {
-				s.End = max(s.End, last)
-			}
-		}
-		c.rep.Ctxs = append(c.rep.Ctxs, *s)
-	}
-	sort.SliceStable(c.rep.Ctxs, func(i, j int) bool { return c.rep.Ctxs[i].Start < c.rep.Ctxs[j].Start })
+	c.rep.Ctxs = c.ended(order)
 	c.rep.Judged["ctx"] = len(c.rep.Ctxs)
 	for _, s := range c.rep.Ctxs {
 		if m, ok := c.mastership(s.Proc, s.Term); ok && m.Seen != 0 && s.LastBegin != 0 && s.LastBegin >= m.Seen {
