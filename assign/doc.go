@@ -23,7 +23,8 @@
 //
 // The Planner assigns the items to the live slaves of the registry (never to
 // the master itself) by rendezvous hashing weighted by each slave's
-// capabilities, with MaxSubscriptions as a hard cap (Assign). The plan
+// capabilities, with MaxSubscriptions as a hard cap (Assign); slaves that
+// published no capabilities share the items equally. The plan
 // depends only on the items and the slaves: a leave moves only the leaver's
 // items, a join moves only the items the joiner now ranks first, a weight
 // change moves items only to or from that slave. It plans when it becomes

@@ -25,8 +25,13 @@ type Slave struct {
 // Weight returns the relative share of work a slave with capabilities c
 // should get: MaxSubscriptions × PreferredWorkload / 100, with
 // PreferredWorkload clamped to 0..100. A slave of weight 0 (MaxSubscriptions
-// or PreferredWorkload 0 or less) gets nothing.
+// or PreferredWorkload 0 or less) gets nothing. A slave that published no
+// capabilities at all (the zero Capabilities, masterelection's default) has
+// weight 1 and no cap: every such slave gets an equal share.
 func Weight(c registry.Capabilities) float64 {
+	if c == (registry.Capabilities{}) {
+		return 1
+	}
 	if c.MaxSubscriptions <= 0 || c.PreferredWorkload <= 0 {
 		return 0
 	}
@@ -97,6 +102,9 @@ func Assign(items []string, slaves []Slave) (Plan, error) {
 	room := make([]int, len(eligible))
 	for i, s := range eligible {
 		room[i] = s.Capabilities.MaxSubscriptions
+		if s.Capabilities == (registry.Capabilities{}) {
+			room[i] = len(sorted) // no cap
+		}
 	}
 	// Items are placed in sorted order, so that when caps bind the result
 	// is still the same on every process.

@@ -36,7 +36,8 @@ func TestWeight(t *testing.T) {
 		{"negative max", caps(-5, 100), 0},
 		{"zero workload", caps(40, 0), 0},
 		{"negative workload", caps(40, -1), 0},
-		{"zero value", registry.Capabilities{}, 0},
+		{"none published: an equal share", registry.Capabilities{}, 1},
+		{"detections only: nothing", registry.Capabilities{CanProcessDetections: true}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,6 +109,25 @@ func TestAssignIsDeterministicAndOrderFree(t *testing.T) {
 
 // TestSlaveLeavingMovesOnlyItsItems removes each slave in turn: only its
 // items move, and each lands on a remaining slave.
+// TestSlavesWithoutCapabilitiesShareEqually: slaves that published no
+// capabilities (masterelection's default) get every item between them,
+// about equally, with no cap.
+func TestSlavesWithoutCapabilitiesShareEqually(t *testing.T) {
+	slaves := []Slave{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	p, err := Assign(items(300), slaves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Unassigned) != 0 {
+		t.Fatalf("%d unassigned", len(p.Unassigned))
+	}
+	for id, n := range p.Counts() {
+		if n < 70 || n > 130 {
+			t.Errorf("slave %s got %d of 300 items, want about 100", id, n)
+		}
+	}
+}
+
 func TestSlaveLeavingMovesOnlyItsItems(t *testing.T) {
 	it := items(2000)
 	all := fleet()

@@ -40,6 +40,11 @@
 // slave's inbox moved to the others); every node consumes its own inbox
 // (faults.KindDurableHandled, faults.KindDurableRejected).
 //
+// With -assign N the node also spreads N items with package assign: every
+// node writes the item set, plans while master (Planner), and works the
+// items it owns (Worker), each OnAssigned ctx probed as the mastership's
+// are (faults.KindItemLive, faults.KindItemDone).
+//
 // -unsafe-ctx-delay (or HERD_NODE_UNSAFE_CTX_DELAY) is for the suite's own
 // tests only: it makes the node read, instead of each ctx, a copy that ends
 // that much after it, so that the checkers can be shown to catch a ctx that
@@ -72,6 +77,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/internal/faults"
 	"github.com/herdkit/herd/masterelection"
@@ -103,6 +109,7 @@ type options struct {
 	ping         time.Duration
 	candidate    bool
 	durable      bool
+	assign       int
 	// unsafeCtxDelay makes the probed ctxs end this much late (tests of the
 	// suite only).
 	unsafeCtxDelay time.Duration
@@ -135,6 +142,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.DurationVar(&o.ping, "ping", 500*time.Millisecond, "PingInterval of the subscriber")
 	fs.BoolVar(&o.candidate, "candidate", true, "contend for mastership")
 	fs.BoolVar(&o.durable, "durable", false, "also route through package durable: per-slave inboxes, reassigned when a slave is removed")
+	fs.IntVar(&o.assign, "assign", 0, "also spread this many items with package assign (a Planner and a Worker), probing each item's OnAssigned ctx (0: none)")
 	var unsafeDefault time.Duration
 	if v := os.Getenv(unsafeCtxEnv); v != "" {
 		var err error
@@ -344,6 +352,14 @@ func run(ctx context.Context, o options, out *recorder) error {
 	}
 	out.write(faults.Record{Kind: faults.KindReady, Detail: role})
 
+	if o.assign > 0 {
+		stopAssign, err := startAssign(ctx, client, m, o, probe, out)
+		if err != nil {
+			return err
+		}
+		defer stopAssign()
+	}
+
 	dc := &durableCtl{dr: dr, o: o, out: out}
 	if o.send > 0 {
 		wg.Add(1)
@@ -515,7 +531,8 @@ type ctxProbe struct {
 // probedCtx is one ctx under probe. The fields after ctx are owned by the
 // poller.
 type probedCtx struct {
-	which  string // faults.CtxMasterAcquired or faults.CtxRunIfMaster
+	item   bool   // an assign item's ctx: recorded as KindItemLive and KindItemDone
+	which  string // faults.CtxMasterAcquired or faults.CtxRunIfMaster; the item for an item's ctx
 	term   int64
 	serial int64 // per process, written as the records' Seq
 	ctx    context.Context
@@ -530,6 +547,16 @@ func (p *ctxProbe) track(which string, term int64, ctx context.Context) {
 	if p.delay > 0 {
 		pc.ctx, pc.stop = lateView(ctx, p.delay)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.serial++
+	pc.serial = p.serial
+	p.pending = append(p.pending, pc)
+}
+
+// trackItem puts ctx, the OnAssigned ctx of an assign item, under probe.
+func (p *ctxProbe) trackItem(item string, ctx context.Context) {
+	pc := &probedCtx{item: true, which: item, ctx: ctx, stop: func() {}}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.serial++
@@ -561,9 +588,13 @@ func lateView(ctx context.Context, delay time.Duration) (context.Context, func()
 func judgeCtxs(probed []*probedCtx, live []bool, ob observation, out *recorder) []*probedCtx {
 	keep := probed[:0]
 	for i, p := range probed {
+		liveKind, doneKind := faults.KindCtxLive, faults.KindCtxDone
+		if p.item {
+			liveKind, doneKind = faults.KindItemLive, faults.KindItemDone
+		}
 		if live[i] {
 			if !p.seen {
-				out.write(faults.Record{Kind: faults.KindCtxLive, Term: p.term, Seq: p.serial, Detail: p.which, T: ob.begin})
+				out.write(faults.Record{Kind: liveKind, Term: p.term, Seq: p.serial, Detail: p.which, T: ob.begin})
 			}
 			p.seen, p.last = true, ob
 			keep = append(keep, p)
@@ -571,7 +602,7 @@ func judgeCtxs(probed []*probedCtx, live []bool, ob observation, out *recorder) 
 		}
 		// Done. A ctx never seen live was never acted on: nothing to judge.
 		if p.seen {
-			out.write(faults.Record{Kind: faults.KindCtxDone, Term: p.term, Seq: p.serial, Detail: p.which, T: p.last.end, Begin: p.last.begin, Seen: ob.begin})
+			out.write(faults.Record{Kind: doneKind, Term: p.term, Seq: p.serial, Detail: p.which, T: p.last.end, Begin: p.last.begin, Seen: ob.begin})
 		}
 		p.stop()
 	}
@@ -999,4 +1030,47 @@ func (h *hook) publish(args []any) {
 	for _, ch := range channels {
 		h.out.write(faults.Record{T: t, Kind: faults.KindPublish, Term: msg.Term, Seq: p.Seq, Peer: ch})
 	}
+}
+
+// startAssign spreads o.assign items with package assign: every node writes
+// the same item set (idempotent), plans while master, and works the items
+// it owns, each OnAssigned ctx under probe. The lease is LockTTL, renewed
+// every LockTTL/5. The returned function stops the Worker and the Planner.
+func startAssign(ctx context.Context, client *redis.Client, m *masterelection.MasterElection, o options, probe *ctxProbe, out *recorder) (func(), error) {
+	cfg := assign.Config{LeaseTTL: o.ttl, RenewInterval: o.ttl / 5, Settle: 50 * time.Millisecond, Resync: o.ttl,
+		OnError: func(err error) { out.error("assign", err) }}
+	p, err := assign.NewPlanner(client, m, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w, err := assign.NewWorker(client, m.Keys(), o.id, cfg)
+	if err != nil {
+		return nil, err
+	}
+	_ = w.OnAssigned(func(ctx context.Context, item string) {
+		probe.trackItem(item, ctx)
+		<-ctx.Done()
+	})
+	items := make([]string, o.assign)
+	for i := range items {
+		items[i] = fmt.Sprintf("item-%03d", i)
+	}
+	if err := p.SetItems(ctx, items...); err != nil {
+		out.error("assign: set items", err)
+	}
+	if err := w.Start(ctx); err != nil {
+		out.error("assign: start worker", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(runCtx) }()
+	return func() {
+		cancel()
+		<-done
+		stopCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+		defer stop()
+		if err := w.Stop(stopCtx); err != nil {
+			out.error("assign: stop worker", err)
+		}
+	}, nil
 }

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -132,8 +133,13 @@ type Report struct {
 	// set), and CtxOverlaps those that overlap another process's mastership.
 	Ctxs        []Mastership
 	CtxOverlaps []Overlap
-	Failovers   []Failover
-	Violations  []Violation
+	// Items are the live spans of the assign items' OnAssigned ctxs (Ctx
+	// is the item), and ItemOverlaps the overlaps between two processes'
+	// spans of one item (Excused when Redis lost its data in between).
+	Items        []Mastership
+	ItemOverlaps []Overlap
+	Failovers    []Failover
+	Violations   []Violation
 	// Judged counts, per checker (the Check of its violations), what it
 	// judged: masterships (overlap, terms), observations (self-fencing), ctx
 	// spans (ctx), failovers, accepted deliveries (fencing) and slave events
@@ -316,6 +322,9 @@ var FaultKinds = []string{
 //     handled under a stale term (each receiver's terms never go down), no
 //     store is taken from a master after a newer mastership began;
 //     duplicates are counted by cause;
+//   - ownership (nodes run with -assign): an assign item's OnAssigned ctx
+//     is live in at most one process at any instant, unless Redis lost
+//     its data in between (the ownership hash with it);
 //   - membership: each master reports each slave's join and leave once,
 //     a slave paused past SlaveTimeout is reported removed once and
 //     registered again once, and the leave of each ended process is
@@ -338,6 +347,7 @@ func Check(records []Record, p Params) Report {
 	c.slaveEvents()
 	c.listing()
 	c.durable()
+	c.ownership()
 	return c.rep
 }
 
@@ -965,6 +975,62 @@ func (c *checker) membership() {
 		if leaves != wantLeaves || joins > 1 || joins == 0 && !cutShort {
 			c.fail("membership", f.T, "slave %s paused for %v: %s (term %d) reported %d leaves and %d joins after it, want %d and 1",
 				f.Node, time.Duration(h-f.T), m.Proc, m.Term, leaves, joins, wantLeaves)
+		}
+	}
+}
+
+// ownership checks that no assign item's OnAssigned ctx was live in two
+// processes at once (docs/safety.md, guarantee 7): spans are built as for
+// the mastership ctxs, from the first observation that saw the ctx live to
+// the end of the last one (a killed process's, to its death). Two spans of
+// one item in two processes may intersect only when Redis lost its data
+// between their starts: the ownership hash went with it.
+func (c *checker) ownership() {
+	type key struct {
+		proc   string
+		serial int64
+	}
+	spans := map[key]*Mastership{}
+	var order []*Mastership
+	for _, r := range c.recs {
+		if r.Kind != KindItemLive && r.Kind != KindItemDone {
+			continue
+		}
+		k := key{r.Proc, r.Seq}
+		s := spans[k]
+		if s == nil {
+			s = &Mastership{Proc: r.Proc, Node: r.Node, Ctx: r.Detail, Start: r.T, End: r.T, How: "open"}
+			if r.Kind == KindItemDone && r.Begin != 0 {
+				s.Start = r.Begin
+			}
+			spans[k] = s
+			order = append(order, s)
+		}
+		if r.Kind == KindItemDone {
+			s.End, s.How = max(s.End, r.T), "done"
+		}
+	}
+	c.rep.Items = c.ended(order)
+	c.rep.Judged["ownership"] = len(c.rep.Items)
+	byItem := map[string][]Mastership{}
+	for _, s := range c.rep.Items {
+		byItem[s.Ctx] = append(byItem[s.Ctx], s)
+	}
+	for _, item := range slices.Sorted(maps.Keys(byItem)) {
+		ss := byItem[item]
+		for i := range ss {
+			for j := i + 1; j < len(ss); j++ {
+				a, b := ss[i], ss[j] // a.Start <= b.Start
+				if a.Proc == b.Proc || a.End < b.Start {
+					continue
+				}
+				o := Overlap{A: a, B: b, Duration: time.Duration(min(a.End, b.End) - b.Start)}
+				o.DataLoss = c.dataLossBetween(a.Start, b.Start)
+				c.rep.ItemOverlaps = append(c.rep.ItemOverlaps, o)
+				if !o.DataLoss {
+					c.fail("ownership", b.Start, "item %s: %s's ctx (%s) and %s's were both live for %v", item, a.Proc, a.How, b.Proc, o.Duration)
+				}
+			}
 		}
 	}
 }

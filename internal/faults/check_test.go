@@ -51,6 +51,19 @@ func ctxDone(proc, which string, term, serial int64, lastBegin, seen int64) Reco
 	return Record{T: lastBegin*us + us, Begin: lastBegin * us, Seen: seen * us, Proc: proc, Node: proc, Kind: KindCtxDone, Term: term, Seq: serial, Detail: which}
 }
 
+// itemLive and itemDone are ctxLive and ctxDone for an assign item's ctx.
+func itemLive(proc, item string, serial, at int64) Record {
+	r := ctxLive(proc, item, 0, serial, at)
+	r.Kind = KindItemLive
+	return r
+}
+
+func itemDone(proc, item string, serial, lastBegin, seen int64) Record {
+	r := ctxDone(proc, item, 0, serial, lastBegin, seen)
+	r.Kind = KindItemDone
+	return r
+}
+
 func observed(proc string, term, at int64) Record {
 	return Record{T: at * ms, Proc: proc, Node: proc, Kind: KindObserved, Term: term}
 }
@@ -272,6 +285,37 @@ func TestCheck(t *testing.T) {
 			name:  "failover too slow",
 			h:     history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1), harness(KindFault, 1, FaultPauseMaster, "a", 100), lost("a", 10, 101), call("b", 2000), acquired("b", 11, 2001), lost("b", 11, 2100)},
 			wants: []string{"failover: fault 1 (pause-master): next master after 1.901s, bound 1.75s"},
+		},
+		{
+			name: "an item worked by one process, then another",
+			h: base.with(itemLive("a", "i1", 1, 100), itemDone("a", "i1", 1, 400_000, 401_000),
+				itemLive("b", "i1", 1, 402)),
+			check: func(t *testing.T, r Report) {
+				if len(r.Items) != 2 || len(r.ItemOverlaps) != 0 || r.Judged["ownership"] != 2 {
+					t.Errorf("items %+v overlaps %+v", r.Items, r.ItemOverlaps)
+				}
+			},
+		},
+		{
+			name:  "an item worked by two processes at once",
+			h:     base.with(itemLive("a", "i1", 1, 100), itemDone("a", "i1", 1, 400_000, 401_000), itemLive("b", "i1", 1, 300)),
+			wants: []string{"ownership: item i1: a's ctx (done) and b's were both live for 100.001ms"},
+		},
+		{
+			name: "an item of a killed process ends at its death",
+			h: base.with(harness(KindSpawn, 0, "", "a", 0), itemLive("a", "i1", 1, 100), harness(KindDead, 0, "signal: killed", "a", 300),
+				itemLive("b", "i1", 1, 250)),
+			wants: []string{"ownership: item i1: a's ctx (dead) and b's were both live for 50ms"},
+		},
+		{
+			name: "an item worked twice after Redis lost its data is excused",
+			h: base.with(itemLive("a", "i1", 1, 100), harness(KindRedisDown, 1, "", "", 200), itemLive("b", "i1", 1, 300),
+				itemDone("a", "i1", 1, 400_000, 401_000)),
+			check: func(t *testing.T, r Report) {
+				if len(r.ItemOverlaps) != 1 || !r.ItemOverlaps[0].DataLoss {
+					t.Errorf("overlaps %+v", r.ItemOverlaps)
+				}
+			},
 		},
 		{
 			name: "failover leaves out the time the only other candidate was paused",

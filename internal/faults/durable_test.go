@@ -24,6 +24,16 @@ func durableArgs() []string {
 	return []string{"-durable"}
 }
 
+// assignArgs are the node flags of package assign (20 items spread over
+// the slaves, each OnAssigned ctx probed for the ownership checker), given
+// to every node unless HERD_FAULTS_ASSIGN=0.
+func assignArgs() []string {
+	if os.Getenv("HERD_FAULTS_ASSIGN") == "0" {
+		return nil
+	}
+	return []string{"-assign", "20"}
+}
+
 // drainBound is the longest the final drain waits for the inboxes to
 // empty: a process killed by the last fault is listed in the registry for
 // up to ProcessTTL, after which the master's sweep moves its inbox to the

@@ -234,7 +234,7 @@ func codeRevision() string {
 	// The ledger itself is data, not code: a worktree whose ledger was
 	// brought up to date before its run runs clean code.
 	args := []string{"-C", strings.TrimSpace(string(top)), "status", "--porcelain", "--",
-		"masterelection", "scripts", "registry", "pubsub", "durable", "internal", "integration/node",
+		"masterelection", "scripts", "registry", "pubsub", "durable", "assign", "internal", "integration/node",
 		":(exclude)internal/faults/ledger"}
 	if st, err := exec.Command("git", args...).Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
 		rev += "+dirty"
@@ -388,7 +388,7 @@ func streak(lines []ledgerLine) string {
 // checkers lists the checkers in the order the summary shows them: those
 // of Check, then the harness's own.
 var checkers = []string{"overlap", "ctx", "self-fencing", "terms", "failover", "fencing", "membership",
-	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop", "durable"}
+	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop", "durable", "ownership"}
 
 // summarize returns the summary of a ledger: the running total and the
 // latest run (the lines of the last run) side by side, as a Markdown table

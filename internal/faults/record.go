@@ -136,6 +136,12 @@ const (
 	// it can; Detail is "begun", then "done: stored <k>", or why it was
 	// not sent ("not master", ...). Term is the term it was sent under.
 	KindBurst Kind = "burst"
+	// KindItemLive and KindItemDone (node -assign): the OnAssigned ctx of
+	// the assign item Detail was first seen live, then first seen done, as
+	// KindCtxLive and KindCtxDone are for a mastership's ctx (T, Begin and
+	// Seen mean the same; Seq numbers the ctx within the process).
+	KindItemLive Kind = "item-live"
+	KindItemDone Kind = "item-done"
 )
 
 // ForgedIDPrefix starts the ID of every envelope the forger publishes, so

@@ -298,7 +298,7 @@ func (s schedule) run(t *testing.T, n int, tm timing) Report {
 func (s schedule) play(t *testing.T, n int, tm timing) (*cluster, []Record, Report) {
 	t.Helper()
 	t.Logf("schedule %s", s)
-	args := append(append([]string(nil), s.args...), durableArgs()...)
+	args := append(append(append([]string(nil), s.args...), durableArgs()...), assignArgs()...)
 	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)), s.nonCandidate, args...)
 	c.forgeRegistry = s.forgeRegistry
 	c.waitStable("start")
