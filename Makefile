@@ -51,7 +51,7 @@ PEERS_FLAGS  ?=
 bench-peers:
 	cd bench/peers && $(GO) run . -redis-server $(REDIS_SERVER) $(PEERS_FLAGS)
 
-## soak: the fault-injection soak (internal/faults): SOAK_SCHEDULES random
+## soak: the fault-injection soak (integration/internal/faults): SOAK_SCHEDULES random
 ## schedules of SOAK_FAULTS faults each (about 20 s per schedule; some faults
 ## overlap, and the composite handover-loss is one of the kinds) on three node
 ## processes, rotating over the server matrix (HERD_REDIS_SERVERS adds
@@ -62,22 +62,22 @@ bench-peers:
 ## soak-ledger markers, and to SOAK_OUT when set. Fewer: make soak
 ## SOAK_SCHEDULES=50. A failed schedule prints its seed and timeline and is
 ## written to integration/failures/; replay it with
-## HERD_FAULTS_SEED=<seed> go test -run TestFaults ./internal/faults/
+## HERD_FAULTS_SEED=<seed> go test -run TestFaults ./integration/internal/faults/
 ## (a tour) or make soak SOAK_SCHEDULES=1 HERD_FAULTS_SEED=<seed>.
 ## soak-summary: the summary again, from the ledger alone.
 SOAK_SCHEDULES ?= 1000
 SOAK_FAULTS    ?= 6
 SOAK_OUT       ?=
-SOAK_LEDGER    ?= internal/faults/ledger/soak.jsonl
+SOAK_LEDGER    ?= integration/internal/faults/ledger/soak.jsonl
 SOAK_DOC       ?= docs/testing.md
 SOAK_ENV = HERD_SOAK_LEDGER=$(abspath $(SOAK_LEDGER)) HERD_SOAK_DOC=$(abspath $(SOAK_DOC)) HERD_SOAK_OUT=$(abspath $(SOAK_OUT))
 soak:
 	mkdir -p $(dir $(SOAK_LEDGER))
-	cd internal/faults && $(SOAK_ENV) HERD_SOAK_SCHEDULES=$(SOAK_SCHEDULES) HERD_SOAK_FAULTS=$(SOAK_FAULTS) \
+	cd integration/internal/faults && $(SOAK_ENV) HERD_SOAK_SCHEDULES=$(SOAK_SCHEDULES) HERD_SOAK_FAULTS=$(SOAK_FAULTS) \
 		$(GO) test -count=1 -timeout 0 -run '^TestSoak$$'
 
 soak-summary:
-	cd internal/faults && $(SOAK_ENV) HERD_SOAK_SUMMARY=1 $(GO) test -count=1 -run '^TestSoakSummary$$'
+	cd integration/internal/faults && $(SOAK_ENV) HERD_SOAK_SUMMARY=1 $(GO) test -count=1 -run '^TestSoakSummary$$'
 
 ## test-topologies: herd on Redis Cluster and Sentinel deployments that the
 ## tests build from the server binaries (build tag topologies; a few minutes).

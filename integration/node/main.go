@@ -1,5 +1,5 @@
 // Command node runs one herd process for the fault-injection suite
-// (internal/faults): an election on the Redis at -redis, with the timings
+// (integration/internal/faults): an election on the Redis at -redis, with the timings
 // given by flags, a subscriber for routed messages, and, while master, a
 // stream of messages to every slave. It writes every fact the checkers need
 // as JSON lines (faults.Record) on stdout, each stamped with the system-wide
@@ -79,7 +79,7 @@ import (
 
 	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/durable"
-	"github.com/herdkit/herd/internal/faults"
+	"github.com/herdkit/herd/integration/internal/faults"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"

@@ -20,8 +20,8 @@
 // program (Record, Now) and the checkers (Check, WriteTimeline); the
 // harness and the schedules are in its tests:
 //
-//	go test ./internal/faults/                       # one tour of every fault kind
-//	HERD_FAULTS_SEED=42 go test ./internal/faults/   # replay a schedule
+//	go test ./integration/internal/faults/                       # one tour of every fault kind
+//	HERD_FAULTS_SEED=42 go test ./integration/internal/faults/   # replay a schedule
 //	make soak SOAK_SCHEDULES=50                         # 50 random schedules added to the soak ledger
 //
 // docs/safety.md states the guarantees these tests check; docs/testing.md why the

@@ -71,7 +71,7 @@ func TestFaults(t *testing.T) {
 		t.Skip("the fault tour takes about 40s")
 	}
 	s := tourSchedule(seed(t), redistest.Default(t), fastTiming)
-	s.replay = fmt.Sprintf("HERD_FAULTS_SEED=%d go test -run '^TestFaults$' ./internal/faults/", s.seed)
+	s.replay = fmt.Sprintf("HERD_FAULTS_SEED=%d go test -run '^TestFaults$' ./integration/internal/faults/", s.seed)
 	rep := s.run(t, 3, fastTiming)
 	n, _ := rep.ExcusedOverlaps()
 	t.Logf("seed %d: %d masterships, %d ctxs judged, max failover %v (LockTTL %v), %d overlaps after data loss, messages sent %d refused %d accepted %d rejected %d (late publishes %d)",
