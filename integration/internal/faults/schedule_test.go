@@ -372,7 +372,7 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // integration/failures/ when it can be created, else the test's temp dir.
 func failureFile(t *testing.T, seed uint64) string {
 	name := fmt.Sprintf("%s-seed-%d.txt", unsafeName.ReplaceAllString(t.Name(), "_"), seed)
-	dir := filepath.Join("..", "..", "integration", "failures")
+	dir := filepath.Join("..", "..", "failures")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		dir = t.TempDir()
 	}
