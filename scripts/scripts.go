@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/herdkit/herd/internal/wire"
 )
 
 // MaxTerm is the largest term and the largest registry version herd mints
@@ -347,7 +345,11 @@ func parseCheck(k Keys, reply any) (MasterState, error) {
 		t, err := strconv.ParseInt(rawTerm, 10, 64)
 		if err != nil || t < 0 || t > MaxTerm {
 			st.TermGarbage = true
-			what := strconv.Quote(wire.Truncate(rawTerm))
+			shown := rawTerm
+			if len(shown) > 64 { // garbage of any length: quote its start
+				shown = shown[:64] + "…"
+			}
+			what := strconv.Quote(shown)
 			if typ, ok := strings.CutPrefix(rawTerm, "!"); ok {
 				what = "a " + typ
 			} else if err == nil && t > MaxTerm || errors.Is(err, strconv.ErrRange) {
