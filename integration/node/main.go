@@ -554,6 +554,14 @@ func (p *ctxProbe) track(which string, term int64, ctx context.Context) {
 	p.pending = append(p.pending, pc)
 }
 
+// kinds returns the kinds of p's records: an item's, or a mastership ctx's.
+func (p *probedCtx) kinds() (live, done faults.Kind) {
+	if p.item {
+		return faults.KindItemLive, faults.KindItemDone
+	}
+	return faults.KindCtxLive, faults.KindCtxDone
+}
+
 // trackItem puts ctx, the OnAssigned ctx of an assign item, under probe.
 func (p *ctxProbe) trackItem(item string, ctx context.Context) {
 	pc := &probedCtx{item: true, which: item, ctx: ctx, stop: func() {}}
@@ -588,10 +596,7 @@ func lateView(ctx context.Context, delay time.Duration) (context.Context, func()
 func judgeCtxs(probed []*probedCtx, live []bool, ob observation, out *recorder) []*probedCtx {
 	keep := probed[:0]
 	for i, p := range probed {
-		liveKind, doneKind := faults.KindCtxLive, faults.KindCtxDone
-		if p.item {
-			liveKind, doneKind = faults.KindItemLive, faults.KindItemDone
-		}
+		liveKind, doneKind := p.kinds()
 		if live[i] {
 			if !p.seen {
 				out.write(faults.Record{Kind: liveKind, Term: p.term, Seq: p.serial, Detail: p.which, T: ob.begin})
@@ -663,7 +668,8 @@ func poll(ctx context.Context, m *masterelection.MasterElection, o options, prob
 		// Still live when the poller stopped (Seen 0): its end is not known
 		// beyond the last observation.
 		if p.seen {
-			out.write(faults.Record{Kind: faults.KindCtxDone, Term: p.term, Seq: p.serial, Detail: p.which, T: p.last.end, Begin: p.last.begin})
+			_, done := p.kinds()
+			out.write(faults.Record{Kind: done, Term: p.term, Seq: p.serial, Detail: p.which, T: p.last.end, Begin: p.last.begin})
 		}
 		p.stop()
 	}
