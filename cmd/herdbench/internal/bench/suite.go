@@ -130,7 +130,7 @@ func QuickPlan() Plan {
 }
 
 // Steps are the names of the parts of a run, for Plan.Only.
-var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "adoption", "rest", "cost", "scale"}
+var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "adoption", "assign", "rest", "cost", "scale"}
 
 // Run measures every row of plan on env and returns the report. A row that
 // fails carries its error and the run goes on; progress lines go to
@@ -258,6 +258,9 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	})
 	step("adoption", fmt.Sprintf("durable backlog: adoption of %d entries, failover", plan.Backlog), func() []Row {
 		return adoptionRows(ctx, env, plan)
+	})
+	step("assign", "assign: plan, renewals, a slave's death", func() []Row {
+		return assignRows(ctx, env, 5)
 	})
 	step("rest", "cost at rest", func() []Row {
 		res, err := CostAtRest(ctx, env, plan.RestProcesses, plan.RestWindow)
