@@ -140,6 +140,12 @@ func (w *Worker) sync(ctx context.Context) error {
 		return fmt.Errorf("assign: worker %s: renew: %w", w.id, err)
 	}
 	deadline := sent.Add(w.cfg.LeaseTTL - w.cfg.Margin)
+	if !time.Now().Before(deadline) {
+		// The reply came after the deadline it grants (the process was
+		// paused mid-call): a handler started now would get a ctx already
+		// done. Take nothing; the next round trip claims again.
+		return fmt.Errorf("assign: worker %s: renewal answered %v after its own deadline; items not taken", w.id, time.Since(deadline).Round(time.Millisecond))
+	}
 	owned := make(map[string]bool, len(s.Owned))
 	var start []string
 	ended := false

@@ -304,3 +304,60 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Errorf("NewWorker(typed nil client) = %v, want ErrInvalidConfig", err)
 	}
 }
+
+// slowReply is a go-redis hook that holds the reply of the first delay
+// calls for d: a process paused while its round trip was in flight.
+type slowReply struct {
+	d     time.Duration
+	calls atomic.Int64
+	delay int64
+}
+
+func (h *slowReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *slowReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.calls.Add(1) <= h.delay {
+			time.Sleep(h.d)
+		}
+		return err
+	}
+}
+func (h *slowReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLateReplyTakesNothing: a renewal whose reply arrives after the
+// deadline it grants starts no handler (its ctx would be done already);
+// the next round trip claims the items.
+func TestLateReplyTakesNothing(t *testing.T) {
+	f := newFixture(t)
+	items := names(3)
+	f.plan(t, "a", items)
+	c := f.inst.Client(t)
+	c.AddHook(&slowReply{d: f.cfg.LeaseTTL, delay: 1})
+	w, err := assign.NewWorker(c, f.k, "a", f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deadAtStart atomic.Int64
+	s := newSpans()
+	work := s.handler("a")
+	if err := w.OnAssigned(func(ctx context.Context, item string) {
+		if ctx.Err() != nil {
+			deadAtStart.Add(1)
+		}
+		work(ctx, item)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "after its own deadline") {
+		t.Errorf("Start with a late reply = %v, want the late renewal named", err)
+	}
+	waitOwned(t, w, items, 5*time.Second)
+	_ = w.Stop(context.Background())
+	s.wg.Wait()
+	if n := deadAtStart.Load(); n != 0 {
+		t.Errorf("%d handlers started with a ctx already done", n)
+	}
+}
