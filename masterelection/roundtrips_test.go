@@ -217,6 +217,10 @@ func (w *world) registered(n *node, role string) {
 // and the registry's version in one MULTI.
 const trackerRead = "multi+hgetall+get+get+exec"
 
+// noticeRead is the tracker's read of the entries a notice names, to
+// confirm it, in the same round trip as the version and the lock's holder.
+const noticeRead = "multi+hmget+get+get+exec"
+
 // TestRoundTripsStart: Start on a fresh lock, uncontested, sends one
 // pipeline (the ACL access check and the registry's backend probe, as EVAL, INFO memory for the
 // eviction check, and the lock check) and then the acquire, plus the
@@ -374,7 +378,11 @@ func TestRoundTripsHandover(t *testing.T) {
 	if len(next) == 0 || next[0] != "acquire" {
 		t.Errorf("the slave's first round trip after the release: %q, want acquire (no check: the notice says the lock is free)", next)
 	}
-	if want := []string{"acquire", "registry_put", trackerRead}; !sameTrips(next, want) {
-		t.Errorf("the new master sent %q, want %q in any order after the acquire", next, want)
+	// The old master's unregistered notice may reach the new master's
+	// tracker after it subscribed: the tracker confirms it with one read
+	// of that entry (notices are hints, confirmed by a read), and no more.
+	want := []string{"acquire", "registry_put", trackerRead}
+	if confirmed := append(slices.Clone(want), noticeRead); !sameTrips(next, want) && !sameTrips(next, confirmed) {
+		t.Errorf("the new master sent %q, want %q in any order after the acquire (and at most %q confirming the old master's unregistered notice)", next, want, noticeRead)
 	}
 }
