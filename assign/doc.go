@@ -55,9 +55,12 @@
 // the deadline itself.
 //
 // Not guaranteed: that a handler has returned when the next owner starts
-// (the ctx has ended; the handler must stop acting on it), that every item
-// has an owner (an item no slave has room for is unassigned: Planner.Last
-// lists them), or how fast an item moves (its old Worker's next round trip,
-// then its new Worker's: about two RenewIntervals; a dead Worker's items,
-// once its registry entry expired and the master planned again).
+// (the ctx has ended; the handler must stop acting on it), or that every
+// item has an owner (an item no slave has room for is unassigned:
+// Planner.Last lists them). An item moves in about two RenewIntervals (its
+// old Worker's next round trip, then its new Worker's); a dead Worker's
+// items move once its lease and registry entry have expired and the master
+// planned again. Once the herd has settled, every item a slave has room for
+// has an owner within ProcessTTL + CheckInterval + LeaseTTL + Settle +
+// 2 × RenewInterval (docs/safety.md, guarantee 7).
 package assign

@@ -1039,7 +1039,8 @@ func (h *hook) publish(args []any) {
 }
 
 // startAssign spreads o.assign items with package assign: every node writes
-// the same item set (idempotent), plans while master, and works the items
+// the same item set (idempotent) at start and each time it becomes master,
+// plans while master, and works the items
 // it owns, each OnAssigned ctx under probe. The lease is LockTTL, renewed
 // every LockTTL/5. The returned function stops the Worker and the Planner.
 func startAssign(ctx context.Context, client *redis.Client, m *masterelection.MasterElection, o options, probe *ctxProbe, out *recorder) (func(), error) {
@@ -1064,6 +1065,13 @@ func startAssign(ctx context.Context, client *redis.Client, m *masterelection.Ma
 	if err := p.SetItems(ctx, items...); err != nil {
 		out.error("assign: set items", err)
 	}
+	// The items live outside Redis (here, in the flags): each new master
+	// adds them again, so a Redis that lost its data gets them back.
+	m.OnMasterAcquired(func(ctx context.Context, _ int64) {
+		if err := p.AddItems(ctx, items...); err != nil && ctx.Err() == nil {
+			out.error("assign: add items", err)
+		}
+	})
 	if err := w.Start(ctx); err != nil {
 		out.error("assign: start worker", err)
 	}

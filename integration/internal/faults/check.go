@@ -138,8 +138,11 @@ type Report struct {
 	// spans of one item (Excused when Redis lost its data in between).
 	Items        []Mastership
 	ItemOverlaps []Overlap
-	Failovers    []Failover
-	Violations   []Violation
+	// OwnerWait is the longest the harness waited, after the cluster
+	// settled, until every item had an owner again (KindOwned).
+	OwnerWait  time.Duration
+	Failovers  []Failover
+	Violations []Violation
 	// Judged counts, per checker (the Check of its violations), what it
 	// judged: masterships (overlap, terms), observations (self-fencing), ctx
 	// spans (ctx), failovers, accepted deliveries (fencing) and slave events
@@ -324,7 +327,9 @@ var FaultKinds = []string{
 //     duplicates are counted by cause;
 //   - ownership (nodes run with -assign): an assign item's OnAssigned ctx
 //     is live in at most one process at any instant, unless Redis lost
-//     its data in between (the ownership hash with it);
+//     its data in between (the ownership hash with it); its liveness half
+//     ("owners": every item owned again within a bound after the cluster
+//     settles) is judged by the harness as it runs;
 //   - membership: each master reports each slave's join and leave once,
 //     a slave paused past SlaveTimeout is reported removed once and
 //     registered again once, and the leave of each ended process is
@@ -1012,6 +1017,15 @@ func (c *checker) ownership() {
 	}
 	c.rep.Items = c.ended(order)
 	c.rep.Judged["ownership"] = len(c.rep.Items)
+	// The liveness half is judged by the harness as it runs (waitOwned):
+	// every KindOwned is a settled cluster whose items all had owners again
+	// in time; one that did not is the harness's "owners" violation.
+	for _, r := range c.recs {
+		if r.Kind == KindOwned {
+			c.rep.Judged["owners"]++
+			c.rep.OwnerWait = max(c.rep.OwnerWait, time.Duration(r.T-r.Begin))
+		}
+	}
 	byItem := map[string][]Mastership{}
 	for _, s := range c.rep.Items {
 		byItem[s.Ctx] = append(byItem[s.Ctx], s)

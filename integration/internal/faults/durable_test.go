@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,82 @@ func assignArgs() []string {
 	if os.Getenv("HERD_FAULTS_ASSIGN") == "0" {
 		return nil
 	}
-	return []string{"-assign", "20"}
+	return []string{"-assign", strconv.Itoa(assignItems)}
+}
+
+// assignItems is how many items the nodes spread (item-000, item-001, ...,
+// as integration/node names them).
+const assignItems = 20
+
+// ownedBound is the longest, after the cluster settles, until every item
+// has an owner again, with the nodes' assign config (integration/node:
+// LeaseTTL = LockTTL, RenewInterval = LockTTL/5, Settle 50 ms): a dead or
+// cut-off owner's registry entry goes within ProcessTTL (plus a sweep),
+// its lease within LeaseTTL, the master plans Settle after the change, and
+// an item moves in two renewals (the old owner gives it up, the new one
+// claims it); Slack for the scheduling of a busy machine.
+func (tm timing) ownedBound() time.Duration {
+	return tm.processTTL + tm.check + tm.ttl + 50*time.Millisecond + 2*(tm.ttl/5) + tm.slack
+}
+
+// waitOwned waits, after the cluster settled, until every assign item's
+// OnAssigned ctx is live (as the nodes' records say) in a live, running
+// process other than the master, and records when (KindOwned). Not getting
+// there within ownedBound is a violation of ownership's liveness. It
+// judges nothing when the nodes spread no items or while no slave runs (no
+// room). After Redis lost its data, each new master adds the items again
+// (integration/node), so they are judged then too.
+func (c *cluster) waitOwned(what string) {
+	c.t.Helper()
+	if assignArgs() == nil {
+		return
+	}
+	begin := Now()
+	deadline := time.Now().Add(c.tm.ownedBound())
+	for {
+		unowned, why := c.unowned()
+		switch {
+		case why != "":
+			c.add(Record{Kind: KindNote, Detail: fmt.Sprintf("owners after %s not judged: %s", what, why)})
+			return
+		case len(unowned) == 0:
+			c.add(Record{Kind: KindOwned, Begin: begin, Detail: what})
+			return
+		case time.Now().After(deadline):
+			c.violate("owners", "%s: %d items had no owner %v after the cluster settled: %s",
+				what, len(unowned), c.tm.ownedBound(), strings.Join(unowned, " "))
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// unowned returns the items no running slave holds live, or why the
+// question cannot be asked.
+func (c *cluster) unowned() (items []string, why string) {
+	owned := map[string]bool{}
+	slaves := 0
+	for _, sl := range c.slots {
+		p := sl.cur
+		if p == nil || !p.alive() || p.paused.Load() || p.master.Load() != 0 {
+			continue
+		}
+		slaves++
+		p.mu.Lock()
+		for item := range p.items {
+			owned[item] = true
+		}
+		p.mu.Unlock()
+	}
+	if slaves == 0 {
+		return nil, "no slave runs"
+	}
+	for i := range assignItems {
+		if item := fmt.Sprintf("item-%03d", i); !owned[item] {
+			items = append(items, item)
+		}
+	}
+	return items, ""
 }
 
 // drainBound is the longest the final drain waits for the inboxes to

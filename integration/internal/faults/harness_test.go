@@ -184,6 +184,10 @@ type process struct {
 	// KindDurableQuiet.
 	stored, bursts atomic.Int64
 	quiet          atomic.Bool
+	// items are the assign items whose OnAssigned ctx its records say is
+	// live, each with the ctx's serial.
+	mu    sync.Mutex
+	items map[string]int64
 }
 
 func (p *process) alive() bool {
@@ -321,6 +325,19 @@ func (c *cluster) collect(p *process, stdout interface{ Read([]byte) (int, error
 			}
 		case KindDurableQuiet:
 			p.quiet.Store(true)
+		case KindItemLive:
+			p.mu.Lock()
+			if p.items == nil {
+				p.items = map[string]int64{}
+			}
+			p.items[r.Detail] = r.Seq
+			p.mu.Unlock()
+		case KindItemDone:
+			p.mu.Lock()
+			if p.items[r.Detail] == r.Seq {
+				delete(p.items, r.Detail)
+			}
+			p.mu.Unlock()
 		}
 		c.add(r)
 	}

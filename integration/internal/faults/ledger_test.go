@@ -70,15 +70,18 @@ type ledgerCounts struct {
 	Failovers      int   `json:"failovers"`
 	LossOverlaps   int   `json:"lossOverlaps,omitempty"` // excused overlaps after a data loss (Overlap.Excused)
 	LossOverlapMax int64 `json:"lossOverlapMaxMs,omitempty"`
-	Sent           int   `json:"sent"`
-	Refused        int   `json:"refused"`
-	Accepted       int   `json:"accepted"`
-	Rejected       int   `json:"rejected"`
-	Late           int   `json:"late"`
-	Stale          int   `json:"stale"`
-	Joins          int   `json:"joins"`
-	Leaves         int   `json:"leaves"`
-	Lost           int   `json:"lost"`
+	// OwnerWaitMax is the longest wait, after the cluster settled, until
+	// every assign item had an owner again (Report.OwnerWait), in ms.
+	OwnerWaitMax int64 `json:"ownerWaitMaxMs,omitempty"`
+	Sent         int   `json:"sent"`
+	Refused      int   `json:"refused"`
+	Accepted     int   `json:"accepted"`
+	Rejected     int   `json:"rejected"`
+	Late         int   `json:"late"`
+	Stale        int   `json:"stale"`
+	Joins        int   `json:"joins"`
+	Leaves       int   `json:"leaves"`
+	Lost         int   `json:"lost"`
 	// The forger's counts (Report.Forgeries and the next ones).
 	Forgeries      int `json:"forgeries,omitempty"`
 	ForgedAccepted int `json:"forgedHandled,omitempty"`
@@ -140,7 +143,7 @@ func newLedgerLine(run, rev string, s schedule, rep Report, ok bool, d time.Dura
 	n, longest := rep.ExcusedOverlaps()
 	l.N = ledgerCounts{
 		Masterships: len(rep.Masterships), Ctxs: len(rep.Ctxs), Failovers: len(rep.Failovers),
-		LossOverlaps: n, LossOverlapMax: longest.Milliseconds(),
+		LossOverlaps: n, LossOverlapMax: longest.Milliseconds(), OwnerWaitMax: rep.OwnerWait.Milliseconds(),
 		Sent: rep.Sent, Refused: rep.Refused, Accepted: rep.Accepted, Rejected: rep.Rejected,
 		Late: rep.LatePublishes, Stale: rep.StaleAccepted, Joins: rep.Joins, Leaves: rep.Leaves, Lost: rep.Lost,
 		Forgeries: rep.Forgeries, ForgedAccepted: rep.ForgedAccepted, ForgerDue: rep.ForgerDue, ForgerLost: rep.ForgerLost,
@@ -252,6 +255,7 @@ type tally struct {
 	maxFailover                     map[string]int64
 	lossOverlaps                    int
 	lossOverlapMax                  int64
+	ownerWaitMax                    int64
 	sent, refused, accepted         int
 	rejected, late, stale           int
 	joins, leaves, lost             int
@@ -304,6 +308,7 @@ func newTally(lines []ledgerLine) *tally {
 		}
 		t.lossOverlaps += l.N.LossOverlaps
 		t.lossOverlapMax = max(t.lossOverlapMax, l.N.LossOverlapMax)
+		t.ownerWaitMax = max(t.ownerWaitMax, l.N.OwnerWaitMax)
 		t.sent += l.N.Sent
 		t.refused += l.N.Refused
 		t.accepted += l.N.Accepted
@@ -388,7 +393,7 @@ func streak(lines []ledgerLine) string {
 // checkers lists the checkers in the order the summary shows them: those
 // of Check, then the harness's own.
 var checkers = []string{"overlap", "ctx", "self-fencing", "terms", "failover", "fencing", "membership",
-	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop", "durable", "ownership"}
+	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop", "durable", "ownership", "owners"}
 
 // summarize returns the summary of a ledger: the running total and the
 // latest run (the lines of the last run) side by side, as a Markdown table
@@ -463,13 +468,18 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 	row("overlaps after Redis lost its data, by a process that had seen no term", func(t *tally) string {
 		return fmt.Sprintf("%d (longest %v)", t.lossOverlaps, time.Duration(t.lossOverlapMax)*time.Millisecond)
 	})
+	if all.judged["owners"] > 0 {
+		row("settled clusters whose assign items all had owners again / longest wait", func(t *tally) string {
+			return fmt.Sprintf("%d / %v", t.judged["owners"], time.Duration(t.ownerWaitMax)*time.Millisecond)
+		})
+	}
 	row("messages sent / refused by the sender's fence", func(t *tally) string { return fmt.Sprintf("%d / %d", t.sent, t.refused) })
 	row("deliveries accepted / rejected as stale", func(t *tally) string { return fmt.Sprintf("%d / %d", t.accepted, t.rejected) })
 	row("publishes after a newer master began", func(t *tally) string { return fmt.Sprint(t.late) })
 	row("slave joins / leaves reported", func(t *tally) string { return fmt.Sprintf("%d / %d", t.joins, t.leaves) })
 	row("live processes not listed (must be 0)", func(t *tally) string { return fmt.Sprint(t.lost) })
 	if all.durable.DurableStored > 0 {
-		row("durable messages stored / lost / lost with Redis's data / handled under a stale term / duplicates, in schedules judged before every stored message had to be handled (a message rejected as stale or left in an inbox counted as kept)", func(t *tally) string {
+		row("durable messages stored / lost / lost with Redis's data / handled under a stale term / duplicates, by the earlier rule (rejected or left in an inbox counted as kept)", func(t *tally) string {
 			d := t.durable
 			return fmt.Sprintf("%d / %d / %d / %d / %d", d.DurableStored, d.DurableLost, d.DurableDataLost, d.DurableStale, d.DurableDuplicates)
 		})
@@ -664,7 +674,7 @@ func TestLedger(t *testing.T) {
 	}
 	got = summarize(lines, time.Second)
 	for _, want := range []string{
-		"(a message rejected as stale or left in an inbox counted as kept) | 400 / 0 / 0 / 0 / 0 | 400 / 0 / 0 / 0 / 0 |",
+		"(rejected or left in an inbox counted as kept) | 400 / 0 / 0 / 0 / 0 | 400 / 0 / 0 / 0 / 0 |",
 		"| schedules judged by the rule that every stored durable message is handled (after a drain of the inboxes) | 1 | 1 |",
 		"| &nbsp;&nbsp;durable messages stored (in bursts) / lost / lost with Redis's data / handled under a stale term | 1500 (1000) / 3 / 7 / 0 | 1500 (1000) / 3 / 7 / 0 |",
 		"| &nbsp;&nbsp;durable messages lost that were: in an inbox at the end / dead-lettered / rejected, then nowhere | 1 / 1 / 1 | 1 / 1 / 1 |",

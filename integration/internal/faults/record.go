@@ -176,6 +176,10 @@ const (
 	// KindSettled: the cluster settled (one master, Peer, with Term, that
 	// Redis agrees on, and every live process listed in the registry).
 	KindSettled Kind = "settled"
+	// KindOwned: after the cluster settled (Detail says after what; Begin
+	// is when the harness began to wait), every assign item's OnAssigned
+	// ctx was live in a running slave at T.
+	KindOwned Kind = "owned"
 	// KindShutdown: the harness began stopping every node at the end of the
 	// schedule.
 	KindShutdown Kind = "shutdown"

@@ -302,9 +302,12 @@ func (s schedule) play(t *testing.T, n int, tm timing) (*cluster, []Record, Repo
 	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)), s.nonCandidate, args...)
 	c.forgeRegistry = s.forgeRegistry
 	c.waitStable("start")
+	c.waitOwned("start")
 	for _, f := range s.faults {
 		c.play(f)
-		c.waitStable(fmt.Sprintf("fault %d (%s)", c.seq, f.kind))
+		what := fmt.Sprintf("fault %d (%s)", c.seq, f.kind)
+		c.waitStable(what)
+		c.waitOwned(what)
 		time.Sleep(f.settle)
 	}
 	c.drainDurable()
