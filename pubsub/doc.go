@@ -51,9 +51,10 @@
 //     the route script (scripts.Route), which compares the lock's holder and
 //     term with this process's node id and the term stamped on the message
 //     and publishes only when both match: the check and the PUBLISH are one
-//     atomic step on the server, in one round trip (one script call for a
-//     whole Broadcast, and for each chunk of up to MaxBatchChunk messages
-//     of Router.SendBatch, all stamped with one term). A master that lost its lock without knowing it
+//     atomic step on the server, in one round trip (one script call for
+//     each chunk of up to MaxBatchChunk slaves of a Broadcast, or messages
+//     of a SendBatch, all stamped with one term). A master that lost its
+//     lock without knowing it
 //     (expired, taken over, elected again under a newer term, lost with
 //     Redis's data) publishes nothing, and gets an error matching both
 //     ErrNotMaster and scripts.ErrFenced.

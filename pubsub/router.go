@@ -105,16 +105,30 @@ func (r *Router) route(ctx context.Context, env route.Envelope, channels ...stri
 }
 
 // Broadcast sends one message (one id, one term) to every live slave the
-// SlaveLister returns, except this process, in one round trip through the
-// route script (fenced like Send).
+// SlaveLister returns, except this process, through the route script,
+// fenced like Send. The slaves go out in calls of consecutive slaves made
+// one after another, each one round trip and fenced on its own under the
+// term, of at most MaxBatchChunk (128) slaves and MaxBatchChunkBytes
+// (1 MiB) of envelopes counted once per slave (a slave alone when the
+// envelope is larger): no script runs more than 128 PUBLISHes, and Redis
+// serves other clients between calls. Up to 8 KiB of envelope, n slaves
+// take ceil(n/128) calls.
+//
 // delivered counts the slaves whose PUBLISH reached a subscriber. err joins
-// a *NoSubscriberError for each slave that had none (list them with
-// NoSubscribers), an ErrInvalidName error for each listed id that cannot be
-// a channel name, and the error of the script call. It is ErrNotMaster, and
-// nothing is sent, when this process is not master before or after listing
-// the slaves; and it matches both ErrNotMaster and scripts.ErrFenced, with
-// nothing sent, when the route script finds that the lock is no longer this
-// process's under that term.
+// one error for each other listed slave: a *NoSubscriberError when nobody
+// was subscribed (list them with NoSubscribers), an ErrInvalidName error
+// when its id cannot be a channel name, one matching ErrNotSent (and why)
+// when it was certainly not sent, or the error of the call that carried it
+// (a network error, a timeout: it may or may not have been published).
+//
+// It is ErrNotMaster, and nothing is sent, when this process is not master
+// before or after listing the slaves. When the mastership ends part way, the
+// calls before were published and the slaves of the rest were not: their
+// errors match ErrNotSent and ErrNotMaster, with scripts.ErrFenced too when
+// the route script refused a call because the lock is no longer this
+// process's under the term (the first call refused: nothing is sent), and
+// without it when the election reported the end between calls. A cancelled
+// ctx stops it the same way.
 func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (delivered int, err error) {
 	defer func() { r.obs.broadcast(delivered, err) }()
 	if r.slaves == nil {
@@ -134,35 +148,47 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 	}
 	self := r.leader.NodeID()
 	seen := make(map[string]bool, len(nodes))
-	var ids []string
-	var errs []error
+	ids := make([]string, 0, len(nodes))
 	for _, n := range nodes {
 		if n.NodeID == self || seen[n.NodeID] {
 			continue
 		}
 		seen[n.NodeID] = true
-		if err := route.CheckName("slave id", n.NodeID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		ids = append(ids, n.NodeID)
 	}
-	if len(ids) == 0 {
-		return 0, errors.Join(errs...)
+	// One call: route.lua publishes env to the channels of items' slaves
+	// (every item carries env.Data) while the lock is this process's under
+	// env.Term.
+	call := func(ctx context.Context, _ int64, items []route.Item) ([]error, error) {
+		channels := make([]string, len(items))
+		for j, it := range items {
+			channels[j] = r.keys.SlaveChannel(it.SlaveID)
+		}
+		counts, err := r.route(ctx, env, channels...)
+		if err != nil {
+			return nil, err // scripts.ErrFenced when fenced
+		}
+		errs := make([]error, len(items))
+		for j, n := range counts {
+			if n == 0 {
+				errs[j] = &NoSubscriberError{SlaveID: items[j].SlaveID}
+			}
+		}
+		return errs, nil
 	}
-	channels := make([]string, len(ids))
-	for i, id := range ids {
-		channels[i] = r.keys.SlaveChannel(id)
-	}
-	counts, err := r.route(ctx, env, channels...)
-	if err != nil {
-		return 0, errors.Join(append(errs, fmt.Errorf("broadcast: %w", err))...)
-	}
-	for i, n := range counts {
-		if n == 0 {
-			errs = append(errs, &NoSubscriberError{SlaveID: ids[i]})
-		} else {
+	// Its error says at which call it stopped; the slaves' errors below say
+	// which were not sent, and why.
+	b, _ := route.Fanout(ctx, r.leader, env, ids, call)
+	var errs []error
+	for i, e := range b.Errs {
+		var nse *NoSubscriberError
+		switch {
+		case e == nil:
 			delivered++
+		case b.IDs[i] == "", errors.As(e, &nse): // an invalid id, or nobody subscribed
+			errs = append(errs, e)
+		default:
+			errs = append(errs, fmt.Errorf("broadcast to slave %q: %w", ids[i], e))
 		}
 	}
 	return delivered, errors.Join(errs...)

@@ -13,8 +13,9 @@ import (
 )
 
 // Bounds of one script call of a batch (pubsub.MaxBatchChunk and
-// MaxBatchChunkBytes). A longer batch is split into calls of consecutive
-// messages, each call fenced on its own.
+// MaxBatchChunkBytes), and of a fan-out (Fanout, for Broadcast). A longer
+// batch is split into calls of consecutive messages, each call fenced on
+// its own.
 const (
 	// MaxChunk is the most messages one call carries. The script holds the
 	// Redis server for the whole call, so the bound also bounds how long
@@ -41,9 +42,10 @@ type Item struct {
 // refused for the fence.
 type Call func(ctx context.Context, term int64, items []Item) ([]error, error)
 
-// Batch is one batch of messages on its way: Add each message, then Send.
-// IDs, Errs, Term and Calls hold the outcome, message by message, for the
-// transport's BatchResult. It is not safe for concurrent use.
+// Batch is one batch of messages on its way: Add each message, then Send;
+// or one envelope to many slaves, sent by Fanout. IDs, Errs, Term and Calls
+// hold the outcome, message by message, for the transport's BatchResult.
+// It is not safe for concurrent use.
 type Batch struct {
 	// Term is the term stamped on every message; 0 when nothing was stamped.
 	Term int64
@@ -130,6 +132,43 @@ func (b *Batch) Send(ctx context.Context, l Leader, now time.Time, call Call) er
 			items[i].Data = encodeAt(b.IDs[i], from, term, m.msgType, m.payload, sentAt)
 		}
 	}
+	return b.run(ctx, l, items, call, "send batch", "messages")
+}
+
+// Fanout sends env, one envelope stamped by Stamp, to each of slaveIDs
+// through call, in the chunks and with the stops of Send: each call carries
+// consecutive slaves, at most MaxChunk of them and at most MaxChunkBytes
+// bytes of envelopes counted once per slave (what the call publishes; a
+// slave alone when env is larger), and is fenced under env.Term. l is
+// checked between calls only: the caller checks it before Fanout.
+//
+// The Batch has one entry per slave id, in order: IDs[i] is env.ID, or ""
+// when the id cannot be a channel name, and Errs[i] is nil when Redis took
+// the message, an ErrInvalidName error for such an id, or what Send gives a
+// message. The error is what Send returns, naming slaves instead of
+// messages; nil without a call when no id is valid.
+func Fanout(ctx context.Context, l Leader, env Envelope, slaveIDs []string, call Call) (*Batch, error) {
+	b := NewBatch(len(slaveIDs))
+	b.Term = env.Term
+	items := make([]Item, len(slaveIDs))
+	for i, id := range slaveIDs {
+		err := CheckName("slave id", id)
+		b.msgs = append(b.msgs, outgoing{slaveID: id})
+		b.IDs = append(b.IDs, "")
+		b.Errs = append(b.Errs, err)
+		if err == nil {
+			b.IDs[i] = env.ID
+			items[i] = Item{SlaveID: id, Data: env.Data}
+		}
+	}
+	return b, b.run(ctx, l, items, call, "fan out", "slaves")
+}
+
+// run hands the stamped items (those with Data) to call in chunks (split),
+// in order, under b.Term, as Send describes; what names the operation and
+// unit the items in its errors.
+func (b *Batch) run(ctx context.Context, l Leader, items []Item, call Call, what, unit string) error {
+	term := b.Term
 	chunks := split(items)
 	for c, ch := range chunks {
 		var err error
@@ -142,7 +181,7 @@ func (b *Batch) Send(ctx context.Context, l Leader, now time.Time, call Call) er
 		}
 		if err != nil {
 			b.stop(ch.first, err)
-			return fmt.Errorf("send batch: stopped before call %d of %d (messages %d to %d not sent): %w", c+1, len(chunks), ch.first, len(items)-1, err)
+			return fmt.Errorf("%s: stopped before call %d of %d (%s %d to %d not sent): %w", what, c+1, len(chunks), unit, ch.first, len(items)-1, err)
 		}
 		carried := make([]Item, 0, len(ch.index))
 		for _, i := range ch.index {
@@ -159,7 +198,7 @@ func (b *Batch) Send(ctx context.Context, l Leader, now time.Time, call Call) er
 				}
 				b.stop(ch.next, err)
 			}
-			return fmt.Errorf("send batch: call %d of %d (messages %d to %d): %w", c+1, len(chunks), ch.first, ch.next-1, err)
+			return fmt.Errorf("%s: call %d of %d (%s %d to %d): %w", what, c+1, len(chunks), unit, ch.first, ch.next-1, err)
 		}
 		for j, i := range ch.index {
 			b.Errs[i] = errs[j]
