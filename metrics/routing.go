@@ -8,12 +8,10 @@ import (
 
 // watchRouter makes the router's metrics and observes it.
 func (m *Metrics) watchRouter(r *pubsub.Router, labels prometheus.Labels) {
-	routed := counterVec(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: subsystemRouter, Name: "messages_total", ConstLabels: labels,
-		Help: "Messages routed by this process as master, by outcome: delivered, no_subscriber, not_master, fenced, invalid, error.",
-	}, "outcome",
-		string(pubsub.RouteDelivered), string(pubsub.RouteNoSubscriber), string(pubsub.RouteNotMaster),
-		string(pubsub.RouteFenced), string(pubsub.RouteInvalid), string(pubsub.RouteFailed))
+	routed := messagesByOutcome(subsystemRouter, labels,
+		"Messages routed by this process as master, by outcome: delivered, no_subscriber, not_master, fenced, invalid, error.",
+		pubsub.RouteDelivered, pubsub.RouteNoSubscriber, pubsub.RouteNotMaster,
+		pubsub.RouteFenced, pubsub.RouteInvalid, pubsub.RouteFailed)
 	m.add(routed)
 	m.detach = append(m.detach, r.Observe(pubsub.Observer{
 		Routed: func(outcome pubsub.RouteOutcome, n int) {
@@ -24,13 +22,11 @@ func (m *Metrics) watchRouter(r *pubsub.Router, labels prometheus.Labels) {
 
 // watchSubscriber makes the subscriber's metrics and observes it.
 func (m *Metrics) watchSubscriber(s *pubsub.Subscriber, labels prometheus.Labels) {
-	received := counterVec(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: subsystemSubscriber, Name: "messages_total", ConstLabels: labels,
-		Help: "Messages received on this process's slave channel (and refused notices), by outcome: handled, or the reason they were rejected or failed.",
-	}, "outcome",
-		string(pubsub.ReceiveHandled), string(pubsub.ReceiveHandlerError), string(pubsub.ReceiveHandlerPanic),
-		string(pubsub.ReceiveUnknownType), string(pubsub.ReceiveStaleTerm), string(pubsub.ReceiveUnverifiedTerm),
-		string(pubsub.ReceiveMalformed), string(pubsub.ReceiveTooLarge))
+	received := messagesByOutcome(subsystemSubscriber, labels,
+		"Messages received on this process's slave channel (and refused notices), by outcome: handled, or the reason they were rejected or failed.",
+		pubsub.ReceiveHandled, pubsub.ReceiveHandlerError, pubsub.ReceiveHandlerPanic,
+		pubsub.ReceiveUnknownType, pubsub.ReceiveStaleTerm, pubsub.ReceiveUnverifiedTerm,
+		pubsub.ReceiveMalformed, pubsub.ReceiveTooLarge)
 	m.add(
 		received,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -43,4 +39,16 @@ func (m *Metrics) watchSubscriber(s *pubsub.Subscriber, labels prometheus.Labels
 			received.WithLabelValues(string(outcome)).Inc()
 		},
 	}))
+}
+
+// messagesByOutcome returns the counter herd_<subsystem>_messages_total
+// with its label outcome, every one of outcomes already at 0 (counterVec).
+func messagesByOutcome[O ~string](subsystem string, labels prometheus.Labels, help string, outcomes ...O) *prometheus.CounterVec {
+	values := make([]string, len(outcomes))
+	for i, o := range outcomes {
+		values[i] = string(o)
+	}
+	return counterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "messages_total", ConstLabels: labels, Help: help,
+	}, "outcome", values...)
 }

@@ -53,32 +53,24 @@ func herdsForm(value string) (w ProcessInfo, ok bool) {
 		return w, false
 	}
 	w.Capabilities.PreferredWorkload = int(n)
-	if d.lit(`,"identifier":`) {
-		if w.Identifier, ok = d.str(); !ok {
-			return w, false
-		}
+	ok = optional(&d, `,"identifier":`, &w.Identifier, (*scanner).str) &&
+		optional(&d, `,"registeredAt":`, &w.RegisteredAt, (*scanner).time) &&
+		optional(&d, `,"metadata":`, &w.Metadata, (*scanner).metadata) &&
+		optional(&d, `,"term":`, &w.Term, (*scanner).int) &&
+		optional(&d, `,"version":`, &w.Version, (*scanner).int)
+	return w, ok && d.lit(`}`) && d.i == len(d.s)
+}
+
+// optional reads the optional member whose name and colon are key, when
+// it comes next, into *v with read. It reports false when the member is
+// there and read fails.
+func optional[T any](d *scanner, key string, v *T, read func(*scanner) (T, bool)) bool {
+	if !d.lit(key) {
+		return true
 	}
-	if d.lit(`,"registeredAt":`) {
-		if w.RegisteredAt, ok = d.time(); !ok {
-			return w, false
-		}
-	}
-	if d.lit(`,"metadata":`) {
-		if w.Metadata, ok = d.metadata(); !ok {
-			return w, false
-		}
-	}
-	if d.lit(`,"term":`) {
-		if w.Term, ok = d.int(); !ok {
-			return w, false
-		}
-	}
-	if d.lit(`,"version":`) {
-		if w.Version, ok = d.int(); !ok {
-			return w, false
-		}
-	}
-	return w, d.lit(`}`) && d.i == len(d.s)
+	var ok bool
+	*v, ok = read(d)
+	return ok
 }
 
 // internRole returns the constants for the two roles, so that decoding does

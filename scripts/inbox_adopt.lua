@@ -44,24 +44,13 @@ local prefix, mode = ARGV[4], ARGV[6]
 if mode ~= 'adopt' and mode ~= 'drop' then
   return redis.error_reply('ERR inbox_adopt: mode ' .. tostring(mode) .. ' is neither adopt nor drop')
 end
-local err = notInbox('inbox_adopt', prefix, 6)
-if err then
-  return err
-end
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
-  return -1
-end
--- Every write checked against the user's ACL before the first one (writes.lua).
-local writes = {{'SREM', KEYS[5], 'x'}}
-for i = 6, #KEYS do
-  writes[#writes + 1] = {'XADD', KEYS[i], '*', 't', '0', 'm', 'x'}
-  writes[#writes + 1] = {'XACK', KEYS[i], ARGV[3], '0-1'}
-  writes[#writes + 1] = {'XDEL', KEYS[i], '0-1'}
-  writes[#writes + 1] = {'DEL', KEYS[i]}
-end
-local denied = refused('inbox adopt', writes)
-if denied then
-  return denied
+-- The inbox keys checked, then the fence, then every write checked against
+-- the user's ACL before the first one (writes.lua).
+local stop = notInbox('inbox_adopt', prefix, 6) or fencedWrites('inbox adopt', {{'SREM', KEYS[5], 'x'}}, 6, function(k)
+  return {{'XACK', k, ARGV[3], '0-1'}, {'XDEL', k, '0-1'}, {'DEL', k}}
+end)
+if stop then
+  return stop
 end
 local term = tonumber(ARGV[2])
 local budget = tonumber(ARGV[5]) or 0

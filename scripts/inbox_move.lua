@@ -42,18 +42,12 @@ for i = 6, #ARGV, 2 do
     return redis.error_reply('ERR inbox_move: destination ' .. ARGV[i] .. ' is not an index of KEYS[5..' .. #KEYS .. ']')
   end
 end
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
-  return -1
-end
--- Every write checked against the user's ACL before the first one (writes.lua).
-local writes = {{'XACK', KEYS[4], ARGV[3], '0-1'}, {'XDEL', KEYS[4], '0-1'}, {'DEL', KEYS[4]},
-  {'SADD', KEYS[3], 'x'}, {'SREM', KEYS[3], 'x'}}
-for i = 5, #KEYS do
-  writes[#writes + 1] = {'XADD', KEYS[i], '*', 't', '0', 'm', 'x'}
-end
-local denied = refused('inbox move', writes)
-if denied then
-  return denied
+-- The fence, then every write checked against the user's ACL before the
+-- first one (writes.lua).
+local stop = fencedWrites('inbox move', {{'XACK', KEYS[4], ARGV[3], '0-1'}, {'XDEL', KEYS[4], '0-1'}, {'DEL', KEYS[4]},
+  {'SADD', KEYS[3], 'x'}, {'SREM', KEYS[3], 'x'}}, 5)
+if stop then
+  return stop
 end
 local out = {}
 local joined = {}

@@ -32,21 +32,11 @@ if #KEYS - 5 ~= #ARGV - 4 or #KEYS < 6 then
   return redis.error_reply('ERR inbox_send: want one inbox key per message, got ' .. (#KEYS - 5) .. ' keys and ' .. (#ARGV - 4) .. ' messages')
 end
 local prefix = ARGV[4]
-local err = notInbox('inbox_send', prefix, 6)
-if err then
-  return err
-end
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
-  return -1
-end
--- Every write checked against the user's ACL before the first one (writes.lua).
-local writes = {{'SADD', KEYS[5], 'x'}}
-for i = 6, #KEYS do
-  writes[#writes + 1] = {'XADD', KEYS[i], '*', 't', '0', 'm', 'x'}
-end
-local denied = refused('inbox send', writes)
-if denied then
-  return denied
+-- The inbox keys checked, then the fence, then every write checked against
+-- the user's ACL before the first one (writes.lua).
+local stop = notInbox('inbox_send', prefix, 6) or fencedWrites('inbox send', {{'SADD', KEYS[5], 'x'}}, 6)
+if stop then
+  return stop
 end
 local live = {}
 local cap = tonumber(ARGV[3]) or 0

@@ -21,6 +21,28 @@ local function refused(script, cmds)
   return nil
 end
 
+-- fencedWrites(script, writes, first, more) is where an inbox script stops
+-- before its first write: it returns -1 when the master lock (KEYS[1]) is
+-- not the caller's (ARGV[1]) under its term (ARGV[2], the term key being
+-- KEYS[2]), else refused's NOPERM error reply when the user may not make one
+-- of writes, an XADD to each inbox of KEYS[first..] or, for each of them,
+-- the writes more(key) returns (more may be nil), else nil: the script goes
+-- on.
+local function fencedWrites(script, writes, first, more)
+  if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
+    return -1
+  end
+  for i = first, #KEYS do
+    writes[#writes + 1] = {'XADD', KEYS[i], '*', 't', '0', 'm', 'x'}
+    if more then
+      for _, cmd in ipairs(more(KEYS[i])) do
+        writes[#writes + 1] = cmd
+      end
+    end
+  end
+  return refused(script, writes)
+end
+
 -- notInbox(script, prefix, first) returns the error reply naming the first of
 -- KEYS[first..] that is not an inbox key (prefix, the inbox name prefix
 -- <prefix>:inbox:, followed by a process id), or nil. A script checks its

@@ -16,7 +16,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,7 +33,6 @@ import (
 )
 
 type options struct {
-	Redis   string
 	Items   int
 	LockTTL time.Duration
 	Lease   time.Duration
@@ -46,19 +44,11 @@ func defaultOptions() options {
 
 func main() {
 	o := defaultOptions()
-	fs := flag.NewFlagSet("assign", flag.ExitOnError)
-	fs.StringVar(&o.Redis, "redis", os.Getenv("REDIS_ADDR"), "Redis URL or host:port (empty: an embedded miniredis)")
+	fs := setup.Flags("assign")
 	fs.IntVar(&o.Items, "items", o.Items, "how many cameras to spread")
 	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "the election's LockTTL (other timings follow it)")
 	fs.DurationVar(&o.Lease, "lease", o.Lease, "assign.Config.LeaseTTL: how long a dead slave keeps its items")
-	_ = fs.Parse(os.Args[1:])
-	setup.Main("assign", func(ctx context.Context) error {
-		newClient, where, cleanup, err := setup.Connect(o.Redis)
-		if err != nil {
-			return err
-		}
-		defer cleanup()
-		fmt.Printf("herd assign demo on %s\n", where)
+	setup.Demo(fs, "herd assign demo", func(ctx context.Context, newClient func() *redis.Client) error {
 		s, err := run(ctx, newClient, o, os.Stdout)
 		if err != nil {
 			return err

@@ -20,7 +20,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,27 +33,29 @@ import (
 
 func main() {
 	o := defaultOptions()
-	fs := flag.NewFlagSet("cluster", flag.ExitOnError)
+	fs := setup.Flags("cluster")
 	addr := setup.RedisFlag(fs)
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of nodes (at least 4)")
 	fs.IntVar(&o.Cameras, "cameras", o.Cameras, "number of camera subscriptions to assign")
 	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; the other timings follow the specification's ratios (see docs/tuning.md)")
 	fs.DurationVar(&o.SlaveTimeout, "slave-timeout", 0, "how long a slave may miss heartbeats before the master removes it (default: half the lock TTL); ProcessTTL is three times it, at least 1.5 × the lock TTL")
 	fs.BoolVar(&o.Quiet, "quiet", false, "print only the summary")
-	colorFlag := fs.String("color", "auto", "colour the timeline: auto (when stdout is a terminal and NO_COLOR is unset), always, never")
-	_ = fs.Parse(os.Args[1:])
-
-	switch *colorFlag {
-	case "auto":
-		o.Color = isTerminal(os.Stdout) && os.Getenv("NO_COLOR") == ""
-	case "always":
-		o.Color = true
-	case "never":
-	default:
-		fmt.Fprintf(os.Stderr, "cluster: -color %q: want auto, always or never\n", *colorFlag)
-		os.Exit(2)
-	}
-	setup.Main("cluster", func(ctx context.Context) error {
+	auto := isTerminal(os.Stdout) && os.Getenv("NO_COLOR") == ""
+	o.Color = auto
+	fs.Func("color", "colour the timeline: auto (the default: when stdout is a terminal and NO_COLOR is unset), always, never", func(v string) error {
+		switch v {
+		case "auto":
+			o.Color = auto
+		case "always":
+			o.Color = true
+		case "never":
+			o.Color = false
+		default:
+			return errors.New("want auto, always or never")
+		}
+		return nil
+	})
+	setup.Main(fs, func(ctx context.Context) error {
 		_, err := demo(ctx, o, *addr, os.Stdout)
 		return err
 	})

@@ -300,20 +300,19 @@ func (c *coordinator) feed(e masterelection.Event) {
 // run is the coordinator loop; it returns when ctx ends.
 func (c *coordinator) run(ctx context.Context) {
 	defer close(c.done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+	var due <-chan time.Time // fires when routing is due; nil while it is not
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case e := <-c.events:
 			if c.apply(ctx, e) {
-				timer.Reset(c.n.env.settle)
+				due = time.After(c.n.env.settle)
 			}
-		case <-timer.C:
+		case <-due:
+			due = nil
 			if retry := c.route(ctx); retry {
-				timer.Reset(c.n.cfg.CheckInterval)
+				due = time.After(c.n.cfg.CheckInterval)
 			}
 		}
 	}

@@ -27,11 +27,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,12 +48,10 @@ type options struct {
 
 func main() {
 	o := options{}
-	fs := flag.NewFlagSet("cron", flag.ExitOnError)
-	o.Node.Flags(fs, "herd-cron-example")
+	fs := o.Node.Flags("cron", "herd-cron-example")
 	fs.DurationVar(&o.Every, "every", 2*time.Second, "how often the job runs")
 	fs.BoolVar(&o.Standalone, "standalone", false, "single instance without Redis: always master, no coordination")
-	_ = fs.Parse(os.Args[1:])
-	setup.Main("cron", func(ctx context.Context) error {
+	setup.Main(fs, func(ctx context.Context) error {
 		c, err := newCron(o, os.Stdout)
 		if err != nil {
 			return err
@@ -88,8 +84,7 @@ var errStale = errors.New("cron: a newer master has recorded runs: this run was 
 // cron is one process of the example.
 type cron struct {
 	o      options
-	out    io.Writer
-	outMu  sync.Mutex
+	log    *setup.Log
 	client *redis.Client // nil in standalone mode
 	m      *masterelection.MasterElection
 	runs   atomic.Int64 // runs of the job in this process
@@ -99,7 +94,7 @@ func newCron(o options, out io.Writer) (*cron, error) {
 	if o.Every <= 0 {
 		return nil, fmt.Errorf("-every %v: must be positive", o.Every)
 	}
-	c := &cron{o: o, out: out}
+	c := &cron{o: o, log: setup.NewLog(out, o.ID)}
 	// The timings left unset follow LockTTL in the specification's ratios.
 	cfg := masterelection.Config{LockName: o.Lock, NodeID: o.ID, Identifier: o.ID, LockTTL: o.LockTTL, Standalone: o.Standalone}
 	if !o.Standalone {
@@ -119,20 +114,7 @@ func newCron(o options, out io.Writer) (*cron, error) {
 	}
 	c.m = m
 	m.OnMasterAcquired(c.schedule)
-	m.OnEvent(func(e masterelection.Event) {
-		switch e.Kind {
-		case masterelection.EventMasterAcquired:
-			c.printf("MASTER with term %d: the job runs here every %v", e.Term, o.Every)
-		case masterelection.EventMasterLost:
-			c.printf("no longer master (term %d)", e.Term)
-		case masterelection.EventElectionCompleted:
-			if !e.IsMaster {
-				c.printf("slave: the job runs elsewhere")
-			}
-		case masterelection.EventError:
-			c.printf("error: %v", e.Err)
-		}
-	})
+	m.OnEvent(c.log.Roles)
 	return c, nil
 }
 
@@ -157,36 +139,24 @@ func (c *cron) close() {
 	}
 }
 
-func (c *cron) printf(format string, args ...any) {
-	c.outMu.Lock()
-	defer c.outMu.Unlock()
-	fmt.Fprintf(c.out, "%s %-10s %s\n", time.Now().Format("15:04:05.000"), c.o.ID, fmt.Sprintf(format, args...))
-}
-
 // schedule is the OnMasterAcquired handler: it runs the job every -every
 // until ctx, the mastership's, ends.
 func (c *cron) schedule(ctx context.Context, term int64) {
-	t := time.NewTicker(c.o.Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			c.printf("schedule of term %d stopped: mastership over", term)
-			return
-		case <-t.C:
-		}
+	c.log.Printf("the job runs here every %v while term %d lasts", c.o.Every, term)
+	setup.Every(ctx, c.o.Every, func() {
 		ran, err := c.m.RunIfMaster(ctx, c.job)
 		switch {
 		case !ran:
-			c.printf("skipped: %v", err) // the mastership ended a moment ago
+			c.log.Printf("skipped: %v", err) // the mastership ended a moment ago
 		case errors.Is(err, context.Canceled) && ctx.Err() == nil:
 			// The run's ctx ended with the mastership, in the middle of the
 			// run: what it did not finish, the next master's run will do.
-			c.printf("run cut short: the mastership ended")
+			c.log.Printf("run cut short: the mastership ended")
 		case err != nil:
-			c.printf("run failed: %v", err)
+			c.log.Printf("run failed: %v", err)
 		}
-	}
+	})
+	c.log.Printf("schedule of term %d stopped: mastership over", term)
 }
 
 // job is the work: here, record the run, fenced by term, and print it.
@@ -194,7 +164,7 @@ func (c *cron) schedule(ctx context.Context, term int64) {
 func (c *cron) job(ctx context.Context, term int64) error {
 	n := c.runs.Add(1)
 	if c.client == nil {
-		c.printf("run #%d (standalone)", n)
+		c.log.Printf("run #%d (standalone)", n)
 		return nil
 	}
 	k := keys(c.o.Lock)
@@ -205,7 +175,7 @@ func (c *cron) job(ctx context.Context, term int64) error {
 	if v, ok := id.(int64); ok && v == -1 {
 		return errStale
 	}
-	c.printf("run #%d, recorded as %v (term %d)", n, id, term)
+	c.log.Printf("run #%d, recorded as %v (term %d)", n, id, term)
 	return nil
 }
 

@@ -20,7 +20,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,19 +36,11 @@ import (
 
 func main() {
 	o := defaultOptions()
-	fs := flag.NewFlagSet("durable", flag.ExitOnError)
-	addr := setup.RedisFlag(fs)
+	fs := setup.Flags("durable")
 	fs.IntVar(&o.Jobs, "jobs", o.Jobs, "number of jobs to send")
 	fs.DurationVar(&o.Work, "work", o.Work, "time each job takes")
 	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; a dead slave is removed after half of it")
-	_ = fs.Parse(os.Args[1:])
-	setup.Main("durable", func(ctx context.Context) error {
-		newClient, where, cleanup, err := setup.Connect(*addr)
-		if err != nil {
-			return err
-		}
-		defer cleanup()
-		fmt.Printf("durable routing on %s\n", where)
+	setup.Demo(fs, "durable routing", func(ctx context.Context, newClient func() *redis.Client) error {
 		s, err := run(ctx, newClient, o, os.Stdout)
 		if err != nil {
 			return err

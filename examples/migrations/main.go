@@ -29,7 +29,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -53,12 +52,10 @@ type options struct {
 
 func main() {
 	o := options{}
-	fs := flag.NewFlagSet("migrations", flag.ExitOnError)
-	o.Node.Flags(fs, "herd-migrations-example")
+	fs := o.Node.Flags("migrations", "herd-migrations-example")
 	fs.DurationVar(&o.Wait, "wait", 30*time.Second, "how long a slave waits for the schema before it gives up")
 	fs.BoolVar(&o.Candidate, "candidate", true, "contend for mastership (false: never migrate, only wait)")
-	_ = fs.Parse(os.Args[1:])
-	setup.Main("migrations", func(ctx context.Context) error {
+	setup.Main(fs, func(ctx context.Context) error {
 		p, err := newProcess(o, os.Stdout)
 		if err != nil {
 			return err
@@ -114,8 +111,7 @@ var errNotMaster = errors.New("migrations: the lock is no longer this node's")
 // process is one process of the example.
 type process struct {
 	o      options
-	out    io.Writer
-	outMu  sync.Mutex
+	log    *setup.Log
 	client *redis.Client
 	m      *masterelection.MasterElection
 	sub    *pubsub.Subscriber
@@ -138,7 +134,7 @@ func newProcess(o options, out io.Writer) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &process{o: o, out: out, client: client, keys: newAppKeys(o.Lock), lock: scripts.NewKeys(o.Lock, false), notice: make(chan struct{}, 1), serving: make(chan struct{})}
+	p := &process{o: o, log: setup.NewLog(out, o.ID), client: client, keys: newAppKeys(o.Lock), lock: scripts.NewKeys(o.Lock, false), notice: make(chan struct{}, 1), serving: make(chan struct{})}
 	// The timings left unset follow LockTTL in the specification's ratios.
 	cfg := masterelection.Config{LockName: o.Lock, NodeID: o.ID, Identifier: o.ID, LockTTL: o.LockTTL, NonCandidate: !o.Candidate}
 	if p.m, err = masterelection.New(p.client, cfg); err != nil {
@@ -148,7 +144,7 @@ func newProcess(o options, out io.Writer) (*process, error) {
 	pcfg := pubsub.Config{LockName: o.Lock}
 	scfg := pcfg
 	scfg.Terms = p.m
-	scfg.OnError = func(err error) { p.printf("routing: %v", err) }
+	scfg.OnError = func(err error) { p.log.Printf("routing: %v", err) }
 	if p.sub, err = pubsub.NewSubscriber(p.client, o.ID, scfg); err != nil {
 		_ = p.client.Close()
 		return nil, err
@@ -158,32 +154,13 @@ func newProcess(o options, out io.Writer) (*process, error) {
 		return nil, err
 	}
 	_ = p.sub.Handle("migrated", func(_ context.Context, msg pubsub.Message) error {
-		p.printf("<- migrated, from %s", msg.From)
+		p.log.Printf("<- migrated, from %s", msg.From)
 		p.signal()
 		return nil
 	})
 	p.m.OnMasterAcquired(p.lead)
-	p.m.OnEvent(func(e masterelection.Event) {
-		switch e.Kind {
-		case masterelection.EventMasterAcquired:
-			p.printf("MASTER with term %d", e.Term)
-		case masterelection.EventMasterLost:
-			p.printf("no longer master (term %d)", e.Term)
-		case masterelection.EventElectionCompleted:
-			if !e.IsMaster {
-				p.printf("slave")
-			}
-		case masterelection.EventError:
-			p.printf("error: %v", e.Err)
-		}
-	})
+	p.m.OnEvent(p.log.Roles)
 	return p, nil
-}
-
-func (p *process) printf(format string, args ...any) {
-	p.outMu.Lock()
-	defer p.outMu.Unlock()
-	fmt.Fprintf(p.out, "%s %-10s %s\n", time.Now().Format("15:04:05.000"), p.o.ID, fmt.Sprintf(format, args...))
 }
 
 func (p *process) signal() {
@@ -218,7 +195,7 @@ func (p *process) run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("read the catalogue: %w", err)
 	}
-	p.printf("serving with schema v%d: %d cameras in the catalogue", v, n)
+	p.log.Printf("serving with schema v%d: %d cameras in the catalogue", v, n)
 	close(p.serving)
 	<-ctx.Done()
 	return nil
@@ -237,14 +214,14 @@ func (p *process) waitForSchema(ctx context.Context) (int, error) {
 		v, err := p.version(ctx)
 		switch {
 		case err != nil:
-			p.printf("read the schema version: %v", err)
+			p.log.Printf("read the schema version: %v", err)
 		case v >= latest:
 			return v, nil
 		case !said && p.m.IsMaster():
-			p.printf("schema at v%d, the code needs v%d: migrating", v, latest)
+			p.log.Printf("schema at v%d, the code needs v%d: migrating", v, latest)
 			said = true
 		case !said:
-			p.printf("schema at v%d, the code needs v%d: waiting up to %v for the master to migrate", v, latest, p.o.Wait)
+			p.log.Printf("schema at v%d, the code needs v%d: waiting up to %v for the master to migrate", v, latest, p.o.Wait)
 			said = true
 		}
 		select {
@@ -280,19 +257,19 @@ func (p *process) lead(ctx context.Context, term int64) {
 	case !ran:
 		return // the mastership ended already
 	case ctx.Err() != nil:
-		p.printf("migrations interrupted: the mastership ended (the next master goes on from the last step)")
+		p.log.Printf("migrations interrupted: the mastership ended (the next master goes on from the last step)")
 		return
 	case err != nil:
-		p.printf("migrations stopped: %v", err)
+		p.log.Printf("migrations stopped: %v", err)
 		return
 	}
 	p.signal()
 	delivered, err := p.router.Broadcast(ctx, "migrated", map[string]int{"version": latest})
 	if err != nil && !errors.Is(err, pubsub.ErrNoSubscriber) {
-		p.printf("-> migrated: %v", err)
+		p.log.Printf("-> migrated: %v", err)
 		return
 	}
-	p.printf("-> migrated, to %d slaves", delivered)
+	p.log.Printf("-> migrated, to %d slaves", delivered)
 }
 
 // migrate applies the missing steps, each at most once.
@@ -349,7 +326,7 @@ func (p *process) step(ctx context.Context, term int64, step migration) error {
 			p.mu.Lock()
 			p.applied = append(p.applied, step.version)
 			p.mu.Unlock()
-			p.printf("migrated to v%d: %s", step.version, step.what)
+			p.log.Printf("migrated to v%d: %s", step.version, step.what)
 		}
 		return nil
 	}

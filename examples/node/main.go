@@ -25,14 +25,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,15 +57,13 @@ type options struct {
 
 func main() {
 	o := options{}
-	fs := flag.NewFlagSet("node", flag.ExitOnError)
-	o.Node.Flags(fs, "herd-node-example")
+	fs := o.Node.Flags("node", "herd-node-example")
 	fs.DurationVar(&o.Every, "every", 2*time.Second, "how often the master broadcasts a job")
 	fs.IntVar(&o.MaxSubs, "max-subscriptions", 50, "capability published in the registry")
 	fs.IntVar(&o.Workload, "workload", 80, "preferred workload in percent, published in the registry")
 	fs.BoolVar(&o.Candidate, "candidate", true, "contend for mastership (false: follow as a slave only)")
 	fs.StringVar(&o.Metrics, "metrics", "", "serve /metrics (Prometheus), /livez and /readyz on this address, e.g. :9100; empty: off")
-	_ = fs.Parse(os.Args[1:])
-	setup.Main("node", func(ctx context.Context) error { return run(ctx, o, os.Stdin, os.Stdout) })
+	setup.Main(fs, func(ctx context.Context) error { return run(ctx, o, os.Stdin, os.Stdout) })
 }
 
 // run runs the node until ctx ends (Ctrl+C), then leaves the election
@@ -90,7 +86,7 @@ func (n *node) run(ctx context.Context, in io.Reader) error {
 	}
 	go n.commands(ctx, in)
 	<-ctx.Done()
-	n.printf("stopping: leaving the election (a master releases its lock and a slave takes over at once)")
+	n.log.Printf("stopping: leaving the election (a master releases its lock and a slave takes over at once)")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return n.stop(sctx)
@@ -99,8 +95,7 @@ func (n *node) run(ctx context.Context, in io.Reader) error {
 // node is the process: election, subscriber, inbox and router on one client.
 type node struct {
 	o      options
-	out    io.Writer
-	outMu  sync.Mutex
+	log    *setup.Log
 	client *redis.Client
 	m      *masterelection.MasterElection
 	sub    *pubsub.Subscriber
@@ -144,13 +139,13 @@ func newNode(o options, out io.Writer) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{o: o, out: out, client: client}
+	n := &node{o: o, log: setup.NewLog(out, o.ID), client: client}
 	if n.m, err = masterelection.New(n.client, config(o)); err != nil {
 		_ = n.client.Close()
 		return nil, err
 	}
 	// The election gives the routing its names (lock, channels) and terms.
-	scfg := pubsub.Config{Terms: n.m, OnError: func(err error) { n.printf("routing: %v", err) }}
+	scfg := pubsub.Config{Terms: n.m, OnError: func(err error) { n.log.Printf("routing: %v", err) }}
 	if n.sub, err = pubsub.NewSubscriber(n.client, o.ID, scfg); err != nil {
 		_ = n.client.Close()
 		return nil, err
@@ -158,7 +153,7 @@ func newNode(o options, out io.Writer) (*node, error) {
 	icfg := pubsub.Config{}
 	icfg.OnError = func(err error) {
 		if !errors.Is(err, pubsub.ErrNotMaster) { // reports reaching a slave's inbox are expected
-			n.printf("inbox: %v", err)
+			n.log.Printf("inbox: %v", err)
 		}
 	}
 	if n.inbox, err = pubsub.NewInbox(n.client, n.m, icfg); err != nil {
@@ -196,7 +191,7 @@ func (n *node) start(ctx context.Context) error {
 	if err := n.serveMetrics(); err != nil {
 		return err
 	}
-	n.printf("joining %q on %s as pid %d (LockTTL %v)", n.o.Lock, n.o.Redis, os.Getpid(), n.o.LockTTL)
+	n.log.Printf("joining %q on %s as pid %d (LockTTL %v)", n.o.Lock, n.o.Redis, os.Getpid(), n.o.LockTTL)
 	if err := n.m.Start(sctx); err != nil {
 		return err
 	}
@@ -205,7 +200,7 @@ func (n *node) start(ctx context.Context) error {
 
 func (n *node) stop(ctx context.Context) error {
 	err := n.m.Stop(ctx)
-	n.printf("stopped")
+	n.log.Printf("stopped")
 	return err
 }
 
@@ -240,58 +235,38 @@ func (n *node) serveMetrics() error {
 	mux.Handle("/readyz", metrics.Readiness(n.m, time.Second))
 	n.srv, n.srvAddr = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln.Addr()
 	go func() { _ = n.srv.Serve(ln) }()
-	n.printf("metrics on http://%s/metrics, probes on /livez and /readyz", ln.Addr())
+	n.log.Printf("metrics on http://%s/metrics, probes on /livez and /readyz", ln.Addr())
 	return nil
 }
 
-func (n *node) printf(format string, args ...any) {
-	n.outMu.Lock()
-	defer n.outMu.Unlock()
-	fmt.Fprintf(n.out, "%s %-10s %s\n", time.Now().Format("15:04:05.000"), n.o.ID, fmt.Sprintf(format, args...))
-}
-
+// onEvent prints the role changes, and the slaves joining and leaving.
 func (n *node) onEvent(e masterelection.Event) {
 	switch e.Kind {
-	case masterelection.EventMasterAcquired:
-		n.printf("MASTER with term %d", e.Term)
-	case masterelection.EventMasterLost:
-		n.printf("no longer master (term %d)", e.Term)
-	case masterelection.EventElectionCompleted:
-		if !e.IsMaster {
-			n.printf("slave")
-		}
 	case masterelection.EventSlaveRegistered:
-		n.printf("slave joined: %s", e.Slave.NodeID)
+		n.log.Printf("slave joined: %s", e.Slave.NodeID)
 	case masterelection.EventSlaveRemoved:
-		n.printf("slave left: %s", e.NodeID)
-	case masterelection.EventError:
-		n.printf("error: %v", e.Err)
+		n.log.Printf("slave left: %s", e.NodeID)
+	default:
+		n.log.Roles(e)
 	}
 }
 
 // lead is the master's work: broadcast a job every -every until the
 // mastership ends (ctx is cancelled at that moment).
 func (n *node) lead(ctx context.Context, term int64) {
-	t := time.NewTicker(n.o.Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			n.printf("mastership of term %d over: job broadcasts stopped", term)
-			return
-		case <-t.C:
-		}
+	setup.Every(ctx, n.o.Every, func() {
 		seq := n.sent.Add(1)
 		delivered, err := n.router.Broadcast(ctx, "job", job{Seq: seq})
 		switch {
 		case errors.Is(err, pubsub.ErrNotMaster):
-			continue // the mastership just ended; ctx is about to say so
+			// The mastership just ended; ctx is about to say so.
 		case err != nil:
-			n.printf("-> job #%d reached %s; not delivered: %v", seq, slaves(delivered), err)
+			n.log.Printf("-> job #%d reached %s; not delivered: %v", seq, slaves(delivered), err)
 		default:
-			n.printf("-> job #%d to %s", seq, slaves(delivered))
+			n.log.Printf("-> job #%d to %s", seq, slaves(delivered))
 		}
-	}
+	})
+	n.log.Printf("mastership of term %d over: job broadcasts stopped", term)
 }
 
 // onJob is a slave handling a routed job: it reports back to the master.
@@ -301,7 +276,7 @@ func (n *node) onJob(ctx context.Context, msg pubsub.Message) error {
 		return err
 	}
 	n.jobs.Add(1)
-	n.printf("<- job #%d from %s (term %d)", j.Seq, msg.From, msg.Term)
+	n.log.Printf("<- job #%d from %s (term %d)", j.Seq, msg.From, msg.Term)
 	return n.sub.ReportToMaster(ctx, "done", j)
 }
 
@@ -312,7 +287,7 @@ func (n *node) onReport(_ context.Context, msg pubsub.Message) error {
 		return err
 	}
 	n.reports.Add(1)
-	n.printf("<- done #%d from %s", j.Seq, msg.From)
+	n.log.Printf("<- done #%d from %s", j.Seq, msg.From)
 	return nil
 }
 
@@ -324,15 +299,15 @@ func (n *node) commands(ctx context.Context, in io.Reader) {
 		switch cmd := strings.TrimSpace(lines.Text()); cmd {
 		case "pause":
 			n.m.SetCandidate(false)
-			n.printf("paused: no longer a candidate (a master hands over)")
+			n.log.Printf("paused: no longer a candidate (a master hands over)")
 		case "resume":
 			n.m.SetCandidate(true)
-			n.printf("resumed: a candidate again")
+			n.log.Printf("resumed: a candidate again")
 		case "status":
-			n.printf("master: %v, term %d, candidate: %v", n.m.IsMaster(), n.m.Term(), n.m.Candidate())
+			n.log.Printf("master: %v, term %d, candidate: %v", n.m.IsMaster(), n.m.Term(), n.m.Candidate())
 		case "":
 		default:
-			n.printf("unknown command %q: pause, resume or status", cmd)
+			n.log.Printf("unknown command %q: pause, resume or status", cmd)
 		}
 	}
 }

@@ -1,23 +1,28 @@
 // Package setup is the plumbing herd's examples share, so that each of them
-// shows what it is about and not how it reads flags: the flags that place a
-// process in an election, Redis clients with the settings herd needs, and a
-// main that stops on Ctrl+C or SIGTERM. Nothing here is herd's API; a
-// program of your own would write its own few lines instead.
+// shows what it is about and not how it reads flags or prints: the flags
+// that place a process in an election, Redis clients with the settings herd
+// needs, a main that stops on Ctrl+C or SIGTERM, and a process's log lines.
+// Nothing here is herd's API; a program of your own would write its own few
+// lines instead.
 package setup
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/herdkit/herd/masterelection"
 )
 
 // Node is where a process of an example runs and who it is: the flags
@@ -34,10 +39,12 @@ type Node struct {
 	LockTTL time.Duration
 }
 
-// Flags registers the node's flags on fs: -redis (default $REDIS_ADDR, else
+// Flags returns the flag set of the example name (the function Flags)
+// with the node's flags on it: -redis (default $REDIS_ADDR, else
 // redis://127.0.0.1:6379), -id (default <hostname>-<pid>), -lock (default
 // lock) and -lock-ttl (default 6s).
-func (n *Node) Flags(fs *flag.FlagSet, lock string) {
+func (n *Node) Flags(name, lock string) *flag.FlagSet {
+	fs := Flags(name)
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
 		addr = "redis://127.0.0.1:6379"
@@ -47,6 +54,7 @@ func (n *Node) Flags(fs *flag.FlagSet, lock string) {
 	fs.StringVar(&n.ID, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the cluster")
 	fs.StringVar(&n.Lock, "lock", lock, "lock name: the processes with the same one elect one master")
 	fs.DurationVar(&n.LockTTL, "lock-ttl", 6*time.Second, "master lock TTL; the other timings follow the specification's ratios (see docs/tuning.md)")
+	return fs
 }
 
 // Client returns a client of the node's Redis (see Options). The caller
@@ -117,14 +125,89 @@ func Connect(addr string) (newClient func() *redis.Client, where string, cleanup
 	return func() *redis.Client { return redis.NewClient(opts) }, where, cleanup, nil
 }
 
-// Main runs run with a ctx that ends on Ctrl+C or SIGTERM, and exits with
-// status 1, printing "name: error", when it returns an error.
-func Main(name string, run func(ctx context.Context) error) {
+// Flags returns the flag set of the example name, for Main or Demo to
+// parse from the command line: a bad flag exits with status 2, -h lists the
+// flags.
+func Flags(name string) *flag.FlagSet { return flag.NewFlagSet(name, flag.ExitOnError) }
+
+// Main parses the command line into fs (see Flags), then runs run with a
+// ctx that ends on Ctrl+C or SIGTERM, and exits with status 1, printing
+// "name: error" (name is fs's), when it returns an error.
+func Main(fs *flag.FlagSet, run func(ctx context.Context) error) {
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag has exited already
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", fs.Name(), err)
 		os.Exit(1)
+	}
+}
+
+// Demo is Main for a demo whose nodes all run in this process: it adds
+// -redis to fs (see RedisFlag), and run gets a factory of clients of that
+// Redis, or of an embedded miniredis (see Connect), after the line
+// "<title> on <where>".
+func Demo(fs *flag.FlagSet, title string, run func(ctx context.Context, newClient func() *redis.Client) error) {
+	addr := RedisFlag(fs)
+	Main(fs, func(ctx context.Context) error {
+		newClient, where, cleanup, err := Connect(*addr)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		fmt.Printf("%s on %s\n", title, where)
+		return run(ctx, newClient)
+	})
+}
+
+// Every calls f every d until ctx ends.
+func Every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// Log prints the lines of one process of an example, each with the time
+// and the node id. It is safe for concurrent use.
+type Log struct {
+	mu  sync.Mutex
+	out io.Writer
+	id  string
+}
+
+// NewLog returns the Log of node id, which prints to out.
+func NewLog(out io.Writer, id string) *Log { return &Log{out: out, id: id} }
+
+// Printf prints one line: the time, the node id, then the text.
+func (l *Log) Printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.out, "%s %-10s %s\n", time.Now().Format("15:04:05.000"), l.id, fmt.Sprintf(format, args...))
+}
+
+// Roles is an OnEvent handler that prints the events every example shows:
+// "MASTER with term N", "no longer master (term N)", "slave" when an
+// election makes the process a slave, and "error: ..."; it ignores the
+// others.
+func (l *Log) Roles(e masterelection.Event) {
+	switch e.Kind {
+	case masterelection.EventMasterAcquired:
+		l.Printf("MASTER with term %d", e.Term)
+	case masterelection.EventMasterLost:
+		l.Printf("no longer master (term %d)", e.Term)
+	case masterelection.EventElectionCompleted:
+		if !e.IsMaster {
+			l.Printf("slave")
+		}
+	case masterelection.EventError:
+		l.Printf("error: %v", e.Err)
 	}
 }

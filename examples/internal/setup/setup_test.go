@@ -2,12 +2,14 @@ package setup
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/herdkit/herd/masterelection"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,13 +43,12 @@ func TestOptions(t *testing.T) {
 func TestNodeFlags(t *testing.T) {
 	t.Setenv("REDIS_ADDR", "127.0.0.1:7000")
 	var n Node
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	n.Flags(fs, "the-lock")
+	fs := n.Flags("x", "the-lock")
 	if err := fs.Parse([]string{"-id", "a", "-lock-ttl", "2s"}); err != nil {
 		t.Fatal(err)
 	}
-	if n.Redis != "127.0.0.1:7000" || n.ID != "a" || n.Lock != "the-lock" || n.LockTTL != 2*time.Second {
-		t.Fatalf("flags gave %+v", n)
+	if n.Redis != "127.0.0.1:7000" || n.ID != "a" || n.Lock != "the-lock" || n.LockTTL != 2*time.Second || fs.Name() != "x" {
+		t.Fatalf("flags gave %+v (flag set %q)", n, fs.Name())
 	}
 }
 
@@ -72,5 +73,54 @@ func TestConnectEmbedded(t *testing.T) {
 func TestConnectUnreachable(t *testing.T) {
 	if _, _, _, err := Connect("127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "cannot reach Redis") {
 		t.Fatalf("Connect to a closed port: %v", err)
+	}
+}
+
+func TestLogRoles(t *testing.T) {
+	var b strings.Builder
+	l := NewLog(&b, "n1")
+	for _, e := range []masterelection.Event{
+		{Kind: masterelection.EventMasterAcquired, Term: 7},
+		{Kind: masterelection.EventElectionCompleted, IsMaster: true},
+		{Kind: masterelection.EventMasterLost, Term: 7},
+		{Kind: masterelection.EventElectionCompleted},
+		{Kind: masterelection.EventSlaveRegistered},
+		{Kind: masterelection.EventError, Err: errors.New("boom")},
+	} {
+		l.Roles(e)
+	}
+	l.Printf("done %d", 1)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	want := []string{"MASTER with term 7", "no longer master (term 7)", "slave", "error: boom", "done 1"}
+	if len(lines) != len(want) {
+		t.Fatalf("printed:\n%s\nwant %d lines", b.String(), len(want))
+	}
+	for i, line := range lines {
+		// "15:04:05.000 n1         text": the time, the id padded to 10.
+		if _, err := time.Parse("15:04:05.000", line[:12]); err != nil || line[12:24] != " n1         " || line[24:] != want[i] {
+			t.Errorf("line %d = %q, want the time, n1, then %q", i, line, want[i])
+		}
+	}
+}
+
+func TestEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Every(ctx, time.Millisecond, func() {
+			if n++; n == 3 {
+				cancel()
+			}
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Every did not return when its ctx ended")
+	}
+	if n < 3 {
+		t.Errorf("f ran %d times before the ctx ended, want 3", n)
 	}
 }

@@ -222,6 +222,23 @@ func oneOf(flagName string, v *string, optional bool, choices ...string) func() 
 	}
 }
 
+// format registers the -o flag of a command's output, whose value must be
+// one of formats, the first the default, and returns it with its check.
+func format(fs *flag.FlagSet, formats ...string) (*string, func() error) {
+	out := fs.String("o", formats[0], "output `format`: "+strings.Join(formats, " or "))
+	return out, oneOf("o", out, false, formats...)
+}
+
+// list writes the table of a list of n rows, or the line none when it is
+// empty.
+func (a *app) list(n int, none string, table func(w io.Writer)) {
+	if n == 0 {
+		fmt.Fprintln(a.stdout, none)
+		return
+	}
+	table(a.stdout)
+}
+
 // positive is the check of a duration flag that must be above zero.
 func positive(flagName string, d *time.Duration) func() error {
 	return func() error {
@@ -232,22 +249,46 @@ func positive(flagName string, d *time.Duration) func() error {
 	}
 }
 
-// open parses a command's flags (parse), runs the checks of their values
-// in order, then connects and opens a Reader; the func closes it.
+// open parses a command's flags (parse), then connects and opens a Reader
+// once the checks of their values pass (connect); the func closes it.
 func (a *app) open(ctx context.Context, fs *flag.FlagSet, args []string, checks ...func() error) (*operate.Reader, func(), error) {
 	if err := a.parse(fs, args); err != nil {
 		return nil, nil, err
 	}
+	return a.connect(ctx, checks...)
+}
+
+// openKnown is open, then one snapshot of the lock (known).
+func (a *app) openKnown(ctx context.Context, fs *flag.FlagSet, args []string, checks ...func() error) (*operate.Reader, operate.Snapshot, func(), error) {
+	if err := a.parse(fs, args); err != nil {
+		return nil, operate.Snapshot{}, nil, err
+	}
+	return a.known(ctx, checks...)
+}
+
+// known is connect, then one snapshot of the lock (snapshot), which fails
+// on a lock name nothing is registered under; the func closes the Reader.
+func (a *app) known(ctx context.Context, checks ...func() error) (*operate.Reader, operate.Snapshot, func(), error) {
+	r, done, err := a.connect(ctx, checks...)
+	if err != nil {
+		return nil, operate.Snapshot{}, nil, err
+	}
+	s, err := a.snapshot(ctx, r)
+	if err != nil {
+		done()
+		return nil, s, nil, err
+	}
+	return r, s, done, nil
+}
+
+// connect runs the checks of a command's flag values and arguments, in
+// order, then connects and opens a Reader; the func closes it.
+func (a *app) connect(ctx context.Context, checks ...func() error) (*operate.Reader, func(), error) {
 	for _, check := range checks {
 		if err := check(); err != nil {
 			return nil, nil, err
 		}
 	}
-	return a.connect(ctx)
-}
-
-// connect connects and opens a Reader; the func closes it.
-func (a *app) connect(ctx context.Context) (*operate.Reader, func(), error) {
 	conn, err := operate.Dial(ctx, a.redisURL, a.lock)
 	if err != nil {
 		return nil, nil, err
@@ -279,16 +320,12 @@ func (a *app) snapshot(ctx context.Context, r *operate.Reader) (operate.Snapshot
 func (a *app) status(ctx context.Context, args []string) error {
 	fs := a.command("status", "[-o table|json]",
 		"Prints the master (node id, identifier, term, time held, lock TTL left), every\nregistered process, the registry backend and warnings.")
-	out := fs.String("o", "table", "output `format`: table or json")
-	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "table", "json"))
+	out, checkOut := format(fs, "table", "json")
+	r, s, done, err := a.openKnown(ctx, fs, args, checkOut)
 	if err != nil {
 		return err
 	}
 	defer done()
-	s, err := a.snapshot(ctx, r)
-	if err != nil {
-		return err
-	}
 	if *out == "json" {
 		return writeJSON(a.stdout, s)
 	}
@@ -298,17 +335,13 @@ func (a *app) status(ctx context.Context, args []string) error {
 
 func (a *app) processes(ctx context.Context, args []string) error {
 	fs := a.command("processes", "[-role master|slave] [-o table|json]", "Lists the registered processes, sorted by process id.")
-	out := fs.String("o", "table", "output `format`: table or json")
+	out, checkOut := format(fs, "table", "json")
 	role := fs.String("role", "", "only the processes of this `role`: master or slave")
-	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "table", "json"), oneOf("role", role, true, "master", "slave"))
+	_, s, done, err := a.openKnown(ctx, fs, args, checkOut, oneOf("role", role, true, "master", "slave"))
 	if err != nil {
 		return err
 	}
 	defer done()
-	s, err := a.snapshot(ctx, r)
-	if err != nil {
-		return err
-	}
 	ps := s.ByRole(registry.Role(*role))
 	if *out == "json" {
 		b, err := operate.ProcessesJSON(ps)
@@ -318,11 +351,7 @@ func (a *app) processes(ctx context.Context, args []string) error {
 		_, err = fmt.Fprintf(a.stdout, "%s\n", b)
 		return err
 	}
-	if len(ps) == 0 {
-		fmt.Fprintln(a.stdout, "no process registered")
-		return nil
-	}
-	processTable(a.stdout, ps)
+	a.list(len(ps), "no process registered", func(w io.Writer) { processTable(w, ps) })
 	return nil
 }
 
@@ -360,8 +389,8 @@ func (a *app) stepDown(ctx context.Context, args []string) error {
 			"with IgnoreRemoteTransfers.")
 	to := fs.String("to", "", "hand over to this `node` id (default: any candidate)")
 	timeout := fs.Duration("timeout", operate.DefaultStepDownTimeout, "how long to wait for the new master")
-	out := fs.String("o", "text", "output `format`: text or json")
-	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "text", "json"), positive("timeout", timeout))
+	out, checkOut := format(fs, "text", "json")
+	r, done, err := a.open(ctx, fs, args, checkOut, positive("timeout", timeout))
 	if err != nil {
 		return err
 	}
@@ -468,16 +497,13 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 		"Lists the oldest dead letters of durable routing (the stream <lock>:dead): id,\n"+
 			"age, the process whose inbox it was in, type, message id, deliveries and the\n"+
 			"last error. The table cuts long cells; -o json has everything.")
-	out := fs.String("o", "table", "output `format`: table or json")
+	out, checkOut := format(fs, "table", "json")
 	n := fs.Int64("n", 100, "list at most `N` dead letters, oldest first (0: all)")
-	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "table", "json"), notNegative("n", n))
+	r, _, done, err := a.openKnown(ctx, fs, args, checkOut, notNegative("n", n))
 	if err != nil {
 		return err
 	}
 	defer done()
-	if _, err := a.snapshot(ctx, r); err != nil {
-		return err
-	}
 	rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
 	defer cancel()
 	l, err := operate.ListDead(rctx, r, *n)
@@ -487,14 +513,12 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 	if *out == "json" {
 		return writeJSON(a.stdout, l.Letters)
 	}
-	if len(l.Letters) == 0 {
-		fmt.Fprintf(a.stdout, "no dead letters in %s\n", l.Stream)
-		return nil
-	}
-	deadTable(a.stdout, l.Letters)
-	if shown := int64(len(l.Letters)); shown < l.Total {
-		fmt.Fprintf(a.stdout, "%d of %s in %s, oldest first; -n 0 lists them all\n", shown, plural(l.Total, "dead letter"), l.Stream)
-	}
+	a.list(len(l.Letters), "no dead letters in "+l.Stream, func(w io.Writer) {
+		deadTable(w, l.Letters)
+		if shown := int64(len(l.Letters)); shown < l.Total {
+			fmt.Fprintf(w, "%d of %s in %s, oldest first; -n 0 lists them all\n", shown, plural(l.Total, "dead letter"), l.Stream)
+		}
+	})
 	return nil
 }
 
@@ -513,24 +537,19 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 	if len(ids) == 0 {
 		return fmt.Errorf("%w: give the ids of the dead letters to retry (herd dead list shows them)", operate.ErrUsage)
 	}
-	for _, id := range ids {
-		if err := operate.CheckDeadID(id); err != nil {
-			return err
+	r, _, done, err := a.known(ctx, deadIDs(ids), func() error {
+		if *to == "" {
+			return nil
 		}
-	}
-	if *to != "" {
 		if err := scripts.ValidateName("-to", *to); err != nil {
 			return fmt.Errorf("%w: %w", operate.ErrUsage, err)
 		}
-	}
-	r, done, err := a.connect(ctx)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer done()
-	if _, err := a.snapshot(ctx, r); err != nil {
-		return err
-	}
 	var failed int
 	var last error
 	for _, id := range ids {
@@ -568,19 +587,11 @@ func (a *app) deadDrop(ctx context.Context, args []string) error {
 	case !*all && len(ids) == 0:
 		return fmt.Errorf("%w: give the ids of the dead letters to drop (herd dead list shows them), or -all to drop every one", operate.ErrUsage)
 	}
-	for _, id := range ids {
-		if err := operate.CheckDeadID(id); err != nil {
-			return err
-		}
-	}
-	r, done, err := a.connect(ctx)
+	r, _, done, err := a.known(ctx, deadIDs(ids))
 	if err != nil {
 		return err
 	}
 	defer done()
-	if _, err := a.snapshot(ctx, r); err != nil {
-		return err
-	}
 	rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
 	defer cancel()
 	if *all {
@@ -601,6 +612,18 @@ func (a *app) deadDrop(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "dropped %s\n", plural(n, "dead letter"))
 	return nil
+}
+
+// deadIDs is the check of the dead letter ids given as arguments.
+func deadIDs(ids []string) func() error {
+	return func() error {
+		for _, id := range ids {
+			if err := operate.CheckDeadID(id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // notNegative is the check of an integer flag that must not be below zero.
@@ -705,9 +728,9 @@ func (a *app) assignments(ctx context.Context, args []string) error {
 			"it), waiting (not claimed yet), unassigned (no slave had room) or removed\n"+
 			"(no longer in the set, still owned); then each slave's planned and owned\n"+
 			"counts.")
-	out := fs.String("o", "table", "output `format`: table or json")
+	out, checkOut := format(fs, "table", "json")
 	set := fs.String("set", "items", "the item set's `name` (assign.Config.Set)")
-	r, done, err := a.open(ctx, fs, args, oneOf("o", out, false, "table", "json"))
+	r, done, err := a.open(ctx, fs, args, checkOut)
 	if err != nil {
 		return err
 	}
@@ -721,10 +744,6 @@ func (a *app) assignments(ctx context.Context, args []string) error {
 	if *out == "json" {
 		return writeJSON(a.stdout, as)
 	}
-	if len(as.Items) == 0 {
-		fmt.Fprintf(a.stdout, "no items in set %s\n", as.Set)
-		return nil
-	}
-	assignTable(a.stdout, as)
+	a.list(len(as.Items), "no items in set "+as.Set, func(w io.Writer) { assignTable(w, as) })
 	return nil
 }

@@ -119,9 +119,7 @@ func newClient(rawURL string) (client redis.UniversalClient, topo Topology, show
 		if err != nil {
 			return bad(err)
 		}
-		opts.ContextTimeoutEnabled = true
-		opts.DisableIdentity = true
-		opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		herdSettings(&opts.ContextTimeoutEnabled, &opts.DisableIdentity, &opts.MaintNotificationsConfig)
 		return redis.NewClusterClient(opts), TopologyCluster, shown, nil
 	case q.Has("master_name"):
 		opts, err := redis.ParseFailoverURL(u.String())
@@ -131,18 +129,26 @@ func newClient(rawURL string) (client redis.UniversalClient, topo Topology, show
 		if opts.MasterName == "" {
 			return bad(fmt.Errorf("master_name is empty"))
 		}
-		opts.ContextTimeoutEnabled = true
-		opts.DisableIdentity = true
+		herdSettings(&opts.ContextTimeoutEnabled, &opts.DisableIdentity, nil) // a failover client has no maintenance notifications
 		return redis.NewFailoverClient(opts), TopologySentinel, shown, nil
 	}
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
 		return bad(err)
 	}
-	opts.ContextTimeoutEnabled = true
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	herdSettings(&opts.ContextTimeoutEnabled, &opts.DisableIdentity, &opts.MaintNotificationsConfig)
 	return redis.NewClient(opts), TopologyServer, shown, nil
+}
+
+// herdSettings sets, in the options of a client of any topology, what herd
+// needs: ContextTimeoutEnabled (herd's deadlines only hold with it), no
+// CLIENT SETINFO, and no maintenance notifications (not every server has
+// them) unless maint is nil.
+func herdSettings(contextTimeout, disableIdentity *bool, maint **maintnotifications.Config) {
+	*contextTimeout, *disableIdentity = true, true
+	if maint != nil {
+		*maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
 }
 
 // userinfo matches the user information of a URL, to hide its password.

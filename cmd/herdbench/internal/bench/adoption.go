@@ -75,28 +75,38 @@ const idleSweeps = 5
 // (registration, slave tracker) is over.
 const settle = 20 * time.Millisecond
 
-// backlogSlaves registers slaves processes "slave-0" … as live in the
-// registry of keys (as their elections would register them) and creates
-// their inboxes' consumer group (as their Consumers' Start would), and
-// returns their ids.
-func backlogSlaves(ctx context.Context, c redis.UniversalClient, keys scripts.Keys, slaves int) ([]string, error) {
+// registerSlaves registers the processes ids as live slaves in the
+// registry of keys, as their elections would, on the backend the server
+// offers.
+func registerSlaves(ctx context.Context, c redis.UniversalClient, keys scripts.Keys, ids []string) error {
 	reg, err := registry.New(ctx, c, keys, registry.Config{ProcessTTL: 10 * time.Minute})
 	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
+		return fmt.Errorf("registry: %w", err)
 	}
-	ids := make([]string, slaves)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("slave-%d", i)
-		if err := reg.Register(ctx, registry.ProcessInfo{ProcessID: ids[i], Role: registry.RoleSlave}); err != nil {
-			return nil, fmt.Errorf("register %s: %w", ids[i], err)
+	for _, id := range ids {
+		if err := reg.Register(ctx, registry.ProcessInfo{ProcessID: id, Role: registry.RoleSlave}); err != nil {
+			return fmt.Errorf("register %s: %w", id, err)
 		}
+	}
+	return nil
+}
+
+// backlogSlaves registers slaves processes (slaveIDs) as live
+// (registerSlaves), creates their inboxes' consumer group (as their
+// Consumers' Start would), and returns their ids.
+func backlogSlaves(ctx context.Context, c redis.UniversalClient, keys scripts.Keys, slaves int) ([]string, error) {
+	ids := slaveIDs(slaves)
+	if err := registerSlaves(ctx, c, keys, ids); err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
 		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.XGroupCreateMkStream(ctx, keys.Inbox(ids[i]), scripts.InboxGroup, "0")
-			p.SAdd(ctx, keys.Inboxes, ids[i])
+			p.XGroupCreateMkStream(ctx, keys.Inbox(id), scripts.InboxGroup, "0")
+			p.SAdd(ctx, keys.Inboxes, id)
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("create the inbox of %s: %w", ids[i], err)
+			return nil, fmt.Errorf("create the inbox of %s: %w", id, err)
 		}
 	}
 	return ids, nil
@@ -483,10 +493,9 @@ func BacklogFailover(ctx context.Context, env *Env, slaves, backlog, reps int) (
 	if !master.IsMaster() {
 		return res, fmt.Errorf("backlog failover: the first node of lock %q is not master", lock)
 	}
-	ids := make([]string, slaves)
+	ids := slaveIDs(slaves)
 	var consumers []*durable.Consumer
 	for i := range ids {
-		ids[i] = fmt.Sprintf("slave-%d", i)
 		cfg := Timings(lock, ids[i], 30*time.Second)
 		cfg.NonCandidate = true
 		s, err := newWarmNode(ctx, env, cfg)

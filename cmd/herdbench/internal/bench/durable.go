@@ -12,7 +12,6 @@ import (
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/internal/testkit/benchkit"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -20,63 +19,40 @@ import (
 // durable.Consumers, whose handlers feed the rig as startRouting's
 // Subscribers do, so the runs are timed as routing's. On error, what was
 // started is stopped.
-func startDurable(ctx context.Context, env *Env, slaves int) (_ *routingRig, err error) {
-	g := newRig(slaves)
-	defer func() {
+func startDurable(ctx context.Context, env *Env, slaves int) (*routingRig, error) {
+	return startRig(ctx, env, "durable", slaves, func(g *routingRig, master *node, lock string) error {
+		cfg := durable.Config{LockName: lock, Block: 100 * time.Millisecond}
+		router, err := durable.NewRouter(master.client, master, nil, cfg)
 		if err != nil {
-			g.close()
+			return err
 		}
-	}()
-	lock := env.LockName("durable")
-	master, err := g.startMaster(ctx, env, lock)
-	if err != nil {
-		return nil, err
-	}
-	cfg := durable.Config{LockName: lock, Block: 100 * time.Millisecond}
-	router, err := durable.NewRouter(master.client, master, nil, cfg)
-	if err != nil {
-		return nil, err
-	}
-	g.send = func(ctx context.Context, slaveID, msgType string, payload any) error {
-		_, err := router.Send(ctx, slaveID, msgType, payload)
-		return err
-	}
-	g.sendBatch = func(ctx context.Context, msgs []pubsub.Outgoing) (pubsub.BatchResult, error) {
-		r, err := router.SendBatch(ctx, msgs)
-		return pubsub.BatchResult(r), err // the same outcomes, without durable's Stored
-	}
-	// A send reaches only a live process: each slave is registered as its
-	// election would register it, on the backend the server offers.
-	reg, err := registry.New(ctx, master.client, scripts.NewKeys(lock, false), registry.Config{ProcessTTL: 10 * time.Minute})
-	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
-	for i := range slaves {
-		g.ids[i] = fmt.Sprintf("slave-%d", i)
-		if err := reg.Register(ctx, registry.ProcessInfo{ProcessID: g.ids[i], Role: registry.RoleSlave}); err != nil {
-			return nil, fmt.Errorf("register %s: %w", g.ids[i], err)
+		g.send = func(ctx context.Context, slaveID, msgType string, payload any) error {
+			_, err := router.Send(ctx, slaveID, msgType, payload)
+			return err
 		}
-		c := env.NewClient()
+		g.sendBatch = func(ctx context.Context, msgs []pubsub.Outgoing) (pubsub.BatchResult, error) {
+			r, err := router.SendBatch(ctx, msgs)
+			return pubsub.BatchResult(r), err // the same outcomes, without durable's Stored
+		}
+		// A send reaches only a live process: each slave is registered as its
+		// election would register it, on the backend the server offers.
+		if err := registerSlaves(ctx, master.client, scripts.NewKeys(lock, false), g.ids); err != nil {
+			return err
+		}
+		// The inboxes go when the rig closes, after the Consumers.
 		g.closers = append(g.closers, func() {
-			_ = c.Del(context.WithoutCancel(ctx), router.Inbox(g.ids[i])).Err()
-			_ = c.Close()
+			inboxes := make([]string, len(g.ids))
+			for i, id := range g.ids {
+				inboxes[i] = router.Inbox(id)
+			}
+			_ = master.client.Del(context.WithoutCancel(ctx), inboxes...).Err()
 		})
-		s, err := durable.NewConsumer(c, g.ids[i], cfg)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.Handle("lat", func(context.Context, durable.Delivery) error { g.arrived(); return nil }); err != nil {
-			return nil, err
-		}
-		if err := s.Handle("tput", func(context.Context, durable.Delivery) error { g.counted(); return nil }); err != nil {
-			return nil, err
-		}
-		if err := s.Start(ctx); err != nil {
-			return nil, fmt.Errorf("start consumer %s: %w", g.ids[i], err)
-		}
-		g.closers = append(g.closers, func() { _ = s.Close() })
-	}
-	return g, nil
+		return startSlaves(ctx, env, g, func(c *redis.Client, id string) (*durable.Consumer, error) {
+			return durable.NewConsumer(c, id, cfg)
+		}, func(work func()) durable.Handler {
+			return func(context.Context, durable.Delivery) error { work(); return nil }
+		})
+	})
 }
 
 // DurableRouting measures durable routing as Routing and RoutingBatch
@@ -136,15 +112,11 @@ func durableSingle(ctx context.Context, env *Env, slaves, latencyN int, res *Rou
 // own client) and acknowledges each read with one XACK of all its ids. It
 // returns the messages per second until every slave had read its share.
 func RawStreams(ctx context.Context, env *Env, slaves, messages, senders, batch int) (float64, error) {
-	if slaves < 1 || senders < 1 || batch < 1 {
-		return 0, fmt.Errorf("raw streams needs at least 1 slave, sender and batch, got %d, %d, %d", slaves, senders, batch)
+	prefix, pub, arrived, err := startRaw(env, "raw streams", "rawstream", slaves, messages, senders, batch)
+	if err != nil {
+		return 0, err
 	}
-	prefix := env.LockName("rawstream")
-	pub := env.NewClient()
 	defer pub.Close()
-	var received atomic.Int64
-	done := make(chan struct{})
-	var once sync.Once
 	var wg sync.WaitGroup
 	rctx, cancel := context.WithCancel(ctx)
 	var clients []*redis.Client
@@ -180,21 +152,15 @@ func RawStreams(ctx context.Context, env *Env, slaves, messages, senders, batch 
 					continue
 				}
 				c.XAck(rctx, streams[i], "g", ids...)
-				if received.Add(int64(len(ids))) == int64(messages) {
-					once.Do(func() { close(done) })
-				}
+				arrived.add(len(ids))
 			}
 		}()
 	}
-	payload := make([]byte, 200) // about the size of a routed envelope
-	for i := range payload {
-		payload[i] = 'x'
-	}
 	t0 := time.Now()
-	err := sendShares(messages, senders, batch, func(idx []int) error {
+	err = sendShares(messages, senders, batch, func(idx []int) error {
 		_, err := pub.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
-				p.XAdd(ctx, &redis.XAddArgs{Stream: streams[i%slaves], Values: []any{"m", payload}})
+				p.XAdd(ctx, &redis.XAddArgs{Stream: streams[i%slaves], Values: []any{"m", rawPayload}})
 			}
 			return nil
 		})
@@ -203,12 +169,11 @@ func RawStreams(ctx context.Context, env *Env, slaves, messages, senders, batch 
 	if err != nil {
 		return 0, err
 	}
-	select {
-	case <-done:
-		return float64(messages) / time.Since(t0).Seconds(), nil
-	case <-time.After(30 * time.Second):
-		return 0, fmt.Errorf("raw streams: %d of %d messages read within 30s", received.Load(), messages)
+	d, err := arrived.wait(ctx, t0, "raw streams", "read")
+	if err != nil {
+		return 0, err
 	}
+	return float64(messages) / d.Seconds(), nil
 }
 
 // durableRows are rows 9f to 9j: durable routing (package durable) beside

@@ -82,56 +82,44 @@ func AcquireOp(c redis.UniversalClient, lockName, nodeID string, ttl time.Durati
 // RenewOp acquires a lock and returns the Op that renews it, as the master
 // does every HeartbeatInterval (with its term, as the election loop does).
 func RenewOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte) (Op, error) {
-	k, term, err := hold(ctx, c, lockName, nodeID, ttl, info, "renew")
-	if err != nil {
-		return Op{}, err
-	}
-	return Op{
-		Name: "renew",
-		Do: func(ctx context.Context) error {
-			ok, err := scripts.Renew(ctx, c, k, nodeID, term, ttl)
-			if err == nil && !ok {
-				err = fmt.Errorf("%w: renew found the lock gone", errUnexpected)
-			}
-			return err
-		},
-		Close: func(ctx context.Context) error { return release(ctx, c, k, nodeID, term) },
-	}, nil
+	return heldOp(ctx, c, lockName, nodeID, ttl, info, "renew", func(ctx context.Context, k scripts.Keys, term int64) error {
+		ok, err := scripts.Renew(ctx, c, k, nodeID, term, ttl)
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: renew found the lock gone", errUnexpected)
+		}
+		return err
+	})
 }
 
 // CheckOp acquires a lock for holder and returns the Op that checks it, as
 // every slave does every CheckInterval.
 func CheckOp(ctx context.Context, c redis.UniversalClient, lockName, holder string, ttl time.Duration) (Op, error) {
-	k, term, err := hold(ctx, c, lockName, holder, ttl, nil, "check")
-	if err != nil {
-		return Op{}, err
-	}
-	return Op{
-		Name: "check",
-		Do: func(ctx context.Context) error {
-			st, err := scripts.Check(ctx, c, k)
-			if err == nil && (st.NodeID != holder || st.Term != term) {
-				err = fmt.Errorf("%w: check saw %q term %d", errUnexpected, st.NodeID, st.Term)
-			}
-			return err
-		},
-		Close: func(ctx context.Context) error { return release(ctx, c, k, holder, term) },
-	}, nil
+	return heldOp(ctx, c, lockName, holder, ttl, nil, "check", func(ctx context.Context, k scripts.Keys, term int64) error {
+		st, err := scripts.Check(ctx, c, k)
+		if err == nil && (st.NodeID != holder || st.Term != term) {
+			err = fmt.Errorf("%w: check saw %q term %d", errUnexpected, st.NodeID, st.Term)
+		}
+		return err
+	})
 }
 
-// hold acquires the lock lockName for nodeID, before the Op op that needs
-// it held, and returns the lock's keys and the term; the Op's Close
-// releases it.
-func hold(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte, op string) (scripts.Keys, int64, error) {
+// heldOp acquires the lock lockName for nodeID and returns the Op name
+// that calls do with the lock's keys and term, as the Op's own work needs
+// the lock held; the Op's Close releases it.
+func heldOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte, name string, do func(ctx context.Context, k scripts.Keys, term int64) error) (Op, error) {
 	k := scripts.NewKeys(lockName, false)
 	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info, 0)
 	if err != nil {
-		return k, 0, fmt.Errorf("acquire before %s: %w", op, err)
+		return Op{}, fmt.Errorf("acquire before %s: %w", name, err)
 	}
 	if res.Term == 0 {
-		return k, 0, fmt.Errorf("%w: lock %q is held by %q", errUnexpected, lockName, res.Holder)
+		return Op{}, fmt.Errorf("%w: lock %q is held by %q", errUnexpected, lockName, res.Holder)
 	}
-	return k, res.Term, nil
+	return Op{
+		Name:  name,
+		Do:    func(ctx context.Context) error { return do(ctx, k, res.Term) },
+		Close: func(ctx context.Context) error { return release(ctx, c, k, nodeID, res.Term) },
+	}, nil
 }
 
 // release releases the lock nodeID holds under term and deletes its term

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -105,27 +106,130 @@ type benchPayload struct {
 	Seq int `json:"seq"`
 }
 
+// rawPayload is what the raw floors send: about the size of a routed
+// envelope.
+var rawPayload = bytes.Repeat([]byte{'x'}, 200)
+
+// startRaw checks the sizes of the raw floor what and returns a prefix for
+// its keys (a fresh lock name of env, after name), the client that sends
+// (the caller closes it) and the tally of its messages.
+func startRaw(env *Env, what, name string, slaves, messages, senders, batch int) (string, *redis.Client, *tally, error) {
+	if slaves < 1 || senders < 1 || batch < 1 {
+		return "", nil, nil, fmt.Errorf("%s needs at least 1 slave, sender and batch, got %d, %d, %d", what, slaves, senders, batch)
+	}
+	return env.LockName(name), env.NewClient(), newTally(messages), nil
+}
+
+// tally counts the messages of a throughput run as they arrive, and closes
+// done when their count reaches target.
+type tally struct {
+	received, target atomic.Int64
+	done             chan struct{}
+	once             sync.Once
+}
+
+// newTally returns a tally of target messages; 0: set target later.
+func newTally(target int) *tally {
+	t := &tally{done: make(chan struct{})}
+	t.target.Store(int64(target))
+	return t
+}
+
+// add counts n messages.
+func (t *tally) add(n int) {
+	if t.received.Add(int64(n)) == t.target.Load() {
+		t.once.Do(func() { close(t.done) })
+	}
+}
+
+// wait returns the time from t0 until every message had arrived; an error
+// names what the run did and how far it got when that takes more than 30s
+// or ctx ends.
+func (t *tally) wait(ctx context.Context, t0 time.Time, what, arrived string) (time.Duration, error) {
+	select {
+	case <-t.done:
+		return time.Since(t0), nil
+	case <-time.After(30 * time.Second):
+		return 0, fmt.Errorf("%s: %d of %d messages %s within 30s", what, t.received.Load(), t.target.Load(), arrived)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
 // routingRig is a master (a MasterElection with a pub/sub or a durable
 // Router on its client) and its slaves, each with its own client, as
 // separate processes. Their "lat" handler hands its time to latCh; their
-// "tput" handler counts into received and closes done when it reaches
-// target.
+// "tput" handler counts into the tally of the throughput run.
 type routingRig struct {
 	// send and sendBatch are the master's Router's Send and SendBatch.
 	send      func(ctx context.Context, slaveID, msgType string, payload any) error
 	sendBatch func(ctx context.Context, msgs []pubsub.Outgoing) (pubsub.BatchResult, error)
 
-	ids      []string
-	latCh    chan time.Time
-	received atomic.Int64
-	target   atomic.Int64
-	done     chan struct{}
-	doneOnce sync.Once
-	closers  []func()
+	*tally
+	ids     []string
+	latCh   chan time.Time
+	closers []func()
 }
 
-func newRig(slaves int) *routingRig {
-	return &routingRig{latCh: make(chan time.Time, 1), done: make(chan struct{}), ids: make([]string, slaves)}
+// startRig starts a rig of slaves slaves on a fresh lock named after
+// what: its master, the only candidate of the lock, then the rest with
+// start, which sets send and sendBatch and starts the slaves (startSlaves).
+// On error, what was started is stopped.
+func startRig(ctx context.Context, env *Env, what string, slaves int, start func(g *routingRig, master *node, lock string) error) (*routingRig, error) {
+	g := &routingRig{tally: newTally(0), latCh: make(chan time.Time, 1), ids: slaveIDs(slaves)}
+	lock := env.LockName(what)
+	master, err := g.startMaster(ctx, env, lock)
+	if err == nil {
+		err = start(g, master, lock)
+	}
+	if err != nil {
+		g.close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// slaveIDs returns the ids of n slaves: "slave-0", "slave-1" …
+func slaveIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("slave-%d", i)
+	}
+	return ids
+}
+
+// receiver is a slave's receiving end in a rig, a pub/sub Subscriber or a
+// durable Consumer; H is its handler type.
+type receiver[H any] interface {
+	Handle(msgType string, h H) error
+	Start(ctx context.Context) error
+	Close() error
+}
+
+// startSlaves starts a receiver per slave of the rig, which newReceiver
+// makes on a client of the slave's own, with the rig's "lat" and "tput"
+// handlers, which handler makes of arrived and counted; the rig closes
+// them.
+func startSlaves[H any, R receiver[H]](ctx context.Context, env *Env, g *routingRig, newReceiver func(c *redis.Client, id string) (R, error), handler func(work func()) H) error {
+	for _, id := range g.ids {
+		c := env.NewClient()
+		g.closers = append(g.closers, func() { _ = c.Close() })
+		r, err := newReceiver(c, id)
+		if err != nil {
+			return err
+		}
+		if err := r.Handle("lat", handler(g.arrived)); err != nil {
+			return err
+		}
+		if err := r.Handle("tput", handler(g.counted)); err != nil {
+			return err
+		}
+		if err := r.Start(ctx); err != nil {
+			return fmt.Errorf("start the receiver of %s: %w", id, err)
+		}
+		g.closers = append(g.closers, func() { _ = r.Close() })
+	}
+	return nil
 }
 
 // startMaster starts the rig's master, the only candidate of lock.
@@ -153,13 +257,8 @@ func (g *routingRig) arrived() {
 	}
 }
 
-// counted is the "tput" handler's work: it counts one message and closes
-// done at the target.
-func (g *routingRig) counted() {
-	if n := g.received.Add(1); n == g.target.Load() {
-		g.doneOnce.Do(func() { close(g.done) })
-	}
-}
+// counted is the "tput" handler's work: it counts one message.
+func (g *routingRig) counted() { g.add(1) }
 
 // close stops the slaves and the master, in the reverse order of start.
 func (g *routingRig) close() {
@@ -170,44 +269,20 @@ func (g *routingRig) close() {
 
 // startRouting starts the master and slaves Subscribers. On error, what was
 // started is stopped.
-func startRouting(ctx context.Context, env *Env, slaves int) (_ *routingRig, err error) {
-	g := newRig(slaves)
-	defer func() {
+func startRouting(ctx context.Context, env *Env, slaves int) (*routingRig, error) {
+	return startRig(ctx, env, "routing", slaves, func(g *routingRig, master *node, lock string) error {
+		cfg := pubsub.Config{LockName: lock}
+		router, err := pubsub.NewRouter(master.client, master, nil, cfg)
 		if err != nil {
-			g.close()
+			return err
 		}
-	}()
-	lock := env.LockName("routing")
-	master, err := g.startMaster(ctx, env, lock)
-	if err != nil {
-		return nil, err
-	}
-	cfg := pubsub.Config{LockName: lock}
-	router, err := pubsub.NewRouter(master.client, master, nil, cfg)
-	if err != nil {
-		return nil, err
-	}
-	g.send, g.sendBatch = router.Send, router.SendBatch
-	for i := range slaves {
-		g.ids[i] = fmt.Sprintf("slave-%d", i)
-		c := env.NewClient()
-		g.closers = append(g.closers, func() { _ = c.Close() })
-		s, err := pubsub.NewSubscriber(c, g.ids[i], cfg)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.Handle("lat", func(context.Context, pubsub.Message) error { g.arrived(); return nil }); err != nil {
-			return nil, err
-		}
-		if err := s.Handle("tput", func(context.Context, pubsub.Message) error { g.counted(); return nil }); err != nil {
-			return nil, err
-		}
-		if err := s.Start(ctx); err != nil {
-			return nil, fmt.Errorf("start subscriber %s: %w", g.ids[i], err)
-		}
-		g.closers = append(g.closers, func() { _ = s.Close() })
-	}
-	return g, nil
+		g.send, g.sendBatch = router.Send, router.SendBatch
+		return startSlaves(ctx, env, g, func(c *redis.Client, id string) (*pubsub.Subscriber, error) {
+			return pubsub.NewSubscriber(c, id, cfg)
+		}, func(work func()) pubsub.Handler {
+			return func(context.Context, pubsub.Message) error { work(); return nil }
+		})
+	})
 }
 
 // latency sends n messages one at a time, round-robin over the slaves
@@ -274,14 +349,7 @@ func (g *routingRig) throughput(ctx context.Context, messages, senders, batch in
 	if err := sendShares(messages, senders, batch, send); err != nil {
 		return 0, err
 	}
-	select {
-	case <-g.done:
-		return time.Since(t0), nil
-	case <-time.After(30 * time.Second):
-		return 0, fmt.Errorf("throughput: %d of %d messages handled within 30s", g.received.Load(), messages)
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
+	return g.wait(ctx, t0, "throughput", "handled")
 }
 
 // sendShares has senders goroutines send messages messages, batch at a
@@ -371,15 +439,11 @@ func RoutingBatch(ctx context.Context, env *Env, slaves, messages, senders, batc
 // messages per second until every subscriber had its share, and what they
 // cost per message.
 func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch int) (float64, CPU, error) {
-	if slaves < 1 || senders < 1 || batch < 1 {
-		return 0, CPU{}, fmt.Errorf("raw publish needs at least 1 slave, sender and batch, got %d, %d, %d", slaves, senders, batch)
+	prefix, pub, arrived, err := startRaw(env, "raw publish", "raw", slaves, messages, senders, batch)
+	if err != nil {
+		return 0, CPU{}, err
 	}
-	prefix := env.LockName("raw")
-	pub := env.NewClient()
 	defer pub.Close()
-	var received atomic.Int64
-	done := make(chan struct{})
-	var once sync.Once
 	var wg sync.WaitGroup
 	rctx, cancel := context.WithCancel(ctx)
 	defer wg.Wait()
@@ -398,26 +462,18 @@ func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			readMessages(rctx, ch, func(*redis.Message) {
-				if received.Add(1) == int64(messages) {
-					once.Do(func() { close(done) })
-				}
-			})
+			readMessages(rctx, ch, func(*redis.Message) { arrived.add(1) })
 		}()
-	}
-	payload := make([]byte, 200) // about the size of a routed envelope
-	for i := range payload {
-		payload[i] = 'x'
 	}
 	meter := meterCPU(ctx, pub)
 	t0 := time.Now()
-	err := sendShares(messages, senders, batch, func(idx []int) error {
+	err = sendShares(messages, senders, batch, func(idx []int) error {
 		if len(idx) == 1 {
-			return pub.Publish(ctx, channels[idx[0]%slaves], payload).Err()
+			return pub.Publish(ctx, channels[idx[0]%slaves], rawPayload).Err()
 		}
 		_, err := pub.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
-				p.Publish(ctx, channels[i%slaves], payload)
+				p.Publish(ctx, channels[i%slaves], rawPayload)
 			}
 			return nil
 		})
@@ -426,11 +482,9 @@ func RawPublish(ctx context.Context, env *Env, slaves, messages, senders, batch 
 	if err != nil {
 		return 0, CPU{}, err
 	}
-	select {
-	case <-done:
-		rate := float64(messages) / time.Since(t0).Seconds()
-		return rate, meter(messages), nil
-	case <-time.After(30 * time.Second):
-		return 0, CPU{}, fmt.Errorf("raw publish: %d of %d messages received within 30s", received.Load(), messages)
+	d, err := arrived.wait(ctx, t0, "raw publish", "received")
+	if err != nil {
+		return 0, CPU{}, err
 	}
+	return float64(messages) / d.Seconds(), meter(messages), nil
 }
