@@ -1,11 +1,16 @@
 package masterelection
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rendezvous"
 	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 // trackSlaves runs the slave tracker for mastership l until it ends. Its
@@ -13,15 +18,22 @@ import (
 // is not master at that instant, and none follows the master-lost of l.
 func (m *MasterElection) trackSlaves(l *leadership) {
 	defer m.bg.Done()
+	next := newSuccession(l.term)
 	tracker, err := registry.NewSlaveTracker(m.reg, registry.TrackerConfig{
 		SlaveTimeout:  m.cfg.SlaveTimeout,
 		SweepInterval: m.cfg.CheckInterval,
 		Self:          m.cfg.NodeID,
 		OnJoin: func(s registry.SlaveNode) {
 			m.slaveEvent(l, topicSlaveRegistered, payload{slave: s})
+			if next.join(s.NodeID) {
+				m.publishSuccession(l, next.order)
+			}
 		},
 		OnLeave: func(id string) {
 			m.slaveEvent(l, topicSlaveRemoved, payload{nodeID: id})
+			if next.leave(id) {
+				m.publishSuccession(l, next.order)
+			}
 		},
 		OnError: func(err error) { m.emitError(fmt.Errorf("track slaves: %w", err)) },
 	})
@@ -65,4 +77,82 @@ func (m *MasterElection) slaveEvent(l *leadership, topic string, p payload) {
 		return
 	}
 	m.bus.emit(topic, p)
+}
+
+// maxSuccession is how many slaves a master ranks in its succession.
+const maxSuccession = 3
+
+// succession is a master's ranking of its slaves for the next election
+// (scripts.Succession): the maxSuccession slaves with the highest
+// rendezvous hash of the master's term, so that each term ranks the herd
+// afresh and every slave is first as often as any other.
+type succession struct {
+	key    string          // the term, the rendezvous key
+	slaves map[string]bool // every slave the tracker reports live
+	order  []string        // the ranking: at most maxSuccession slaves
+}
+
+func newSuccession(term int64) *succession {
+	return &succession{key: strconv.FormatInt(term, 10), slaves: map[string]bool{}}
+}
+
+// before reports whether slave a ranks before slave b.
+func (s *succession) before(a, b string) bool {
+	ha, hb := rendezvous.Hash(s.key, a), rendezvous.Hash(s.key, b)
+	return ha > hb || ha == hb && a < b
+}
+
+// join adds slave id and reports whether the ranking changed.
+func (s *succession) join(id string) bool {
+	if s.slaves[id] {
+		return false
+	}
+	s.slaves[id] = true
+	return s.rank(id)
+}
+
+// leave removes slave id and reports whether the ranking changed; a ranked
+// slave's place goes to the best of the rest.
+func (s *succession) leave(id string) bool {
+	if !s.slaves[id] {
+		return false
+	}
+	delete(s.slaves, id)
+	if !slices.Contains(s.order, id) {
+		return false
+	}
+	s.order = s.order[:0]
+	for other := range s.slaves {
+		s.rank(other)
+	}
+	return true
+}
+
+// rank puts slave id in the ranking when it belongs there and reports
+// whether it does.
+func (s *succession) rank(id string) bool {
+	i := len(s.order)
+	for i > 0 && s.before(id, s.order[i-1]) {
+		i--
+	}
+	if i >= maxSuccession {
+		return false
+	}
+	s.order = slices.Insert(s.order, i, id)
+	s.order = s.order[:min(len(s.order), maxSuccession)]
+	return true
+}
+
+// publishSuccession writes order as the succession of mastership l, while
+// l is this process's (a deposed master's would replace the current one's).
+// A failed write costs speed only: the slaves contend as without one.
+func (m *MasterElection) publishSuccession(l *leadership, order []string) {
+	if l.ctx.Err() != nil || !m.holds(l, m.clock.Now()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, m.opTimeout())
+	defer cancel()
+	if err := scripts.WriteSuccession(ctx, m.client, m.keys, scripts.Succession{Term: l.term, Order: slices.Clone(order)}); err != nil && l.ctx.Err() == nil {
+		m.log.Debug().Err(err).Int64("term", l.term).Msg("succession not written")
+	}
 }

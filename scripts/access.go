@@ -23,7 +23,7 @@ type AccessCall struct {
 // runs on the keys k and their channels the current user's ACL refuses. It
 // writes nothing. Like QueueCheck it queues EVAL with the script's source.
 func QueueAccess(ctx context.Context, pipe redis.Pipeliner, k Keys) *AccessCall {
-	keys := []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor, k.Processes, k.ProcessesExpiry, k.ProcessesVersion}
+	keys := []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor, k.Processes, k.ProcessesExpiry, k.ProcessesVersion, k.Next}
 	return &AccessCall{cmd: pipe.Eval(ctx, accessSrc, keys, k.Events, k.RegistryEvents)}
 }
 

@@ -13,6 +13,7 @@
 -- KEYS[6] -> <prefix>:processes
 -- KEYS[7] -> <prefix>:processes:expiry
 -- KEYS[8] -> <prefix>:processes:version
+-- KEYS[9] -> <prefix>:next
 -- ARGV[1] -> events channel (<prefix>:events)
 -- ARGV[2] -> registry events channel (<prefix>:registry-events)
 -- Returns: the refused commands, each as "COMMAND key-or-channel", in the
@@ -26,6 +27,7 @@ local checks = {
   {'GET', KEYS[5]}, {'SET', KEYS[5], 'x'}, {'DEL', KEYS[5]},
   {'HGETALL', KEYS[6]}, {'HEXISTS', KEYS[6], 'f'}, {'HSET', KEYS[6], 'f', 'v'}, {'HDEL', KEYS[6], 'f'},
   {'GET', KEYS[8]}, {'SET', KEYS[8], 'x'},
+  {'GET', KEYS[9]}, {'SET', KEYS[9], 'x'},
   {'TIME'},
   {'PUBLISH', ARGV[1], 'x'}, {'SUBSCRIBE', ARGV[1]},
   {'PUBLISH', ARGV[2], 'x'}, {'SUBSCRIBE', ARGV[2]},

@@ -3,11 +3,13 @@
 --
 -- KEYS[1] -> <prefix>:master  (string: bare node id of the master)
 -- KEYS[2] -> <prefix>:term    (string: last minted term)
--- Returns: {holder, term, pttl}: holder is the master's node id ("" when no
+-- KEYS[3] -> <prefix>:next    (string: the master's succession, JSON)
+-- Returns: {holder, term, pttl, next}: holder is the master's node id ("" when no
 --          master holds the lock, or when the key holds something that is not a
 --          string), term the raw content of the term key ("" when it is missing,
 --          "!<type>" when it is not a string), pttl the lock's remaining time to live in
---          milliseconds (-2: there is no lock; -1: the lock has no TTL).
+--          milliseconds (-2: there is no lock; -1: the lock has no TTL), next
+--          the raw succession ("" when missing or not a string).
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) ~= 'string' then holder = '' end
 local term = redis.pcall('GET', KEYS[2])
@@ -16,4 +18,6 @@ if type(term) == 'table' then
 elseif type(term) ~= 'string' then
   term = ''
 end
-return {holder, term, redis.call('PTTL', KEYS[1])}
+local nxt = redis.pcall('GET', KEYS[3])
+if type(nxt) ~= 'string' then nxt = '' end
+return {holder, term, redis.call('PTTL', KEYS[1]), nxt}

@@ -41,6 +41,11 @@ type Keys struct {
 	// the free lock for, with the transfer window as TTL: until it expires
 	// only that node can acquire.
 	Successor string
+	// Next holds the master's succession (Succession, as JSON): the slaves
+	// that contend first, in order, when its lock is released or expires.
+	// The master writes it when the order changes; it has no TTL, and a
+	// succession of an older term is ignored.
+	Next string
 	// Processes is the hash of the process registry: process id -> ProcessInfo JSON.
 	Processes string
 	// ProcessesExpiry is the sorted set that emulates per-entry TTL on servers
@@ -92,6 +97,7 @@ func NewKeys(lockName string, cluster bool) Keys {
 		MasterProcess:    prefix + ":master_process",
 		Term:             prefix + ":term",
 		Successor:        prefix + ":successor",
+		Next:             prefix + ":next",
 		Processes:        prefix + ":processes",
 		ProcessesExpiry:  prefix + ":processes:expiry",
 		ProcessesVersion: prefix + ":processes:version",
@@ -109,7 +115,7 @@ func NewKeys(lockName string, cluster bool) Keys {
 // (Inbox) are not listed, since there is one per process id: the set
 // Inboxes lists them, and InboxPattern matches them all.
 func (k Keys) Stored() []string {
-	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor,
+	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor, k.Next,
 		k.Processes, k.ProcessesExpiry, k.ProcessesVersion, k.Inboxes, k.Dead}
 }
 

@@ -25,6 +25,7 @@ var (
 	// writesSrc is writes.lua, the prelude of every script that writes: it
 	// defines refused, the check of the script's writes against the
 	// user's ACL before the first one, and the inbox scripts' checks
+	// fencedWrites (the fence and refused before their first write),
 	// notInbox (a key is an inbox key) and isLive (a process is live in
 	// the registry).
 	//go:embed writes.lua
@@ -286,11 +287,15 @@ type MasterState struct {
 	// its absence means Redis lost its data (a restart without persistence, a
 	// fail-over to a replica that had not received it, a FLUSHALL).
 	TermMissing bool
+	// Next is the succession the master of Term published (Keys.Next);
+	// zero when there is none for Term (missing, of another term, or not a
+	// succession).
+	Next Succession
 }
 
 // Check runs check.lua.
 func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
-	reply, err := run(ctx, c, checkScript, "check", []string{k.Master, k.Term})
+	reply, err := run(ctx, c, checkScript, "check", []string{k.Master, k.Term, k.Next})
 	if err != nil {
 		return MasterState{}, err
 	}
@@ -309,7 +314,7 @@ type CheckCall struct {
 // Start does). It queues EVAL with the script's source, as
 // QueueRegistryProbe does, so the round trip needs no NOSCRIPT fallback.
 func QueueCheck(ctx context.Context, pipe redis.Pipeliner, k Keys) *CheckCall {
-	return &CheckCall{k: k, cmd: pipe.Eval(ctx, checkSrc, []string{k.Master, k.Term})}
+	return &CheckCall{k: k, cmd: pipe.Eval(ctx, checkSrc, []string{k.Master, k.Term, k.Next})}
 }
 
 // Result is what Check would have returned: the reply of the queued check,
@@ -328,13 +333,14 @@ func (c *CheckCall) Result() (MasterState, error) {
 // parseCheck reads the reply of check.lua on the keys k.
 func parseCheck(k Keys, reply any) (MasterState, error) {
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 3 {
+	if !ok || len(arr) != 4 {
 		return MasterState{}, unexpected("check", reply)
 	}
 	holder, ok1 := arr[0].(string)
 	rawTerm, ok2 := arr[1].(string)
 	pttl, ok3 := arr[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
+	rawNext, ok4 := arr[3].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return MasterState{}, unexpected("check", reply)
 	}
 	st := MasterState{TermMissing: rawTerm == ""}
@@ -361,6 +367,9 @@ func parseCheck(k Keys, reply any) (MasterState, error) {
 		} else {
 			st.Term = t
 		}
+	}
+	if next, ok := parseSuccession(rawNext); ok && st.Term != 0 && next.Term == st.Term {
+		st.Next = next
 	}
 	return st, nil
 }

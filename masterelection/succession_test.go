@@ -1,0 +1,200 @@
+package masterelection
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/herdkit/herd/scripts"
+)
+
+// TestSuccessionRanksTheHighestHashes: after any sequence of joins and
+// leaves, the ranking is the maxSuccession live slaves that rank first,
+// and join and leave report exactly the changes of it.
+func TestSuccessionRanksTheHighestHashes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := newSuccession(1795)
+	live := map[string]bool{}
+	for step := range 2000 {
+		id := fmt.Sprintf("n%d", rng.IntN(40))
+		before := slices.Clone(s.order)
+		var changed bool
+		if live[id] && rng.IntN(2) == 0 {
+			delete(live, id)
+			changed = s.leave(id)
+		} else {
+			live[id] = true
+			changed = s.join(id)
+		}
+		var want []string
+		for other := range live {
+			want = append(want, other)
+		}
+		slices.SortFunc(want, func(a, b string) int {
+			if s.before(a, b) {
+				return -1
+			}
+			return 1
+		})
+		want = want[:min(len(want), maxSuccession)]
+		if !slices.Equal(s.order, want) {
+			t.Fatalf("step %d (%s): ranking %v, want %v", step, id, s.order, want)
+		}
+		if changed != !slices.Equal(before, s.order) {
+			t.Fatalf("step %d (%s): reported changed=%v, ranking went from %v to %v", step, id, changed, before, s.order)
+		}
+	}
+}
+
+// TestContendDelay: the i-th ranked slave waits i steps, one not ranked
+// waits past every ranked one and within ElectionJitter, and without a
+// succession for the term a released lock is contended at once and an
+// expired one within ElectionJitter.
+func TestContendDelay(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig("c")
+	n := w.node(cfg)
+	step := cfg.ElectionJitter / (maxSuccession + 1)
+	ls := &loopState{next: scripts.Succession{Term: 7, Order: []string{"a", "c", "b"}}}
+	for _, released := range []bool{true, false} {
+		if d := n.contendDelay(ls, 7, released); d != step {
+			t.Errorf("ranked second, released=%v: delay %v, want %v", released, d, step)
+		}
+	}
+	ls.next.Order = []string{"a", "b"}
+	for range 50 {
+		if d := n.contendDelay(ls, 7, true); d < 2*step || d > cfg.ElectionJitter {
+			t.Fatalf("not ranked: delay %v, want within [%v, %v]", d, 2*step, cfg.ElectionJitter)
+		}
+	}
+	if d := n.contendDelay(ls, 8, true); d != 0 {
+		t.Errorf("succession of another term, released: delay %v, want 0", d)
+	}
+	for range 50 {
+		if d := n.contendDelay(&loopState{}, 8, false); d < 0 || d > cfg.ElectionJitter {
+			t.Fatalf("no succession, expired: delay %v, want within ElectionJitter", d)
+		}
+	}
+}
+
+// herdOf starts a master and n slaves on one world, each client recording
+// its round trips, and waits until the master has published its
+// succession and every slave has read it in a check.
+func herdOf(t *testing.T, w *world, n int) (master *node, slaves []*node, wires map[string]*wire, next scripts.Succession) {
+	t.Helper()
+	names := scriptNames(t)
+	loadScripts(t, w.client())
+	wires = map[string]*wire{}
+	master, wires["m"] = w.wiredNode(testConfig("m"), names)
+	w.start(master)
+	w.registered(master, "master")
+	for i := range n {
+		s, wire := w.wiredNode(testConfig(fmt.Sprintf("s%d", i)), names)
+		wires[s.NodeID()] = wire
+		w.start(s)
+		w.registered(s, "slave")
+		slaves = append(slaves, s)
+	}
+	term := master.Term()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		raw, _ := w.mr.Get(master.keys.Next)
+		next = scripts.Succession{}
+		_ = json.Unmarshal([]byte(raw), &next)
+		if next.Term == term && len(next.Order) == min(n, maxSuccession) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no succession of term %d with %d slaves: %q", term, min(n, maxSuccession), raw)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	all := append([]*node{master}, slaves...)
+	w.advance(testConfig("x").CheckInterval, 50*time.Millisecond, all...) // every slave checks: it reads the succession
+	for _, wire := range wires {
+		wire.settled()
+	}
+	return master, slaves, wires, next
+}
+
+// acquires counts the acquire scripts the wires saw since their last take.
+func acquires(wires map[string]*wire) map[string]int {
+	out := map[string]int{}
+	for id, w := range wires {
+		if n := count(w.settled(), "acquire"); n > 0 {
+			out[id] = n
+		}
+	}
+	return out
+}
+
+// nodeIDOf returns n's node id, or "none".
+func nodeIDOf(n *node) string {
+	if n == nil {
+		return "none"
+	}
+	return n.NodeID()
+}
+
+// masterOf returns the node of nodes that is master, or nil.
+func masterOf(nodes []*node) *node {
+	for _, n := range nodes {
+		if n.IsMaster() {
+			return n
+		}
+	}
+	return nil
+}
+
+// TestOneAcquirePerHandover: on a graceful Stop of the master of a herd of
+// six, only the slave its succession ranks first sends an acquire; the
+// others give way when its acquired notice comes, also once their turn
+// would have come (issue: N−1 acquires per handover).
+func TestOneAcquirePerHandover(t *testing.T) {
+	w := newWorld(t)
+	master, slaves, wires, next := herdOf(t, w, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := master.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a new master", func() bool { return masterOf(slaves) != nil })
+	w.advance(testConfig("x").ElectionJitter*2, 10*time.Millisecond, slaves...) // every turn comes and goes
+	if got := masterOf(slaves); got == nil || got.NodeID() != next.Order[0] {
+		t.Errorf("new master %s, want %s, ranked first by %v", nodeIDOf(got), next.Order[0], next.Order)
+	}
+	if got := acquires(wires); len(got) != 1 || got[next.Order[0]] != 1 {
+		t.Errorf("acquires per node after the handover: %v, want one, by %s", got, next.Order[0])
+	}
+}
+
+// TestOneAcquirePerFailover: when the master is cut off (its clock stands
+// still, as in a pause, so it neither renews nor releases), the lock
+// expires and only the first-ranked slave acquires. Cut off too, the
+// first-ranked costs one step: the second-ranked takes over and no other
+// slave acquires.
+func TestOneAcquirePerFailover(t *testing.T) {
+	for _, firstPaused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("first-ranked paused=%v", firstPaused), func(t *testing.T) {
+			w := newWorld(t)
+			_, slaves, wires, next := herdOf(t, w, 5)
+			running := slices.DeleteFunc(slices.Clone(slaves), func(n *node) bool { return firstPaused && n.NodeID() == next.Order[0] })
+			cfg := testConfig("x")
+			w.advance(cfg.LockTTL+cfg.ElectionJitter, 10*time.Millisecond, running...)
+			want := next.Order[0]
+			if firstPaused {
+				want = next.Order[1]
+			}
+			if got := masterOf(running); got == nil || got.NodeID() != want {
+				t.Fatalf("new master %v, want %s (succession %v)", nodeIDOf(got), want, next.Order)
+			}
+			if got := acquires(wires); len(got) != 1 || got[want] != 1 {
+				t.Errorf("acquires per node after the failover: %v, want one, by %s", got, want)
+			}
+		})
+	}
+}
