@@ -13,6 +13,10 @@
 //	go run ./cmd/herdbench                 # about two minutes
 //	go run ./cmd/herdbench -quick -out ''  # seconds; checks the suite works
 //	REDIS_ADDR=127.0.0.1:6379 go run ./cmd/herdbench
+//	go run ./cmd/herdbench -only herd -out '' -scale-n 10,100,1000 -scale-storm 2000
+//
+// The scale row set (rows 13-15) simulates a herd of N processes, each an
+// election on a client of its own, at every size of -scale-n.
 //
 // On a server given by REDIS_ADDR it writes only keys starting with
 // "herdbench-" and deletes them at the end; the rows read from INFO then
@@ -44,8 +48,18 @@ func main() {
 		quick  = flag.Bool("quick", false, "measure every row only a little (seconds): checks the suite, numbers not worth publishing")
 		only   = flag.String("only", "", "comma-separated steps to run, of: "+strings.Join(bench.Steps, ","))
 		cpuOut = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+		scaleN = flag.String("scale-n", "", "comma-separated herd sizes N of the scale row set (rows 13-15; default 10,100,1000, with -quick 10,100)")
+		storm  = flag.Int("scale-storm", 0, "also count the error events of this many elections started at once (issue 28: 2000; 0 skips)")
 	)
 	flag.Parse()
+	var sizes []int
+	if *scaleN != "" {
+		var err error
+		if sizes, err = bench.ParseScaleSizes(*scaleN); err != nil {
+			fmt.Fprintln(os.Stderr, "herdbench: -scale-n:", err)
+			os.Exit(2)
+		}
+	}
 	var steps []string
 	for _, s := range strings.Split(*only, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -74,13 +88,19 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	if err := run(ctx, os.Getenv("REDIS_ADDR"), *server, *out, *quick, steps, os.Stdout, os.Stderr); err != nil {
+	scale := func(s *bench.ScaleSet) {
+		if sizes != nil {
+			s.Sizes = sizes
+		}
+		s.Storm = *storm
+	}
+	if err := run(ctx, os.Getenv("REDIS_ADDR"), *server, *out, *quick, steps, scale, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "herdbench:", err)
 		exit = 1
 	}
 }
 
-func run(ctx context.Context, addr, serverPath, out string, quick bool, only []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, addr, serverPath, out string, quick bool, only []string, scale func(*bench.ScaleSet), stdout, stderr io.Writer) error {
 	env, where, closeServer, err := connect(ctx, addr, serverPath)
 	if err != nil {
 		return err
@@ -92,6 +112,7 @@ func run(ctx context.Context, addr, serverPath, out string, quick bool, only []s
 		plan = bench.QuickPlan()
 	}
 	plan.Only = only
+	scale(&plan.ScaleSet)
 	if len(only) > 0 && out != "" {
 		return errors.New("-only measures part of the table: give -out '' as well, so docs/performance.md keeps the whole table")
 	}

@@ -68,6 +68,9 @@ type Plan struct {
 	// ScaleNodes and ScaleWindow: the scale rows (0 nodes skips them).
 	ScaleNodes  int
 	ScaleWindow time.Duration
+	// ScaleSet is the scale row set of rows 13-15 (scale.go); no Sizes
+	// skips it.
+	ScaleSet ScaleSet
 }
 
 // DefaultPlan is what `make bench` measures, in about two minutes.
@@ -96,6 +99,7 @@ func DefaultPlan() Plan {
 		Benchmarks:    true,
 		ScaleNodes:    1000,
 		ScaleWindow:   10 * time.Second,
+		ScaleSet:      DefaultScaleSet(),
 	}
 }
 
@@ -126,11 +130,12 @@ func QuickPlan() Plan {
 		Benchmarks:    false,
 		ScaleNodes:    20,
 		ScaleWindow:   time.Second,
+		ScaleSet:      QuickScaleSet(),
 	}
 }
 
 // Steps are the names of the parts of a run, for Plan.Only.
-var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "adoption", "assign", "rest", "cost", "scale"}
+var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "adoption", "assign", "rest", "cost", "scale", "herd"}
 
 // Run measures every row of plan on env and returns the report. A row that
 // fails carries its error and the run goes on; progress lines go to
@@ -296,6 +301,11 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 			start.Err, reg.Err, cpu.Err = err, err, err
 			return group(fmt.Sprintf("MasterElections (default timings) sharing one client (%s), Started at once. 11b: until HLEN of the registry hash reached the node count (polled every 10ms); nodes register after Start, announced on the registry events channel only the master reads. 11c: INFO cpu (used_cpu_sys + used_cpu_user) over %v from 2s after all registered, against an equal window before; meanwhile the server ran %.0f commands/s (inside scripts included), this process (the elections) %.2f%% of a CPU.",
 				pool, res.Window.Round(100*time.Millisecond), res.IdleCommands, res.ClientCPU), []Row{start, reg, cpu})
+		})
+	}
+	if len(plan.ScaleSet.Sizes) > 0 {
+		step("herd", "scale row set: N elections with clients of their own", func() []Row {
+			return scaleRows(ctx, env, plan.ScaleSet, progress)
 		})
 	}
 	sortRows(rep.Rows)
