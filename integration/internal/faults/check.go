@@ -250,6 +250,12 @@ const (
 	// Redis restarts without its data; the slave resumes. Its parts are
 	// recorded as faults of their own kinds as well.
 	FaultHandoverLoss = "handover-loss"
+	// FaultRankedPause is a composite: the slave that the master's
+	// succession ranks first (the one that contends at once) is paused;
+	// the master stops gracefully or is killed, so the second-ranked must
+	// take over a turn later; the slave resumes. Its parts are recorded as
+	// faults of their own kinds as well.
+	FaultRankedPause = "ranked-pause"
 	// FaultForger: a plain client (not herd) publishes forged lock notices,
 	// registry notices, routed envelopes and malformed JSON on herd's
 	// channels while the fault is in force (each one a KindForgery record).
@@ -297,7 +303,12 @@ var FaultKinds = []string{
 	FaultStopMaster, FaultRestartSlave, FaultRedisRestart, FaultRedisPause,
 	FaultLatency, FaultBlackhole, FaultResetPeer, FaultHandoverLoss,
 	FaultForger, FaultTransfer, FaultConsumerBlip, FaultBurstKillMaster,
+	FaultRankedPause,
 }
+
+// composites are the fault kinds played as other kinds together; their
+// parts are recorded and counted under their own kinds as well.
+var composites = map[string]bool{FaultHandoverLoss: true, FaultRankedPause: true}
 
 // Check judges a merged history (the records of every process of one run,
 // in any order) and reports every broken property:

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/herdkit/herd/scripts"
 )
 
 // play plays fault f: it breaks something, holds, undoes it, and records
@@ -69,6 +71,11 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 		target = master
 	case FaultKillSlave, FaultPauseSlave, FaultRestartSlave, FaultConsumerBlip:
 		target = pickSlave()
+		if f.target == "first-ranked" {
+			if first := c.firstRanked(master); first != nil {
+				target = first
+			}
+		}
 	case FaultLatency, FaultBlackhole, FaultResetPeer:
 		if f.target == "master" {
 			target = master
@@ -282,4 +289,25 @@ func (c *cluster) transfer(seq int64, f fault, master *process) (heal func()) {
 		}
 		c.add(Record{Kind: KindHeal, Seq: seq, Detail: f.kind, Peer: rec.Peer, Node: rec.Node})
 	}
+}
+
+// firstRanked returns the running slave that the succession of master's
+// term ranks first (the one that contends at once when the lock is free),
+// or nil when there is none.
+func (c *cluster) firstRanked(master *process) *process {
+	if master == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := scripts.Check(ctx, c.admin, c.keys)
+	if err != nil || st.Next.Term != master.master.Load() || len(st.Next.Order) == 0 {
+		return nil
+	}
+	for _, p := range c.slaves(master) {
+		if p.label == st.Next.Order[0] {
+			return p
+		}
+	}
+	return nil
 }

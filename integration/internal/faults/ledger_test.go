@@ -436,7 +436,7 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 	row("faults played (schedules that played the kind)", func(t *tally) string {
 		n := 0
 		for _, k := range FaultKinds {
-			if k != FaultHandoverLoss { // its parts are counted under their own kinds
+			if !composites[k] { // their parts are counted under their own kinds
 				n += t.faults[k]
 			}
 		}

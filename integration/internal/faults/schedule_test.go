@@ -22,7 +22,7 @@ import (
 // long to let the cluster run once it has settled again.
 type fault struct {
 	kind    string
-	target  string   // network faults: "master" or "slave"
+	target  string   // network faults: "master" or "slave"; FaultRankedPause: "first-ranked"
 	streams []string // network faults: "upstream" (requests), "downstream" (replies) or both
 	latency time.Duration
 	hold    time.Duration
@@ -164,6 +164,17 @@ func newFault(rng *rand.Rand, kind string, tm timing) fault {
 		restart := newFault(rng, FaultRedisRestart, tm)
 		return fault{kind: FaultPauseSlave, as: FaultHandoverLoss, tail: between(rng, 0, 50*time.Millisecond),
 			settle: f.settle, inner: []fault{stop, restart}}
+	case FaultRankedPause:
+		// The first-ranked slave paused while the master leaves, gracefully
+		// or not: the second-ranked takes its turn; resumed a moment after
+		// the new master is in office, with the release notice waiting.
+		leave := newFault(rng, []string{FaultStopMaster, FaultKillMaster}[rng.IntN(2)], tm)
+		if leave.kind == FaultKillMaster {
+			// Past the lock's expiry: the turns, not the respawn, decide.
+			leave.hold = between(rng, tm.ttl+200*time.Millisecond, tm.ttl+tm.slaveTimeout+500*time.Millisecond)
+		}
+		return fault{kind: FaultPauseSlave, as: FaultRankedPause, target: "first-ranked", tail: between(rng, 0, 300*time.Millisecond),
+			settle: f.settle, inner: []fault{leave}}
 	}
 	return f
 }
@@ -262,7 +273,7 @@ func randomSchedule(seed uint64, server redistest.Server, tm timing, n int, kind
 	s := schedule{seed: seed, server: server, nonCandidate: drawNonCandidate(seed), forgeRegistry: true}
 	var simple []string
 	for _, k := range kinds {
-		if k != FaultHandoverLoss {
+		if !composites[k] {
 			simple = append(simple, k)
 		}
 	}
