@@ -167,8 +167,9 @@ type Config struct {
 const MaxDuration = 365 * 24 * time.Hour
 
 // MinHeartbeatInterval is the shortest HeartbeatInterval: every Redis call
-// of the election is bounded by HeartbeatInterval, and Redis expires keys
-// to the millisecond.
+// of the election after its start is bounded by HeartbeatInterval (Start's
+// and those until the first election resolved, by LockTTL), and Redis
+// expires keys to the millisecond.
 const MinHeartbeatInterval = time.Millisecond
 
 // DefaultLockTTL is the default Config.LockTTL, the specification's.

@@ -259,4 +259,12 @@ func (m *MasterElection) masterInfoJSON() ([]byte, error) {
 // opTimeout bounds one Redis call of the loops.
 func (m *MasterElection) opTimeout() time.Duration { return m.cfg.HeartbeatInterval }
 
+// startTimeout bounds one Redis call of Start and of the calls that follow
+// it until the first election resolved: the first pipeline, the notice
+// feed's subscription, the registry's opening, the first check or acquire
+// and the first registration. A start is not a heartbeat: a fleet starting at once
+// queues at Redis (and at its listen backlog) for longer than a
+// HeartbeatInterval, and a call cut off there is only sent again.
+func (m *MasterElection) startTimeout() time.Duration { return m.cfg.LockTTL }
+
 func (m *MasterElection) noteTerm(t int64) { atomicmax.Raise(&m.observedTerm, t) }

@@ -115,7 +115,11 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 // (after the returned delay) or check again (after it).
 func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool, next time.Duration) {
 	sent := m.clock.Now()
-	cctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	limit := m.opTimeout()
+	if ls.unresolved {
+		limit = m.startTimeout()
+	}
+	cctx, cancel := context.WithTimeout(ctx, limit)
 	st, err := scripts.Check(cctx, m.client, m.keys)
 	cancel()
 	replied := m.clock.Now()
@@ -325,7 +329,13 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 		info = nil
 	}
 	sent := m.clock.Now()
-	actx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	limit := m.opTimeout()
+	if ls.unresolved {
+		// Start's: a slow reply is safe (the deadline counts from sent),
+		// and in a fleet starting at once it is slow.
+		limit = m.startTimeout()
+	}
+	actx, cancel := context.WithTimeout(ctx, limit)
 	res, err := m.acquire(actx, info, m.seenForAcquire(ls))
 	cancel()
 	if err != nil {

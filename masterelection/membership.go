@@ -39,10 +39,11 @@ func (m *MasterElection) setRole(role registry.Role, term int64) {
 // registered as a slave until the election gives it a role again.
 func (m *MasterElection) membership(ctx context.Context) {
 	var (
-		role    registry.Role
-		term    int64
-		pending bool // the current role is not registered yet
-		retry   backoff
+		role       registry.Role
+		term       int64
+		pending    bool // the current role is not registered yet
+		registered bool // a registration succeeded: the start is over
+		retry      backoff
 	)
 	timer := m.clock.NewTimer(time.Hour)
 	timer.Stop()
@@ -57,7 +58,11 @@ func (m *MasterElection) membership(ctx context.Context) {
 			pending = role != ""
 		case <-timer.C():
 		}
-		rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+		limit := m.opTimeout()
+		if !registered {
+			limit = m.startTimeout()
+		}
+		rctx, cancel := context.WithTimeout(ctx, limit)
 		var err error
 		if pending {
 			info := m.processInfo(role)
@@ -90,6 +95,7 @@ func (m *MasterElection) membership(ctx context.Context) {
 			m.emitError(err)
 			next = retry.next(m.cfg)
 		default:
+			registered = registered || pending
 			pending = false
 			retry.reset()
 		}
@@ -103,7 +109,7 @@ func (m *MasterElection) openRegistry(ctx context.Context) (*registry.Registry, 
 	var retry backoff
 	var last error // the previous attempt's error
 	for {
-		rctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+		rctx, cancel := context.WithTimeout(ctx, m.startTimeout())
 		reg, err := registry.New(clock.With(rctx, m.clock), m.client, m.keys, m.registryConfig())
 		cancel()
 		if err == nil {

@@ -57,8 +57,8 @@ const healthCheckInterval = 30 * time.Second
 // openFeed subscribes to the events channel and, unless
 // Config.IgnoreRemoteTransfers, the control channel, on a connection of its
 // own, on a goroutine of its own so that Start's other round trips need not
-// wait for the dial. It waits for the server's confirmation (at most an
-// operation timeout), so that the subscription is in place before Start
+// wait for the dial. It waits for the server's confirmation (at most
+// startTimeout), so that the subscription is in place before Start
 // returns: a release announced after that is never missed. When that fails
 // (Redis was not answering yet, most likely), it tries once more when
 // opened closes (the registry is open: Redis answers), and a second failure
@@ -80,9 +80,9 @@ func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *
 	go func() {
 		defer close(f.ready)
 		confirm := func() error {
-			rctx, cancel := context.WithTimeout(sctx, m.opTimeout())
+			rctx, cancel := context.WithTimeout(sctx, m.startTimeout())
 			defer cancel()
-			_, err := f.ps.ReceiveTimeout(rctx, m.opTimeout())
+			_, err := f.ps.ReceiveTimeout(rctx, m.startTimeout())
 			return err
 		}
 		// Subscribe records the channels even when it fails, so the

@@ -233,7 +233,7 @@ func (m *MasterElection) refusal(pipeErr error, access *scripts.AccessCall) erro
 // asked again by prepare: the probe by New's own probe, the others once the
 // registry is open.
 func (m *MasterElection) ask(ctx context.Context) answers {
-	pctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	pctx, cancel := context.WithTimeout(ctx, m.startTimeout())
 	defer cancel()
 	srv, addr, err := serverOf(pctx, m.client, m.keys.Master)
 	if err != nil {
