@@ -83,14 +83,22 @@ func (n *node) close(ctx context.Context) {
 // last, so that the master's release does not set off an election among
 // nodes that are being stopped anyway.
 func closeAll(ctx context.Context, nodes []*node) {
-	var masters []*node
+	closeSlavesFirst(nodes, func(n *node) bool { return n != nil && n.IsMaster() }, func(n *node) {
+		if n != nil {
+			n.close(ctx)
+		}
+	})
+}
+
+// closeSlavesFirst closes every node with close: those that are not master
+// concurrently (64 at a time), then the masters, so that no release sets
+// off an election among nodes being stopped anyway.
+func closeSlavesFirst[N any](nodes []N, master func(N) bool, close func(N)) {
+	var masters []N
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for _, n := range nodes {
-		if n == nil {
-			continue
-		}
-		if n.IsMaster() {
+		if master(n) {
 			masters = append(masters, n)
 			continue
 		}
@@ -99,12 +107,12 @@ func closeAll(ctx context.Context, nodes []*node) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			n.close(ctx)
+			close(n)
 		}()
 	}
 	wg.Wait()
 	for _, n := range masters {
-		n.close(ctx)
+		close(n)
 	}
 }
 

@@ -319,26 +319,8 @@ func (n *scaleNode) close(ctx context.Context) {
 // close stops every node, slaves first and concurrently, masters last (so
 // that no release sets off an election among nodes being stopped anyway).
 func (h *scaleHerd) close(ctx context.Context) {
-	var masters []*scaleNode
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	for _, n := range h.nodes {
-		if n.m.IsMaster() && !n.crashed.Load() {
-			masters = append(masters, n)
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			n.close(ctx)
-		}()
-	}
-	wg.Wait()
-	for _, n := range masters {
-		n.close(ctx)
-	}
+	closeSlavesFirst(h.nodes, func(n *scaleNode) bool { return n.m.IsMaster() && !n.crashed.Load() },
+		func(n *scaleNode) { n.close(ctx) })
 	h.nodes = nil
 }
 
