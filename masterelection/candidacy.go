@@ -15,6 +15,10 @@ func (m *MasterElection) SetCandidate(candidate bool) {
 	case m.candidacy <- struct{}{}:
 	default: // a change is already pending; the loop reads the latest value
 	}
+	select {
+	case m.infoChanged <- struct{}{}: // the registry entry says whether it contends
+	default:
+	}
 }
 
 // Candidate reports whether this process contends for mastership.

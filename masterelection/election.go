@@ -244,6 +244,7 @@ func (m *MasterElection) processInfo(role registry.Role) registry.ProcessInfo {
 		Identifier:   m.cfg.Identifier,
 		RegisteredAt: m.base,
 		Metadata:     m.Metadata(),
+		NonCandidate: !m.candidate.Load(),
 	}
 }
 

@@ -25,7 +25,7 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 		Self:          m.cfg.NodeID,
 		OnJoin: func(s registry.SlaveNode) {
 			m.slaveEvent(l, topicSlaveRegistered, payload{slave: s})
-			if next.join(s.NodeID) {
+			if !s.NonCandidate && next.join(s.NodeID) {
 				m.publishSuccession(l, next.order)
 			}
 		},
@@ -83,9 +83,11 @@ func (m *MasterElection) slaveEvent(l *leadership, topic string, p payload) {
 const maxSuccession = 3
 
 // succession is a master's ranking of its slaves for the next election
-// (scripts.Succession): the maxSuccession slaves with the highest
-// rendezvous hash of the master's term, so that each term ranks the herd
-// afresh and every slave is first as often as any other.
+// (scripts.Succession): the maxSuccession candidate slaves (their registry
+// entry at join says so) with the highest rendezvous hash of the master's
+// term, so that each term ranks the herd afresh and every slave is first
+// as often as any other. A slave that stops being a candidate after its
+// join stays ranked: its turn passes unused, costing the next one a step.
 type succession struct {
 	key    string          // the term, the rendezvous key
 	slaves map[string]bool // every slave the tracker reports live

@@ -198,3 +198,25 @@ func TestOneAcquirePerFailover(t *testing.T) {
 		})
 	}
 }
+
+// TestSuccessionLeavesOutNonCandidates: a master ranks only slaves that
+// contend; a herd whose first-ranked never contends would wait a step on
+// every handover.
+func TestSuccessionLeavesOutNonCandidates(t *testing.T) {
+	w := newWorld(t)
+	master := w.node(testConfig("m"))
+	w.start(master)
+	for i := range 4 {
+		cfg := testConfig(fmt.Sprintf("s%d", i))
+		cfg.NonCandidate = i != 2
+		s := w.node(cfg)
+		w.start(s)
+		w.registered(s, "slave")
+	}
+	waitFor(t, "a succession of s2 alone", func() bool {
+		raw, _ := w.mr.Get(master.keys.Next)
+		var next scripts.Succession
+		_ = json.Unmarshal([]byte(raw), &next)
+		return next.Term == master.Term() && slices.Equal(next.Order, []string{"s2"})
+	})
+}

@@ -52,6 +52,10 @@ type ProcessInfo struct {
 	RegisteredAt time.Time `json:"-"`
 	// Metadata is free-form application data (herd extension).
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// NonCandidate is set for a process that does not contend for
+	// mastership (herd extension): a master leaves it out of the slaves it
+	// ranks to take over first.
+	NonCandidate bool `json:"nonCandidate,omitempty"`
 	// Term is the fencing term of the mastership when Role is master (herd extension).
 	Term int64 `json:"term,omitempty"`
 	// Version is the entry's version (herd extension), minted by Redis on
@@ -73,6 +77,7 @@ type processJSON struct {
 	Identifier   string         `json:"identifier,omitempty"`
 	RegisteredAt *jsTime        `json:"registeredAt,omitempty"`
 	Metadata     map[string]any `json:"metadata,omitempty"`
+	NonCandidate bool           `json:"nonCandidate,omitempty"`
 	Term         int64          `json:"term,omitempty"`
 	Version      int64          `json:"version,omitempty"`
 }
@@ -83,7 +88,7 @@ func (p ProcessInfo) MarshalJSON() ([]byte, error) {
 	w := processJSON{
 		ProcessID: p.ProcessID, NodeID: p.NodeID, Role: p.Role,
 		LastSeen: jsTime(p.LastSeen), Capabilities: p.Capabilities,
-		Identifier: p.Identifier, Metadata: p.Metadata, Term: p.Term, Version: p.Version,
+		Identifier: p.Identifier, Metadata: p.Metadata, NonCandidate: p.NonCandidate, Term: p.Term, Version: p.Version,
 	}
 	if !p.RegisteredAt.IsZero() {
 		t := jsTime(p.RegisteredAt)
@@ -108,7 +113,7 @@ func (w *processJSON) info() ProcessInfo {
 	p := ProcessInfo{
 		ProcessID: w.ProcessID, NodeID: w.NodeID, Role: w.Role,
 		LastSeen: time.Time(w.LastSeen), Capabilities: w.Capabilities,
-		Identifier: w.Identifier, Metadata: w.Metadata, Term: w.Term, Version: w.Version,
+		Identifier: w.Identifier, Metadata: w.Metadata, NonCandidate: w.NonCandidate, Term: w.Term, Version: w.Version,
 	}
 	if w.RegisteredAt != nil {
 		p.RegisteredAt = time.Time(*w.RegisteredAt)
@@ -131,12 +136,14 @@ type SlaveNode struct {
 	// Capabilities are what the slave published: what rebalancing weighs
 	// (package assign does).
 	Capabilities Capabilities `json:"capabilities"`
+	// NonCandidate is set when the slave does not contend for mastership.
+	NonCandidate bool `json:"nonCandidate,omitempty"`
 }
 
 // Slave returns p as a SlaveNode.
 func (p ProcessInfo) Slave() SlaveNode {
 	return SlaveNode{NodeID: p.NodeID, Identifier: p.Identifier, RegisteredAt: p.RegisteredAt, LastSeen: p.LastSeen,
-		Metadata: p.Metadata, Capabilities: p.Capabilities}
+		Metadata: p.Metadata, Capabilities: p.Capabilities, NonCandidate: p.NonCandidate}
 }
 
 // holds reports whether p is the process that holds the master lock, whose
