@@ -483,18 +483,29 @@ func (o Overlap) why() string {
 // its process (How "dead") when the harness recorded one, else at the
 // last record.
 func (c *checker) ended(spans []*Mastership) []Mastership {
-	dead := map[string]int64{}
+	dead, killed := map[string]int64{}, map[string]int64{}
 	var last int64
 	for _, r := range c.recs {
 		last = max(last, r.T)
-		if r.Kind == KindDead {
+		switch r.Kind {
+		case KindDead:
 			dead[r.Peer] = r.T
+		case KindKilled:
+			if _, ok := killed[r.Peer]; !ok {
+				killed[r.Peer] = r.T + int64(KillLatency)
+			}
 		}
 	}
 	var out []Mastership
 	for _, s := range spans {
 		if s.How == "open" {
 			if d, ok := dead[s.Proc]; ok {
+				// A killed process acts no more once SIGKILL is sent, even
+				// when it is reaped late (seed 1795676246398546749: reaped
+				// 2.4 ms after the kill, 1 ms after the next master began).
+				if k, ok := killed[s.Proc]; ok && k < d {
+					d = k
+				}
 				s.End, s.How = max(s.End, d), "dead"
 			} else {
 				s.End = max(s.End, last)

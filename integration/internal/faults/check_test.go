@@ -202,6 +202,27 @@ func TestCheck(t *testing.T) {
 			},
 		},
 		{
+			// Seed 1795676246398546749: the master was killed while its
+			// transfer went through, reaped 2.4 ms later, 1 ms after the
+			// next master began.
+			name: "a killed master's mastership ends at the kill, not at a late reaping",
+			h: history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1),
+				harness(KindKilled, 0, "", "a", 300), harness(KindDead, 0, "signal: killed", "a", 1305),
+				call("b", 1300), acquired("b", 11, 1301), lost("b", 11, 1400)},
+			check: func(t *testing.T, r Report) {
+				if len(r.Masterships) != 2 || r.Masterships[0].How != "dead" || r.Masterships[0].End != 300*ms+int64(KillLatency) {
+					t.Errorf("masterships %+v", r.Masterships)
+				}
+			},
+		},
+		{
+			name: "a master acting before it is killed still overlaps",
+			h: history{start("a", 0), start("b", 0), call("a", 0), acquired("a", 10, 1),
+				call("b", 1300), acquired("b", 11, 1301), harness(KindKilled, 0, "", "a", 1310),
+				harness(KindDead, 0, "signal: killed", "a", 1320), lost("b", 11, 1400)},
+			wants: []string{"overlap: a (term 10, dead) and b (term 11)"},
+		},
+		{
 			name: "ctx overlap after a data loss, later master had seen no term",
 			h: base.with(start("c", 0), harness(KindRedisDown, 1, "", "", 500), call("c", 599), acquired("c", 12, 600), lost("c", 12, 650),
 				ctxLive("c", CtxMasterAcquired, 12, 1, 601), ctxDone("c", CtxMasterAcquired, 12, 1, 640_000, 640_100)),

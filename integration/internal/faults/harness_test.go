@@ -488,7 +488,9 @@ func (c *cluster) otherCandidates(m *process) []*process {
 
 // kill sends SIGKILL and waits until the process is reaped.
 func (c *cluster) kill(p *process) {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	if p.cmd.Process.Signal(syscall.SIGKILL) == nil {
+		c.add(Record{Kind: KindKilled, Peer: p.label, Node: p.label})
+	}
 	<-p.done
 }
 

@@ -144,6 +144,11 @@ const (
 	KindItemDone Kind = "item-done"
 )
 
+// KillLatency bounds how long a process may still run after the call that
+// sent it SIGKILL returned: the kernel interrupts the CPU it runs on at
+// once, which takes microseconds.
+const KillLatency = time.Millisecond
+
 // ForgedIDPrefix starts the ID of every envelope the forger publishes, so
 // that the node can tell, when its handler is given one, that the library
 // handed it a forgery (see KindForgedAccepted). Forged notices carry the
@@ -164,6 +169,11 @@ const (
 	KindSpawn Kind = "spawn"
 	// KindDead: process Proc has exited and been reaped; Detail is how.
 	KindDead Kind = "dead"
+	// KindKilled: the harness sent SIGKILL to process Peer; T is taken
+	// when the call returned, after which the process runs no more code
+	// of its own (within KillLatency). The reaping (KindDead) may come
+	// milliseconds later on a busy machine.
+	KindKilled Kind = "killed"
 	// KindFault: fault number Seq of kind Detail was injected on Peer (a
 	// process label, "redis", or "").
 	KindFault Kind = "fault"
