@@ -54,7 +54,8 @@ func NewRouter(client redis.UniversalClient, leader pubsub.Leader, slaves pubsub
 	if l, ok := leader.(pubsub.SlaveLister); ok && slaves == nil {
 		slaves = l
 	}
-	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg, keys: cfg.keys()}, nil
+	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg, keys: cfg.keys(),
+		backlog: backlog{turn: make(chan struct{}, 1)}}, nil
 }
 
 // Inbox returns the name of the inbox of slaveID.

@@ -169,8 +169,14 @@ func (r *Router) takeOver(ctx context.Context, term int64) error {
 	if r.backlog.term.Load() == term {
 		return nil
 	}
-	r.backlog.mu.Lock()
-	defer r.backlog.mu.Unlock()
+	// One adoption at a time; a sender waiting for another's gives up
+	// with its own ctx.
+	select {
+	case r.backlog.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("take over the inboxes of the earlier masters: %w", ctx.Err())
+	}
+	defer func() { <-r.backlog.turn }()
 	if r.backlog.term.Load() == term {
 		return nil
 	}
@@ -187,7 +193,7 @@ func (r *Router) takeOver(ctx context.Context, term int64) error {
 
 // backlog records the last term whose adoption step ran to its end.
 type backlog struct {
-	mu   sync.Mutex // serialises the adoption step of takeOver
+	turn chan struct{} // one slot: serialises the adoption step of takeOver
 	term atomic.Int64
 }
 

@@ -26,6 +26,14 @@
 // PUBLISH on the channel can send one, so no notice changes a role or a term
 // by itself. Transfer hands the mastership to a named process.
 //
+// The slaves do not all contend at once: each master ranks its candidate
+// slaves by a rendezvous hash of its term and keeps the first three in
+// <LockName>:next, which the check reads. When that term's lock is free,
+// the first-ranked contends at once, the next ones a quarter of
+// ElectionJitter apart, the rest within its last quarter, and a slave still
+// waiting gives its turn up when another's acquired notice comes: one
+// acquire per handover or failover, however many slaves.
+//
 // # Process registry and slave events
 //
 // Start also opens the process registry (package registry) on the same

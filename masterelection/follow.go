@@ -462,11 +462,14 @@ func (m *MasterElection) contendDelay(ls *loopState, term int64, released bool) 
 		}
 		return m.jitter()
 	}
+	// Only the first maxSuccession places count, whatever the key holds
+	// (anyone who may write it could list thousands): every wait stays
+	// within ElectionJitter.
 	step := m.cfg.ElectionJitter / (maxSuccession + 1)
-	if i := ls.next.Rank(m.cfg.NodeID); i >= 0 {
+	if i := ls.next.Rank(m.cfg.NodeID); i >= 0 && i < maxSuccession {
 		return time.Duration(i) * step
 	}
-	first := time.Duration(len(ls.next.Order)) * step
+	first := time.Duration(min(len(ls.next.Order), maxSuccession)) * step
 	if rest := m.cfg.ElectionJitter - first; rest > 0 {
 		return first + rand.N(rest+1)
 	}

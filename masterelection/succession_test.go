@@ -71,6 +71,12 @@ func TestContendDelay(t *testing.T) {
 			t.Fatalf("not ranked: delay %v, want within [%v, %v]", d, 2*step, cfg.ElectionJitter)
 		}
 	}
+	ls.next.Order = []string{"a", "b", "d", "e", "f", "g", "c"} // more than a master writes
+	for range 50 {
+		if d := n.contendDelay(ls, 7, true); d < maxSuccession*step || d > cfg.ElectionJitter {
+			t.Fatalf("ranked past maxSuccession: delay %v, want within [%v, %v]", d, maxSuccession*step, cfg.ElectionJitter)
+		}
+	}
 	if d := n.contendDelay(ls, 8, true); d != 0 {
 		t.Errorf("succession of another term, released: delay %v, want 0", d)
 	}
