@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/internal/testkit/tcpfault"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -180,74 +179,6 @@ func TestIntegrationMasterKilledAfterBurstLosesNothing(t *testing.T) {
 	})
 }
 
-// replyDropper is a TCP proxy in front of Redis that can swallow what the
-// server sends (the replies are lost on their way) and then reset every
-// connection, as a network blip does.
-type replyDropper struct {
-	ln    net.Listener
-	to    string
-	drop  atomic.Bool
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newReplyDropper(t *testing.T, to string) *replyDropper {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyDropper{ln: ln, to: to}
-	go p.serve()
-	t.Cleanup(func() { _ = ln.Close(); p.reset() })
-	return p
-}
-
-func (p *replyDropper) Addr() string { return p.ln.Addr().String() }
-
-func (p *replyDropper) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.to)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-		go func() {
-			buf := make([]byte, 32<<10)
-			for {
-				k, err := out.Read(buf)
-				if k > 0 && !p.drop.Load() {
-					if _, err := in.Write(buf[:k]); err != nil {
-						break
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			_ = in.Close()
-		}()
-	}
-}
-
-// reset closes every connection the proxy carries.
-func (p *replyDropper) reset() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
 // TestIntegrationLostReadReplyIsRecovered: Redis delivers an entry to the
 // slave's XREADGROUP, the reply is lost and the connection reset (go-redis
 // retries the read by itself, so the Consumer may not even see an error):
@@ -258,7 +189,7 @@ func TestIntegrationLostReadReplyIsRecovered(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		inst := redistest.Start(t, srv)
 		admin := inst.Client(t)
-		proxy := newReplyDropper(t, inst.Addr)
+		proxy := tcpfault.New(t, inst.Addr)
 		c := redis.NewClient(clientOptions(proxy.Addr()))
 		t.Cleanup(func() { _ = c.Close() })
 		r := newRouter(t, admin, newMaster(t, admin, "m"), nil, fast())
@@ -284,7 +215,7 @@ func TestIntegrationLostReadReplyIsRecovered(t *testing.T) {
 		for attempt := 0; lost == "" && attempt < 10; attempt++ {
 			eventually(t, "s1's inbox drained", func() bool { return admin.XLen(testCtx(t), inbox).Val() == 0 })
 			time.Sleep(100 * time.Millisecond) // s1 is in its blocking read again
-			proxy.drop.Store(true)
+			proxy.DropReplies(true)
 			id, err := r.Send(testCtx(t), "s1", "work", "lost")
 			if err != nil {
 				t.Fatal(err)
@@ -295,8 +226,8 @@ func TestIntegrationLostReadReplyIsRecovered(t *testing.T) {
 				delivered = err == nil && len(p) == 1 && p[0].Consumer == "s1" && p[0].RetryCount == 1
 			}
 			reset = time.Now()
-			proxy.reset()
-			proxy.drop.Store(false)
+			proxy.Cut()
+			proxy.DropReplies(false)
 			if delivered {
 				lost = id
 			}
