@@ -29,8 +29,9 @@ import (
 //	ElectionJitter < LockTTL
 //	StepDownMargin < LockTTL - HeartbeatInterval
 //
-// A crashed master is replaced about LockTTL + ElectionJitter/2 after its last
-// renewal; a master that cannot reach Redis stops calling itself master
+// A crashed master is replaced about LockTTL after its last renewal (its
+// first-ranked slave contends at the expiry; at most LockTTL +
+// ElectionJitter); a master that cannot reach Redis stops calling itself master
 // LockTTL - StepDownMargin after its last successful renewal was sent.
 type Config struct {
 	// LockName prefixes every key and channel of the election. Processes with
@@ -68,9 +69,10 @@ type Config struct {
 	// for this interval. Default: LockTTL / 6 (5s).
 	CheckInterval time.Duration
 
-	// ElectionJitter is the largest random delay a slave waits before it
-	// contends for a lock it found free, to spread simultaneous attempts.
-	// It does not apply when the master announced its release. A negative
+	// ElectionJitter is the longest a slave waits before it contends for a
+	// lock it found free or saw released: the slaves the master ranked
+	// (its succession) take turns a quarter of it apart, the first at once,
+	// and the others wait past those turns, at random within it. A negative
 	// value means no delay. Default: LockTTL / 15 (2s).
 	ElectionJitter time.Duration
 

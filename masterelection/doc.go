@@ -30,7 +30,8 @@
 // slaves by a rendezvous hash of its term and keeps the first three in
 // <LockName>:next, which the check reads. When that term's lock is free,
 // the first-ranked contends at once, the next ones a quarter of
-// ElectionJitter apart, the rest within its last quarter, and a slave still
+// ElectionJitter apart, the rest after those turns, at random within
+// ElectionJitter, and a slave still
 // waiting gives its turn up when another's acquired notice comes: one
 // acquire per handover or failover, however many slaves.
 //

@@ -42,11 +42,11 @@ func (la *lostAcquires) add(info []byte) {
 }
 
 // followLoop is the slave role: check the lock every CheckInterval and when it
-// would expire, contend when it is free (after a random jitter, or at once
-// when the master announced its release). It returns the new mastership, or
-// nil when ctx ends.
+// would expire, contend when it is free (in its turn: contendDelay). It
+// returns the new mastership, or nil when ctx ends.
 func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leadership {
 	contend := ls.unresolved && m.candidate.Load() // Start's first attempt goes straight to the lock
+	var due time.Time                              // when a pending attempt (contend) fires
 	timer := m.clock.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -54,8 +54,8 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 		case <-ctx.Done():
 			return nil
 		case <-m.candidacy:
+			contend = false // no pending attempt outlives a change of candidacy
 			if m.candidate.Load() {
-				contend = false
 				timer.Reset(0) // look at the lock now; contend if it is free
 			}
 		case req := <-m.transfers:
@@ -75,11 +75,15 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 		case n := <-m.notices:
 			switch m.followHint(ls, n) {
 			case hintContend:
-				contend = true
-				if n.To == m.cfg.NodeID {
-					timer.Reset(0)
-				} else {
-					timer.Reset(m.contendDelay(ls, n.Term, true))
+				wait := time.Duration(0)
+				if n.To != m.cfg.NodeID {
+					wait = m.contendDelay(ls, n.Term, true)
+				}
+				// A notice never postpones an attempt already due: a
+				// stream of forged ones would hold it back for good.
+				if now := m.clock.Now(); !contend || now.Add(wait).Before(due) {
+					contend, due = true, now.Add(wait)
+					timer.Reset(wait)
 				}
 			case hintAsk:
 				switch {
@@ -105,6 +109,7 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 				contend, next = false, wait
 			} else {
 				contend, next = m.check(ctx, ls)
+				due = m.clock.Now().Add(next)
 			}
 			timer.Reset(next)
 		}
@@ -316,6 +321,9 @@ func (m *MasterElection) releaseStale(ctx context.Context, term int64) bool {
 // contend runs the acquire script once. It returns the new mastership, or
 // nil and the delay before the next check.
 func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadership, time.Duration) {
+	if !m.candidate.Load() {
+		return nil, 0 // no longer a candidate since the attempt was set: look at the lock instead
+	}
 	if rest := ls.holdOff.Sub(m.clock.Now()); rest > 0 {
 		return nil, rest // this process just handed the lock over
 	}
@@ -332,8 +340,9 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 	limit := m.opTimeout()
 	if ls.unresolved {
 		// Start's: a slow reply is safe (the deadline counts from sent),
-		// and in a fleet starting at once it is slow.
-		limit = m.startTimeout()
+		// and in a fleet starting at once it is slow; but one that comes
+		// after the deadline would give a mastership already over.
+		limit = min(m.startTimeout(), m.cfg.LockTTL-m.cfg.StepDownMargin)
 	}
 	actx, cancel := context.WithTimeout(ctx, limit)
 	res, err := m.acquire(actx, info, m.seenForAcquire(ls))

@@ -19,6 +19,29 @@ import (
 func (m *MasterElection) trackSlaves(l *leadership) {
 	defer m.bg.Done()
 	next := newSuccession(l.term)
+	// The ranking changes on the tracker's goroutine; a goroutine of its
+	// own writes the latest one, so that the tracker never waits on Redis
+	// for it and a burst of joins (a first sweep) costs a write or two.
+	orders := make(chan []string, 1)
+	publish := func() {
+		select {
+		case <-orders: // replaced by the newer ranking: only one sender
+		default:
+		}
+		orders <- slices.Clone(next.order)
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		for {
+			select {
+			case <-l.ctx.Done():
+				return
+			case order := <-orders:
+				m.publishSuccession(l, order)
+			}
+		}
+	}()
 	tracker, err := registry.NewSlaveTracker(m.reg, registry.TrackerConfig{
 		SlaveTimeout:  m.cfg.SlaveTimeout,
 		SweepInterval: m.cfg.CheckInterval,
@@ -26,13 +49,13 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 		OnJoin: func(s registry.SlaveNode) {
 			m.slaveEvent(l, topicSlaveRegistered, payload{slave: s})
 			if !s.NonCandidate && next.join(s.NodeID) {
-				m.publishSuccession(l, next.order)
+				publish()
 			}
 		},
 		OnLeave: func(id string) {
 			m.slaveEvent(l, topicSlaveRemoved, payload{nodeID: id})
 			if next.leave(id) {
-				m.publishSuccession(l, next.order)
+				publish()
 			}
 		},
 		OnError: func(err error) { m.emitError(fmt.Errorf("track slaves: %w", err)) },
@@ -87,7 +110,8 @@ const maxSuccession = 3
 // entry at join says so) with the highest rendezvous hash of the master's
 // term, so that each term ranks the herd afresh and every slave is first
 // as often as any other. A slave that stops being a candidate after its
-// join stays ranked: its turn passes unused, costing the next one a step.
+// join stays ranked (its turn passes unused, costing the next one a step),
+// and one that becomes a candidate after it is ranked from the next term.
 type succession struct {
 	key    string          // the term, the rendezvous key
 	slaves map[string]bool // every slave the tracker reports live
@@ -146,15 +170,17 @@ func (s *succession) rank(id string) bool {
 }
 
 // publishSuccession writes order as the succession of mastership l, while
-// l is this process's (a deposed master's would replace the current one's).
-// A failed write costs speed only: the slaves contend as without one.
+// l is this process's: Redis refuses it otherwise (next.lua), so a deposed
+// master's late write cannot replace its successor's. A failed write costs
+// speed only: the slaves contend as without one until the ranking changes.
 func (m *MasterElection) publishSuccession(l *leadership, order []string) {
 	if l.ctx.Err() != nil || !m.holds(l, m.clock.Now()) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, m.opTimeout())
 	defer cancel()
-	if err := scripts.WriteSuccession(ctx, m.client, m.keys, scripts.Succession{Term: l.term, Order: slices.Clone(order)}); err != nil && l.ctx.Err() == nil {
-		m.log.Debug().Err(err).Int64("term", l.term).Msg("succession not written")
+	written, err := scripts.WriteSuccession(ctx, m.client, m.keys, m.cfg.NodeID, scripts.Succession{Term: l.term, Order: order})
+	if (err != nil || !written) && l.ctx.Err() == nil {
+		m.log.Debug().Err(err).Int64("term", l.term).Msg("succession not written: the slaves contend as without one")
 	}
 }

@@ -138,6 +138,19 @@ func acquires(wires map[string]*wire) map[string]int {
 	return out
 }
 
+// sawTerm waits until every node of nodes has observed term.
+func sawTerm(t *testing.T, nodes []*node, term int64) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("every slave observed term %d", term), func() bool {
+		for _, n := range nodes {
+			if n.ObservedTerm() < term {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // nodeIDOf returns n's node id, or "none".
 func nodeIDOf(n *node) string {
 	if n == nil {
@@ -169,6 +182,7 @@ func TestOneAcquirePerHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a new master", func() bool { return masterOf(slaves) != nil })
+	sawTerm(t, slaves, masterOf(slaves).Term())                                 // in real time, before any other turn is due
 	w.advance(testConfig("x").ElectionJitter*2, 10*time.Millisecond, slaves...) // every turn comes and goes
 	if got := masterOf(slaves); got == nil || got.NodeID() != next.Order[0] {
 		t.Errorf("new master %s, want %s, ranked first by %v", nodeIDOf(got), next.Order[0], next.Order)
@@ -190,7 +204,15 @@ func TestOneAcquirePerFailover(t *testing.T) {
 			_, slaves, wires, next := herdOf(t, w, 5)
 			running := slices.DeleteFunc(slices.Clone(slaves), func(n *node) bool { return firstPaused && n.NodeID() == next.Order[0] })
 			cfg := testConfig("x")
-			w.advance(cfg.LockTTL+cfg.ElectionJitter, 10*time.Millisecond, running...)
+			// Up to the first acquisition in fake time; then every slave
+			// learns of it in real time before the next turn could come.
+			for moved := time.Duration(0); masterOf(running) == nil && moved < cfg.LockTTL+cfg.ElectionJitter; moved += 5 * time.Millisecond {
+				w.advance(5*time.Millisecond, 5*time.Millisecond, running...)
+			}
+			if m := masterOf(running); m != nil {
+				sawTerm(t, running, m.Term())
+			}
+			w.advance(cfg.ElectionJitter, 10*time.Millisecond, running...) // every turn comes and goes
 			want := next.Order[0]
 			if firstPaused {
 				want = next.Order[1]
@@ -225,4 +247,67 @@ func TestSuccessionLeavesOutNonCandidates(t *testing.T) {
 		_ = json.Unmarshal([]byte(raw), &next)
 		return next.Term == master.Term() && slices.Equal(next.Order, []string{"s2"})
 	})
+}
+
+// TestForgedReleasesDoNotHoldBackTheTurns: released notices forged faster
+// than a step (anyone who may PUBLISH can send them) while the master and
+// the first-ranked slave are cut off must not push the next turns back: the
+// other slaves still take over once the lock expires.
+func TestForgedReleasesDoNotHoldBackTheTurns(t *testing.T) {
+	w := newWorld(t)
+	master, slaves, _, next := herdOf(t, w, 5)
+	running := slices.DeleteFunc(slices.Clone(slaves), func(n *node) bool { return n.NodeID() == next.Order[0] })
+	forged := fmt.Sprintf(`{"event":"released","nodeId":%q,"term":%d}`, master.NodeID(), master.Term())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				w.mr.Publish(master.keys.Events, forged)
+			}
+		}
+	}()
+	cfg := testConfig("x")
+	w.advance(cfg.LockTTL+cfg.ElectionJitter, 10*time.Millisecond, running...)
+	close(stop)
+	<-done
+	// Which slave wins depends on where the last forged notice left each
+	// one's turn; that one does is the point.
+	if got := masterOf(running); got == nil {
+		t.Fatalf("no master %v after the lock expired: forged notices held every turn back", cfg.ElectionJitter)
+	}
+}
+
+// TestNoTurnAfterCandidacyEnds: a slave whose turn is pending when it stops
+// being a candidate does not take the lock.
+func TestNoTurnAfterCandidacyEnds(t *testing.T) {
+	w := newWorld(t)
+	master, slaves, _, next := herdOf(t, w, 5)
+	var running []*node
+	for _, s := range slaves {
+		if s.NodeID() == next.Order[0] {
+			s.SetCandidate(false) // its turn, the first, passes unused
+		} else {
+			running = append(running, s)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := master.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the released notice reaches every slave
+	settle(running...)                // and sets its turn, due in fake time
+	for _, s := range running {
+		s.SetCandidate(false)
+	}
+	settle(running...)
+	w.advance(2*testConfig("x").ElectionJitter, 10*time.Millisecond, slaves...)
+	if got := masterOf(slaves); got != nil {
+		t.Fatalf("%s became master after SetCandidate(false)", got.NodeID())
+	}
 }

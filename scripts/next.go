@@ -2,12 +2,23 @@ package scripts
 
 import (
 	"context"
+	_ "embed" // next.lua
 	"encoding/json"
 	"fmt"
 	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
+
+//go:embed next.lua
+var nextSrc string
+
+// nextScript is next.lua: store a master's succession while the lock is
+// the writer's under its term.
+var nextScript = redis.NewScript(nextSrc)
+
+// NextSHA is the digest by which EVALSHA names next.lua.
+var NextSHA = nextScript.Hash()
 
 // Succession is the order in which slaves contend when the lock of Term
 // is released or expires, as the master of Term published it under
@@ -33,14 +44,21 @@ func parseSuccession(raw string) (s Succession, ok bool) {
 	return s, true
 }
 
-// WriteSuccession stores s under k.Next, replacing what was there.
-func WriteSuccession(ctx context.Context, c redis.Cmdable, k Keys, s Succession) error {
+// WriteSuccession stores s under k.Next with next.lua, only while nodeID
+// holds the lock under s.Term; written is false, and nothing is written,
+// otherwise.
+func WriteSuccession(ctx context.Context, c redis.Scripter, k Keys, nodeID string, s Succession) (written bool, err error) {
 	b, err := json.Marshal(s)
 	if err != nil {
-		return fmt.Errorf("encode succession: %w", err)
+		return false, fmt.Errorf("encode succession: %w", err)
 	}
-	if err := c.Set(ctx, k.Next, b, 0).Err(); err != nil {
-		return fmt.Errorf("write succession %s: %w", k.Next, err)
+	reply, err := run(ctx, c, nextScript, "next", []string{k.Master, k.Term, k.Next}, nodeID, termArg(s.Term), b)
+	if err != nil {
+		return false, err
 	}
-	return nil
+	n, ok := reply.(int64)
+	if !ok || n != 0 && n != 1 {
+		return false, unexpected("next", reply)
+	}
+	return n == 1, nil
 }

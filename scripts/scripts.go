@@ -94,7 +94,7 @@ var (
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript, checkScript, routeScript,
 		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript,
-		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript} {
+		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript, nextScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("scripts: load: %w", err)
 		}
@@ -478,6 +478,7 @@ var scriptCommands = map[string]string{
 	"release":         "GET, DEL, SET, PUBLISH",
 	"check":           "GET, PTTL",
 	"route":           "GET, PUBLISH",
+	"next":            "GET, SET",
 	"route batch":     "GET, PUBLISH",
 	"inbox send":      "GET, HEXISTS, ZSCORE, TIME, SADD, XLEN, XADD",
 	"assign plan":     "GET, HGET, HSET, HDEL, SADD, SREM",
