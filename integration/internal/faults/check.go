@@ -46,7 +46,8 @@ type Params struct {
 
 // FailoverBound is the longest a crashed master may take to be replaced,
 // counted from the crash, leaving out the time during which every other
-// candidate was held stopped by a pause: the lock lives at most LockTTL after the crash;
+// candidate was held stopped by a pause or cut off from Redis by a network
+// fault on its link: the lock lives at most LockTTL after the crash;
 // a slave checks again when it would expire (CheckInterval covers one
 // missed check), waits at most ElectionJitter, and acquires in one round
 // trip (in Slack).
@@ -738,7 +739,9 @@ func (c *checker) failovers() {
 			}
 			continue
 		}
-		// No one can take over while every other candidate is held stopped:
+		// No one can take over while every other candidate is held stopped
+		// or cut off (seed 1795679857908587330: the only other candidate's
+		// link was reset for 2.3 s while the master's was blackholed):
 		// that time does not count (seed 1795663376952882153: the only other
 		// candidate was paused 2 ms after the master's link was reset, for
 		// 2.2 s).
@@ -752,12 +755,13 @@ func (c *checker) failovers() {
 }
 
 // heldTime returns how long, within [a, b], every candidate process other
-// than crashed was held stopped by a pause-slave fault (and there was at
+// than crashed was held stopped by a pause-slave fault or cut off from
+// Redis by a blackhole or reset-peer on its link (and there was at
 // least one): no one could take over then.
 func (c *checker) heldTime(a, b int64, crashed string, lives map[string]*life, spans []span) time.Duration {
 	points := []int64{a, b}
 	for _, s := range spans {
-		if s.kind == FaultPauseSlave && s.peer != crashed {
+		if holds(s.kind) && s.peer != crashed {
 			points = append(points, s.from, s.to)
 		}
 	}
@@ -773,7 +777,7 @@ func (c *checker) heldTime(a, b int64, crashed string, lives map[string]*life, s
 			}
 			others++
 			if !slices.ContainsFunc(spans, func(s span) bool {
-				return s.kind == FaultPauseSlave && s.peer == label && s.from <= t && s.to > t
+				return holds(s.kind) && s.peer == label && s.from <= t && s.to > t
 			}) {
 				return false
 			}
@@ -788,6 +792,12 @@ func (c *checker) heldTime(a, b int64, crashed string, lives map[string]*life, s
 		}
 	}
 	return time.Duration(d)
+}
+
+// holds reports whether a fault of kind on a process keeps it from taking
+// over: stopped, or no Redis round trip can complete.
+func holds(kind string) bool {
+	return kind == FaultPauseSlave || kind == FaultBlackhole || kind == FaultResetPeer
 }
 
 // firstStart returns the start of the first mastership (in start order)

@@ -68,6 +68,13 @@ func observed(proc string, term, at int64) Record {
 	return Record{T: at * ms, Proc: proc, Node: proc, Kind: KindObserved, Term: term}
 }
 
+// masterCut marks network fault f as one on the master's link (as the
+// harness does: Highest 1), which makes it a crash to the checker.
+func masterCut(f Record) Record {
+	f.Highest = 1
+	return f
+}
+
 func harness(kind Kind, seq int64, detail, peer string, at int64) Record {
 	return Record{T: at * ms, Proc: HarnessNode, Kind: kind, Seq: seq, Detail: detail, Peer: peer, Node: peer}
 }
@@ -349,6 +356,28 @@ func TestCheck(t *testing.T) {
 					t.Errorf("failovers %+v", r.Failovers)
 				}
 			},
+		},
+		{
+			// Seed 1795679857908587330: the master's link blackholed, the
+			// only other candidate's reset for 2.3 s.
+			name: "failover leaves out the time the only other candidate was cut off from Redis",
+			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
+				call("a", 0), acquired("a", 10, 1), masterCut(harness(KindFault, 1, FaultBlackhole, "a", 100)), lost("a", 10, 101),
+				harness(KindFault, 2, FaultResetPeer, "b", 102), harness(KindHeal, 2, FaultResetPeer, "b", 2400),
+				call("b", 2430), acquired("b", 11, 2431), lost("b", 11, 2500)},
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 1 || r.Failovers[0].Duration != 33*time.Millisecond {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
+			name: "a candidate under latency does not excuse a slow failover",
+			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
+				call("a", 0), acquired("a", 10, 1), masterCut(harness(KindFault, 1, FaultBlackhole, "a", 100)), lost("a", 10, 101),
+				harness(KindFault, 2, FaultLatency, "b", 102), harness(KindHeal, 2, FaultLatency, "b", 2400),
+				call("b", 2430), acquired("b", 11, 2431), lost("b", 11, 2500)},
+			wants: []string{"failover: fault 1 (blackhole): next master after 2.331s"},
 		},
 		{
 			name: "a paused candidate does not excuse a slow failover while another could run",
