@@ -469,7 +469,7 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 		return fmt.Sprintf("%d (longest %v)", t.lossOverlaps, time.Duration(t.lossOverlapMax)*time.Millisecond)
 	})
 	if all.judged["owners"] > 0 {
-		row("settled clusters whose assign items all had owners again / longest wait", func(t *tally) string {
+		row("settles with every assign item owned again / longest wait", func(t *tally) string {
 			return fmt.Sprintf("%d / %v", t.judged["owners"], time.Duration(t.ownerWaitMax)*time.Millisecond)
 		})
 	}
