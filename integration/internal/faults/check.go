@@ -542,7 +542,12 @@ func (c *checker) overlaps() {
 // and it must not overlap another process's mastership where its own
 // mastership did not (that overlap is the overlap check's). Its
 // observations are checked against the self-fencing bound by selfFencing.
-func (c *checker) ctxs() {
+// liveSpans builds the live spans of the ctxs that records of kinds live
+// and done describe (one per process and serial, Ctx naming the ctx or
+// the item): from the first observation that saw it live (or, its live
+// record lost, the Begin of its done record) to the end of the last one;
+// still "open" when no done record came (ended closes those).
+func (c *checker) liveSpans(live, done Kind) []*Mastership {
 	type key struct {
 		proc   string
 		serial int64
@@ -550,28 +555,33 @@ func (c *checker) ctxs() {
 	spans := map[key]*Mastership{}
 	var order []*Mastership
 	for _, r := range c.recs {
-		switch r.Kind {
-		case KindCtxLive, KindCtxDone:
-			k := key{r.Proc, r.Seq}
-			s := spans[k]
-			if s == nil {
-				s = &Mastership{Proc: r.Proc, Node: r.Node, Term: r.Term, Ctx: r.Detail, Start: r.T, End: r.T, How: "open"}
-				if r.Kind == KindCtxDone && r.Begin != 0 {
-					s.Start = r.Begin // its first live record was lost
-				}
-				spans[k] = s
-				order = append(order, s)
+		if r.Kind != live && r.Kind != done {
+			continue
+		}
+		k := key{r.Proc, r.Seq}
+		s := spans[k]
+		if s == nil {
+			s = &Mastership{Proc: r.Proc, Node: r.Node, Term: r.Term, Ctx: r.Detail, Start: r.T, End: r.T, How: "open"}
+			if r.Kind == done && r.Begin != 0 {
+				s.Start = r.Begin // its first live record was lost
 			}
-			if r.Kind == KindCtxDone {
-				s.End, s.LastBegin, s.Seen = max(s.End, r.T), r.Begin, r.Seen
-				if r.Seen != 0 {
-					s.How = "lost"
-				} else {
-					s.How = "poller stopped"
-				}
+			spans[k] = s
+			order = append(order, s)
+		}
+		if r.Kind == done {
+			s.End, s.LastBegin, s.Seen = max(s.End, r.T), r.Begin, r.Seen
+			if r.Seen != 0 {
+				s.How = "lost"
+			} else {
+				s.How = "poller stopped"
 			}
 		}
 	}
+	return order
+}
+
+func (c *checker) ctxs() {
+	order := c.liveSpans(KindCtxLive, KindCtxDone)
 	c.rep.Ctxs = c.ended(order)
 	c.rep.Judged["ctx"] = len(c.rep.Ctxs)
 	for _, s := range c.rep.Ctxs {
@@ -1023,30 +1033,7 @@ func (c *checker) membership() {
 // one item in two processes may intersect only when Redis lost its data
 // between their starts: the ownership hash went with it.
 func (c *checker) ownership() {
-	type key struct {
-		proc   string
-		serial int64
-	}
-	spans := map[key]*Mastership{}
-	var order []*Mastership
-	for _, r := range c.recs {
-		if r.Kind != KindItemLive && r.Kind != KindItemDone {
-			continue
-		}
-		k := key{r.Proc, r.Seq}
-		s := spans[k]
-		if s == nil {
-			s = &Mastership{Proc: r.Proc, Node: r.Node, Ctx: r.Detail, Start: r.T, End: r.T, How: "open"}
-			if r.Kind == KindItemDone && r.Begin != 0 {
-				s.Start = r.Begin
-			}
-			spans[k] = s
-			order = append(order, s)
-		}
-		if r.Kind == KindItemDone {
-			s.End, s.How = max(s.End, r.T), "done"
-		}
-	}
+	order := c.liveSpans(KindItemLive, KindItemDone)
 	c.rep.Items = c.ended(order)
 	c.rep.Judged["ownership"] = len(c.rep.Items)
 	// The liveness half is judged by the harness as it runs (waitOwned):

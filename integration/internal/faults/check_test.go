@@ -327,7 +327,7 @@ func TestCheck(t *testing.T) {
 		{
 			name:  "an item worked by two processes at once",
 			h:     base.with(itemLive("a", "i1", 1, 100), itemDone("a", "i1", 1, 400_000, 401_000), itemLive("b", "i1", 1, 300)),
-			wants: []string{"ownership: item i1: a's ctx (done) and b's were both live for 100.001ms"},
+			wants: []string{"ownership: item i1: a's ctx (lost) and b's were both live for 100.001ms"},
 		},
 		{
 			name: "an item of a killed process ends at its death",
