@@ -44,6 +44,7 @@ type MasterElection struct {
 	infoChanged chan struct{}        // metadata changed: the membership loop registers again
 
 	reg     *registry.Registry // set by Start before run; nil in standalone mode (read under mu)
+	beats   slaveBeats         // a slave's heartbeat riding its checks (membership.go)
 	trackMu sync.Mutex         // orders slave events before master-lost
 	bg      sync.WaitGroup     // membership and slave tracking goroutines
 

@@ -125,7 +125,13 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		limit = m.startTimeout()
 	}
 	cctx, cancel := context.WithTimeout(ctx, limit)
-	st, err := scripts.Check(cctx, m.client, m.keys)
+	var st scripts.MasterState
+	var err error
+	if m.beatDue(sent) {
+		st, err = m.checkBeat(cctx)
+	} else {
+		st, err = scripts.Check(cctx, m.client, m.keys)
+	}
 	cancel()
 	replied := m.clock.Now()
 	if err != nil {

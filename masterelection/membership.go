@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 // roleChange tells the membership loop this process's role as of now.
@@ -32,11 +34,74 @@ func (m *MasterElection) setRole(role registry.Role, term int64) {
 	}
 }
 
+// slaveBeats is how a slave's registry heartbeat rides its periodic look at
+// the lock (scripts.CheckBeat): one script call per CheckInterval instead
+// of two. The membership loop says when the slave's heartbeat may ride
+// (the slave role is registered and nothing is pending) and sends it
+// itself only when none rode for 1.5 CheckInterval (the follow loop was
+// contending, waiting out a data loss, or failing).
+type slaveBeats struct {
+	ride atomic.Bool  // the follow loop may send the heartbeat (set by the membership loop)
+	last atomic.Int64 // when the entry was last written, by either loop (m.clock, UnixNano)
+}
+
+// wrote records a write of the entry at t.
+func (b *slaveBeats) wrote(t time.Time) { b.last.Store(t.UnixNano()) }
+
+// since is how long ago the entry was last written.
+func (b *slaveBeats) since(now time.Time) time.Duration {
+	return now.Sub(time.Unix(0, b.last.Load()))
+}
+
+// due tells the follow loop, at now, to send the heartbeat with its check:
+// it may, and the last write is half a CheckInterval old (a check sent
+// sooner after a notice carries none).
+func (m *MasterElection) beatDue(now time.Time) bool {
+	return m.beats.ride.Load() && m.beats.since(now) >= m.cfg.CheckInterval/2
+}
+
+// checkBeat is the follow loop's check with the slave's heartbeat in the
+// same script call. It falls back to a plain check when the registry has
+// no entry of this process to renew. A heartbeat that fails on its own
+// (the check answered) is an error event, as the membership loop's.
+func (m *MasterElection) checkBeat(ctx context.Context) (scripts.MasterState, error) {
+	reg := m.Registry()
+	if reg == nil {
+		return scripts.Check(ctx, m.client, m.keys)
+	}
+	var st scripts.MasterState
+	var callErr error
+	sent := false
+	err := reg.HeartbeatWith(ctx, m.cfg.NodeID, func(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
+		sent = true
+		var stored scripts.Stored
+		var beatErr error
+		st, stored, beatErr, callErr = scripts.CheckBeat(ctx, m.client, m.keys, p)
+		if callErr != nil {
+			return scripts.Stored{}, callErr
+		}
+		return stored, beatErr
+	})
+	switch {
+	case !sent:
+		return scripts.Check(ctx, m.client, m.keys)
+	case callErr != nil:
+		return scripts.MasterState{}, callErr
+	case err != nil:
+		m.emitError(fmt.Errorf("heartbeat process: %w", err))
+	default:
+		m.beats.wrote(m.clock.Now())
+	}
+	return st, nil
+}
+
 // membership is the registry loop: it registers this process whenever its
 // role changes and heartbeats its entry, every HeartbeatInterval as master
-// and every CheckInterval as slave, until ctx ends. A master entry is
-// fenced by Redis (registry.ErrNotMaster): once refused, the process is
-// registered as a slave until the election gives it a role again.
+// and every CheckInterval as slave, until ctx ends. A slave's heartbeat
+// rides the follow loop's check (slaveBeats) once its role is registered:
+// the loop then only stands in when none rode. A master entry is fenced by
+// Redis (registry.ErrNotMaster): once refused, the process is registered as
+// a slave until the election gives it a role again.
 func (m *MasterElection) membership(ctx context.Context) {
 	var (
 		role       registry.Role
@@ -57,7 +122,14 @@ func (m *MasterElection) membership(ctx context.Context) {
 		case <-m.infoChanged:
 			pending = role != ""
 		case <-timer.C():
+			if standIn := m.cfg.CheckInterval + m.cfg.CheckInterval/2; m.beats.ride.Load() {
+				if since := m.beats.since(m.clock.Now()); since < standIn {
+					timer.Reset(standIn - since) // the follow loop's checks carry the heartbeat
+					continue
+				}
+			}
 		}
+		m.beats.ride.Store(false)
 		limit := m.opTimeout()
 		if !registered {
 			limit = m.startTimeout()
@@ -98,7 +170,11 @@ func (m *MasterElection) membership(ctx context.Context) {
 			registered = registered || pending
 			pending = false
 			retry.reset()
+			if role != "" {
+				m.beats.wrote(m.clock.Now())
+			}
 		}
+		m.beats.ride.Store(role == registry.RoleSlave && registered && !pending)
 		timer.Reset(next)
 	}
 }

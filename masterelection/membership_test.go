@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,5 +249,50 @@ func TestSlaveEventNeedsTheMastership(t *testing.T) {
 				t.Fatalf("slave events %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestSlaveHeartbeatRidesTheCheck: a slave's registry heartbeat goes with
+// its periodic check (scripts.CheckBeat), so its entry's lastSeen keeps up;
+// when Redis refuses the heartbeat's write (the registry hash replaced by
+// garbage), the check in the same call is answered all the same: the
+// failure is a heartbeat error event, never a failed check.
+func TestSlaveHeartbeatRidesTheCheck(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig("b")
+	a, b := w.node(testConfig("a")), w.node(cfg)
+	w.start(a)
+	w.start(b)
+	w.registered(a, "master")
+	w.registered(b, "slave")
+	w.advance(4*cfg.CheckInterval, 50*time.Millisecond, a, b)
+	p, err := a.Process(context.Background(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := b.clk.Now().Sub(p.LastSeen); age > cfg.CheckInterval {
+		t.Fatalf("b's lastSeen is %v old, want at most CheckInterval (%v)", age, cfg.CheckInterval)
+	}
+
+	w.mr.Del(b.keys.Processes)
+	if err := w.mr.Set(b.keys.Processes, "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	before := len(b.rec.errors())
+	w.advance(3*cfg.CheckInterval, 50*time.Millisecond, b) // a stands still: only b's calls run
+	var beat, check int
+	for _, err := range b.rec.errors()[before:] {
+		switch {
+		case errors.Is(err, registry.ErrCorruptEntry):
+			beat++
+		case strings.Contains(err.Error(), "check master lock"):
+			check++
+		}
+	}
+	if beat == 0 || check != 0 {
+		t.Fatalf("%d heartbeat errors (want some) and %d check errors (want none): %v", beat, check, b.rec.errors()[before:])
+	}
+	if b.IsMaster() || b.ObservedTerm() != a.Term() {
+		t.Fatalf("b lost track of the master: master %v, observed term %d, want %d", b.IsMaster(), b.ObservedTerm(), a.Term())
 	}
 }

@@ -66,10 +66,7 @@ const healthCheckInterval = 30 * time.Second
 // readFeed reads the feed, and polling covers the gap. ctx ends the
 // attempts.
 func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *noticeFeed {
-	channels := []string{m.keys.Events}
-	if !m.cfg.IgnoreRemoteTransfers {
-		channels = append(channels, m.keys.Control)
-	}
+	channels := m.feedChannels()
 	sctx, cancel := context.WithCancel(ctx)
 	f := &noticeFeed{
 		ps:        m.client.Subscribe(sctx), // no channel yet: no round trip
@@ -107,6 +104,18 @@ func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *
 		close(f.confirmed)
 	}()
 	return f
+}
+
+// feedChannels are the channels of the notice feed: the events channel,
+// this process's own notice channel (Keys.Turn: a release in which the
+// master ranked it), and unless Config.IgnoreRemoteTransfers the control
+// channel.
+func (m *MasterElection) feedChannels() []string {
+	channels := []string{m.keys.Events, m.keys.Turn(m.cfg.NodeID)}
+	if !m.cfg.IgnoreRemoteTransfers {
+		channels = append(channels, m.keys.Control)
+	}
+	return channels
 }
 
 // readFeed forwards the lock notices of feed f to m.notices until f is

@@ -311,3 +311,34 @@ func TestNoTurnAfterCandidacyEnds(t *testing.T) {
 		t.Fatalf("%s became master after SetCandidate(false)", got.NodeID())
 	}
 }
+
+// TestHandoverWhenNoRankedSlaveAnswers: a release is announced only to the
+// slaves the succession ranks; when none of them takes the lock (here it
+// names processes that do not exist), the others find the free lock at
+// their next check and one of them takes over after the turns, within
+// CheckInterval + ElectionJitter of the release.
+func TestHandoverWhenNoRankedSlaveAnswers(t *testing.T) {
+	w := newWorld(t)
+	master, slaves, _, _ := herdOf(t, w, 4)
+	ghosts := scripts.Succession{Term: master.Term(), Order: []string{"ghost-1", "ghost-2", "ghost-3"}}
+	if ok, err := scripts.WriteSuccession(context.Background(), w.client(), master.keys, master.NodeID(), ghosts); !ok || err != nil {
+		t.Fatalf("write the succession: %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := master.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // real time: no slave has a turn at once
+	if m := masterOf(slaves); m != nil {
+		t.Fatalf("%s took over at once, although the succession ranks no slave", m.NodeID())
+	}
+	cfg := testConfig("x")
+	step := 5 * time.Millisecond
+	for moved := time.Duration(0); masterOf(slaves) == nil && moved <= cfg.CheckInterval+cfg.ElectionJitter+step; moved += step {
+		w.advance(step, step, slaves...)
+	}
+	if masterOf(slaves) == nil {
+		t.Fatalf("no new master within CheckInterval + ElectionJitter (%v) of the release", cfg.CheckInterval+cfg.ElectionJitter)
+	}
+}

@@ -80,10 +80,16 @@ type store struct {
 }
 
 // put writes the entry of p.ID (p.Fallback instead when a master write is
-// fenced) and reports whether it was absent before.
-func (s store) put(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
+// fenced) and reports whether it was absent before. send, when not nil,
+// sends the write instead of scripts.RegistryPut.
+func (s store) put(ctx context.Context, p scripts.Put, send Sender) (scripts.Stored, error) {
 	p.Mode = s.mode
-	st, err := scripts.RegistryPut(ctx, s.c, s.k, p)
+	if send == nil {
+		send = func(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
+			return scripts.RegistryPut(ctx, s.c, s.k, p)
+		}
+	}
+	st, err := send(ctx, p)
 	return st, s.check(err)
 }
 

@@ -239,7 +239,7 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		}
 	}
 	info.LastSeen = now
-	st, err := r.write(ctx, info, false)
+	st, err := r.write(ctx, info, false, nil)
 	if err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
@@ -282,6 +282,22 @@ func (r *Registry) fenced(op string, info ProcessInfo, st scripts.Stored) error 
 // It returns ErrNotRegistered for a process that was not registered through
 // r, or was unregistered since.
 func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
+	return r.HeartbeatWith(ctx, processID, nil)
+}
+
+// Sender runs the registry's write p (scripts.RegistryPut's script with p)
+// for HeartbeatWith, alone or in one call with other work
+// (scripts.CheckBeat), and returns its outcome.
+type Sender func(ctx context.Context, p scripts.Put) (scripts.Stored, error)
+
+// HeartbeatWith is Heartbeat with the write sent by send (nil: by the
+// registry itself, as Heartbeat does), so that a caller can send the
+// heartbeat in the same round trip and script call as its own work: the
+// election's slaves send it with their periodic look at the lock. send is
+// not called, and ErrNotRegistered returned, when processID is not
+// registered; it is called at most once, while the registry holds the
+// process's record (a Register or Unregister of it waits).
+func (r *Registry) HeartbeatWith(ctx context.Context, processID string, send Sender) error {
 	r.mu.Lock()
 	o := r.own[processID]
 	r.mu.Unlock()
@@ -295,7 +311,7 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 	}
 	info := o.info
 	info.LastSeen = r.clock.Now()
-	st, err := r.write(ctx, info, true)
+	st, err := r.write(ctx, info, true, send)
 	if err != nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, err)
 	}
@@ -631,7 +647,8 @@ func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, erro
 
 // write stores info, encoded whole; with role master it also sends the
 // slave form of info, which Redis stores instead when the write is fenced.
-func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool) (scripts.Stored, error) {
+// send, when not nil, sends the write (HeartbeatWith).
+func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, send Sender) (scripts.Stored, error) {
 	b, err := encodeEntry(info)
 	if err != nil {
 		return scripts.Stored{}, err
@@ -646,7 +663,7 @@ func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool) 
 		ID: info.ProcessID, Value: b, Role: string(info.Role),
 		TTL: r.cfg.ProcessTTL, Heartbeat: heartbeat,
 		Node: info.NodeID, Term: info.Term, Fallback: fallback,
-	})
+	}, send)
 }
 
 // claim returns the owned record of id, creating it when needed.

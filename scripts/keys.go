@@ -130,6 +130,17 @@ const InboxGroup = "herd"
 // Every inbox name is built here.
 func (k Keys) Inbox(processID string) string { return k.Prefix + ":inbox:" + processID }
 
+// Turn returns the pub/sub channel "<prefix>:events:<nodeID>" of one
+// process's own lock notices: release.lua announces a release there, to the
+// processes the master ranked in its succession, instead of to every
+// process on Events (see release.lua). Every process listens to its own.
+func (k Keys) Turn(nodeID string) string { return k.Events + ":" + nodeID }
+
+// TurnPattern is a PSUBSCRIBE pattern that matches every process's own
+// notice channel (Turn): an observer that wants every release subscribes
+// to it as well as to Events.
+func (k Keys) TurnPattern() string { return k.Turn("*") }
+
 // InboxPattern is a SCAN MATCH pattern that matches every durable inbox of
 // this election: "<prefix>:inbox:*". Keys of another election whose lock
 // name begins with "<lock name>:inbox:" match it too.

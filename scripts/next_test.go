@@ -3,8 +3,11 @@ package scripts_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/scripts"
 )
@@ -55,5 +58,75 @@ func TestSuccessionIsFenced(t *testing.T) {
 	mr.Set(k.Next, "not json")
 	if st, err = scripts.Check(ctx, c, k); err != nil || st.Next.Term != 0 {
 		t.Fatalf("check with garbage: %+v, %v", st.Next, err)
+	}
+}
+
+// TestReleaseIsHeardByTheSuccession: release.lua announces a release to
+// the first three slaves of the released term's succession, on their own
+// channels in rank order, and to no one else; to a Transfer's successor
+// alone; and to every process on the events channel when there is no
+// succession of that term (none, an older term's, garbage).
+func TestReleaseIsHeardByTheSuccession(t *testing.T) {
+	mr, c, k := setup(t)
+	ctx := context.Background()
+	ps := c.PSubscribe(ctx, k.Events+"*") // the events channel and every Turn
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// heard releases a lock taken by "a" after prepare, and returns the
+	// channels its release notice went to, in order.
+	heard := func(prepare func(term int64), to string) []string {
+		t.Helper()
+		res, err := scripts.Acquire(ctx, c, k, "a", 3*time.Second, nil, 0)
+		if err != nil || res.Term == 0 {
+			t.Fatalf("acquire: %+v, %v", res, err)
+		}
+		if msg, err := ps.ReceiveMessage(ctx); err != nil || msg.Channel != k.Events {
+			t.Fatalf("acquired notice: %v, %v", msg, err) // acquired notices go to everyone
+		}
+		prepare(res.Term)
+		if ok, err := scripts.ReleaseTo(ctx, c, k, "a", res.Term, to, time.Second); !ok || err != nil {
+			t.Fatalf("release: %v, %v", ok, err)
+		}
+		mr.Del(k.Successor)
+		var got []string
+		for {
+			v, err := ps.ReceiveTimeout(ctx, 100*time.Millisecond)
+			if err != nil {
+				return got
+			}
+			got = append(got, v.(*redis.Message).Channel)
+		}
+	}
+	write := func(s scripts.Succession) func(int64) {
+		return func(term int64) {
+			if s.Term == 0 {
+				s.Term = term
+			}
+			if ok, err := scripts.WriteSuccession(ctx, c, k, "a", s); !ok || err != nil {
+				t.Fatalf("write succession: %v, %v", ok, err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		prepare func(term int64)
+		to      string
+		want    []string
+	}{
+		{"the succession of the term", write(scripts.Succession{Order: []string{"b", "c", "d", "e"}}), "",
+			[]string{k.Turn("b"), k.Turn("c"), k.Turn("d")}},
+		{"a succession of one", write(scripts.Succession{Order: []string{"c"}}), "", []string{k.Turn("c")}},
+		{"a Transfer", write(scripts.Succession{Order: []string{"b"}}), "z", []string{k.Turn("z")}},
+		{"an older term's succession", func(int64) {}, "", []string{k.Events}},
+		{"an empty order", write(scripts.Succession{Order: []string{}}), "", []string{k.Events}},
+		{"garbage", func(int64) { mr.Set(k.Next, `{"term":"x","order":7}`) }, "", []string{k.Events}},
+		{"not a string", func(int64) { mr.Del(k.Next); mr.HSet(k.Next, "f", "v") }, "", []string{k.Events}},
+	} {
+		if got := heard(tc.prepare, tc.to); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: the release went to %q, want %q", tc.name, got, tc.want)
+		}
+		mr.Del(k.Next)
 	}
 }

@@ -23,9 +23,10 @@ func TestNoticeBytes(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		k := scripts.NewKeys("svc", false)
-		ps := c.Subscribe(ctx, k.Events, k.RegistryEvents)
+		// A Transfer's release goes to its successor's own channel.
+		ps := c.Subscribe(ctx, k.Events, k.RegistryEvents, k.Turn("n/2"))
 		defer ps.Close()
-		for range 2 {
+		for range 3 {
 			if _, err := ps.Receive(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -14,10 +14,12 @@ import (
 func TestNoticesOfTheScriptsParse(t *testing.T) {
 	mr, c, k := setup(t)
 	ctx := context.Background()
-	ps := c.Subscribe(ctx, k.Events)
+	ps := c.Subscribe(ctx, k.Events, k.Turn("n2")) // a Transfer's release goes to its successor's channel
 	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	a, err := scripts.Acquire(ctx, c, k, "n1", time.Second, nil, 0)
 	if err != nil {

@@ -168,20 +168,34 @@ type Stored struct {
 // holds the lock under p.Term, checked in the same script; otherwise
 // p.Fallback is written with role slave and the result has Fenced set.
 func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (Stored, error) {
+	keys, args, err := putCall(k, p)
+	if err != nil {
+		return Stored{}, err
+	}
+	reply, err := run(ctx, c, registryPutScript, "registry put", keys, args...)
+	if err != nil {
+		return Stored{}, err
+	}
+	return parsePut(reply)
+}
+
+// putCall checks p and returns the keys and arguments of registry_put.lua
+// for it.
+func putCall(k Keys, p Put) (keys []string, args []any, err error) {
 	switch {
 	case p.Mode != TTLNative && p.Mode != TTLHPExpire && p.Mode != TTLEmulated:
-		return Stored{}, fmt.Errorf("registry put: unknown TTL mode %q", p.Mode)
+		return nil, nil, fmt.Errorf("registry put: unknown TTL mode %q", p.Mode)
 	case p.TTL < time.Millisecond:
-		return Stored{}, fmt.Errorf("registry put: TTL %s is shorter than one millisecond", p.TTL)
+		return nil, nil, fmt.Errorf("registry put: TTL %s is shorter than one millisecond", p.TTL)
 	case !isObject(p.Value):
-		return Stored{}, fmt.Errorf("registry put: process info is not a JSON object")
+		return nil, nil, fmt.Errorf("registry put: process info is not a JSON object")
 	case p.Role != "master" && p.Role != "slave":
-		return Stored{}, fmt.Errorf("registry put: role %q is neither master nor slave", p.Role)
+		return nil, nil, fmt.Errorf("registry put: role %q is neither master nor slave", p.Role)
 	case p.Role == "master" && !isObject(p.Fallback):
-		return Stored{}, fmt.Errorf("registry put: the fallback of a master write is not a JSON object")
+		return nil, nil, fmt.Errorf("registry put: the fallback of a master write is not a JSON object")
 	}
 	if err := ValidateName("process id", p.ID); err != nil {
-		return Stored{}, fmt.Errorf("registry put: %w", err)
+		return nil, nil, fmt.Errorf("registry put: %w", err)
 	}
 	node := p.Node
 	if node == "" {
@@ -195,13 +209,13 @@ func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (Stored, 
 	if p.Role != "master" {
 		fallback = nil
 	}
-	reply, err := run(ctx, c, registryPutScript, "registry put",
-		[]string{k.Processes, k.ProcessesExpiry, k.Master, k.Term, k.ProcessesVersion},
-		p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents,
-		node, termArg(p.Term), fallback)
-	if err != nil {
-		return Stored{}, err
-	}
+	return []string{k.Processes, k.ProcessesExpiry, k.Master, k.Term, k.ProcessesVersion},
+		[]any{p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents, node, termArg(p.Term), fallback},
+		nil
+}
+
+// parsePut reads the reply of registry_put.lua.
+func parsePut(reply any) (Stored, error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 5 {
 		return Stored{}, unexpected("registry put", reply)

@@ -94,7 +94,7 @@ var (
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript, checkScript, routeScript,
 		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript,
-		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript, nextScript} {
+		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript, nextScript, checkBeatScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("scripts: load: %w", err)
 		}
@@ -255,7 +255,7 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term 
 // answers Reserved). The release notice names it ("to"). An empty successor
 // reserves nothing.
 func ReleaseTo(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, successor string, window time.Duration) (bool, error) {
-	reply, err := run(ctx, c, releaseScript, "release", acquireKeys(k),
+	reply, err := run(ctx, c, releaseScript, "release", append(acquireKeys(k), k.Next),
 		nodeID, termArg(term), k.Events, successor, max(window.Milliseconds(), 1))
 	if err != nil {
 		return false, err
@@ -477,6 +477,7 @@ var scriptCommands = map[string]string{
 	"renew":           "GET, TIME, PEXPIRE, SET",
 	"release":         "GET, DEL, SET, PUBLISH",
 	"check":           "GET, PTTL",
+	"check beat":      "GET, PTTL, and those of registry put",
 	"route":           "GET, PUBLISH",
 	"next":            "GET, SET",
 	"route batch":     "GET, PUBLISH",

@@ -102,6 +102,11 @@ func (w *Watcher) Run(ctx context.Context, fn func(Update)) error {
 	ps := conn.Client.Subscribe(ctx, conn.Keys.Events, conn.Keys.RegistryEvents)
 	rctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	_, err := ps.Receive(rctx)
+	if err == nil {
+		// A release the master's succession names is announced only on the
+		// ranked processes' own channels (scripts.Keys.Turn).
+		err = ps.PSubscribe(rctx, conn.Keys.TurnPattern())
+	}
 	cancel()
 	if err != nil {
 		_ = ps.Close()
