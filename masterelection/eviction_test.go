@@ -2,8 +2,9 @@ package masterelection
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +99,8 @@ func (h infoHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "info" {
+		ask := isAsk(cmd)
+		if cmd.Name() != "info" && !ask {
 			return next(ctx, cmd)
 		}
 		if h.block {
@@ -106,28 +108,32 @@ func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(ctx.Err())
 			return ctx.Err()
 		}
-		cmd.(*redis.StringCmd).SetVal(h.reply)
-		return nil
+		if !ask {
+			cmd.(*redis.StringCmd).SetVal(h.reply)
+			return nil
+		}
+		// Start's questions (scripts.Ask): the third answer is INFO memory's.
+		err := next(ctx, cmd)
+		if answers, ok := cmd.(*redis.Cmd).Val().([]any); ok && len(answers) == 4 {
+			answers[2] = []any{int64(1), h.reply}
+		}
+		return err
 	}
 }
 
-func (h infoHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		i := slices.IndexFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "info" })
-		if i < 0 {
-			return next(ctx, cmds)
-		}
-		if h.block {
-			<-ctx.Done()
-			for _, c := range cmds {
-				c.SetErr(ctx.Err())
-			}
-			return ctx.Err()
-		}
-		err := next(ctx, slices.Delete(slices.Clone(cmds), i, i+1))
-		cmds[i].(*redis.StringCmd).SetVal(h.reply)
-		return err
+// isAsk tells whether cmd is the EVAL of Start's questions (scripts.Ask).
+func isAsk(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if cmd.Name() != "eval" || len(args) < 2 {
+		return false
 	}
+	src, _ := args[1].(string)
+	sum := sha1.Sum([]byte(src))
+	return hex.EncodeToString(sum[:]) == scripts.AskSHA
+}
+
+func (h infoHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func memoryInfo(policy, maxmemory string) string {
@@ -145,6 +151,7 @@ func TestEvictionCheckAtStart(t *testing.T) {
 		logMsg    string
 		logLevel  string
 		logFields map[string]any
+		logError  string // the log line's error field contains it
 	}{
 		{
 			name:      "volatile policy with a limit",
@@ -175,17 +182,17 @@ func TestEvictionCheckAtStart(t *testing.T) {
 			logLevel: "info",
 		},
 		{
-			name:      "refused",
-			logMsg:    "maxmemory-policy not checked",
-			logLevel:  "info",
-			logFields: map[string]any{"error": "INFO memory: section (memory) is not supported"},
+			name:     "refused",
+			logMsg:   "maxmemory-policy not checked",
+			logLevel: "info",
+			logError: "section (memory) is not supported", // miniredis, in a script too
 		},
 		{
-			name:      "unanswered",
-			hook:      &infoHook{block: true},
-			logMsg:    "maxmemory-policy not checked",
-			logLevel:  "warn",
-			logFields: map[string]any{"error": "INFO memory: context deadline exceeded"},
+			name:     "unanswered",
+			hook:     &infoHook{block: true},
+			logMsg:   "maxmemory-policy not checked",
+			logLevel: "warn",
+			logError: "INFO memory: context deadline exceeded",
 		},
 	}
 	for _, tt := range tests {
@@ -254,12 +261,15 @@ func TestEvictionCheckAtStart(t *testing.T) {
 					t.Errorf("log field %s = %v, want %v", k, got, v)
 				}
 			}
+			if got, _ := lines[0]["error"].(string); !strings.Contains(got, tt.logError) {
+				t.Errorf("log field error = %q, want it to say %q", got, tt.logError)
+			}
 		})
 	}
 }
 
-// TestStopDuringStart: Stop while Start waits for its first round trip (the
-// pipeline with INFO memory gets no reply) or for the registry (Redis
+// TestStopDuringStart: Stop while Start waits for its first round trip (its
+// questions, with INFO memory, get no reply) or for the registry (Redis
 // refuses every command, and the probe is retried) ends Start at once with
 // an error wrapping context.Canceled, and Stop returns.
 func TestStopDuringStart(t *testing.T) {

@@ -49,7 +49,7 @@ func scriptNames(t *testing.T) map[string]string {
 		scripts.CheckSHA: "check", scripts.RouteSHA: "route", scripts.RouteBatchSHA: "route_batch",
 		scripts.RegistryProbeSHA: "registry_probe", scripts.RegistryPutSHA: "registry_put",
 		scripts.RegistryRemoveSHA: "registry_remove", scripts.RegistryExpireSHA: "registry_expire",
-		scripts.CheckBeatSHA: "check_beat",
+		scripts.CheckBeatSHA: "check_beat", scripts.AskSHA: "ask",
 	} {
 		names[sha] = name
 	}
@@ -222,9 +222,10 @@ const trackerRead = "multi+hgetall+get+get+exec"
 // confirm it, in the same round trip as the version and the lock's holder.
 const noticeRead = "multi+hmget+get+get+exec"
 
-// TestRoundTripsStart: Start on a fresh lock, uncontested, sends one
-// pipeline (the ACL access check and the registry's backend probe, as EVAL, INFO memory for the
-// eviction check, and the lock check) and then the acquire, plus the
+// TestRoundTripsStart: Start on a fresh lock, uncontested, sends one script
+// call, EVAL (scripts.Ask: the ACL access check, the registry's backend
+// probe, INFO memory for the eviction check, and the lock check), not a
+// pipeline, whose pool would keep a connection open, and then the acquire, plus the
 // subscription on a connection of its own, which the client's hooks do not
 // see; the new master then registers itself and its slave tracker reads the
 // registry, one round trip each (docs/performance.md, row 3s).
@@ -241,7 +242,7 @@ func TestRoundTripsStart(t *testing.T) {
 	w.registered(a, "master")
 	later := wa.settled()
 
-	want := []string{"access (eval)+registry_probe (eval)+info memory+check (eval)", "acquire"}
+	want := []string{"ask (eval)", "acquire"}
 	// The registration may go out before Start returns: it follows the
 	// acquire at once, on the membership goroutine.
 	own := slices.DeleteFunc(slices.Clone(startTrips), func(s string) bool { return s == "registry_put" || s == trackerRead })
@@ -264,8 +265,7 @@ func TestRoundTripsStart(t *testing.T) {
 }
 
 // TestRoundTripsStartUncached: on a server that has not cached herd's
-// scripts, the pipeline's probe and lock check, sent whole, need nothing
-// more; the acquire is answered NOSCRIPT and is sent again whole (EVAL).
+// scripts, Start's questions, sent whole, need nothing more; the acquire is answered NOSCRIPT and is sent again whole (EVAL).
 func TestRoundTripsStartUncached(t *testing.T) {
 	w := newWorld(t)
 	a, wa := w.wiredNode(testConfig("a"), scriptNames(t))
@@ -278,7 +278,7 @@ func TestRoundTripsStartUncached(t *testing.T) {
 	got := slices.DeleteFunc(wa.take(), func(s string) bool {
 		return s == "registry_put" || s == "registry_put (eval)" || s == trackerRead
 	})
-	want := []string{"access (eval)+registry_probe (eval)+info memory+check (eval)", "acquire", "acquire (eval)"}
+	want := []string{"ask (eval)", "acquire", "acquire (eval)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Start sent %q; want %q (registration and tracker read aside)", got, want)
 	}

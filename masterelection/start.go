@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
@@ -186,14 +184,13 @@ type answers struct {
 }
 
 // refusal returns an error wrapping ErrPermission when Redis refused the
-// user (a wrong password: the pipeline's error pipeErr) or the user's ACL
+// user (a wrong password: the call's error pipeErr) or the user's ACL
 // refuses commands the election runs (access's answer), naming what Redis
 // said; nil otherwise, also when the access check could not run for another
 // reason (Redis unreachable: Start's other questions report that).
 func (m *MasterElection) refusal(pipeErr error, access *scripts.AccessCall) error {
-	// The pipeline's error is that of its first failed command, which may
-	// be one herd can do without (INFO, for the eviction check): only a
-	// refused connection counts here.
+	// Only a refused connection counts here: a command herd can do
+	// without (INFO, for the eviction check) may fail on its own.
 	if pipeErr != nil && (strings.Contains(pipeErr.Error(), "WRONGPASS") || strings.Contains(pipeErr.Error(), "NOAUTH")) {
 		return fmt.Errorf("%w: %w", ErrPermission, pipeErr)
 	}
@@ -211,27 +208,18 @@ func (m *MasterElection) refusal(pipeErr error, access *scripts.AccessCall) erro
 		ErrPermission, strings.Join(refused, ", "))
 }
 
-// ask puts Start's three questions to the server that holds the election's
-// keys in one pipeline, one round trip on one connection: the registry's
-// backend probe, INFO memory (the eviction check) and the lock check.
-// Three calls at once would each take a connection of its own from the
-// client's pool, and open it (a dial, then HELLO and CLIENT SETINFO, a
-// round trip each) on a client that holds a single idle connection, as a
-// warm one does.
+// ask puts Start's questions to the server that holds the election's keys
+// in one script call (scripts.Ask), one round trip on one connection of
+// the client's main pool: which commands the user's ACL refuses, the
+// registry's backend probe, INFO memory (the eviction check) and the lock
+// check. Separate calls at once would each take a connection of their own
+// from the pool, and open it (a dial, then HELLO and CLIENT SETINFO, a
+// round trip each), on a client that holds a single idle connection, as a
+// warm one does; a pipeline would open a connection in go-redis's pool for
+// pipelines, which would then stay open, idle, for the client's life.
 //
-// go-redis gives pipelines a pool of their own, so the first pipeline of a
-// client opens a connection there; every later one (a master's slave
-// tracker reads the registry with one) finds it idle. Client.Conn would
-// take the idle connection of the main pool instead, but go-redis 9.23
-// guards the client's Options with a lock of each derived client's own: a
-// Conn that opens a connection while the subscription's is being opened,
-// on a server that refuses CLIENT MAINT_NOTIFICATIONS (miniredis in this
-// package's tests), writes them beside it, and the race detector says so.
-//
-// The two scripts go as EVAL (scripts.QueueRegistryProbe, QueueCheck), so
-// they need no NOSCRIPT fallback. A question whose answer is an error is
-// asked again by prepare: the probe by New's own probe, the others once the
-// registry is open.
+// A question whose answer is an error is asked again by prepare: the probe
+// by New's own probe, the others once the registry is open.
 func (m *MasterElection) ask(ctx context.Context) answers {
 	pctx, cancel := context.WithTimeout(ctx, m.startTimeout())
 	defer cancel()
@@ -239,32 +227,17 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 	if err != nil {
 		return answers{probeErr: err, eviction: evictionRead{err: err}, refused: m.refusal(err, nil)}
 	}
-	var (
-		access *scripts.AccessCall
-		probe  *scripts.RegistryProbeCall
-		info   *redis.StringCmd
-		check  *scripts.CheckCall
-	)
-	queue := func(pipe redis.Pipeliner) error {
-		access = scripts.QueueAccess(pctx, pipe, m.keys)
-		probe = scripts.QueueRegistryProbe(pctx, pipe, m.keys)
-		info = pipe.Info(pctx, "memory")
-		check = scripts.QueueCheck(pctx, pipe, m.keys)
-		return nil
-	}
-	// Each command's error is read on its own, but a connection that Redis
-	// refused (WRONGPASS) fails them all with the pipeline's error.
-	_, pipeErr := srv.Pipelined(pctx, queue)
-
+	asked := scripts.Ask(pctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID))
 	var a answers
-	a.refused = m.refusal(pipeErr, access)
-	if native, hpexpire, err := probe.Result(); err != nil {
+	_, accessErr := asked.Access.Result() // a refused connection is every answer's error
+	a.refused = m.refusal(accessErr, asked.Access)
+	if native, hpexpire, err := asked.Probe.Result(); err != nil {
 		a.probeErr = err
 	} else {
 		a.probed = &registry.Probed{Native: native, HPExpire: hpexpire}
 	}
-	a.eviction = memoryRead(addr, info)
-	st, err := check.Result()
+	a.eviction = memoryRead(addr, asked.Info)
+	st, err := asked.Check.Result()
 	a.garbage, a.checked = m.garbageIn(pctx, st, err)
 	return a
 }

@@ -16,6 +16,8 @@
 -- KEYS[9] -> <prefix>:next
 -- ARGV[1] -> events channel (<prefix>:events)
 -- ARGV[2] -> registry events channel (<prefix>:registry-events)
+-- ARGV[3] -> the process's own notice channel (<prefix>:events:<node id>),
+--            or absent
 -- Returns: the refused commands, each as "COMMAND key-or-channel", in the
 --          order below; {} when none is.
 if not redis.acl_check_cmd then return {} end
@@ -32,6 +34,10 @@ local checks = {
   {'PUBLISH', ARGV[1], 'x'}, {'SUBSCRIBE', ARGV[1]},
   {'PUBLISH', ARGV[2], 'x'}, {'SUBSCRIBE', ARGV[2]},
 }
+if ARGV[3] then
+  checks[#checks + 1] = {'PUBLISH', ARGV[3], 'x'}
+  checks[#checks + 1] = {'SUBSCRIBE', ARGV[3]}
+end
 local refused = {}
 for _, cmd in ipairs(checks) do
   if not redis.acl_check_cmd(unpack(cmd)) then

@@ -1,0 +1,120 @@
+package scripts
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// askSrc is Start's four questions in one script: access.lua,
+// registry_probe.lua, INFO memory and check.lua, each file run unchanged as
+// a function of its own KEYS and ARGV, each under pcall so that one
+// question's error (a command the ACL refuses, garbage in a key, a server
+// without INFO in scripts) is that question's answer only.
+//
+// KEYS  -> access.lua's nine KEYS (master, heartbeat, master_process, term,
+//
+//	successor, processes, processes:expiry, processes:version, next)
+//
+// ARGV[1], ARGV[2], ARGV[3] -> access.lua's ARGV (the events, registry
+//
+//	events and own notice channels)
+//
+// ARGV[4] -> registry_probe.lua's ARGV[1] (the field it writes and deletes)
+// Returns: four answers, each {1, reply} or {0, error text}: access, probe,
+//
+//	INFO memory, check.
+var askSrc = `local function access(KEYS, ARGV)
+` + accessSrc + `
+end
+local function probe(KEYS, ARGV)
+` + registryProbeSrc + `
+end
+local function check(KEYS, ARGV)
+` + checkSrc + `
+end
+local function answer(ok, v)
+  if ok and not (type(v) == 'table' and v.err) then return {1, v} end
+  if type(v) == 'table' then v = v.err end
+  return {0, tostring(v)}
+end
+return {
+  answer(pcall(access, KEYS, ARGV)),
+  answer(pcall(probe, {KEYS[6]}, {ARGV[4]})),
+  answer(pcall(redis.call, 'INFO', 'memory')),
+  answer(pcall(check, {KEYS[1], KEYS[4], KEYS[9]}, {})),
+}
+`
+
+// AskSHA is the digest by which Redis caches Ask's script.
+var AskSHA = redis.NewScript(askSrc).Hash()
+
+// Asked is the answers of Ask, each read as the call it replaces would be.
+type Asked struct {
+	Access *AccessCall
+	Probe  *RegistryProbeCall
+	Info   *redis.StringCmd // INFO memory
+	Check  *CheckCall
+}
+
+// Ask puts masterelection's Start questions to the server c reaches in one
+// script call, one round trip on a connection of the client's main pool:
+// which commands the ACL refuses (QueueAccess, with ownTurn, the process's
+// own notice channel Keys.Turn), the registry backend probe
+// (QueueRegistryProbe), INFO memory and the lock check (QueueCheck). A
+// pipeline would do it in one round trip too, but go-redis gives pipelines
+// a pool of their own, whose connection then stays open, idle, for the
+// client's life: a connection per process that a herd of thousands pays
+// for nothing. It sends EVAL with the source (a server that has it cached
+// finds it by digest), so it needs no NOSCRIPT fallback. An error of the
+// call itself (a refused connection, a user who may not EVAL) is every
+// answer's error.
+func Ask(ctx context.Context, c redis.Scripter, k Keys, ownTurn string) Asked {
+	keys := []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor, k.Processes, k.ProcessesExpiry, k.ProcessesVersion, k.Next}
+	reply, err := c.Eval(ctx, askSrc, keys, k.Events, k.RegistryEvents, ownTurn, registryProbeField).Result()
+	parts := [4]*redis.Cmd{}
+	arr, ok := reply.([]any)
+	if err == nil && (!ok || len(arr) != len(parts)) {
+		err = unexpected("start questions", reply)
+	}
+	for i := range parts {
+		parts[i] = redis.NewCmd(ctx)
+		if err != nil {
+			parts[i].SetErr(err)
+			continue
+		}
+		a, ok := arr[i].([]any)
+		if !ok || len(a) != 2 {
+			parts[i].SetErr(unexpected("start questions", reply))
+			continue
+		}
+		if okFlag, _ := a[0].(int64); okFlag == 1 {
+			parts[i].SetVal(a[1])
+		} else {
+			parts[i].SetErr(answerError(fmt.Sprint(a[1])))
+		}
+	}
+	info := redis.NewStringCmd(ctx)
+	if s, err := parts[2].Text(); err != nil {
+		info.SetErr(err)
+	} else {
+		info.SetVal(s)
+	}
+	return Asked{
+		Access: &AccessCall{cmd: parts[0]},
+		Probe:  &RegistryProbeCall{cmd: parts[1]},
+		Info:   info,
+		Check:  &CheckCall{k: k, cmd: parts[3]},
+	}
+}
+
+// answerError is the error a question of Ask was answered with: the
+// server's answer (a redis.Error), as the error reply of the command alone
+// would have been.
+type answerError string
+
+func (e answerError) Error() string { return string(e) }
+
+// RedisError marks answerError as a server's answer (redis.Error).
+func (answerError) RedisError() {}
