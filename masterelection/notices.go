@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/subhub"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -29,78 +31,106 @@ func parseNotice(payload string) (notice, error) {
 }
 
 // noticeFeed is the election's subscription to its events channel (and
-// control channel), through which the notices arrive. Start opens it
-// (openFeed) while the rest of Start goes on; run reads it (readFeed).
+// control channel), through which the notices arrive: a subscription of
+// the client's shared pub/sub connection (internal/subhub), with a
+// goroutine of its own. Start opens it (openFeed) while the rest of Start
+// goes on; run reads it (readFeed).
 type noticeFeed struct {
-	ps *redis.PubSub
 	// ready is closed when the subscription is confirmed by the server or
-	// its attempts have failed (then go-redis keeps subscribing again by
-	// itself once readFeed reads ps, and polling covers the gap); confirmed
-	// is closed only in the first case, before ready.
+	// its two bounded attempts have failed (then the hub keeps reconnecting
+	// by itself, the feed waits for it, and polling covers the gap);
+	// confirmed is closed once the subscription is confirmed: before ready,
+	// or after it when it came late.
 	ready, confirmed chan struct{}
-	cancel           context.CancelFunc // ends the attempts
+	done             chan struct{}        // closed when openFeed's goroutine returns
+	cancel           context.CancelFunc   // ends the attempts
+	sub              *subhub.Subscription // set by openFeed's goroutine before done closes; nil when none was made
+
+	// read hands a message to readFeed's routing; nil until readFeed runs
+	// (a notice before it is dropped: the loop's first attempt asks Redis).
+	read atomic.Pointer[func(*redis.Message)]
 }
 
-// close ends the attempts, closes the subscription and waits for the
-// goroutine that made it.
+// close ends the attempts, waits for the goroutine that made them, and
+// closes the subscription.
 func (f *noticeFeed) close() {
 	f.cancel()
-	_ = f.ps.Close()
-	<-f.ready
+	<-f.done
+	if f.sub != nil {
+		f.sub.Close()
+	}
 }
 
-// healthCheckInterval is how often go-redis pings an idle subscription to
-// find a dead connection. Polling covers lost notices, so a long interval
-// only delays the push; it saves most of a slave's round trips at rest.
+// healthCheckInterval is how often an idle feed is pinged to find a dead
+// connection (the shared connection pings at the smallest interval its
+// users ask for). Polling covers lost notices, so a long interval only
+// delays the push; it saves most of a slave's round trips at rest.
 const healthCheckInterval = 30 * time.Second
 
-// openFeed subscribes to the events channel and, unless
-// Config.IgnoreRemoteTransfers, the control channel, on a connection of its
-// own, on a goroutine of its own so that Start's other round trips need not
-// wait for the dial. It waits for the server's confirmation (at most
-// startTimeout), so that the subscription is in place before Start
-// returns: a release announced after that is never missed. When that fails
-// (Redis was not answering yet, most likely), it tries once more when
-// opened closes (the registry is open: Redis answers), and a second failure
-// is an error event; go-redis keeps subscribing again by itself once
-// readFeed reads the feed, and polling covers the gap. ctx ends the
-// attempts.
+// openFeed subscribes to the feed's channels (feedChannels) on the
+// client's shared pub/sub connection, on a goroutine of its own so that
+// Start's other round trips need not wait for the dial. It waits for the
+// server's confirmation (at most startTimeout), so that the subscription is
+// in place before Start returns: a release announced after that is never
+// missed. When that fails (Redis was not answering yet, most likely), it
+// tries once more when opened closes (the registry is open: Redis
+// answers), and a second failure is an error event; it then waits, until
+// ctx ends, for the shared connection to subscribe, and polling covers the
+// gap. A failure of the connection afterwards is an error event, one per
+// outage. ctx ends the attempts.
 func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *noticeFeed {
-	channels := m.feedChannels()
 	sctx, cancel := context.WithCancel(ctx)
 	f := &noticeFeed{
-		ps:        m.client.Subscribe(sctx), // no channel yet: no round trip
 		ready:     make(chan struct{}),
 		confirmed: make(chan struct{}),
+		done:      make(chan struct{}),
 		cancel:    cancel,
 	}
+	var down atomic.Bool // an error event was emitted since the last (re)subscription
+	opts := subhub.Options{
+		Channels: m.feedChannels(),
+		OnMessage: func(_ context.Context, msg *redis.Message) {
+			if read := f.read.Load(); read != nil {
+				(*read)(msg)
+			}
+		},
+		OnSubscribed: func(context.Context, string) { down.Store(false) },
+		OnError: func(err error) {
+			if !down.Swap(true) {
+				m.emitError(fmt.Errorf("notice feed on %s: %w", m.keys.Events, err))
+			}
+		},
+		PingInterval: healthCheckInterval,
+	}
 	go func() {
-		defer close(f.ready)
-		confirm := func() error {
+		defer close(f.done)
+		closeReady := sync.OnceFunc(func() { close(f.ready) })
+		defer closeReady()
+		attempt := func() (*subhub.Subscription, error) {
 			rctx, cancel := context.WithTimeout(sctx, m.startTimeout())
 			defer cancel()
-			_, err := f.ps.ReceiveTimeout(rctx, m.startTimeout())
-			return err
+			return subhub.Subscribe(rctx, m.client, opts)
 		}
-		// Subscribe records the channels even when it fails, so the
-		// second attempt's read subscribes again on a new connection.
-		err := f.ps.Subscribe(sctx, channels...)
-		if err == nil {
-			err = confirm()
-		}
+		sub, err := attempt()
 		if err != nil {
 			select {
 			case <-opened:
 			case <-sctx.Done():
 				return
 			}
-			if err = confirm(); err != nil {
-				if sctx.Err() == nil {
-					m.emitError(fmt.Errorf("subscribe to %s: %w", m.keys.Events, err))
-				}
+			sub, err = attempt()
+		}
+		if err != nil {
+			if sctx.Err() != nil {
 				return
 			}
+			m.emitError(fmt.Errorf("notice feed: %w", err)) // err names the channels
+			closeReady()
+			if sub, err = subhub.Subscribe(sctx, m.client, opts); err != nil {
+				return // ctx ended
+			}
 		}
+		f.sub = sub
 		close(f.confirmed)
 	}()
 	return f
@@ -118,51 +148,43 @@ func (m *MasterElection) feedChannels() []string {
 	return channels
 }
 
-// readFeed forwards the lock notices of feed f to m.notices until f is
-// closed, and the transfer requests of the control channel that the master
-// honours to m.transfers. A notice is dropped when the loop is far behind:
-// polling covers what notices only speed up. go-redis reconnects and
-// resubscribes by itself. It returns the function that closes f.
-func (m *MasterElection) readFeed(ctx context.Context, wg *sync.WaitGroup, f *noticeFeed) (closeFeed func()) {
-	ps := f.ps
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-f.ready:
-		case <-ctx.Done():
+// readFeed forwards the lock notices of feed f (the events channel and
+// this process's own notice channel) to m.notices until f is closed, and
+// the transfer requests of the control channel that the master honours to
+// m.transfers. It runs on the feed's goroutine, so a control request's
+// registry read delays only the feed. A notice is dropped when the loop is
+// far behind: polling covers what notices only speed up. The shared
+// connection reconnects and resubscribes by itself. It returns the
+// function that closes f.
+func (m *MasterElection) readFeed(ctx context.Context, _ *sync.WaitGroup, f *noticeFeed) (closeFeed func()) {
+	read := func(msg *redis.Message) {
+		if msg.Channel == m.keys.Control {
+			if m.Term() == 0 {
+				return // only the master hands over
+			}
+			if req, ok := m.remoteTransfer(ctx, msg.Payload); ok {
+				select {
+				case m.transfers <- req:
+				default: // a transfer is pending already
+				}
+			}
 			return
 		}
-		for msg := range ps.Channel(redis.WithChannelHealthCheckInterval(healthCheckInterval)) {
-			if msg.Channel == m.keys.Control {
-				if m.Term() == 0 {
-					continue // only the master hands over
-				}
-				if req, ok := m.remoteTransfer(ctx, msg.Payload); ok {
-					select {
-					case m.transfers <- req:
-					default: // a transfer is pending already
-					}
-				}
-				continue
-			}
-			n, err := parseNotice(msg.Payload)
-			if err != nil {
-				m.emitError(err)
-				continue
-			}
-			if !n.Lock() {
-				continue // not a lock notice: another version's, or someone else's
-			}
-			select {
-			case m.notices <- n:
-			case <-ctx.Done():
-				return
-			default:
-				m.log.Debug().Str("event", n.Event).Msg("election loop busy: notice dropped, polling will catch up")
-			}
+		n, err := parseNotice(msg.Payload)
+		if err != nil {
+			m.emitError(err)
+			return
 		}
-	}()
+		if !n.Lock() {
+			return // not a lock notice: another version's, or someone else's
+		}
+		select {
+		case m.notices <- n:
+		default:
+			m.log.Debug().Str("event", n.Event).Msg("election loop busy: notice dropped, polling will catch up")
+		}
+	}
+	f.read.Store(&read)
 	return f.close
 }
 

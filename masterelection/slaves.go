@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/rendezvous"
+	"github.com/herdkit/herd/internal/subhub"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
@@ -65,20 +66,21 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 		return
 	}
 	// The registry's notices go to their own channel, which only the master
-	// listens to. Subscribing before Run (whose first sweep reads the whole
-	// registry) loses no registration in between.
-	ps := m.client.Subscribe(l.ctx, m.keys.RegistryEvents)
-	defer ps.Close()
-	if _, err := ps.Receive(l.ctx); err != nil && l.ctx.Err() == nil {
-		m.emitError(fmt.Errorf("track slaves: subscribe to %s: %w", m.keys.RegistryEvents, err))
+	// listens to, on the client's shared pub/sub connection. Subscribing
+	// before Run (whose first sweep reads the whole registry) loses no
+	// registration in between. tracker.Notice never blocks (it drops a
+	// notice when its queue is full, and sweeps), so it runs on the
+	// connection's reader; the notice feed reports the connection's errors.
+	sub, err := subhub.Subscribe(l.ctx, m.client, subhub.Options{
+		Channels:     []string{m.keys.RegistryEvents},
+		Inline:       true,
+		OnMessage:    func(_ context.Context, msg *redis.Message) { tracker.Notice([]byte(msg.Payload)) },
+		PingInterval: healthCheckInterval,
+	})
+	if err != nil {
+		return // the mastership ended first: Subscribe waits for the connection until then
 	}
-	m.bg.Add(1)
-	go func() {
-		defer m.bg.Done()
-		for msg := range ps.Channel(redis.WithChannelHealthCheckInterval(healthCheckInterval)) {
-			tracker.Notice([]byte(msg.Payload))
-		}
-	}()
+	defer sub.Close()
 	if err := tracker.Run(l.ctx); err != nil {
 		m.emitError(fmt.Errorf("track slaves: %w", err))
 	}

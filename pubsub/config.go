@@ -10,6 +10,7 @@ import (
 
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/internal/subhub"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -45,21 +46,33 @@ type Config struct {
 	// OnError receives the errors of a Subscriber's or Inbox's loop: stale
 	// messages (*StaleTermError), messages and notices whose term Redis did
 	// not confirm (*UnverifiedTermError), undeliverable ones
-	// (*MessageError) and connection problems (ErrConnection). It is called
+	// (*MessageError), messages dropped for a full backlog (ErrBacklogFull)
+	// and connection problems (ErrConnection). It is called
 	// on the loop goroutine, one call at a time, in the order the problems
 	// occur; it must not block, since the loop waits for it, and must not
 	// call Close.
 	// Default: nil, errors are dropped (Rejected and Unverified still count
 	// refused messages).
 	OnError func(error)
-	// PingInterval is how long the loop waits for traffic before it sends
-	// PING; when the next interval passes without any reply either, the
+	// PingInterval is how long the connection may stay silent before it is
+	// sent PING; when the next interval passes without any reply either, the
 	// connection is replaced. Detects silently dead connections within
-	// 2 × PingInterval. Default: 15s.
+	// 2 × PingInterval. Every Subscriber and Inbox of a client, and the
+	// client's elections, share one connection, which uses the smallest
+	// interval any of them asked for. Default: 15s.
 	PingInterval time.Duration
 	// MaxRetryDelay caps the wait between attempts to reconnect after a
-	// receive error; the wait starts at 10ms and doubles. Default: 1s.
+	// receive error; the wait starts at 10ms and doubles. The shared
+	// connection uses the smallest of its users'. Default: 1s.
 	MaxRetryDelay time.Duration
+	// MaxBacklog bounds, in bytes (channel name and payload), the messages
+	// a Subscriber or Inbox has received but its handlers not yet taken;
+	// each message that does not fit is dropped and reported
+	// (ErrBacklogFull). Every Subscriber and Inbox of a client shares one
+	// connection, so a slow handler delays only its own receiver. Default:
+	// 32 MiB, Redis's own default limit for a pub/sub client's output
+	// buffer, past which Redis would drop the connection.
+	MaxBacklog int
 	// OpTimeout bounds each read of the term key by a Subscriber: at Start,
 	// after each resubscription, and to verify a term above every term it
 	// has verified (see Subscriber). The loop handles nothing else while a
@@ -67,8 +80,8 @@ type Config struct {
 	// messages behind it. A message whose verification times out is
 	// refused (ErrUnverifiedTerm). Used by Subscriber only. Default: 1s.
 	OpTimeout time.Duration
-	// clock stamps sentAt and times the loop's waits: the real clock, or a
-	// fake one set by the package's tests (export_test.go).
+	// clock stamps sentAt: the real clock, or a fake one set by the
+	// package's tests (export_test.go).
 	clock clock.Clock
 	// Terms, when set, is read by a Subscriber before it judges each routed
 	// message, and its term raised into the fence: pass the election
@@ -96,6 +109,7 @@ const (
 	DefaultPingInterval  = 15 * time.Second
 	DefaultMaxRetryDelay = time.Second
 	DefaultOpTimeout     = time.Second
+	DefaultMaxBacklog    = subhub.DefaultMaxQueue
 	minRetryDelay        = 10 * time.Millisecond
 )
 
@@ -107,6 +121,7 @@ func DefaultConfig() Config {
 		PingInterval:  DefaultPingInterval,
 		MaxRetryDelay: DefaultMaxRetryDelay,
 		OpTimeout:     DefaultOpTimeout,
+		MaxBacklog:    DefaultMaxBacklog,
 		clock:         clock.Real{},
 	}
 }
@@ -131,6 +146,9 @@ func (c Config) Validate() error {
 	if c.OpTimeout < 0 {
 		errs = append(errs, fmt.Errorf("OpTimeout (%s) is negative", c.OpTimeout))
 	}
+	if c.MaxBacklog < 0 {
+		errs = append(errs, fmt.Errorf("MaxBacklog (%d) is negative", c.MaxBacklog))
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -153,6 +171,7 @@ func (c Config) withDefaults(client redis.UniversalClient, from ...any) (Config,
 	c.PingInterval = cmp.Or(c.PingInterval, d.PingInterval)
 	c.MaxRetryDelay = cmp.Or(c.MaxRetryDelay, d.MaxRetryDelay)
 	c.OpTimeout = cmp.Or(c.OpTimeout, d.OpTimeout)
+	c.MaxBacklog = cmp.Or(c.MaxBacklog, d.MaxBacklog)
 	c.clock = cmp.Or(c.clock, d.clock)
 	return c, nil
 }

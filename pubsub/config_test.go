@@ -24,6 +24,7 @@ func TestConfigValidate(t *testing.T) {
 		{"retry below first delay", pubsub.Config{MaxRetryDelay: time.Millisecond}, "MaxRetryDelay (1ms) is below the first retry delay (10ms)"},
 		{"negative retry", pubsub.Config{MaxRetryDelay: -time.Second}, "MaxRetryDelay (-1s) is negative"},
 		{"negative op timeout", pubsub.Config{OpTimeout: -time.Second}, "OpTimeout (-1s) is negative"},
+		{"negative backlog", pubsub.Config{MaxBacklog: -1}, "MaxBacklog (-1) is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -80,6 +80,10 @@
 //     (*UnverifiedTermError, ErrUnverifiedTerm). So a forged PUBLISH cannot
 //     lift the fence above the terms Redis has minted and shut out the real
 //     master. Config.Terms and ObserveTerm are trusted as verified.
+//   - One connection per client: every Subscriber and Inbox of a
+//     go-redis client, and the elections on it, share one pub/sub
+//     connection (under Redis Cluster, one per election hash tag); each receiver has its own goroutine and backlog, so a slow
+//     handler delays only its own receiver.
 //   - A bad message (malformed, oversized, unknown type, failing or panicking
 //     handler) is reported through Config.OnError and skipped; it never
 //     stops the loop. Bad input to the senders is refused with an error
@@ -94,9 +98,9 @@
 // # Non-guarantees
 //
 //   - Delivery is at most once. Redis pub/sub keeps nothing: a message
-//     published while the slave is disconnected, restarting or too slow
-//     (Redis drops a subscriber whose output buffer passes its
-//     client-output-buffer-limit) is lost, and a nil error from Send does not
+//     published while the slave is disconnected or restarting is lost, and
+//     so is one that arrives while its handlers are Config.MaxBacklog bytes
+//     behind (reported as ErrBacklogFull); a nil error from Send does not
 //     mean the slave handled it. Work that must not be lost needs an
 //     acknowledgement (for example a report back) and a retry by the master.
 //   - The route script trusts the Redis it runs on: where that Redis lacks

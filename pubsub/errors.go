@@ -70,6 +70,10 @@ var (
 	// ErrConnection wraps receive and reconnect failures reported while the
 	// loop keeps retrying; messages published meanwhile are lost.
 	ErrConnection = route.ErrConnection
+	// ErrBacklogFull is reported when messages were dropped because the
+	// handlers of a Subscriber or Inbox were more than Config.MaxBacklog
+	// bytes of messages behind; the error says how many.
+	ErrBacklogFull = errors.New("pubsub: backlog full, messages dropped")
 )
 
 // NoSubscriberError is returned by Router.Send (and joined into the error of

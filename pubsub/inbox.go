@@ -54,8 +54,10 @@ func (in *Inbox) Handle(msgType string, h Handler) error { return in.mux.Handle(
 // own (nil removes it).
 func (in *Inbox) HandleDefault(h Handler) { in.mux.HandleDefault(h) }
 
-// Start subscribes, waits until Redis confirms, and starts the loop. ctx
-// bounds the subscription; the loop runs until Close.
+// Start subscribes, on the pub/sub connection the client's receivers
+// share, waits until Redis confirms, and starts the loop. ctx bounds the
+// subscription (while Redis cannot be reached, Start keeps trying until
+// ctx ends); the loop runs until Close.
 func (in *Inbox) Start(ctx context.Context) error { return in.recv.start(ctx) }
 
 // Close stops the loop and waits for it. It is idempotent and must not be

@@ -2,22 +2,22 @@ package pubsub
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/subhub"
 )
 
 // Handler handles one message. It is called on the loop goroutine, one
 // message at a time, in the order the messages were published: while it
-// runs, the next message waits (in the connection's buffers and then in
-// Redis's output buffer for the client, which Redis caps: see
-// docs/routing.md). ctx is cancelled when Close is called. A returned error
-// is reported through Config.OnError as a *MessageError; a panic is
-// recovered and reported as ErrHandlerPanic. Neither stops the loop.
+// runs, the next messages wait in the receiver's backlog, up to
+// Config.MaxBacklog bytes; beyond it they are dropped and reported as
+// ErrBacklogFull (see docs/routing.md). ctx is cancelled when Close is
+// called. A returned error is reported through Config.OnError as a
+// *MessageError; a panic is recovered and reported as ErrHandlerPanic.
+// Neither stops the loop.
 type Handler func(ctx context.Context, m Message) error
 
 // Chan returns a Handler that sends each message on ch, waiting while ch is
@@ -42,9 +42,10 @@ const (
 	stateClosed
 )
 
-// receiver is the receive loop shared by Subscriber and Inbox: one go-redis
-// PubSub connection subscribed to a fixed set of channels, read by one
-// goroutine that Close stops and waits for.
+// receiver is the receive loop shared by Subscriber and Inbox: a
+// subscription to a fixed set of channels on the client's shared pub/sub
+// connection (internal/subhub), whose messages one goroutine of its own
+// hands to onMessage, in order. Close stops that goroutine and waits for it.
 type receiver struct {
 	client   redis.UniversalClient
 	channels []string
@@ -56,11 +57,9 @@ type receiver struct {
 	// reconnect. May be nil.
 	onSubscribed func(ctx context.Context, channel string)
 
-	mu     sync.Mutex
-	state  int                // guarded by mu
-	ps     *redis.PubSub      // guarded by mu; replaced by the loop when a PING goes unanswered
-	cancel context.CancelFunc // guarded by mu; cancels the loop's context
-	done   chan struct{}      // guarded by mu; closed when the loop goroutine returns
+	mu    sync.Mutex
+	state int                  // guarded by mu
+	sub   *subhub.Subscription // guarded by mu; set while running
 
 	obs observers // Subscriber.Observe (observe.go)
 }
@@ -73,7 +72,8 @@ func (r *receiver) report(err error) {
 }
 
 // start subscribes, waits for the server to confirm every channel, calls
-// onSubscribed for each, and starts the loop.
+// onSubscribed for each, and starts the loop. Messages that arrive before
+// the last confirmation are handled first, after those calls.
 func (r *receiver) start(ctx context.Context) error {
 	r.mu.Lock()
 	switch r.state {
@@ -87,13 +87,26 @@ func (r *receiver) start(ctx context.Context) error {
 	r.state = stateStarting
 	r.mu.Unlock()
 
-	ps, pending, err := r.subscribe(ctx)
+	sub, err := subhub.Subscribe(ctx, r.client, subhub.Options{
+		Channels:     r.channels,
+		OnMessage:    r.onMessage,
+		OnSubscribed: r.onSubscribed,
+		OnError: func(err error) {
+			r.report(fmt.Errorf("%w: on %q: %w", ErrConnection, r.channels, err))
+		},
+		OnDropped: func(n int) {
+			r.report(fmt.Errorf("%w: %d messages on %q dropped: the handlers are more than %d bytes behind", ErrBacklogFull, n, r.channels, r.cfg.MaxBacklog))
+		},
+		MaxQueue:      r.cfg.MaxBacklog,
+		PingInterval:  r.cfg.PingInterval,
+		MaxRetryDelay: r.cfg.MaxRetryDelay,
+	})
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.state == stateClosed { // Close ran meanwhile
-		if ps != nil {
-			_ = ps.Close()
+		if sub != nil {
+			sub.Close()
 		}
 		return ErrClosed
 	}
@@ -101,152 +114,19 @@ func (r *receiver) start(ctx context.Context) error {
 		r.state = stateNew
 		return err
 	}
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.ps, r.cancel, r.done, r.state = ps, cancel, make(chan struct{}), stateRunning
-	go r.loop(loopCtx, ps, pending, r.done)
+	r.sub, r.state = sub, stateRunning
 	return nil
-}
-
-// subscribe opens the connection and waits for the confirmations. Messages
-// that arrive before the last confirmation are returned, to be handled first.
-func (r *receiver) subscribe(ctx context.Context) (*redis.PubSub, []*redis.Message, error) {
-	ps := r.client.Subscribe(ctx) // no channels yet: no I/O
-	fail := func(err error) (*redis.PubSub, []*redis.Message, error) {
-		_ = ps.Close()
-		return nil, nil, fmt.Errorf("subscribe to %q: %w", r.channels, err)
-	}
-	if err := ps.Subscribe(ctx, r.channels...); err != nil {
-		return fail(err)
-	}
-	var pending []*redis.Message
-	confirmed := make(map[string]bool, len(r.channels))
-	for len(confirmed) < len(r.channels) {
-		if err := ctx.Err(); err != nil {
-			return fail(err)
-		}
-		// Short reads, so that a cancelled ctx without deadline is noticed.
-		v, err := ps.ReceiveTimeout(ctx, 100*time.Millisecond)
-		if err != nil {
-			if isTimeout(err) {
-				continue
-			}
-			return fail(err)
-		}
-		switch v := v.(type) {
-		case *redis.Subscription:
-			if v.Kind == "subscribe" {
-				confirmed[v.Channel] = true
-			}
-		case *redis.Message:
-			pending = append(pending, v)
-		}
-	}
-	if r.onSubscribed != nil {
-		for _, ch := range r.channels {
-			r.onSubscribed(ctx, ch)
-		}
-	}
-	return ps, pending, nil
 }
 
 // close stops the loop and waits for it. It is idempotent and safe to call
 // concurrently; it must not be called from a handler.
 func (r *receiver) close() error {
 	r.mu.Lock()
-	prev := r.state
 	r.state = stateClosed
-	ps, cancel, done := r.ps, r.cancel, r.done
+	sub := r.sub
 	r.mu.Unlock()
-	if prev == stateRunning {
-		cancel() // first, so that the loop reads the closed connection as "stop"
-		_ = ps.Close()
-	}
-	if done != nil {
-		<-done
+	if sub != nil {
+		sub.Close()
 	}
 	return nil
-}
-
-// replace swaps the connection for a new one after an unanswered PING. It
-// returns nil when the receiver was closed meanwhile.
-func (r *receiver) replace(ctx context.Context, old *redis.PubSub) *redis.PubSub {
-	_ = old.Close()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.state == stateClosed {
-		return nil
-	}
-	// Subscribe dials and sends SUBSCRIBE; if that fails, the next receive dials again.
-	r.ps = r.client.Subscribe(ctx, r.channels...)
-	return r.ps
-}
-
-// loop reads the connection until ctx is cancelled. It owns ps (Close may
-// close it from outside to interrupt a read).
-func (r *receiver) loop(ctx context.Context, ps *redis.PubSub, pending []*redis.Message, done chan struct{}) {
-	defer close(done)
-	for _, m := range pending {
-		r.onMessage(ctx, m)
-	}
-	delay := time.Duration(0)
-	pinged := false
-	for ctx.Err() == nil {
-		v, err := ps.ReceiveTimeout(ctx, r.cfg.PingInterval)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if isTimeout(err) {
-				if pinged {
-					r.report(fmt.Errorf("%w: no reply to PING on %q within %s; reconnecting", ErrConnection, r.channels, r.cfg.PingInterval))
-					pinged = false
-					if ps = r.replace(ctx, ps); ps == nil {
-						return
-					}
-					continue
-				}
-				perr := ps.Ping(ctx)
-				if perr == nil {
-					pinged = true
-					continue
-				}
-				r.report(fmt.Errorf("%w: ping on %q: %w", ErrConnection, r.channels, perr))
-			} else {
-				r.report(fmt.Errorf("%w: receive on %q: %w", ErrConnection, r.channels, err))
-			}
-			// go-redis has dropped the connection and redials (and
-			// resubscribes) on the next receive; wait before that.
-			delay = min(max(2*delay, minRetryDelay), r.cfg.MaxRetryDelay)
-			if !r.sleep(ctx, delay) {
-				return
-			}
-			continue
-		}
-		delay, pinged = 0, false
-		switch v := v.(type) {
-		case *redis.Message:
-			r.onMessage(ctx, v)
-		case *redis.Subscription:
-			if v.Kind == "subscribe" && r.onSubscribed != nil {
-				r.onSubscribed(ctx, v.Channel) // a resubscription after a reconnect
-			}
-		}
-	}
-}
-
-// sleep waits d on the configured clock; false when ctx ended first.
-func (r *receiver) sleep(ctx context.Context, d time.Duration) bool {
-	t := r.cfg.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

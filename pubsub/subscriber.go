@@ -56,10 +56,10 @@ func NewSubscriber(client redis.UniversalClient, processID string, cfg Config) (
 	s.fence = route.NewFence(client, s.keys.Term, cfg.Terms, cfg.OpTimeout)
 	s.recv = receiver{
 		client: client,
-		// The events channel comes first: under Redis Cluster the
-		// connection goes to the node of the first channel's slot, which is
-		// the node of the election's keys, where the route script publishes
-		// and counts receivers.
+		// The events channel comes first: under Redis Cluster the shared
+		// connection (internal/subhub) is the one of the first channel's
+		// slot, on that slot's node, which is the node of the election's
+		// keys, where the route script publishes and counts receivers.
 		channels:     []string{s.keys.Events, s.channel},
 		cfg:          cfg,
 		onMessage:    s.onMessage,
@@ -80,11 +80,14 @@ func (s *Subscriber) Handle(msgType string, h Handler) error { return s.mux.Hand
 // ErrUnknownType and dropped.
 func (s *Subscriber) HandleDefault(h Handler) { s.mux.HandleDefault(h) }
 
-// Start subscribes to the slave channel and the events channel, waits until
-// Redis confirms both, reads the last minted term from Redis (so that a
-// stale master is fenced from the first message), and starts the loop. ctx
-// bounds these steps; the loop runs until Close. Handlers registered after
-// Start see only later messages.
+// Start subscribes to the slave channel and the events channel, on the
+// pub/sub connection the client's receivers share, waits until Redis
+// confirms both, reads the last minted term from Redis (so that a stale
+// master is fenced from the first message), and starts the loop. ctx
+// bounds these steps: while Redis cannot be reached, Start keeps trying
+// until ctx ends, and its error then names the last connection error. The
+// loop runs until Close. Handlers registered after Start see only later
+// messages.
 func (s *Subscriber) Start(ctx context.Context) error { return s.recv.start(ctx) }
 
 // Close stops the loop and waits for it to return; the handler running at

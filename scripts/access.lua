@@ -33,6 +33,7 @@ local checks = {
   {'TIME'},
   {'PUBLISH', ARGV[1], 'x'}, {'SUBSCRIBE', ARGV[1]},
   {'PUBLISH', ARGV[2], 'x'}, {'SUBSCRIBE', ARGV[2]},
+  {'UNSUBSCRIBE', ARGV[1]},
 }
 if ARGV[3] then
   checks[#checks + 1] = {'PUBLISH', ARGV[3], 'x'}

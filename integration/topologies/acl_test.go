@@ -25,7 +25,7 @@ var herdCommands = []string{
 	// every script: EVALSHA, then EVAL when the server has not cached it
 	"evalsha", "eval",
 	// election notices, routing, reports, and keep-alive on subscribed connections
-	"subscribe", "publish", "ping",
+	"subscribe", "unsubscribe", "publish", "ping",
 	// Start's check of the eviction policy (INFO memory)
 	"info",
 	// reads outside scripts: registry entries, the master's entry, the last term

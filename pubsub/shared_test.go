@@ -1,0 +1,189 @@
+package pubsub_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/masterelection"
+	"github.com/herdkit/herd/pubsub"
+)
+
+// pubsubConns returns how many pub/sub connections the server of c has.
+func pubsubConns(t testing.TB, c *redis.Client) int {
+	t.Helper()
+	list, err := c.Do(testCtx(t), "CLIENT", "LIST", "TYPE", "pubsub").Text()
+	if err != nil {
+		t.Fatalf("CLIENT LIST: %v", err)
+	}
+	return len(strings.Fields(strings.ReplaceAll(list, " ", "_")))
+}
+
+// waitConns waits until the server of c has want pub/sub connections.
+func waitConns(t testing.TB, c *redis.Client, want int) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for n := pubsubConns(t, c); n != want; n = pubsubConns(t, c) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pub/sub connections, want %d", n, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOneConnectionPerClient: an election (master, so with its slave
+// tracker), a Subscriber and an Inbox on one client hold one pub/sub
+// connection on the server, and they work through it; a second process
+// adds one; stopping everything leaves none.
+func TestOneConnectionPerClient(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	ctx := testCtx(t)
+	admin := inst.Client(t)
+	process := func(id string) (*masterelection.MasterElection, *pubsub.Subscriber, *pubsub.Inbox, chan pubsub.Message, chan pubsub.Message) {
+		c := inst.Client(t)
+		cfg := masterelection.DefaultConfig()
+		cfg.NodeID = id
+		m, err := masterelection.New(c, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s, err := pubsub.NewSubscriber(c, id, pubsub.Config{Terms: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan pubsub.Message, 10)
+		s.HandleDefault(pubsub.Chan(got))
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		in, err := pubsub.NewInbox(c, m, pubsub.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports := make(chan pubsub.Message, 10)
+		in.HandleDefault(pubsub.Chan(reports))
+		if err := in.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return m, s, in, got, reports
+	}
+	ma, sa, ina, _, reportsA := process("a")
+	if !ma.IsMaster() {
+		t.Fatal("a is not master")
+	}
+	if n := pubsubConns(t, admin); n != 1 {
+		t.Fatalf("%d pub/sub connections for an election, a Subscriber and an Inbox on one client, want 1", n)
+	}
+	mb, sb, inb, gotB, _ := process("b")
+	waitConns(t, admin, 2)
+
+	// Every user works through the shared connections.
+	r, err := pubsub.NewRouter(admin, ma, nil, pubsub.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Send(ctx, "b", "job", 1); err != nil {
+		t.Fatalf("send to b: %v", err)
+	}
+	if m := receive(t, gotB); m.Type != "job" {
+		t.Fatalf("b received %+v", m)
+	}
+	if err := sb.ReportToMaster(ctx, "done", 1); err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	if m := receive(t, reportsA); m.From != "b" {
+		t.Fatalf("a's inbox received %+v", m)
+	}
+	for _, c := range []interface{ Close() error }{sa, ina, sb, inb} {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []*masterelection.MasterElection{ma, mb} {
+		if err := m.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitConns(t, admin, 0)
+}
+
+// TestSlowHandlerBacklog: a handler that blocks holds up only its own
+// Subscriber; what does not fit in its backlog is dropped and reported as
+// ErrBacklogFull, while an Inbox on the same connection keeps receiving.
+func TestSlowHandlerBacklog(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	c := inst.Client(t)
+	cfg := pubsub.Config{MaxBacklog: 4 << 10}
+	r := newRouter(t, c, newMaster(t, c, "m", cfg), nil, cfg)
+	log := newErrLog()
+	scfg := cfg
+	scfg.OnError = log.add
+	s, err := pubsub.NewSubscriber(c, "s1", scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	handled := make(chan pubsub.Message, 1000)
+	s.HandleDefault(func(ctx context.Context, m pubsub.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		handled <- m
+		return nil
+	})
+	if err := s.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	in, err := pubsub.NewInbox(c, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan pubsub.Message, 1000)
+	in.HandleDefault(pubsub.Chan(reports))
+	if err := in.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close() })
+
+	const total = 100
+	payload := strings.Repeat("x", 200)
+	for i := range total {
+		mustSend(t, r, "s1", "t", payload)
+		if err := s.ReportToMaster(testCtx(t), "r", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range total {
+		receive(t, reports) // the slow handler does not hold the Inbox up
+	}
+	// The drop is reported in order, after the messages queued before it:
+	// once the handler moves again.
+	close(release)
+	err = log.next(t, pubsub.ErrBacklogFull)
+	if !strings.Contains(err.Error(), "messages on") || errors.Is(err, pubsub.ErrConnection) {
+		t.Errorf("backlog error %q", err)
+	}
+	n := 0
+	for {
+		select {
+		case <-handled:
+			n++
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		break
+	}
+	if n == 0 || n >= total {
+		t.Errorf("%d of %d messages handled, want some dropped, some handled", n, total)
+	}
+}
