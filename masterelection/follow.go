@@ -67,9 +67,22 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 		case <-ls.feedConfirmed:
 			// The notice feed is in place only now (Start's first attempt
 			// does not wait for it): a release announced between an earlier
-			// answer and now was missed, so ask Redis again.
+			// answer and now was missed, so ask Redis again, once the first
+			// registration (which the first answer set off) is done: the two
+			// at once would take two of the client's connections, and the
+			// second would stay open, idle, for the client's life.
 			ls.feedConfirmed = nil
 			if !ls.unresolved && !contend {
+				select {
+				case <-ls.firstRegistered:
+					timer.Reset(0)
+				default:
+					ls.awaitRegistered = ls.firstRegistered
+				}
+			}
+		case <-ls.awaitRegistered:
+			ls.awaitRegistered = nil
+			if !contend {
 				timer.Reset(0)
 			}
 		case n := <-m.notices:
@@ -100,6 +113,17 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 				}
 			}
 		case <-timer.C():
+			if ls.unresolved && ls.feedConfirmed != nil {
+				select {
+				case <-ls.feedConfirmed:
+					// In place before Start's first attempt is sent: that
+					// attempt misses nothing, and no second look is owed
+					// (which would also run beside the first registration
+					// and open a second connection).
+					ls.feedConfirmed = nil
+				default:
+				}
+			}
 			var next time.Duration
 			if contend {
 				l, wait := m.contend(ctx, ls)

@@ -25,7 +25,11 @@ type loopState struct {
 	yielded       bool               // a pending attempt gave way to an acquired notice since the lock was last seen held
 	retry         backoff            // after Redis errors
 	feedConfirmed <-chan struct{}    // closed when the notice feed is confirmed (noticeFeed); nil once followLoop has seen it
-	stopRequested bool               // Stop's request came (stop.go): run returns without another attempt
+	// firstRegistered is closed by the membership loop at its first
+	// registration; awaitRegistered is it while a look at the lock owed
+	// to a late feed waits for that registration (nil otherwise).
+	firstRegistered, awaitRegistered <-chan struct{}
+	stopRequested                    bool // Stop's request came (stop.go): run returns without another attempt
 
 	// haltMembership stops the membership loop and waits for it (Stop's
 	// resignation does so before the release: no registry write of this
@@ -66,18 +70,19 @@ func (m *MasterElection) run(ctx context.Context, feed *noticeFeed) {
 	memCtx, stopMembership := context.WithCancel(ctx)
 	defer stopMembership()
 	membershipDone := make(chan struct{})
+	firstRegistered := make(chan struct{})
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
 		defer close(membershipDone)
-		m.membership(memCtx)
+		m.membership(memCtx, firstRegistered)
 	}()
 	var wg sync.WaitGroup
 	closeFeed := m.readFeed(ctx, &wg, feed)
 	defer wg.Wait()
 	defer closeFeed()
 
-	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed}
+	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered}
 	ls.haltMembership = func() {
 		stopMembership()
 		<-membershipDone

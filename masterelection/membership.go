@@ -102,7 +102,9 @@ func (m *MasterElection) checkBeat(ctx context.Context) (scripts.MasterState, er
 // the loop then only stands in when none rode. A master entry is fenced by
 // Redis (registry.ErrNotMaster): once refused, the process is registered as
 // a slave until the election gives it a role again.
-func (m *MasterElection) membership(ctx context.Context) {
+//
+// It closes firstRegistered at its first registration.
+func (m *MasterElection) membership(ctx context.Context, firstRegistered chan<- struct{}) {
 	var (
 		role       registry.Role
 		term       int64
@@ -167,6 +169,9 @@ func (m *MasterElection) membership(ctx context.Context) {
 			m.emitError(err)
 			next = retry.next(m.cfg)
 		default:
+			if !registered && pending {
+				close(firstRegistered)
+			}
 			registered = registered || pending
 			pending = false
 			retry.reset()

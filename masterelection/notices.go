@@ -203,8 +203,10 @@ const (
 // followHint reads notice n on followLoop. A release by another node
 // suggests contending (when this process is a candidate): a release that
 // names this process as the successor of a Transfer also lifts its own
-// hold-off. An acquire by another node is kept as a claim for Redis to
-// confirm, and suggests a check.
+// hold-off. An acquire by another node under a term above the observed one
+// is kept as a claim for Redis to confirm, and suggests a check; one of a
+// term already observed (a slave whose failed acquire or check already
+// named that master, as in a herd starting at once) tells nothing new.
 func (m *MasterElection) followHint(ls *loopState, n notice) noticeHint {
 	switch {
 	case n.Event == scripts.NoticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
@@ -212,7 +214,7 @@ func (m *MasterElection) followHint(ls *loopState, n notice) noticeHint {
 			ls.holdOff = time.Time{} // named by a Transfer: an own step-down's hold-off gives way
 		}
 		return hintContend
-	case n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID:
+	case n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > m.ObservedTerm():
 		ls.noteClaim(n, m.clock.Now())
 		return hintAsk
 	}

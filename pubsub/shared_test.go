@@ -3,6 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +186,64 @@ func TestSlowHandlerBacklog(t *testing.T) {
 	}
 	if n == 0 || n >= total {
 		t.Errorf("%d of %d messages handled, want some dropped, some handled", n, total)
+	}
+}
+
+// TestTwoConnectionsPerProcess: six processes, each an election and a
+// Subscriber on a client of its own, all started at once, hold two Redis
+// connections each, one for commands and one for subscriptions (issue 28:
+// four to five). The master may hold one more, the pipeline pool's
+// connection of its tracker's registry reads; one more is allowed for a
+// Subscriber's start that met its election's call in flight.
+func TestTwoConnectionsPerProcess(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	ctx := testCtx(t)
+	admin := inst.Client(t)
+	conns := func() int {
+		list, err := admin.Do(ctx, "CLIENT", "LIST").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(list, "\n") - 1 // admin's own
+	}
+	before := conns()
+	const n = 6
+	ms := make([]*masterelection.MasterElection, n)
+	clients := make([]*redis.Client, n)
+	started := make(chan error, n)
+	for i := range n {
+		clients[i] = redis.NewClient(inst.Options())
+		t.Cleanup(func() { _ = clients[i].Close() })
+		cfg := masterelection.DefaultConfig()
+		cfg.LockName, cfg.NodeID, cfg.LockTTL = "conns", fmt.Sprintf("p%d", i), 3*time.Second
+		m, err := masterelection.New(clients[i], cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = m
+		t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	}
+	for _, m := range ms {
+		go func() { started <- m.Start(ctx) }()
+	}
+	for range n {
+		if err := <-started; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range ms {
+		s, err := pubsub.NewSubscriber(clients[i], m.NodeID(), pubsub.Config{LockName: "conns", Terms: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+	}
+	time.Sleep(300 * time.Millisecond) // what the start set off has settled
+	if got, limit := conns()-before, 2*n+2; got > limit {
+		list, _ := admin.Do(ctx, "CLIENT", "LIST").Text()
+		t.Fatalf("%d connections for %d processes, want at most %d:\n%s", got, n, limit, list)
 	}
 }
