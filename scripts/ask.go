@@ -34,6 +34,13 @@ end
 local function check(KEYS, ARGV)
 ` + checkSrc + `
 end
+local function info()
+  -- As a refused INFO outside a script says it (scripts say it otherwise).
+  if redis.acl_check_cmd and not redis.acl_check_cmd('INFO', 'memory') then
+    return redis.error_reply("NOPERM this user has no permissions to run the 'info' command")
+  end
+  return redis.call('INFO', 'memory')
+end
 local function answer(ok, v)
   if ok and not (type(v) == 'table' and v.err) then return {1, v} end
   if type(v) == 'table' then v = v.err end
@@ -42,7 +49,7 @@ end
 return {
   answer(pcall(access, KEYS, ARGV)),
   answer(pcall(probe, {KEYS[6]}, {ARGV[4]})),
-  answer(pcall(redis.call, 'INFO', 'memory')),
+  answer(pcall(info)),
   answer(pcall(check, {KEYS[1], KEYS[4], KEYS[9]}, {})),
 }
 `
