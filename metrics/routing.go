@@ -26,7 +26,7 @@ func (m *Metrics) watchSubscriber(s *pubsub.Subscriber, labels prometheus.Labels
 		"Messages received on this process's slave channel (and refused notices), by outcome: handled, or the reason they were rejected or failed.",
 		pubsub.ReceiveHandled, pubsub.ReceiveHandlerError, pubsub.ReceiveHandlerPanic,
 		pubsub.ReceiveUnknownType, pubsub.ReceiveStaleTerm, pubsub.ReceiveUnverifiedTerm,
-		pubsub.ReceiveMalformed, pubsub.ReceiveTooLarge)
+		pubsub.ReceiveMalformed, pubsub.ReceiveTooLarge, pubsub.ReceiveDropped)
 	m.add(
 		received,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

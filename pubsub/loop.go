@@ -95,6 +95,9 @@ func (r *receiver) start(ctx context.Context) error {
 			r.report(fmt.Errorf("%w: on %q: %w", ErrConnection, r.channels, err))
 		},
 		OnDropped: func(n int) {
+			for range n {
+				r.obs.received(ReceiveDropped)
+			}
 			r.report(fmt.Errorf("%w: %d messages on %q dropped: the handlers are more than %d bytes behind", ErrBacklogFull, n, r.channels, r.cfg.MaxBacklog))
 		},
 		MaxQueue:      r.cfg.MaxBacklog,

@@ -83,6 +83,9 @@ const (
 	ReceiveMalformed ReceiveOutcome = "malformed"
 	// ReceiveTooLarge: its envelope or payload exceeds the limits.
 	ReceiveTooLarge ReceiveOutcome = "too_large"
+	// ReceiveDropped: dropped unread, the receiver's handlers being more
+	// than Config.MaxBacklog bytes behind (ErrBacklogFull).
+	ReceiveDropped ReceiveOutcome = "dropped"
 )
 
 // Observe adds o to the Router's observers and returns the function that

@@ -133,6 +133,12 @@ func TestSlowHandlerBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var dropped atomic.Int64 // what observers see (metrics: outcome "dropped")
+	s.Observe(pubsub.Observer{Received: func(o pubsub.ReceiveOutcome) {
+		if o == pubsub.ReceiveDropped {
+			dropped.Add(1)
+		}
+	}})
 	release := make(chan struct{})
 	handled := make(chan pubsub.Message, 1000)
 	s.HandleDefault(func(ctx context.Context, m pubsub.Message) error {
@@ -188,6 +194,9 @@ func TestSlowHandlerBacklog(t *testing.T) {
 	}
 	if n == 0 || n >= total {
 		t.Errorf("%d of %d messages handled, want some dropped, some handled", n, total)
+	}
+	if d := dropped.Load(); int(d) != total-n {
+		t.Errorf("observers saw %d messages dropped, want %d (%d of %d handled)", d, total-n, n, total)
 	}
 }
 
