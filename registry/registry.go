@@ -127,7 +127,8 @@ func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, o
 }
 
 // Probed is the server's answer to the backend probe that New sends
-// (scripts.RegistryProbe, or scripts.QueueRegistryProbe in a pipeline).
+// (scripts.RegistryProbe; scripts.QueueRegistryProbe in a pipeline, or
+// scripts.Ask with other questions).
 type Probed struct {
 	// Native: HSETEX ... PX works inside scripts (Redis 8.0+, Valkey 9.0+).
 	Native bool
@@ -136,8 +137,8 @@ type Probed struct {
 }
 
 // NewProbed is New for a caller that has already probed the server behind
-// client, in a pipeline of its own with scripts.QueueRegistryProbe (Start
-// of masterelection sends the probe with its other first questions): it
+// client with a call of its own (Start of masterelection asks the probe
+// with its other first questions, scripts.Ask): it
 // chooses the backend from p, as New does from its probe's answer, and asks
 // Redis nothing. A probe that failed (keys.Processes holds something other
 // than a hash, the server is unreachable) has no answer to give: call New,
