@@ -67,6 +67,14 @@ func (f *noticeFeed) close() {
 // delays the push; it saves most of a slave's round trips at rest.
 const healthCheckInterval = 30 * time.Second
 
+// feedRetryDelay caps the wait between two attempts to reconnect the
+// client's pub/sub connection (its hub takes the smallest cap any of its
+// subscriptions asks for): a feed that stays down after the network heals
+// misses the release notices that make handover push-fast and the control
+// channel's transfer requests, which pub/sub does not keep. A connection
+// attempt to a Redis that answers costs a round trip.
+const feedRetryDelay = 100 * time.Millisecond
+
 // openFeed subscribes to the feed's channels (feedChannels) on the
 // client's shared pub/sub connection, on a goroutine of its own so that
 // Start's other round trips need not wait for the dial. It waits for the
@@ -100,7 +108,8 @@ func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *
 				m.emitError(fmt.Errorf("notice feed on %s: %w", m.keys.Events, err))
 			}
 		},
-		PingInterval: healthCheckInterval,
+		PingInterval:  healthCheckInterval,
+		MaxRetryDelay: feedRetryDelay,
 	}
 	go func() {
 		defer close(f.done)
