@@ -360,7 +360,7 @@ func run(ctx context.Context, o options, out *recorder) error {
 		defer stopAssign()
 	}
 
-	dc := &durableCtl{dr: dr, o: o, out: out}
+	dc := &durableCtl{dr: dr, terms: m, o: o, out: out}
 	if o.send > 0 {
 		wg.Add(1)
 		go func() {
@@ -764,8 +764,9 @@ func sendLoop(ctx context.Context, m *masterelection.MasterElection, client *red
 // durableCtl is the node's durable sending: the ticks of sendLoop, the
 // bursts asked on standard input, and the quiet that ends them both.
 type durableCtl struct {
-	dr  *durable.Router // nil without -durable
-	o   options
+	dr    *durable.Router // nil without -durable
+	terms interface{ Term() int64 }
+	o     options
 	out *recorder
 
 	// mu is held shared by every durable send for its whole call, and
@@ -787,7 +788,16 @@ func (dc *durableCtl) send(ctx context.Context, slave string, term, seq int64) b
 	sctx, cancel := context.WithTimeout(ctx, dc.o.ttl)
 	defer cancel()
 	begin := faults.Now()
+	before := dc.terms.Term()
 	id, err := dc.dr.Send(sctx, slave, msgType, payload{Seq: seq})
+	if after := dc.terms.Term(); err == nil && before == after && before != 0 {
+		// Send stamped the mastership's term as of the call, which a send
+		// decided under term (an observation of an earlier mastership,
+		// delayed by a fault) may not be: the record states the term the
+		// message was stored under. Terms only grow and a lost mastership
+		// reads 0, so equal readings around the call are the stamp's.
+		term = before
+	}
 	switch {
 	case err == nil:
 		dc.out.write(faults.Record{Kind: faults.KindDurableStored, Term: term, Seq: seq, Peer: slave, Detail: id, Begin: begin})
