@@ -767,7 +767,7 @@ type durableCtl struct {
 	dr    *durable.Router // nil without -durable
 	terms interface{ Term() int64 }
 	o     options
-	out *recorder
+	out   *recorder
 
 	// mu is held shared by every durable send for its whole call, and
 	// exclusively by quiesce, so that KindDurableQuiet is written only once
