@@ -24,13 +24,7 @@ func TestRefusedScriptsWriteNothing(t *testing.T) {
 		admin := inst.Client(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := admin.Do(ctx, "ACL", "SETUSER", "nopublish", "on", ">pw", "~*", "&*", "+@all", "-publish").Err(); err != nil {
-			t.Fatal(err)
-		}
-		opts := inst.Options()
-		opts.Username, opts.Password = "nopublish", "pw"
-		c := redis.NewClient(opts)
-		defer c.Close()
+		c := userWithout(ctx, t, inst, "nopublish", "publish")
 		k := scripts.NewKeys("svc", false)
 		empty := func(what string, err error) {
 			t.Helper()
@@ -85,13 +79,7 @@ func TestRefusedInboxScriptsWriteNothing(t *testing.T) {
 		admin := inst.Client(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := admin.Do(ctx, "ACL", "SETUSER", "noxadd", "on", ">pw", "~*", "&*", "+@all", "-xadd").Err(); err != nil {
-			t.Fatal(err)
-		}
-		opts := inst.Options()
-		opts.Username, opts.Password = "noxadd", "pw"
-		c := redis.NewClient(opts)
-		defer c.Close()
+		c := userWithout(ctx, t, inst, "noxadd", "xadd")
 		k := scripts.NewKeys("svc", false)
 		a, err := scripts.Acquire(ctx, admin, k, "n1", time.Minute, nil, 0)
 		if err != nil || a.Term == 0 {
@@ -151,4 +139,22 @@ func TestRefusedInboxScriptsWriteNothing(t *testing.T) {
 		_, err = scripts.DeadRetry(ctx, c, k, dead, "b")
 		refused("dead retry", err)
 	})
+}
+
+// userWithout makes user on inst with every command but denied, and a
+// client logged in as it, closed when the test ends.
+func userWithout(ctx context.Context, t *testing.T, inst *redistest.Instance, user string, denied ...string) *redis.Client {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"}
+	for _, cmd := range denied {
+		args = append(args, "-"+cmd)
+	}
+	if err := inst.Client(t).Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := inst.Options()
+	opts.Username, opts.Password = user, "pw"
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

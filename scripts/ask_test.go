@@ -55,13 +55,7 @@ func TestAsk(t *testing.T) {
 			t.Errorf("admin: INFO memory %.80q, %v", info, err)
 		}
 
-		if err := c.Do(ctx, "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", "-publish", "-info").Err(); err != nil {
-			t.Fatal(err)
-		}
-		opts := inst.Options()
-		opts.Username, opts.Password = "limited", "pw"
-		limited := redis.NewClient(opts)
-		defer limited.Close()
+		limited := userWithout(ctx, t, inst, "limited", "publish", "info")
 		asked = scripts.Ask(ctx, limited, k, k.Turn("m"))
 		answered("limited", asked)
 		refused, err := asked.Access.Result()

@@ -72,13 +72,7 @@ func TestCheckBeat(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		if err := c.Do(ctx, "ACL", "SETUSER", "nopublish", "on", ">pw", "~*", "&*", "+@all", "-publish").Err(); err != nil {
-			t.Fatal(err)
-		}
-		opts := inst.Options()
-		opts.Username, opts.Password = "nopublish", "pw"
-		limited := redis.NewClient(opts)
-		defer limited.Close()
+		limited := userWithout(ctx, t, inst, "nopublish", "publish")
 		st, _, beatErr, err = beat(limited, scripts.TTLEmulated)
 		if err != nil || beatErr == nil || !strings.Contains(beatErr.Error(), "NOPERM") || !strings.Contains(beatErr.Error(), "permission denied by the ACL") {
 			t.Errorf("ACL: %v, %v; want a heartbeat error naming NOPERM and the ACL", beatErr, err)
