@@ -136,7 +136,23 @@ func TestTransfer(t *testing.T) {
 			if !nodes[0].IsMaster() {
 				t.Fatalf("a request naming no live process moved the mastership")
 			}
-			if err := admin.Publish(ctx, control, `{"request":"transfer","to":"b"}`).Err(); err != nil {
+			// Requests for another term (an earlier master's, sent again)
+			// change nothing either. The feed reads in order: once a
+			// second request for ghost is reported, they were read.
+			term := nodes[0].Term()
+			for _, other := range []int64{term - 1, term + 1} {
+				if err := admin.Publish(ctx, control, fmt.Sprintf(`{"request":"transfer","to":"b","term":%d}`, other)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := admin.Publish(ctx, control, `{"request":"transfer","to":"ghost"}`).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "the second request for ghost is reported", 5*time.Second, func() bool { return ignored.Load() > 1 })
+			if !nodes[0].IsMaster() || nodes[0].Term() != term {
+				t.Fatalf("a request for another term moved the mastership")
+			}
+			if err := admin.Publish(ctx, control, fmt.Sprintf(`{"request":"transfer","to":"b","term":%d}`, term)).Err(); err != nil {
 				t.Fatal(err)
 			}
 			waitUntil(t, "b master by remote request", 5*time.Second, nodes[1].IsMaster)

@@ -46,9 +46,22 @@ func (la *lostAcquires) add(info []byte) {
 // returns the new mastership, or nil when ctx ends.
 func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leadership {
 	contend := ls.unresolved && m.candidate.Load() // Start's first attempt goes straight to the lock
-	var due time.Time                              // when a pending attempt (contend) fires
+	var due time.Time                              // when the timer fires: a pending attempt (contend) or the next check
 	timer := m.clock.NewTimer(0)
 	defer timer.Stop()
+	arm := func(d time.Duration) {
+		due = m.clock.Now().Add(d)
+		timer.Reset(d)
+	}
+	// askSoon arms the timer for a check after an acquired notice: within
+	// noticeCheckSpread, unless one is due sooner. Every slave hears the
+	// notice at once; spread, their N−1 checks neither reach Redis at once
+	// nor wake at once in a process that runs many elections.
+	askSoon := func() {
+		if d := m.noticeCheckDelay(); m.clock.Now().Add(d).Before(due) {
+			arm(d)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -56,7 +69,7 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 		case <-m.candidacy:
 			contend = false // no pending attempt outlives a change of candidacy
 			if m.candidate.Load() {
-				timer.Reset(0) // look at the lock now; contend if it is free
+				arm(0) // look at the lock now; contend if it is free
 			}
 		case req := <-m.transfers:
 			req.reply(ErrNotMaster)
@@ -75,7 +88,7 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 			if !ls.unresolved && !contend {
 				select {
 				case <-ls.firstRegistered:
-					timer.Reset(0)
+					arm(0)
 				default:
 					ls.awaitRegistered = ls.firstRegistered
 				}
@@ -83,7 +96,7 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 		case <-ls.awaitRegistered:
 			ls.awaitRegistered = nil
 			if !contend {
-				timer.Reset(0)
+				arm(0)
 			}
 		case n := <-m.notices:
 			switch m.followHint(ls, n) {
@@ -94,22 +107,22 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 				}
 				// A notice never postpones an attempt already due: a
 				// stream of forged ones would hold it back for good.
-				if now := m.clock.Now(); !contend || now.Add(wait).Before(due) {
-					contend, due = true, now.Add(wait)
-					timer.Reset(wait)
+				if !contend || m.clock.Now().Add(wait).Before(due) {
+					contend = true
+					arm(wait)
 				}
 			case hintAsk:
 				switch {
 				case ls.unresolved: // Start's first attempt asks Redis anyway
 				case !contend:
-					timer.Reset(0) // check now: learn the new master and its term from Redis
+					askSoon() // learn the new master and its term from Redis
 				case !ls.yielded:
 					// Someone took the lock while this process waited its
 					// turn: ask Redis instead of sending an acquire that
 					// would fail. Once per free lock, so that forged
 					// notices cannot hold this process back for good.
 					ls.yielded, contend = true, false
-					timer.Reset(0)
+					arm(m.noticeCheckDelay()) // in place of the pending attempt
 				}
 			}
 		case <-timer.C():
@@ -133,9 +146,8 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 				contend, next = false, wait
 			} else {
 				contend, next = m.check(ctx, ls)
-				due = m.clock.Now().Add(next)
 			}
-			timer.Reset(next)
+			arm(next)
 		}
 	}
 }
@@ -474,6 +486,18 @@ func (m *MasterElection) untilExpiry(ttl time.Duration) time.Duration {
 		return ttl + time.Millisecond
 	}
 	return m.cfg.CheckInterval
+}
+
+// noticeCheckSpread bounds, as a fraction of CheckInterval, the wait
+// before the check that an acquired notice sets off (noticeCheckDelay).
+const noticeCheckSpread = 4
+
+// noticeCheckDelay is a random wait in [0, CheckInterval/noticeCheckSpread]
+// before the check that an acquired notice sets off on a slave. Nothing
+// waits for that check: routing verifies a new term itself (pubsub), and a
+// slave that contends gives way at the notice.
+func (m *MasterElection) noticeCheckDelay() time.Duration {
+	return rand.N(m.cfg.CheckInterval/noticeCheckSpread + 1)
 }
 
 func (m *MasterElection) jitter() time.Duration {

@@ -182,8 +182,12 @@ func TestOneAcquirePerHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a new master", func() bool { return masterOf(slaves) != nil })
-	sawTerm(t, slaves, masterOf(slaves).Term())                                 // in real time, before any other turn is due
-	w.advance(testConfig("x").ElectionJitter*2, 10*time.Millisecond, slaves...) // every turn comes and goes
+	settle(slaves...) // the acquired notice is read: every slave gives way
+	cfg := testConfig("x")
+	// Every turn comes and goes, and every slave's check that the notice
+	// set off (noticeCheckDelay) is due.
+	w.advance(max(2*cfg.ElectionJitter, cfg.CheckInterval/noticeCheckSpread)+10*time.Millisecond, 10*time.Millisecond, slaves...)
+	sawTerm(t, slaves, masterOf(slaves).Term())
 	if got := masterOf(slaves); got == nil || got.NodeID() != next.Order[0] {
 		t.Errorf("new master %s, want %s, ranked first by %v", nodeIDOf(got), next.Order[0], next.Order)
 	}
@@ -205,14 +209,18 @@ func TestOneAcquirePerFailover(t *testing.T) {
 			running := slices.DeleteFunc(slices.Clone(slaves), func(n *node) bool { return firstPaused && n.NodeID() == next.Order[0] })
 			cfg := testConfig("x")
 			// Up to the first acquisition in fake time; then every slave
-			// learns of it in real time before the next turn could come.
+			// reads its acquired notice, before the next turn could come,
+			// and gives way.
 			for moved := time.Duration(0); masterOf(running) == nil && moved < cfg.LockTTL+cfg.ElectionJitter; moved += 5 * time.Millisecond {
 				w.advance(5*time.Millisecond, 5*time.Millisecond, running...)
 			}
+			settle(running...)
+			// Every turn comes and goes, and every check that the notice
+			// set off is due.
+			w.advance(max(cfg.ElectionJitter, cfg.CheckInterval/noticeCheckSpread)+10*time.Millisecond, 10*time.Millisecond, running...)
 			if m := masterOf(running); m != nil {
 				sawTerm(t, running, m.Term())
 			}
-			w.advance(cfg.ElectionJitter, 10*time.Millisecond, running...) // every turn comes and goes
 			want := next.Order[0]
 			if firstPaused {
 				want = next.Order[1]

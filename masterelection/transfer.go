@@ -41,8 +41,9 @@ func (r transferRequest) reply(err error) {
 // hand-over goes on). Terms only grow: the successor's term is larger.
 //
 // The master also honours requests on the control channel
-// (<lock>:control, {"request":"transfer","to":"<node id>"}) that name a
-// process with a live registry entry, unless Config.IgnoreRemoteTransfers.
+// (<lock>:control, {"request":"transfer","to":"<node id>","term":<term>},
+// scripts.ControlRequest) that name its own term (or none) and a process
+// with a live registry entry, unless Config.IgnoreRemoteTransfers.
 func (m *MasterElection) Transfer(ctx context.Context, to string) error {
 	if m.cfg.Standalone {
 		return fmt.Errorf("masterelection: transfer: standalone mode has no other process: %w", ErrNotMaster)
@@ -137,8 +138,9 @@ func (m *MasterElection) awaitSuccessor(ctx context.Context, to string, from int
 
 // remoteTransfer turns a message of the control channel into a transfer
 // request, or reports why it is ignored. It is honoured only by the master,
-// and only for a node with a live registry entry other than this one: a
-// request that names no such process changes nothing.
+// only when it names the master's term or none, and only for a node with a
+// live registry entry other than this one: a request that names no such
+// process changes nothing.
 func (m *MasterElection) remoteTransfer(ctx context.Context, payload string) (transferRequest, bool) {
 	var c scripts.ControlRequest
 	if err := json.Unmarshal([]byte(payload), &c); err != nil || c.Request != scripts.ControlTransfer {
@@ -146,6 +148,12 @@ func (m *MasterElection) remoteTransfer(ctx context.Context, payload string) (tr
 		return transferRequest{}, false
 	}
 	if c.To == m.cfg.NodeID {
+		return transferRequest{}, false
+	}
+	if c.Term != 0 && c.Term != m.Term() {
+		// For another master: an earlier one's, sent again after this
+		// process took over, or a later one's.
+		m.log.Debug().Int64("term", c.Term).Msg("control channel: a transfer request for another term, ignored")
 		return transferRequest{}, false
 	}
 	if c.To != "" {

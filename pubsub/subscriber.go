@@ -177,6 +177,9 @@ func (s *Subscriber) onNotice(ctx context.Context, payload string) {
 	}
 	term := n.Term
 	if e := s.verify(ctx, term); e != nil {
+		if ctx.Err() != nil {
+			return // closing: nothing was refused, and a notice carries no data
+		}
 		e.Channel, e.From, e.Type = s.keys.Events, n.NodeID, n.Event
 		s.refuse(e)
 		return

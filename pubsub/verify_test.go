@@ -429,3 +429,24 @@ func TestTermSourceIsVerified(t *testing.T) {
 		t.Errorf("%d GETs, HighestTerm %d, errors %v; want 1, 70, none", gets.get(), s.HighestTerm(), log.all())
 	}
 }
+
+// TestClosingRefusesNoNotice: a lock notice read while the Subscriber
+// closes (its loop's ctx ended, so the term key cannot be read) is dropped,
+// not reported as unverified: the refusal would be the Subscriber's own
+// doing, and an application that stops a node would see an error event.
+func TestClosingRefusesNoNotice(t *testing.T) {
+	mr, _ := newMini(t)
+	sub := redis.NewClient(clientOptions(mr.Addr()))
+	t.Cleanup(func() { _ = sub.Close() })
+	keys := lockKeys(pubsub.Config{})
+	if err := mr.Set(keys.Term, "10"); err != nil {
+		t.Fatal(err)
+	}
+	s, _, log := startSubscriber(t, sub, "s1", pubsub.Config{})
+	closing, cancel := context.WithCancel(context.Background())
+	cancel()
+	pubsub.ReadNotice(s, closing, `{"event":"acquired","nodeId":"n","term":11}`)
+	if errs := log.all(); len(errs) != 0 || s.Unverified() != 0 || s.HighestTerm() > 10 {
+		t.Errorf("errors %v, Unverified %d, HighestTerm %d; want none, 0, at most 10", errs, s.Unverified(), s.HighestTerm())
+	}
+}

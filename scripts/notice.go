@@ -62,11 +62,15 @@ type Notice struct {
 const ControlTransfer = "transfer"
 
 // ControlRequest is a message on Keys.Control, an operator's request to the
-// master: {"request":"transfer","to":"<node id>"} asks it to hand over to
-// that process ("" or no "to": to any candidate).
+// master: {"request":"transfer","to":"<node id>","term":<term>} asks the
+// master of that term to hand over to that process ("" or no "to": to any
+// candidate). Only the master of Term honours it, so a request sent again
+// (pub/sub drops what a reconnecting subscriber misses) never moves the
+// next master; a request without a term (0) is for whoever is master.
 type ControlRequest struct {
 	Request string `json:"request"`
 	To      string `json:"to,omitempty"`
+	Term    int64  `json:"term,omitempty"`
 }
 
 // Lock reports whether n is a lock notice (acquired or released).

@@ -148,6 +148,10 @@ type cluster struct {
 	// schedule.forgeRegistry).
 	forgeRegistry bool
 
+	// requests are the goroutines that send a control-channel request
+	// again until it is honoured (requestTransfer); close waits for them.
+	requests sync.WaitGroup
+
 	mu         sync.Mutex
 	recs       []Record
 	violations []Violation // found by the harness while running
@@ -230,6 +234,7 @@ func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Ra
 // close kills every process still running and stops the watcher and the
 // proxies.
 func (c *cluster) close() {
+	c.requests.Wait()
 	if c.watcher != nil {
 		c.watcher.close()
 	}

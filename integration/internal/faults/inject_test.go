@@ -262,12 +262,7 @@ func (c *cluster) transfer(seq int64, f fault, master *process) (heal func()) {
 		Term: master.master.Load(), Variant: variant + ":" + f.via}
 	c.add(rec)
 	if f.via == "control" {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.admin.Publish(ctx, c.keys.Control, fmt.Sprintf(`{"request":"transfer","to":%q}`, target.label)).Err()
-		cancel()
-		if err != nil {
-			c.add(Record{Kind: KindNote, Seq: seq, Detail: "transfer request not published: " + err.Error()})
-		}
+		c.requestTransfer(seq, target.label, rec.Term)
 	} else if _, err := fmt.Fprintf(master.stdin, "transfer %s\n", target.label); err != nil {
 		c.add(Record{Kind: KindNote, Seq: seq, Detail: "transfer command not written: " + err.Error()})
 	}
@@ -289,6 +284,44 @@ func (c *cluster) transfer(seq int64, f fault, master *process) (heal func()) {
 		}
 		c.add(Record{Kind: KindHeal, Seq: seq, Detail: f.kind, Peer: rec.Peer, Node: rec.Node})
 	}
+}
+
+// requestTransfer publishes a transfer request to node for the master of
+// term on the control channel, as herd step-down does: again after 100 ms,
+// then at doubling intervals up to 1 s, until Redis shows a larger term or
+// 3 s have passed. Pub/sub keeps nothing for a master whose subscription
+// is reconnecting (after a network fault on it heals); the term keeps the
+// next master from honouring a copy.
+func (c *cluster) requestTransfer(seq int64, node string, term int64) {
+	payload := fmt.Sprintf(`{"request":"transfer","to":%q,"term":%d}`, node, term)
+	publish := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return c.admin.Publish(ctx, c.keys.Control, payload).Err()
+	}
+	if err := publish(); err != nil {
+		c.add(Record{Kind: KindNote, Seq: seq, Detail: "transfer request not published: " + err.Error()})
+	}
+	c.requests.Add(1)
+	go func() {
+		defer c.requests.Done()
+		end := time.Now().Add(3 * time.Second)
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			time.Sleep(min(wait, time.Until(end)))
+			if time.Now().After(end) {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := scripts.Check(ctx, c.admin, c.keys)
+			cancel()
+			if err == nil && st.Term > term {
+				return
+			}
+			if err := publish(); err != nil {
+				c.add(Record{Kind: KindNote, Seq: seq, Detail: "transfer request not published again: " + err.Error()})
+			}
+		}
+	}()
 }
 
 // firstRanked returns the running slave that the succession of master's

@@ -12,6 +12,7 @@ import (
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -287,5 +288,53 @@ func TestStepDownRefused(t *testing.T) {
 	_, err = StepDown(testCtx(t), reader(t, dial(t, herdtest.URL(inst), "alone")), "", time.Second)
 	if ExitCode(err) != ExitNotDelivered || !strings.Contains(err.Error(), "no master") {
 		t.Errorf("no master: %v (exit %d)", err, ExitCode(err))
+	}
+}
+
+// TestStepDownSendsAgain: pub/sub keeps nothing for a master whose
+// subscription is reconnecting, so StepDown publishes its request again
+// until a new master shows. Here a deaf master stands for one that missed
+// the first copy: the test's listener hands over for it on the second.
+// Every copy names the master's term.
+func TestStepDownSendsAgain(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	cfg := herdtest.Config("again", "a")
+	cfg.IgnoreRemoteTransfers = true
+	master := herdtest.Node(t, inst, cfg)
+	herdtest.Node(t, inst, herdtest.Config("again", "b"))
+	term := master.Term()
+
+	listener := inst.Client(t)
+	sub := listener.Subscribe(testCtx(t), master.Keys().Control)
+	defer sub.Close()
+	if _, err := sub.Receive(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	copies := make(chan int, 1)
+	go func() {
+		n := 0
+		for msg := range sub.Channel() {
+			var req scripts.ControlRequest
+			if err := json.Unmarshal([]byte(msg.Payload), &req); err != nil || req.Term != term {
+				t.Errorf("request %q: want one for term %d (%v)", msg.Payload, term, err)
+			}
+			if n++; n == 2 {
+				if err := master.Transfer(testCtx(t), ""); err != nil {
+					t.Errorf("transfer on the second copy: %v", err)
+				}
+			}
+			select {
+			case <-copies:
+			default:
+			}
+			copies <- n
+		}
+	}()
+	res, err := StepDown(testCtx(t), reader(t, dial(t, herdtest.URL(inst), "again")), "", 5*time.Second)
+	if err != nil || res.From != "a" || res.To != "b" {
+		t.Fatalf("step-down: %+v, %v", res, err)
+	}
+	if n := <-copies; n < 2 {
+		t.Errorf("%d copies of the request published, want at least 2", n)
 	}
 }

@@ -14,6 +14,10 @@ import (
 // DefaultStepDownTimeout is the default bound of StepDown's wait.
 const DefaultStepDownTimeout = 10 * time.Second
 
+// stepDownResend is how long StepDown waits before it publishes its
+// request again; the wait doubles up to a second.
+const stepDownResend = 100 * time.Millisecond
+
 // StepDownResult tells who was master before and after a step-down.
 type StepDownResult struct {
 	From     string        `json:"from"`
@@ -26,9 +30,12 @@ type StepDownResult struct {
 }
 
 // StepDown asks the master to hand over, to the process to when it is not
-// "", by publishing a transfer request on the lock's control channel, and
-// waits until Redis shows a new master (a larger term), for at most
-// timeout. The master honours the request unless it runs with
+// "", by publishing a transfer request for the master's term on the lock's
+// control channel, and waits until Redis shows a new master (a larger
+// term), for at most timeout. It publishes the request again while it
+// waits (after 100 ms, then at doubling intervals up to 1 s): pub/sub keeps
+// nothing for a master whose subscription is reconnecting, and the term in
+// the request keeps a later master from honouring a copy. The master honours the request unless it runs with
 // IgnoreRemoteTransfers; it hands over only to a process with a live
 // registry entry.
 //
@@ -70,7 +77,7 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 			return res, Classify("read the registry entry of "+to, err)
 		}
 	}
-	payload, err := json.Marshal(scripts.ControlRequest{Request: scripts.ControlTransfer, To: to})
+	payload, err := json.Marshal(scripts.ControlRequest{Request: scripts.ControlTransfer, To: to, Term: st.Term})
 	if err != nil {
 		return res, err
 	}
@@ -89,6 +96,7 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	poll := 2 * time.Millisecond
+	resend, resendEvery := start.Add(stepDownResend), stepDownResend
 	for {
 		now, err := scripts.Check(wctx, c, k)
 		switch {
@@ -110,6 +118,15 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 			return res, nil
 		case err != nil && wctx.Err() == nil && ctx.Err() == nil:
 			// Redis unreachable for now: the request is out; keep asking.
+		case err == nil && time.Now().After(resend):
+			// Not honoured yet: the master may have been re-dialling its
+			// subscription when the request went out. A copy the master
+			// already heard is dropped while its hand-over is pending.
+			if m, err := c.Publish(wctx, k.Control, payload).Result(); err == nil {
+				n = max(n, m)
+			}
+			resendEvery = min(2*resendEvery, time.Second)
+			resend = time.Now().Add(resendEvery)
 		}
 		select {
 		case <-wctx.Done():

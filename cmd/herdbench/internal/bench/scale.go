@@ -50,7 +50,7 @@ func DefaultScaleSet() ScaleSet {
 	return ScaleSet{
 		Sizes:      []int{10, 100, 1000},
 		LockTTL:    3 * time.Second,
-		Handovers:  5,
+		Handovers:  9,
 		Failovers:  3,
 		Broadcasts: 20,
 		Idle:       6 * time.Second,
