@@ -22,7 +22,9 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 	next := newSuccession(l.term)
 	// The ranking changes on the tracker's goroutine; a goroutine of its
 	// own writes the latest one, so that the tracker never waits on Redis
-	// for it and a burst of joins (a first sweep) costs a write or two.
+	// for it and a burst of joins (a first sweep) costs a write or two. A
+	// write Redis did not answer is sent again every CheckInterval until
+	// one is, or a newer ranking replaces it.
 	orders := make(chan []string, 1)
 	publish := func() {
 		select {
@@ -34,12 +36,24 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
+		retry := m.clock.NewTimer(0)
+		retry.Stop()
+		defer retry.Stop()
+		var pending []string // a ranking whose write failed
 		for {
 			select {
 			case <-l.ctx.Done():
 				return
-			case order := <-orders:
-				m.publishSuccession(l, order)
+			case pending = <-orders:
+			case <-retry.C():
+			}
+			if pending == nil {
+				continue
+			}
+			if m.publishSuccession(l, pending) {
+				pending = nil
+			} else {
+				retry.Reset(m.cfg.CheckInterval)
 			}
 		}
 	}()
@@ -173,16 +187,25 @@ func (s *succession) rank(id string) bool {
 
 // publishSuccession writes order as the succession of mastership l, while
 // l is this process's: Redis refuses it otherwise (next.lua), so a deposed
-// master's late write cannot replace its successor's. A failed write costs
-// speed only: the slaves contend as without one until the ranking changes.
-func (m *MasterElection) publishSuccession(l *leadership, order []string) {
+// master's late write cannot replace its successor's. It reports false
+// when the write should be sent again: Redis did not answer (or refused
+// the script), and l goes on. Until then the slaves contend as without a
+// succession: a failed write costs speed only.
+func (m *MasterElection) publishSuccession(l *leadership, order []string) (done bool) {
 	if l.ctx.Err() != nil || !m.holds(l, m.clock.Now()) {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, m.opTimeout())
 	defer cancel()
 	written, err := scripts.WriteSuccession(ctx, m.client, m.keys, m.cfg.NodeID, scripts.Succession{Term: l.term, Order: order})
-	if (err != nil || !written) && l.ctx.Err() == nil {
-		m.log.Debug().Err(err).Int64("term", l.term).Msg("succession not written: the slaves contend as without one")
+	switch {
+	case l.ctx.Err() != nil:
+		return true
+	case err != nil:
+		m.log.Debug().Err(err).Int64("term", l.term).Msg("succession not written, sent again at the next CheckInterval: the slaves contend as without one")
+		return false
+	case !written:
+		m.log.Debug().Int64("term", l.term).Msg("succession refused: the lock is not this mastership's")
 	}
+	return true
 }

@@ -3,6 +3,7 @@ package masterelection
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -349,4 +350,36 @@ func TestHandoverWhenNoRankedSlaveAnswers(t *testing.T) {
 	if masterOf(slaves) == nil {
 		t.Fatalf("no new master within CheckInterval + ElectionJitter (%v) of the release", cfg.CheckInterval+cfg.ElectionJitter)
 	}
+}
+
+// TestSuccessionWrittenAgain: a succession write that Redis never answered
+// is sent again at the next CheckInterval, not left until the ranking
+// changes (here it never does): without it the next handover would have
+// every slave contend.
+func TestSuccessionWrittenAgain(t *testing.T) {
+	w := newWorld(t)
+	fault := newScriptFault(scripts.NextSHA, errors.New("injected: no answer"))
+	fault.set(faultFail, 2) // the first write, and the first time again
+	master := w.nodeWith(testConfig("m"), fault)
+	w.start(master)
+	w.registered(master, "master")
+	slave := w.node(testConfig("s"))
+	w.start(slave)
+	w.registered(slave, "slave")
+	written := func() bool {
+		raw, _ := w.mr.Get(master.keys.Next)
+		var next scripts.Succession
+		_ = json.Unmarshal([]byte(raw), &next)
+		return next.Term == master.Term() && slices.Equal(next.Order, []string{"s"})
+	}
+	waitFor(t, "the first write faulted", func() bool { return fault.faulted() == 1 })
+	settle(master)
+	if written() {
+		t.Fatal("a succession was written through the fault")
+	}
+	cfg := testConfig("m")
+	w.advance(cfg.CheckInterval, 10*time.Millisecond, master, slave)
+	waitFor(t, "the write sent again, and faulted", func() bool { return fault.faulted() == 2 })
+	w.advance(cfg.CheckInterval, 10*time.Millisecond, master, slave)
+	waitFor(t, "the succession written by a third attempt", written)
 }
