@@ -32,7 +32,9 @@ type Delivery struct {
 	// Deliveries is the number of times the entry has been delivered,
 	// this delivery included, in this inbox and the inboxes it moved from:
 	// 1 the first time, more when an earlier delivery was not acknowledged
-	// (the handler failed, or the slave died before acknowledging).
+	// (the handler failed, or the slave died before acknowledging). A
+	// delivery that Redis counted but whose reply this Consumer lost (an
+	// XCLAIM reply cut off) is not counted, as no handler saw it.
 	Deliveries int64
 }
 
@@ -72,6 +74,7 @@ type Consumer struct {
 
 	mux   route.Mux[Delivery]
 	fence *route.Fence // the highest term seen, and its verification
+	lost  lostReplies  // the loop's own
 
 	mu      sync.Mutex
 	started bool               // guarded by mu
@@ -259,6 +262,58 @@ func (c *Consumer) read(ctx context.Context, block time.Duration) ([]redis.XMess
 	return streams[0].Messages, nil
 }
 
+// lostReplies tells, for the entries pending for this Consumer, how many
+// of the deliveries Redis counted never reached it: a pending pass whose
+// XCLAIM reply was lost (a connection cut mid-reply) still made Redis count
+// a delivery of every entry claimed. Such deliveries saw no handler, so
+// they count neither toward Config.MaxDeliveries nor in
+// Delivery.Deliveries: a connection that keeps cutting replies must not
+// move healthy entries to the dead letters. Deliveries before this process
+// started count in full (a process that died in its handler is what
+// MaxDeliveries is for), as does an XREADGROUP reply lost (once per entry).
+// Only the loop goroutine uses it.
+type lostReplies struct {
+	counted map[string]int64 // entry id → Redis's delivery count as this process last knew it
+	lost    map[string]int64 // entry id → deliveries counted that never reached this process
+}
+
+// saw records that XPENDING shows entry id delivered n times: any count
+// above the one this process knew is a delivery whose reply was lost.
+func (l *lostReplies) saw(id string, n int64) {
+	if l.counted == nil {
+		l.counted, l.lost = map[string]int64{}, map[string]int64{}
+	}
+	if known, ok := l.counted[id]; ok && n > known {
+		l.lost[id] += n - known
+	}
+	l.counted[id] = n
+}
+
+// delivered records that this process received entry id at its n-th
+// delivery, and returns the deliveries that reached it: n less the lost.
+func (l *lostReplies) delivered(id string, n int64) int64 {
+	if l.counted == nil {
+		l.counted, l.lost = map[string]int64{}, map[string]int64{}
+	}
+	l.counted[id] = n
+	return n - l.lost[id]
+}
+
+// forget drops entry id, which is no longer pending for this process.
+func (l *lostReplies) forget(id string) {
+	delete(l.counted, id)
+	delete(l.lost, id)
+}
+
+// keep drops every entry not in pending, the whole pending list.
+func (l *lostReplies) keep(pending map[string]bool) {
+	for id := range l.counted {
+		if !pending[id] {
+			l.forget(id)
+		}
+	}
+}
+
 // pendingPass hands the due entries of this consumer's pending list to
 // deliver: all of them when all is set (at Start: nothing is in flight),
 // otherwise those idle for at least their backoff (backoff). It lists them
@@ -266,6 +321,7 @@ func (c *Consumer) read(ctx context.Context, block time.Duration) ([]redis.XMess
 // which counts a delivery.
 func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
 	start := "-"
+	listed := map[string]bool{} // the whole pending list, once the pass reaches its end
 	for ctx.Err() == nil {
 		opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
 		pend, err := c.client.XPendingExt(opCtx, &redis.XPendingExtArgs{
@@ -278,6 +334,8 @@ func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
 		var due []string
 		counts := make(map[string]int64, len(pend))
 		for _, p := range pend {
+			c.lost.saw(p.ID, p.RetryCount)
+			listed[p.ID] = true
 			if all || p.Idle >= c.backoff(p.RetryCount) {
 				due = append(due, p.ID)
 				counts[p.ID] = p.RetryCount + 1
@@ -306,6 +364,7 @@ func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
 			}
 		}
 		if int64(len(pend)) < c.cfg.ReadCount {
+			c.lost.keep(listed)
 			return nil
 		}
 		start = "(" + pend[len(pend)-1].ID
@@ -389,7 +448,7 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 		c.leave(ctx, e.ID)
 		return
 	}
-	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + count}
+	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + c.lost.delivered(e.ID, count)}
 	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries > limit {
 		// Delivered that often with no outcome: the process stopped in its
 		// handler each time, or the replies were lost.

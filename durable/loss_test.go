@@ -375,3 +375,77 @@ func TestIntegrationPoisonMessageIsDeadLettered(t *testing.T) {
 		}
 	})
 }
+
+// lostClaims is a client hook that lets Redis run the next n XCLAIMs and
+// then loses their replies, as a connection cut mid-reply does: Redis has
+// counted a delivery of every entry claimed, and the Consumer sees an
+// error.
+type lostClaims struct{ left atomic.Int32 }
+
+func (h *lostClaims) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lostClaims) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *lostClaims) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && cmd.Name() == "xclaim" && h.left.Add(-1) >= 0 {
+			err = errors.New("injected: the XCLAIM reply was lost")
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+// TestIntegrationLostClaimRepliesDoNotCount: an entry whose handler failed
+// once is claimed again by the pending passes, and the replies of four
+// claims in a row are lost (Redis counts each as a delivery). The entry is
+// handled at its second delivery that reached the Consumer, not buried as
+// over MaxDeliveries (3): no handler saw the lost ones. Before, a
+// connection that kept cutting replies sent healthy entries to the dead
+// letters.
+func TestIntegrationLostClaimRepliesDoNotCount(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
+		inst := redistest.Start(t, srv)
+		admin := inst.Client(t)
+		register(t, admin, "s1")
+		r := newRouter(t, admin, newMaster(t, admin, "m"), nil, fast())
+		c := redis.NewClient(clientOptions(inst.Addr))
+		t.Cleanup(func() { _ = c.Close() })
+		hook := &lostClaims{}
+		c.AddHook(hook)
+		cfg := fast()
+		cfg.MaxDeliveries = 3
+		con, err := durable.NewConsumer(c, "s1", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := &handledLog{}
+		ok := log.handler(0)
+		var failedOnce atomic.Bool
+		con.HandleDefault(func(ctx context.Context, d durable.Delivery) error {
+			if !failedOnce.Swap(true) {
+				hook.left.Store(4) // the claims that follow lose their replies
+				return errors.New("injected: first attempt fails")
+			}
+			return ok(ctx, d)
+		})
+		if err := con.Start(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = con.Close() })
+		id, err := r.Send(testCtx(t), "s1", "work", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "handled, or dead-lettered", func() bool { return log.count(id) == 1 || con.Dead() > 0 })
+		if con.Dead() != 0 || hook.left.Load() > 0 {
+			t.Fatalf("dead letters %d, lost claims still to come %d; want the entry handled after 4 lost claims", con.Dead(), hook.left.Load())
+		}
+		if d := log.seen[id][0]; d.Deliveries != 2 {
+			t.Errorf("handled at delivery %d; want 2 (the lost claims not counted)", d.Deliveries)
+		}
+	})
+}
