@@ -58,7 +58,7 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 	// notice at once; spread, their N−1 checks neither reach Redis at once
 	// nor wake at once in a process that runs many elections.
 	askSoon := func() {
-		if d := m.noticeCheckDelay(); m.clock.Now().Add(d).Before(due) {
+		if d := m.noticeCheckDelay(ls); m.clock.Now().Add(d).Before(due) {
 			arm(d)
 		}
 	}
@@ -122,7 +122,7 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 					// would fail. Once per free lock, so that forged
 					// notices cannot hold this process back for good.
 					ls.yielded, contend = true, false
-					arm(m.noticeCheckDelay()) // in place of the pending attempt
+					arm(m.noticeCheckDelay(ls)) // in place of the pending attempt
 				}
 			}
 		case <-timer.C():
@@ -493,10 +493,17 @@ func (m *MasterElection) untilExpiry(ttl time.Duration) time.Duration {
 const noticeCheckSpread = 4
 
 // noticeCheckDelay is a random wait in [0, CheckInterval/noticeCheckSpread]
-// before the check that an acquired notice sets off on a slave. Nothing
-// waits for that check: routing verifies a new term itself (pubsub), and a
-// slave that contends gives way at the notice.
-func (m *MasterElection) noticeCheckDelay() time.Duration {
+// before the check that an acquired notice sets off on a slave. Routing
+// verifies a new term itself (pubsub), and a slave that contends gives way
+// at the notice. One exception: a slave waiting out a data loss
+// (ls.lossWait) checks at once. A master elected since the loss must be
+// known before Redis loses its data again, or this slave would contend at
+// the end of a wait that did not cover that master (a soak schedule with
+// two restarts 6 ms apart had two masters for 25 ms).
+func (m *MasterElection) noticeCheckDelay(ls *loopState) time.Duration {
+	if !ls.lossWait.IsZero() {
+		return 0
+	}
 	return rand.N(m.cfg.CheckInterval/noticeCheckSpread + 1)
 }
 

@@ -378,3 +378,29 @@ func TestOwnLockAfterTermLossIsNoTwin(t *testing.T) {
 		t.Errorf("no ErrDataLoss reported; errors: %v", a.rec.errors())
 	}
 }
+
+// TestNoticeCheckDuringLossWaitIsImmediate: the check an acquired notice
+// sets off is spread over CheckInterval/noticeCheckSpread, except while the
+// slave waits out a data loss: then it checks at once, so that a master
+// elected since the loss is known before a second loss (a wait reused
+// across that master let two act at once in a soak schedule).
+func TestNoticeCheckDuringLossWaitIsImmediate(t *testing.T) {
+	w := newWorld(t)
+	n := w.node(testConfig("a"))
+	spread := n.cfg.CheckInterval / noticeCheckSpread
+	ls := &loopState{}
+	for range 100 {
+		if d := n.noticeCheckDelay(ls); d < 0 || d > spread {
+			t.Fatalf("delay %v, want within [0, %v]", d, spread)
+		}
+	}
+	n.noteTerm(7)
+	if d := n.dataLossWait(ls, true); d <= 0 {
+		t.Fatalf("a loss: wait %v, want one", d)
+	}
+	for range 100 {
+		if d := n.noticeCheckDelay(ls); d != 0 {
+			t.Fatalf("while waiting out a data loss: delay %v, want 0", d)
+		}
+	}
+}
