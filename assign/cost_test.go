@@ -3,61 +3,26 @@ package assign_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/assign"
+	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
-// trips is a go-redis hook that records every round trip (a command or a
-// pipeline) as the names of its commands, EVALSHA named by its script.
-type trips struct {
-	mu  sync.Mutex
-	log []string
-}
-
-func name(cmd redis.Cmder) string {
-	if cmd.Name() == "evalsha" && len(cmd.Args()) > 1 && cmd.Args()[1] == scripts.AssignSyncSHA {
-		return "assign-sync"
-	}
-	return cmd.Name()
-}
-
-func (h *trips) add(cmds ...redis.Cmder) {
-	var names []string
-	for _, c := range cmds {
-		names = append(names, name(c))
-	}
-	h.mu.Lock()
-	h.log = append(h.log, strings.Join(names, "+"))
-	h.mu.Unlock()
-}
-
-func (h *trips) since(i int) []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.log[min(i, len(h.log)):])
-}
-
-func (h *trips) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.log)
-}
-
-func (h *trips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.add(cmd); return next(ctx, cmd) }
-}
-func (h *trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.add(cmds...); return next(ctx, cmds) }
+// tap records a client's round trips (handshakes left out), the assign
+// sync script named "assign-sync".
+func tap() *wiretap.Tap {
+	return &wiretap.Tap{Name: func(cmd redis.Cmder) string {
+		if cmd.Name() == "evalsha" && len(cmd.Args()) > 1 && cmd.Args()[1] == scripts.AssignSyncSHA {
+			return "assign-sync"
+		}
+		return cmd.Name()
+	}}
 }
 
 // TestOneRoundTripPerRenewal: a Worker that holds its items renews all of
@@ -74,14 +39,14 @@ func TestOneRoundTripPerRenewal(t *testing.T) {
 			}
 			f.plan(t, "a", items)
 			s := newSpans()
-			h := &trips{}
+			h := tap()
 			w := f.worker(t, "a", s, h)
 			waitOwned(t, w, items, 10*time.Second)
-			start := h.len()
-			for h.len() < start+5 { // five renewals, however long they take
+			start := h.Trips()
+			for h.Trips() < start+5 { // five renewals, however long they take
 				time.Sleep(f.cfg.RenewInterval)
 			}
-			got := h.since(start)
+			got := h.Since(start)
 			_ = w.Stop(context.Background())
 			s.wg.Wait()
 			for _, trip := range got {

@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -67,14 +67,18 @@ func loadScripts(t *testing.T, c *redis.Client) {
 	}
 }
 
-// wire is a go-redis hook that records the round trips of one client: a
-// command sent alone is one, named by its command (EVALSHA by its script);
-// a pipeline is one, named by its commands joined with "+". The handshakes
-// of new connections are left out.
+// wire records the round trips of one client (wiretap: a pipeline is one
+// round trip, new connections' handshakes are left out), EVALSHA named by
+// its script and INFO by its section.
 type wire struct {
+	*wiretap.Tap
 	scripts map[string]string
-	mu      sync.Mutex
-	trips   []string
+}
+
+func newWire(scripts map[string]string) *wire {
+	w := &wire{scripts: scripts}
+	w.Tap = &wiretap.Tap{Name: w.name}
+	return w
 }
 
 func (w *wire) name(cmd redis.Cmder) string {
@@ -96,69 +100,23 @@ func (w *wire) name(cmd redis.Cmder) string {
 	return cmd.Name()
 }
 
-func (w *wire) add(trip string) {
-	if trip == "hello" || strings.HasPrefix(trip, "client") || strings.HasPrefix(trip, "hello+") {
-		// A new connection's handshake (HELLO, CLIENT SETINFO): how many
-		// connections a client's pool opens depends on how many calls
-		// overlap, and a warm client has them already.
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.trips = append(w.trips, trip)
-}
-
-// take returns the round trips recorded since the last take.
-func (w *wire) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	t := w.trips
-	w.trips = nil
-	return t
-}
-
 // settled waits until no round trip has started for 50 ms of real time
 // (the loops have finished what the last clock move set off), then takes
-// the round trips recorded since the last take.
+// the round trips recorded since the last Take.
 func (w *wire) settled() []string {
 	for {
-		w.mu.Lock()
-		n := len(w.trips)
-		w.mu.Unlock()
+		n := w.Trips()
 		time.Sleep(50 * time.Millisecond)
-		w.mu.Lock()
-		same := len(w.trips) == n
-		w.mu.Unlock()
-		if same {
-			return w.take()
+		if w.Trips() == n {
+			return w.Take()
 		}
-	}
-}
-
-func (w *wire) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (w *wire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		w.add(w.name(cmd))
-		return next(ctx, cmd)
-	}
-}
-
-func (w *wire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		names := make([]string, len(cmds))
-		for i, c := range cmds {
-			names[i] = w.name(c)
-		}
-		w.add(strings.Join(names, "+"))
-		return next(ctx, cmds)
 	}
 }
 
 // wiredNode is a node whose client records its round trips.
 func (w *world) wiredNode(cfg Config, names map[string]string) (*node, *wire) {
 	w.t.Helper()
-	rec := &wire{scripts: names}
+	rec := newWire(names)
 	c := w.client()
 	c.AddHook(rec)
 	clk := clock.NewFake(w.redisClock.Now())
@@ -238,7 +196,7 @@ func TestRoundTripsStart(t *testing.T) {
 	if !a.IsMaster() {
 		t.Fatal("the only candidate of a fresh lock is not master")
 	}
-	startTrips := wa.take()
+	startTrips := wa.Take()
 	w.registered(a, "master")
 	later := wa.settled()
 
@@ -275,7 +233,7 @@ func TestRoundTripsStartUncached(t *testing.T) {
 	}
 	// The registration may come before the take, uncached too (EVALSHA,
 	// NOSCRIPT, then EVAL).
-	got := slices.DeleteFunc(wa.take(), func(s string) bool {
+	got := slices.DeleteFunc(wa.Take(), func(s string) bool {
 		return s == "registry_put" || s == "registry_put (eval)" || s == trackerRead
 	})
 	want := []string{"ask (eval)", "acquire", "acquire (eval)"}

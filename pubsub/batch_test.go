@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -176,8 +177,8 @@ func TestSendBatchNoCall(t *testing.T) {
 	leader := newMaster(t, c, "master-1", pubsub.Config{})
 	term := leader.Term()
 	r := newRouter(t, c, leader, nil, pubsub.Config{})
-	var n commandCounter
-	c.AddHook(&n)
+	n := &wiretap.Tap{}
+	c.AddHook(n)
 	tests := []struct {
 		name     string
 		term     int64
@@ -197,13 +198,13 @@ func TestSendBatchNoCall(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			leader.set(tt.term)
 			defer leader.set(term)
-			n.reset()
+			n.Reset()
 			res, err := r.SendBatch(testCtx(t), tt.msgs)
 			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
 				t.Fatalf("error %v, want %v", err, tt.want)
 			}
-			if n.get() != 0 || res.Calls != 0 || res.Delivered() != 0 {
-				t.Errorf("%d commands, %d calls, %d delivered; want none", n.get(), res.Calls, res.Delivered())
+			if n.Commands() != 0 || res.Calls != 0 || res.Delivered() != 0 {
+				t.Errorf("%d commands, %d calls, %d delivered; want none", n.Commands(), res.Calls, res.Delivered())
 			}
 			if len(res.Outcomes) != len(tt.msgs) {
 				t.Fatalf("%d outcomes for %d messages", len(res.Outcomes), len(tt.msgs))
@@ -223,8 +224,8 @@ func TestSendBatchNoCall(t *testing.T) {
 	leader.master.Store(true)
 	leader.term.Store(0)
 	defer leader.set(term)
-	if _, err := r.SendBatch(testCtx(t), batchTo(3, "t", "s1")); !errors.Is(err, pubsub.ErrNotMaster) || n.get() != 0 {
-		t.Errorf("term 0: %v after %d commands", err, n.get())
+	if _, err := r.SendBatch(testCtx(t), batchTo(3, "t", "s1")); !errors.Is(err, pubsub.ErrNotMaster) || n.Commands() != 0 {
+		t.Errorf("term 0: %v after %d commands", err, n.Commands())
 	}
 }
 
@@ -236,8 +237,8 @@ func TestSendBatchSplit(t *testing.T) {
 	r := newRouter(t, c, newMaster(t, c, "master-1", pubsub.Config{}), nil, pubsub.Config{})
 	_, got, _ := startSubscriber(t, c, "s1", pubsub.Config{})
 	rawSubscribe(t, c, "worker:slave:s2")
-	var n commandCounter
-	c.AddHook(&n)
+	n := &wiretap.Tap{}
+	c.AddHook(n)
 	if err := scripts.Load(testCtx(t), c); err != nil {
 		t.Fatal(err)
 	}
@@ -262,10 +263,10 @@ func TestSendBatchSplit(t *testing.T) {
 				msgs[i] = pubsub.Outgoing{SlaveID: "s1", Type: "t", Payload: p}
 			}
 			msgs = append(msgs, pubsub.Outgoing{SlaveID: "s2", Type: "t", Payload: "last"})
-			n.reset()
+			n.Reset()
 			res := mustSendBatch(t, r, msgs)
-			if res.Calls != tt.calls || n.get() != int64(tt.calls) {
-				t.Errorf("%d calls, %d commands; want %d", res.Calls, n.get(), tt.calls)
+			if res.Calls != tt.calls || n.Commands() != tt.calls {
+				t.Errorf("%d calls, %d commands; want %d", res.Calls, n.Commands(), tt.calls)
 			}
 			if res.Err() != nil {
 				t.Fatal(res.Err())

@@ -17,12 +17,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
 
 // routeHook is a go-redis hook on a Router's client: it counts round trips
-// (a pipeline is one) and pipelines, records what each call of the route
+// (a pipeline is one; new connections' handshakes left out, see wiretap) and pipelines, records what each call of the route
 // script carried, runs before (which may fail instead of) each such call
 // and after each answered one. Calls are numbered from 1.
 type routeHook struct {
@@ -64,7 +65,9 @@ func (h *routeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *routeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.trips.Add(1)
+		if !wiretap.Handshake(cmd) {
+			h.trips.Add(1)
+		}
 		channels, envelope, ok := routeCall(cmd)
 		if !ok {
 			return next(ctx, cmd)
@@ -90,6 +93,9 @@ func (h *routeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *routeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && wiretap.Handshake(cmds[0]) {
+			return next(ctx, cmds)
+		}
 		h.trips.Add(1)
 		h.pipelines.Add(1)
 		return next(ctx, cmds)

@@ -1,15 +1,14 @@
 package pubsub_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/scripts"
 )
@@ -129,50 +128,27 @@ func TestRouterRoundTrips(t *testing.T) {
 		rawSubscribe(t, c, pubsub.SlaveChannel(id))
 	}
 	r := newRouter(t, c, newMaster(t, c, "m", pubsub.Config{}), slaveList{ids: ids}, pubsub.Config{})
-	var n commandCounter
-	c.AddHook(&n)
+	n := &wiretap.Tap{}
+	c.AddHook(n)
 	for _, warm := range []bool{true, false} {
-		n.reset()
+		n.Reset()
 		mustSend(t, r, "s1", "t", nil)
-		if got := n.get(); !warm && got != 1 {
+		if got := n.Commands(); !warm && got != 1 {
 			t.Errorf("Send took %d commands, want 1", got)
 		}
-		n.reset()
+		n.Reset()
 		if d, err := r.Broadcast(testCtx(t), "t", nil); d != len(ids) || err != nil {
 			t.Fatalf("Broadcast: %d, %v", d, err)
 		}
-		if got := n.get(); !warm && got != 1 {
+		if got := n.Commands(); !warm && got != 1 {
 			t.Errorf("Broadcast to %d slaves took %d commands, want 1", len(ids), got)
 		}
-		n.reset()
+		n.Reset()
 		if res, err := r.SendBatch(testCtx(t), batchTo(pubsub.MaxBatchChunk, "t", ids...)); res.Delivered() != pubsub.MaxBatchChunk || err != nil {
 			t.Fatalf("SendBatch: %d delivered, %v", res.Delivered(), err)
 		}
-		if got := n.get(); !warm && got != 1 {
+		if got := n.Commands(); !warm && got != 1 {
 			t.Errorf("SendBatch of %d took %d commands, want 1", pubsub.MaxBatchChunk, got)
 		}
-	}
-}
-
-// commandCounter is a go-redis hook counting the commands sent, pipelined
-// ones included.
-type commandCounter struct{ n atomic.Int64 }
-
-func (c *commandCounter) reset()     { c.n.Store(0) }
-func (c *commandCounter) get() int64 { return c.n.Load() }
-
-func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/herdkit/herd/internal/atomicmax"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 )
@@ -274,7 +275,7 @@ func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next
 
 func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if handshake(cmd) {
+		if wiretap.Handshake(cmd) {
 			return next(ctx, cmd)
 		}
 		defer c.enter()()
@@ -284,7 +285,7 @@ func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && handshake(cmds[0]) {
+		if len(cmds) > 0 && wiretap.Handshake(cmds[0]) {
 			return next(ctx, cmds)
 		}
 		c.pipelines.Add(1)
@@ -292,5 +293,3 @@ func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		return next(ctx, cmds)
 	}
 }
-
-func handshake(cmd redis.Cmder) bool { return cmd.Name() == "hello" || cmd.Name() == "client" }

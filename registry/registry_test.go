@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -9,13 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -550,8 +549,8 @@ func TestNewProbed(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	var n counter
-	c.AddHook(&n)
+	n := &wiretap.Tap{}
+	c.AddHook(n)
 	ctx := t.Context()
 	keys := scripts.NewKeys("probed-test", false)
 
@@ -570,9 +569,9 @@ func TestNewProbed(t *testing.T) {
 		{"unknown backend", Probed{}, Config{Backend: "fast"}, "", ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n.reset()
+			n.Reset()
 			reg, err := NewProbed(ctx, c, keys, tc.cfg, tc.p)
-			if got := n.get(); got != 0 {
+			if got := n.Trips(); got != 0 {
 				t.Errorf("NewProbed sent %d round trips, want none", got)
 			}
 			if tc.err != nil {
@@ -636,8 +635,8 @@ func TestValidateTimings(t *testing.T) {
 // are cached on the server: every operation is one round trip.
 func testRoundTrips(t *testing.T, tg target) {
 	e := newEnv(t, tg, Config{})
-	var n counter
-	e.c.AddHook(&n)
+	n := &wiretap.Tap{}
+	e.c.AddHook(n)
 	ops := []struct {
 		name string
 		op   func() error
@@ -657,35 +656,13 @@ func testRoundTrips(t *testing.T, tg target) {
 	}
 	for _, warm := range []bool{true, false} {
 		for _, o := range ops {
-			n.reset()
+			n.Reset()
 			if err := o.op(); err != nil {
 				t.Fatalf("%s: %v", o.name, err)
 			}
-			if got := n.get(); !warm && got != 1 {
+			if got := n.Trips(); !warm && got != 1 {
 				t.Errorf("%s took %d round trips, want 1", o.name, got)
 			}
 		}
-	}
-}
-
-// counter is a go-redis hook that counts round trips.
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) reset()     { c.n.Store(0) }
-func (c *counter) get() int64 { return c.n.Load() }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmds)
 	}
 }

@@ -3,6 +3,7 @@ package scripts_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -283,20 +285,6 @@ func TestDeadLetterContract(t *testing.T) {
 	}
 }
 
-// commandNames records the name of every command a client sends.
-type commandNames struct{ names []string }
-
-func (h *commandNames) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *commandNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.names = append(h.names, cmd.Name())
-		return next(ctx, cmd)
-	}
-}
-func (h *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestLoadCachesTheInboxScripts: after Load, the inbox scripts run with
 // EVALSHA alone (no NOSCRIPT round trip and EVAL).
 func TestLoadCachesTheInboxScripts(t *testing.T) {
@@ -310,7 +298,7 @@ func TestLoadCachesTheInboxScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	live(t, c, k, "a")
-	h := &commandNames{}
+	h := &wiretap.Tap{}
 	c.AddHook(h)
 	ids, err := scripts.InboxSend(ctx, c, k, "m", a.Term, 0, []scripts.Queued{{Inbox: k.Inbox("a"), Message: []byte("x")}})
 	if err != nil {
@@ -319,7 +307,7 @@ func TestLoadCachesTheInboxScripts(t *testing.T) {
 	if _, err := scripts.InboxMove(ctx, c, k, "m", a.Term, scripts.InboxGroup, k.Inbox("a"), []scripts.Move{{EntryID: ids[0], To: k.Inbox("b")}}); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(h.names, " ") != "evalsha evalsha" {
-		t.Errorf("commands %q; want two EVALSHA", h.names)
+	if got := h.Take(); !slices.Equal(got, []string{"evalsha", "evalsha"}) {
+		t.Errorf("round trips %q; want two EVALSHA", got)
 	}
 }
