@@ -63,4 +63,15 @@
 // planned again. Once the herd has settled, every item a slave has room for
 // has an owner within ProcessTTL + CheckInterval + LeaseTTL + Settle +
 // 2 × RenewInterval (docs/safety.md, guarantee 7).
+//
+// # When Redis loses its data
+//
+// Every Planner keeps a copy of the items: the master's from its plans, the
+// others' from a version read every Resync (one GET; the items only when
+// they changed). When Redis holds neither the items nor their version (a
+// restart without persistence, a failover that dropped recent writes), the
+// master puts its copy back, fenced by its term, and plans it: no SetItems
+// call is needed (Planner.Restores counts them). A set emptied with
+// SetItems keeps its version and stays empty; delete a set with SetItems,
+// never with DEL, or the master takes it for lost.
 package assign

@@ -31,9 +31,19 @@ type Planner struct {
 	cfg    Config
 	kick   chan struct{}
 
-	mu    sync.Mutex
-	last  Plan // guarded by mu: the plan of the last planning
-	moves atomic.Uint64
+	mu       sync.Mutex
+	last     Plan      // guarded by mu: the plan of the last planning
+	kept     itemsCopy // guarded by mu: the items as this Planner last read or wrote them
+	moves    atomic.Uint64
+	restores atomic.Uint64
+}
+
+// itemsCopy is a Planner's copy of its set's items: what it puts back when
+// Redis loses them (Restores).
+type itemsCopy struct {
+	version string   // the version key's value the items were read with
+	items   []string // sorted
+	ok      bool     // read at least once
 }
 
 // NewPlanner returns the Planner of e's item set cfg.Set. It does no I/O;
@@ -52,20 +62,26 @@ func NewPlanner(client redis.UniversalClient, e *masterelection.MasterElection, 
 	return &Planner{client: client, e: e, keys: e.Keys().Assign(cfg.Set), cfg: cfg, kick: make(chan struct{}, 1)}, nil
 }
 
-// SetItems replaces the set's items with items. Any process may call it;
-// the master plans the change within Settle when it is this process, within
-// Resync otherwise.
+// SetItems replaces the set's items with items (none empties the set, which
+// then stays empty: see Restores). Any process may call it; the master plans
+// the change within Settle when it is this process, within Resync
+// otherwise.
 func (p *Planner) SetItems(ctx context.Context, items ...string) error {
 	if err := validItems(items); err != nil {
 		return err
 	}
+	var version *redis.IntCmd
 	_, err := p.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.Del(ctx, p.keys.Items)
 		if len(items) > 0 {
 			pipe.SAdd(ctx, p.keys.Items, anys(items)...)
 		}
+		version = pipe.Incr(ctx, p.keys.Version)
 		return nil
 	})
+	if err == nil {
+		p.keep(fmt.Sprint(version.Val()), slices.Compact(slices.Sorted(slices.Values(items))))
+	}
 	return p.changed("set items", err)
 }
 
@@ -74,7 +90,9 @@ func (p *Planner) AddItems(ctx context.Context, items ...string) error {
 	if err := validItems(items); err != nil || len(items) == 0 {
 		return err
 	}
-	return p.changed("add items", p.client.SAdd(ctx, p.keys.Items, anys(items)...).Err())
+	return p.changed("add items", p.change(ctx, func(pipe redis.Pipeliner) {
+		pipe.SAdd(ctx, p.keys.Items, anys(items)...)
+	}))
 }
 
 // RemoveItems removes items from the set; their owners' ctxs end once the
@@ -83,8 +101,80 @@ func (p *Planner) RemoveItems(ctx context.Context, items ...string) error {
 	if err := validItems(items); err != nil || len(items) == 0 {
 		return err
 	}
-	return p.changed("remove items", p.client.SRem(ctx, p.keys.Items, anys(items)...).Err())
+	return p.changed("remove items", p.change(ctx, func(pipe redis.Pipeliner) {
+		pipe.SRem(ctx, p.keys.Items, anys(items)...)
+	}))
 }
+
+// change applies a change of the items and counts it in the version, in one
+// MULTI.
+func (p *Planner) change(ctx context.Context, write func(redis.Pipeliner)) error {
+	_, err := p.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		write(pipe)
+		pipe.Incr(ctx, p.keys.Version)
+		return nil
+	})
+	return err
+}
+
+// read returns the set's items, sorted, and its version ("" when Redis has
+// none), in one round trip.
+func (p *Planner) read(ctx context.Context) ([]string, string, error) {
+	var items *redis.StringSliceCmd
+	var version *redis.StringCmd
+	_, err := p.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		items = pipe.SMembers(ctx, p.keys.Items)
+		version = pipe.Get(ctx, p.keys.Version)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, "", fmt.Errorf("assign: read items: %w", err)
+	}
+	sorted := items.Val()
+	slices.Sort(sorted)
+	return sorted, version.Val(), nil
+}
+
+// keep records items, read or written with version, as this Planner's copy.
+func (p *Planner) keep(version string, items []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.kept = itemsCopy{version: version, items: items, ok: true}
+}
+
+// refresh brings this Planner's copy of the items up to date when their
+// version changed: one GET, and the items when they changed. A process that
+// is not master keeps its copy this way (every Resync), so that whichever
+// process is master next can put the items back after Redis lost them.
+func (p *Planner) refresh(ctx context.Context) error {
+	version, err := p.client.Get(ctx, p.keys.Version).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("assign: read items version: %w", err)
+	}
+	p.mu.Lock()
+	// A missing version is a set never written, or lost: a copy stays
+	// what it was, to be put back.
+	current := p.kept.ok && (p.kept.version == version || version == "")
+	p.mu.Unlock()
+	if current {
+		return nil
+	}
+	items, version, err := p.read(ctx)
+	if err != nil {
+		return err
+	}
+	if len(items) > 0 || version != "" {
+		p.keep(version, items)
+	}
+	return nil
+}
+
+// Restores returns how many times this Planner put back its set's items
+// after Redis lost them (a restart without persistence, a failover that
+// dropped recent writes). The master puts back the copy it last read or
+// wrote, fenced by its term, when Redis has neither the items nor their
+// version; a set emptied with SetItems keeps its version and stays empty.
+func (p *Planner) Restores() uint64 { return p.restores.Load() }
 
 // Items returns the set's items, sorted.
 func (p *Planner) Items(ctx context.Context) ([]string, error) {
@@ -170,7 +260,10 @@ func (p *Planner) Run(ctx context.Context) error {
 			}
 		}
 		_, err := p.e.RunIfMaster(ctx, p.plan)
-		if err != nil && !errors.Is(err, masterelection.ErrNotMaster) && ctx.Err() == nil {
+		if errors.Is(err, masterelection.ErrNotMaster) {
+			err = p.refresh(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
 			p.cfg.report(err)
 		}
 	}
@@ -188,7 +281,7 @@ func (p *Planner) PlanNow(ctx context.Context) (Plan, error) {
 // plan computes the plan for the items and the live slaves, and writes
 // what differs from the stored plan under term.
 func (p *Planner) plan(ctx context.Context, term int64) error {
-	items, err := p.Items(ctx)
+	items, err := p.items(ctx, term)
 	if err != nil {
 		return err
 	}
@@ -234,6 +327,35 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 	p.last = next
 	p.mu.Unlock()
 	return nil
+}
+
+// items returns the set's items for the master's plan under term. When
+// Redis lost the set (neither the items nor their version exist) and this
+// Planner has a copy, it puts the copy back first.
+func (p *Planner) items(ctx context.Context, term int64) ([]string, error) {
+	items, version, err := p.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	kept := p.kept
+	p.mu.Unlock()
+	if len(items) == 0 && version == "" && len(kept.items) > 0 {
+		restored, err := scripts.AssignRestore(ctx, p.client, p.e.Keys(), p.keys, p.e.NodeID(), term, kept.items)
+		if err != nil {
+			return nil, fmt.Errorf("assign: put back %d lost items: %w", len(kept.items), err)
+		}
+		if restored {
+			p.restores.Add(1)
+		}
+		if items, version, err = p.read(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if len(items) > 0 || version != "" {
+		p.keep(version, items)
+	}
+	return items, nil
 }
 
 func validItems(items []string) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/internal/testkit/testsync"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/registry"
 )
@@ -162,4 +163,97 @@ func TestPlannerAssignsAndANewMasterFinishesThePlan(t *testing.T) {
 	if o := s.overlaps(); len(o) > 0 {
 		t.Fatalf("overlaps:\n%v", o)
 	}
+}
+
+// TestItemsComeBackAfterRedisLosesThem: Redis restarts without its data
+// after the master that wrote the plan has gone; the next master, whose
+// Planner kept its copy of the items as a slave, puts them back and plans
+// them, and every item has an owner again with no SetItems call.
+func TestItemsComeBackAfterRedisLosesThem(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	s := newSpans()
+	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond, Resync: 100 * time.Millisecond}
+	caps := map[string]registry.Capabilities{}
+	nodes := map[string]*node{}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
+	}
+	items := names(12)
+	if err := nodes["n1"].p.SetItems(context.Background(), items...); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, items, nodes, caps, 10*time.Second)
+	for id, n := range nodes {
+		if n.e.IsMaster() {
+			n.stop(t) // its copy goes with it
+			delete(nodes, id)
+			break
+		}
+	}
+	for _, n := range nodes { // the slaves' copies, from their Resync reads
+		testsync.WaitFor(t, "every Planner's copy of the items", func() bool { return slices.Equal(assign.KeptItems(n.p), items) })
+	}
+	settled(t, items, nodes, caps, 10*time.Second)
+
+	inst.Restart(t)
+	if n, err := inst.Client(t).Exists(context.Background(), "svc:assign:items:items").Result(); err != nil || n != 0 {
+		t.Fatalf("the items survived the restart (%d, %v): the test shows nothing", n, err)
+	}
+	restores := func() (n uint64) {
+		for _, n2 := range nodes {
+			n += n2.p.Restores()
+		}
+		return n
+	}
+	testsync.WaitFor(t, "the items put back", func() bool { return restores() > 0 })
+	settled(t, items, nodes, caps, 30*time.Second)
+	if n := restores(); n != 1 {
+		t.Errorf("%d restores, want 1", n)
+	}
+	got, err := nodes[slices.Sorted(maps.Keys(nodes))[0]].p.Items(context.Background())
+	if err != nil || !slices.Equal(got, items) {
+		t.Errorf("items after the restore: %v, %v; want %v", got, err, items)
+	}
+}
+
+// TestEmptiedSetStaysEmpty: a set emptied with SetItems is not taken for a
+// lost one: the master's Planner, whose copy still lists the items, plans
+// the empty set and puts nothing back.
+func TestEmptiedSetStaysEmpty(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	s := newSpans()
+	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond}
+	caps := map[string]registry.Capabilities{}
+	nodes := map[string]*node{}
+	for _, id := range []string{"n1", "n2"} {
+		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
+	}
+	items := names(4)
+	if err := nodes["n1"].p.SetItems(context.Background(), items...); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, items, nodes, caps, 10*time.Second)
+	var master, slave *node
+	for _, n := range nodes {
+		if n.e.IsMaster() {
+			master = n
+		} else {
+			slave = n
+		}
+	}
+	if !slices.Equal(assign.KeptItems(master.p), items) {
+		t.Fatalf("the master's copy is %v, want %v", assign.KeptItems(master.p), items)
+	}
+	if err := slave.p.SetItems(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := master.p.PlanNow(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := master.p.Items(context.Background())
+	if err != nil || len(got) != 0 || len(plan.Owner) != 0 || master.p.Restores() != 0 {
+		t.Fatalf("after emptying: items %v (%v), plan %v, %d restores; want none", got, err, plan.Owner, master.p.Restores())
+	}
+	settled(t, nil, nodes, caps, 10*time.Second)
 }

@@ -17,6 +17,8 @@ var (
 	assignPlanSrc string
 	//go:embed assign_sync.lua
 	assignSyncSrc string
+	//go:embed assign_restore.lua
+	assignRestoreSrc string
 
 	// assignPlanScript is assign_plan.lua: change the owners in an item
 	// set's plan only while the caller holds the lock under its term.
@@ -24,14 +26,46 @@ var (
 	// assignSyncScript is assign_sync.lua: one slave's release, claim and
 	// renewal of all its items.
 	assignSyncScript = redis.NewScript(withWrites(assignSyncSrc))
+	// assignRestoreScript is assign_restore.lua: put back an item set that
+	// Redis lost, only while the caller holds the lock under its term.
+	assignRestoreScript = redis.NewScript(withWrites(assignRestoreSrc))
 )
 
 // The SHA1 digests of the assign scripts, for hooks that recognise their
 // calls on the wire.
 var (
-	AssignPlanSHA = assignPlanScript.Hash()
-	AssignSyncSHA = assignSyncScript.Hash()
+	AssignPlanSHA    = assignPlanScript.Hash()
+	AssignSyncSHA    = assignSyncScript.Hash()
+	AssignRestoreSHA = assignRestoreScript.Hash()
 )
+
+// AssignRestore runs assign_restore.lua: if nodeID still holds the lock
+// under term and Redis holds neither the items nor the version of a (the
+// set was lost, not emptied), it adds items to the set, sets its version to
+// 1 and returns true. It returns false, and writes nothing, when the set
+// exists; ErrFenced, and writes nothing, when the lock is not nodeID's under
+// term. An empty items makes no call.
+func AssignRestore(ctx context.Context, c redis.Scripter, k Keys, a AssignKeys, nodeID string, term int64, items []string) (bool, error) {
+	if len(items) == 0 {
+		return false, nil
+	}
+	args := make([]any, 0, 2+len(items))
+	args = append(args, nodeID, termArg(term))
+	for _, item := range items {
+		args = append(args, item)
+	}
+	reply, err := run(ctx, c, assignRestoreScript, "assign restore", []string{k.Master, k.Term, a.Items, a.Version}, args...)
+	if err != nil {
+		return false, err
+	}
+	switch n, _ := reply.(int64); {
+	case reply == int64(-1):
+		return false, fmt.Errorf("assign restore of %d items as %q with term %d: %w", len(items), nodeID, term, ErrFenced)
+	case reply == int64(0) || reply == int64(1):
+		return n == 1, nil
+	}
+	return false, unexpected("assign restore", reply)
+}
 
 // AssignPlan runs assign_plan.lua: if nodeID still holds the lock under
 // term, it sets the owner of each item in owners ("" leaves the item

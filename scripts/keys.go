@@ -153,6 +153,10 @@ func (k Keys) InboxPattern() string { return k.Inbox("*") }
 type AssignKeys struct {
 	// Items is the set of the items to assign.
 	Items string
+	// Version counts the changes of Items (a string, INCR): it exists once
+	// the set was written, even emptied, so that a set Redis lost (neither
+	// key exists) is told apart from an empty one.
+	Version string
 	// Plan is the master's plan: a hash, item -> slave id.
 	Plan string
 	// Own is the ownership of each item: a hash, item -> "<deadline ms>
@@ -165,7 +169,7 @@ type AssignKeys struct {
 // Assign returns the keys of the item set named set: "<prefix>:assign:<set>:…".
 func (k Keys) Assign(set string) AssignKeys {
 	base := k.Prefix + ":assign:" + set
-	return AssignKeys{Items: base + ":items", Plan: base + ":plan", Own: base + ":own",
+	return AssignKeys{Items: base + ":items", Version: base + ":version", Plan: base + ":plan", Own: base + ":own",
 		planPrefix: base + ":plan:", heldPrefix: base + ":held:"}
 }
 

@@ -1075,13 +1075,9 @@ func startAssign(ctx context.Context, client *redis.Client, m *masterelection.Ma
 	if err := p.SetItems(ctx, items...); err != nil {
 		out.error("assign: set items", err)
 	}
-	// The items live outside Redis (here, in the flags): each new master
-	// adds them again, so a Redis that lost its data gets them back.
-	m.OnMasterAcquired(func(ctx context.Context, _ int64) {
-		if err := p.AddItems(ctx, items...); err != nil && ctx.Err() == nil {
-			out.error("assign: add items", err)
-		}
-	})
+	// After Redis loses its data, the next master's Planner puts the items
+	// back from its copy (Planner.Restores): nothing here adds them again,
+	// so the ownership checker judges that recovery too.
 	if err := w.Start(ctx); err != nil {
 		out.error("assign: start worker", err)
 	}
