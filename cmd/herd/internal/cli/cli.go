@@ -71,7 +71,8 @@ Exit status:
   5   Redis refused the user name or password
   6   Redis's ACL refused a command, key or channel
   7   unknown lock name: nothing is registered under it (the message lists
-      the lock names found on the server)
+      the lock names found on the server); assignments: no such item set
+      (the message lists the sets with items)
   8   step-down: no master, -to names no live process, or nobody listens on
       the control channel (the master runs with IgnoreRemoteTransfers)
   9   step-down: no new master within -timeout
@@ -727,7 +728,8 @@ func (a *app) assignments(ctx context.Context, args []string) error {
 			"without a renewal, and its state: owned, moving (another slave still owns\n"+
 			"it), waiting (not claimed yet), unassigned (no slave had room) or removed\n"+
 			"(no longer in the set, still owned); then each slave's planned and owned\n"+
-			"counts.")
+			"counts. A set none of whose keys exists exits with status 7, as an unknown\n"+
+			"lock does, naming the sets that have items.")
 	out, checkOut := format(fs, "table", "json")
 	set := fs.String("set", "items", "the item set's `name` (assign.Config.Set)")
 	r, done, err := a.open(ctx, fs, args, checkOut)
@@ -740,6 +742,14 @@ func (a *app) assignments(ctx context.Context, args []string) error {
 	as, err := operate.ReadAssignments(rctx, r, *set)
 	if err != nil {
 		return err
+	}
+	if !as.Known {
+		// An unknown lock is named as herd status names it; a known one
+		// with no such set lists the sets it has.
+		if _, err := a.snapshot(ctx, r); err != nil {
+			return err
+		}
+		return operate.UnknownSet(rctx, r, *set)
 	}
 	if *out == "json" {
 		return writeJSON(a.stdout, as)

@@ -193,6 +193,9 @@ func TestExitStatuses(t *testing.T) {
 		{"unknown lock, dead list", env, []string{"-lock", "order", "dead", "list"}, operate.ExitUnknownLock, "nothing is registered under it"},
 		{"unknown lock, dead drop", env, []string{"dead", "-lock", "order", "drop", "-all"}, operate.ExitUnknownLock, "nothing is registered under it"},
 		{"nobody listens", env, []string{"-lock", "deaf", "step-down"}, operate.ExitNotDelivered, "nobody listens on deaf:control"},
+		{"unknown lock, assignments", env, []string{"-lock", "order", "assignments"}, operate.ExitUnknownLock, "look like herd's: deaf, orders"},
+		{"unknown set", env, []string{"-lock", "orders", "assignments", "-set", "cams"}, operate.ExitUnknownLock,
+			`unknown item set "cams": no item, no plan and no owner under orders:assign:cams:* on redis://` + addr + ` (-set names the set, assign.Config.Set); no item set of lock "orders" has items`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := herd(t, tc.env, tc.args...)
