@@ -529,7 +529,8 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 			"inbox it was in, or to the inbox of -to (a live process), with its deliveries\n"+
 			"counted from zero, and deleted from the dead letters, in one atomic step.\n"+
 			"Prints the new entry id of each. A dead letter that cannot be retried is\n"+
-			"named on stderr with the reason, and the others are still retried.")
+			"named on stderr with the reason, and the others are still retried. A -to\n"+
+			"that names no live process fails before anything is retried.")
 	to := fs.String("to", "", "add them to the inbox of this `process` (default: the inbox each was in)")
 	ids, err := a.parseArgs(fs, args)
 	if err != nil {
@@ -551,6 +552,14 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
+	if *to != "" {
+		rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
+		err := operate.CheckRetryTarget(rctx, r, *to)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	var failed int
 	var last error
 	for _, id := range ids {

@@ -196,6 +196,8 @@ func TestExitStatuses(t *testing.T) {
 		{"unknown lock, assignments", env, []string{"-lock", "order", "assignments"}, operate.ExitUnknownLock, "look like herd's: deaf, orders"},
 		{"unknown set", env, []string{"-lock", "orders", "assignments", "-set", "cams"}, operate.ExitUnknownLock,
 			`unknown item set "cams": no item, no plan and no owner under orders:assign:cams:* on redis://` + addr + ` (-set names the set, assign.Config.Set); no item set of lock "orders" has items`},
+		{"retry -to nobody", env, []string{"-lock", "orders", "dead", "retry", "-to", "nosuch", "1-0"}, operate.ExitError,
+			`herd dead retry: -to nosuch: no live process of that id is registered under "orders" (herd processes lists them); nothing retried`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := herd(t, tc.env, tc.args...)

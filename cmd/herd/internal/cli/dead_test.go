@@ -124,15 +124,18 @@ func TestDead(t *testing.T) {
 			t.Errorf("raw listed beside a decoded message: %v", dl)
 		}
 
-		// Retries that cannot be: a process not live, an id that is not
-		// there. Nothing changes.
-		code, out, errOut = herd(t, env, "-lock", "orders", "dead", "retry", "-to", "ghost", id)
-		if code != operate.ExitError || out != "" || !strings.Contains(errOut, `herd dead retry: dead letter `+id+` not retried: "ghost" is not a live process in the registry of "orders"`) {
-			t.Fatalf("retry -to ghost: exit %d, %q %q", code, out, errOut)
+		// Retries that cannot be: to a process not live (named, before
+		// any id is tried), ids that are not there. Nothing changes.
+		for _, args := range [][]string{{"-to", "ghost", id}, {"1-0", id, "-to", "ghost"}} {
+			code, out, errOut = herd(t, env, append([]string{"-lock", "orders", "dead", "retry"}, args...)...)
+			if code != operate.ExitError || out != "" ||
+				errOut != "herd dead retry: -to ghost: no live process of that id is registered under \"orders\" (herd processes lists them); nothing retried\n" {
+				t.Fatalf("retry %q: exit %d, %q %q", args, code, out, errOut)
+			}
 		}
-		code, _, errOut = herd(t, env, "-lock", "orders", "dead", "retry", "1-0", id, "-to", "ghost")
+		code, _, errOut = herd(t, env, "-lock", "orders", "dead", "retry", "1-0", "2-0")
 		if code != operate.ExitError || !strings.Contains(errOut, "herd dead retry: dead letter 1-0: no such dead letter in orders:dead") ||
-			!strings.Contains(errOut, `"ghost" is not a live process`) || !strings.HasSuffix(errOut, "herd dead retry: 2 of 2 dead letters not retried (above)\n") {
+			!strings.Contains(errOut, "herd dead retry: dead letter 2-0: no such dead letter") || !strings.HasSuffix(errOut, "herd dead retry: 2 of 2 dead letters not retried (above)\n") {
 			t.Fatalf("retry of two that cannot be: exit %d, %q", code, errOut)
 		}
 		if n := len(h.list(t)); n != 1 {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -180,6 +181,23 @@ func RetryDead(ctx context.Context, r *Reader, id, to string) (RetryResult, erro
 			id, res.To, r.conn.Lock, hint)
 	}
 	return res, Classify("retry dead letter "+id+" to "+res.To, err)
+}
+
+// CheckRetryTarget returns an error naming to when no live process of that
+// id is registered under r's lock, so that herd dead retry -to fails before
+// it retries anything (RetryDead checks again, atomically, for each).
+func CheckRetryTarget(ctx context.Context, r *Reader, to string) error {
+	if err := scripts.ValidateName("-to", to); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	_, err := r.reg.Process(ctx, to)
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		return fmt.Errorf("-to %s: no live process of that id is registered under %q (herd processes lists them); nothing retried", to, r.conn.Lock)
+	case err != nil:
+		return Classify("read the registry entry of "+to, err)
+	}
+	return nil
 }
 
 // DropDead deletes the dead letters ids for good and returns how many of
