@@ -585,7 +585,8 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 func (a *app) deadDrop(ctx context.Context, args []string) error {
 	fs := a.command("dead drop", "ID... | -all",
 		"Deletes dead letters for good: those named, or every one with -all. Prints\n"+
-			"how many were dropped.")
+			"how many were dropped. An id not found is named on stderr, and the exit\n"+
+			"status is then 1, though the others were dropped.")
 	all := fs.Bool("all", false, "drop every dead letter (instead of naming them)")
 	ids, err := a.parseArgs(fs, args)
 	if err != nil {
@@ -612,13 +613,15 @@ func (a *app) deadDrop(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stdout, "dropped %s\n", plural(n, "dead letter"))
 		return nil
 	}
-	n, err := operate.DropDead(rctx, r, ids)
+	n, missing, err := operate.DropDead(rctx, r, ids)
 	if err != nil {
 		return err
 	}
-	if missing := int64(len(ids)) - n; missing > 0 {
-		fmt.Fprintf(a.stdout, "dropped %d of %s: %d not found in %s\n", n, plural(int64(len(ids)), "dead letter"), missing, r.Conn().Keys.Dead)
-		return nil
+	if len(missing) > 0 {
+		given := plural(n+int64(len(missing)), "dead letter")
+		fmt.Fprintf(a.stdout, "dropped %d of %s\n", n, given)
+		return fmt.Errorf("%d of %s not found in %s: %s (herd dead list shows the ids)",
+			len(missing), given, r.Conn().Keys.Dead, strings.Join(missing, ", "))
 	}
 	fmt.Fprintf(a.stdout, "dropped %s\n", plural(n, "dead letter"))
 	return nil

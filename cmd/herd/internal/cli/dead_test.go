@@ -161,13 +161,18 @@ func TestDead(t *testing.T) {
 			t.Fatalf("%d dead letters after the retry", n)
 		}
 
-		// Drop by id (one of them not there), then -all.
+		// Drop by id (one of them not there: dropped, the other named, exit
+		// status 1), then -all.
 		h.ok.Store(false)
 		h.bury(t)
 		id = h.list(t)[0]["id"].(string)
-		code, out, _ = herd(t, env, "-lock", "orders", "dead", "drop", id, "1-0")
-		if code != 0 || out != "dropped 1 of 2 dead letters: 1 not found in orders:dead\n" {
-			t.Fatalf("drop: exit %d, %q", code, out)
+		code, out, errOut = herd(t, env, "-lock", "orders", "dead", "drop", id, "1-0")
+		if code != operate.ExitError || out != "dropped 1 of 2 dead letters\n" ||
+			errOut != "herd dead drop: 1 of 2 dead letters not found in orders:dead: 1-0 (herd dead list shows the ids)\n" {
+			t.Fatalf("drop: exit %d, %q %q", code, out, errOut)
+		}
+		if n := len(h.list(t)); n != 0 {
+			t.Fatalf("%d dead letters after the drop", n)
 		}
 		h.bury(t)
 		h.bury(t)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -200,23 +201,44 @@ func CheckRetryTarget(ctx context.Context, r *Reader, to string) error {
 	return nil
 }
 
-// DropDead deletes the dead letters ids for good and returns how many of
-// them existed.
-func DropDead(ctx context.Context, r *Reader, ids []string) (int64, error) {
+// DropDead deletes the dead letters ids for good, one XDEL each in one
+// pipeline, and returns how many of them existed and, in the order given,
+// the ids that did not (an id given twice counts once).
+func DropDead(ctx context.Context, r *Reader, ids []string) (int64, []string, error) {
 	for _, id := range ids {
 		if err := CheckDeadID(id); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 	d, err := deadLetters(r)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	n, err := d.Drop(ctx, ids...)
+	seen := map[string]bool{}
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
+		dup := seen[id]
+		seen[id] = true
+		return dup
+	})
+	cmds, err := r.conn.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			p.XDel(ctx, d.Stream(), id)
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, Classify("drop dead letters of "+d.Stream(), err)
+		return 0, nil, Classify("drop dead letters of "+d.Stream(), err)
 	}
-	return n, nil
+	var n int64
+	var missing []string
+	for i, cmd := range cmds {
+		if cmd.(*redis.IntCmd).Val() == 0 {
+			missing = append(missing, ids[i])
+		} else {
+			n++
+		}
+	}
+	return n, missing, nil
 }
 
 // DropAllDead deletes every dead letter of r's lock, in one atomic step
