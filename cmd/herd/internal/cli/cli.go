@@ -497,7 +497,8 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 	fs := a.command("dead list", "[-n N] [-o table|json]",
 		"Lists the oldest dead letters of durable routing (the stream <lock>:dead): id,\n"+
 			"age, the process whose inbox it was in, type, message id, deliveries and the\n"+
-			"last error. The table cuts long cells; -o json has everything.")
+			"last error. The table cuts a long type or error, never an id; -o json has\n"+
+			"everything.")
 	out, checkOut := format(fs, "table", "json")
 	n := fs.Int64("n", 100, "list at most `N` dead letters, oldest first (0: all)")
 	r, _, done, err := a.openKnown(ctx, fs, args, checkOut, notNegative("n", n))
