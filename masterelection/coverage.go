@@ -70,11 +70,13 @@ func (m *MasterElection) readCoverage(ctx context.Context) coverageRead {
 }
 
 // reportCoverage warns, with an error event wrapping ErrClusterCoverage,
-// when a failover of any master of the Cluster would make the election's
+// when a failover of any master of the Cluster could make the election's
 // slot refuse commands (CLUSTERDOWN, with cluster-require-full-coverage
 // yes) for longer than the master can go without renewing before it steps
-// down: about cluster-node-timeout + clusterPromotion against LockTTL -
-// StepDownMargin. It never fails Start.
+// down. The refusal lasts from when the cluster marks the failed master
+// failed (about cluster-node-timeout after the failure) until a replica is
+// promoted; the check compares cluster-node-timeout + clusterPromotion, a
+// margin above that, with LockTTL - StepDownMargin. It never fails Start.
 func (m *MasterElection) reportCoverage(r coverageRead) {
 	if !r.cluster {
 		return
@@ -89,9 +91,11 @@ func (m *MasterElection) reportCoverage(r coverageRead) {
 	if !r.full || window > down {
 		return
 	}
-	err := fmt.Errorf("%w: cluster-require-full-coverage yes on %s and cluster-node-timeout %v: a failover of any master makes the lock's slot refuse commands (CLUSTERDOWN) for about %v, longer than LockTTL - StepDownMargin = %v, so the master steps down although its own node is healthy; "+
-		"set cluster-require-full-coverage no, or LockTTL above %v (docs/topologies.md)",
-		ErrClusterCoverage, r.addr, r.nodeTimeout, down, window, down+m.cfg.StepDownMargin)
+	err := fmt.Errorf("%w: cluster-require-full-coverage yes on %s and cluster-node-timeout %v: when any master fails, every node refuses commands (CLUSTERDOWN) "+
+		"from when the cluster marks it failed until a replica is promoted (the replica waits 0.5 to 1 s, more by its rank, before it asks for votes; with no replica, until the master returns), "+
+		"and a refusal longer than LockTTL - StepDownMargin = %v makes the master step down although its own node is healthy; "+
+		"set cluster-require-full-coverage no on every node and persist it (CONFIG REWRITE or the config file), or LockTTL above %v (cluster-node-timeout + 1s + StepDownMargin) (docs/topologies.md)",
+		ErrClusterCoverage, r.addr, r.nodeTimeout, window, down+m.cfg.StepDownMargin)
 	log.Warn().Err(err).Msg("a failover elsewhere in the cluster can end the mastership")
 	// Not emitError: like the eviction warning, no failed attempt.
 	m.bus.emit(topicError, payload{err: err})

@@ -36,8 +36,11 @@ type Config struct {
 	// and the master inbox channel are derived (scripts.NewKeys). It must be
 	// the one the election uses. Default: DefaultLockName.
 	LockName string
-	// Cluster wraps the lock name in a Redis Cluster hash tag, as the
-	// election does with the same setting. Default: false.
+	// Cluster wraps the lock name in a Redis Cluster hash tag ({LockName}),
+	// as an election tags its keys when its client is a *redis.ClusterClient
+	// (masterelection.Config has no such field). It is taken from the
+	// KeySource when there is one, and set with a *redis.ClusterClient; set
+	// it only for another client of a Cluster election's. Default: false.
 	Cluster bool
 	// SlavePrefix is the prefix of the per-process channels; a process with
 	// id X listens on SlavePrefix+X. Default: scripts.DefaultSlavePrefix
@@ -63,7 +66,8 @@ type Config struct {
 	PingInterval time.Duration
 	// MaxRetryDelay caps the wait between attempts to reconnect after a
 	// receive error; the wait starts at 10ms and doubles. The shared
-	// connection uses the smallest of its users'. Default: 1s.
+	// connection uses the smallest of its users': 100ms when the client also
+	// runs an election, whose notice feed asks for that. Default: 1s.
 	MaxRetryDelay time.Duration
 	// MaxBacklog bounds, in bytes (channel name and payload), the messages
 	// a Subscriber or Inbox has received but its handlers not yet taken;

@@ -2,7 +2,7 @@
 // term, the registered processes, a live stream of changes, a hand-over on
 // request, and a live web dashboard.
 //
-//	go install github.com/herdkit/herd/cmd/herd@latest
+//	go install ./cmd/herd   # in a checkout of herd
 //	herd -redis redis://127.0.0.1:6379 status
 //	herd watch
 //	herd step-down -to node-b

@@ -21,9 +21,10 @@ import (
 func TestAssignments(t *testing.T) {
 	inst := redistest.Start(t, redistest.Default(t))
 	env := map[string]string{"REDIS_URL": herdtest.URL(inst)}
-	code, out, _ := herd(t, env, "-lock", "cams", "assignments")
-	if code != 0 || out != "no items in set items\n" {
-		t.Fatalf("assignments of nothing: exit %d, %q", code, out)
+	// An unknown lock exits 7 as herd status does.
+	code, out, errOut := herd(t, env, "-lock", "cams", "assignments")
+	if code != operate.ExitUnknownLock || out != "" || !strings.Contains(errOut, `herd assignments: unknown lock name "cams": nothing is registered under it`) {
+		t.Fatalf("assignments of nothing: exit %d, %q %q", code, out, errOut)
 	}
 	ctx := context.Background()
 	admin := inst.Client(t)
@@ -36,6 +37,11 @@ func TestAssignments(t *testing.T) {
 	if err := admin.SAdd(ctx, a.Items, "cam-1", "cam-2", "cam-3").Err(); err != nil {
 		t.Fatal(err)
 	}
+	// An unknown set of a known lock exits 7 too, naming the sets there.
+	code, out, errOut = herd(t, env, "-lock", "cams", "assignments", "-set", "cameras")
+	if code != operate.ExitUnknownLock || out != "" || !strings.HasSuffix(errOut, `; item sets of lock "cams" with items: items`+"\n") {
+		t.Fatalf("assignments -set cameras: exit %d, %q %q", code, out, errOut)
+	}
 	// cam-1 and cam-2 to slave a, cam-3 unplanned; a claims its two.
 	if _, err := scripts.AssignPlan(ctx, admin, k, a, "m", acq.Term, nil, map[string]string{"cam-1": "a", "cam-2": "a"}); err != nil {
 		t.Fatal(err)
@@ -47,7 +53,7 @@ func TestAssignments(t *testing.T) {
 	if _, err := scripts.AssignPlan(ctx, admin, k, a, "m", acq.Term, map[string]string{"cam-2": "a"}, map[string]string{"cam-2": "b"}); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := herd(t, env, "-lock", "cams", "assignments")
+	code, out, errOut = herd(t, env, "-lock", "cams", "assignments")
 	if code != 0 || errOut != "" {
 		t.Fatalf("assignments: exit %d, stderr %s", code, errOut)
 	}

@@ -71,7 +71,8 @@ Exit status:
   5   Redis refused the user name or password
   6   Redis's ACL refused a command, key or channel
   7   unknown lock name: nothing is registered under it (the message lists
-      the lock names found on the server)
+      the lock names found on the server); assignments: no such item set
+      (the message lists the sets with items)
   8   step-down: no master, -to names no live process, or nobody listens on
       the control channel (the master runs with IgnoreRemoteTransfers)
   9   step-down: no new master within -timeout
@@ -496,7 +497,8 @@ func (a *app) deadList(ctx context.Context, args []string) error {
 	fs := a.command("dead list", "[-n N] [-o table|json]",
 		"Lists the oldest dead letters of durable routing (the stream <lock>:dead): id,\n"+
 			"age, the process whose inbox it was in, type, message id, deliveries and the\n"+
-			"last error. The table cuts long cells; -o json has everything.")
+			"last error. The table cuts a long type or error, never an id; -o json has\n"+
+			"everything.")
 	out, checkOut := format(fs, "table", "json")
 	n := fs.Int64("n", 100, "list at most `N` dead letters, oldest first (0: all)")
 	r, _, done, err := a.openKnown(ctx, fs, args, checkOut, notNegative("n", n))
@@ -528,7 +530,8 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 			"inbox it was in, or to the inbox of -to (a live process), with its deliveries\n"+
 			"counted from zero, and deleted from the dead letters, in one atomic step.\n"+
 			"Prints the new entry id of each. A dead letter that cannot be retried is\n"+
-			"named on stderr with the reason, and the others are still retried.")
+			"named on stderr with the reason, and the others are still retried. A -to\n"+
+			"that names no live process fails before anything is retried.")
 	to := fs.String("to", "", "add them to the inbox of this `process` (default: the inbox each was in)")
 	ids, err := a.parseArgs(fs, args)
 	if err != nil {
@@ -550,6 +553,14 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
+	if *to != "" {
+		rctx, cancel := context.WithTimeout(ctx, 2*operate.DialTimeout)
+		err := operate.CheckRetryTarget(rctx, r, *to)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	var failed int
 	var last error
 	for _, id := range ids {
@@ -575,7 +586,8 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 func (a *app) deadDrop(ctx context.Context, args []string) error {
 	fs := a.command("dead drop", "ID... | -all",
 		"Deletes dead letters for good: those named, or every one with -all. Prints\n"+
-			"how many were dropped.")
+			"how many were dropped. An id not found is named on stderr, and the exit\n"+
+			"status is then 1, though the others were dropped.")
 	all := fs.Bool("all", false, "drop every dead letter (instead of naming them)")
 	ids, err := a.parseArgs(fs, args)
 	if err != nil {
@@ -602,13 +614,15 @@ func (a *app) deadDrop(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stdout, "dropped %s\n", plural(n, "dead letter"))
 		return nil
 	}
-	n, err := operate.DropDead(rctx, r, ids)
+	n, missing, err := operate.DropDead(rctx, r, ids)
 	if err != nil {
 		return err
 	}
-	if missing := int64(len(ids)) - n; missing > 0 {
-		fmt.Fprintf(a.stdout, "dropped %d of %s: %d not found in %s\n", n, plural(int64(len(ids)), "dead letter"), missing, r.Conn().Keys.Dead)
-		return nil
+	if len(missing) > 0 {
+		given := plural(n+int64(len(missing)), "dead letter")
+		fmt.Fprintf(a.stdout, "dropped %d of %s\n", n, given)
+		return fmt.Errorf("%d of %s not found in %s: %s (herd dead list shows the ids)",
+			len(missing), given, r.Conn().Keys.Dead, strings.Join(missing, ", "))
 	}
 	fmt.Fprintf(a.stdout, "dropped %s\n", plural(n, "dead letter"))
 	return nil
@@ -727,7 +741,8 @@ func (a *app) assignments(ctx context.Context, args []string) error {
 			"without a renewal, and its state: owned, moving (another slave still owns\n"+
 			"it), waiting (not claimed yet), unassigned (no slave had room) or removed\n"+
 			"(no longer in the set, still owned); then each slave's planned and owned\n"+
-			"counts.")
+			"counts. A set none of whose keys exists exits with status 7, as an unknown\n"+
+			"lock does, naming the sets that have items.")
 	out, checkOut := format(fs, "table", "json")
 	set := fs.String("set", "items", "the item set's `name` (assign.Config.Set)")
 	r, done, err := a.open(ctx, fs, args, checkOut)
@@ -740,6 +755,14 @@ func (a *app) assignments(ctx context.Context, args []string) error {
 	as, err := operate.ReadAssignments(rctx, r, *set)
 	if err != nil {
 		return err
+	}
+	if !as.Known {
+		// An unknown lock is named as herd status names it; a known one
+		// with no such set lists the sets it has.
+		if _, err := a.snapshot(ctx, r); err != nil {
+			return err
+		}
+		return operate.UnknownSet(rctx, r, *set)
 	}
 	if *out == "json" {
 		return writeJSON(a.stdout, as)

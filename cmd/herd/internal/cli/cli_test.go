@@ -193,6 +193,13 @@ func TestExitStatuses(t *testing.T) {
 		{"unknown lock, dead list", env, []string{"-lock", "order", "dead", "list"}, operate.ExitUnknownLock, "nothing is registered under it"},
 		{"unknown lock, dead drop", env, []string{"dead", "-lock", "order", "drop", "-all"}, operate.ExitUnknownLock, "nothing is registered under it"},
 		{"nobody listens", env, []string{"-lock", "deaf", "step-down"}, operate.ExitNotDelivered, "nobody listens on deaf:control"},
+		{"unknown lock, assignments", env, []string{"-lock", "order", "assignments"}, operate.ExitUnknownLock, "look like herd's: deaf, orders"},
+		{"unknown set", env, []string{"-lock", "orders", "assignments", "-set", "cams"}, operate.ExitUnknownLock,
+			`unknown item set "cams": no item, no plan and no owner under orders:assign:cams:* on redis://` + addr + ` (-set names the set, assign.Config.Set); no item set of lock "orders" has items`},
+		{"retry -to nobody", env, []string{"-lock", "orders", "dead", "retry", "-to", "nosuch", "1-0"}, operate.ExitError,
+			`herd dead retry: -to nosuch: no live process of that id is registered under "orders" (herd processes lists them); nothing retried`},
+		{"drop not found", env, []string{"-lock", "orders", "dead", "drop", "1-0"}, operate.ExitError,
+			"herd dead drop: 1 of 1 dead letter not found in orders:dead: 1-0 (herd dead list shows the ids)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := herd(t, tc.env, tc.args...)

@@ -16,8 +16,8 @@ import (
 const Width = 80
 
 // column is one column of a table: its header, the narrowest it may be
-// squeezed to, the order in which it gives way (1 first; 0 never), and its
-// cells.
+// squeezed to, the order in which it gives way (1 first; 0 never: every
+// column of ids, which users copy), and its cells.
 type column struct {
 	header string
 	min    int
@@ -27,7 +27,8 @@ type column struct {
 
 // writeTable writes the columns aligned, two spaces apart, squeezing the
 // columns that can give (in their order, each down to its min) until each
-// line fits in width; a cell cut short ends with "…". Control characters
+// line fits in width; a cell cut short ends with "…". Columns that never
+// give are written in full, the line longer than width when they need it. Control characters
 // in a cell are written escaped (escape), so that no value from Redis can
 // break a row or drive the terminal.
 func writeTable(w io.Writer, cols []column, width int) {
@@ -135,10 +136,11 @@ func fit(s string, n int) string {
 
 // processTable writes ps as a table: process id, role, identifier,
 // heartbeat age, the three capabilities (handles detections, maximum of
-// subscriptions, preferred workload) and metadata.
+// subscriptions, preferred workload) and metadata. The process id is never
+// cut.
 func processTable(w io.Writer, ps []operate.Process) {
 	cols := []column{
-		{header: "PROCESS", min: 12, give: 3}, {header: "ROLE"}, {header: "IDENTIFIER", min: 10, give: 2},
+		{header: "PROCESS"}, {header: "ROLE"}, {header: "IDENTIFIER", min: 10, give: 2},
 		{header: "AGE"}, {header: "DET"}, {header: "SUBS"}, {header: "LOAD"}, {header: "METADATA", min: 8, give: 1},
 	}
 	for _, p := range ps {
@@ -180,12 +182,13 @@ func dash(s string) string {
 
 // deadTable writes dead letters as a table: id, age, the process whose
 // inbox it was in, type, message id, deliveries and the last error. The
-// message id gives way first, then the type, the inbox and the error; "?"
-// stands for the type and message id of an envelope that cannot be decoded.
+// ids (the dead letter's, the inbox's process id, the message id) are never
+// cut: the type gives way first, then the error; "?" stands for the type
+// and message id of an envelope that cannot be decoded.
 func deadTable(w io.Writer, ls []operate.DeadLetter) {
 	cols := []column{
-		{header: "ID"}, {header: "AGE"}, {header: "INBOX", min: 8, give: 3}, {header: "TYPE", min: 8, give: 2},
-		{header: "MESSAGE", min: 8, give: 1}, {header: "DELIV"}, {header: "ERROR", min: 16, give: 4},
+		{header: "ID"}, {header: "AGE"}, {header: "INBOX"}, {header: "TYPE", min: 8, give: 1},
+		{header: "MESSAGE"}, {header: "DELIV"}, {header: "ERROR", min: 16, give: 2},
 	}
 	for _, l := range ls {
 		typ, msg := l.Message.Type, l.Message.ID
@@ -203,9 +206,10 @@ func deadTable(w io.Writer, ls []operate.DeadLetter) {
 // oneLine joins the lines of s with spaces, so that a cell stays on its row.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// assignTable writes one row per item, then one per slave and the counts.
+// assignTable writes one row per item, then one per slave and the counts;
+// items and slave ids are never cut.
 func assignTable(w io.Writer, as operate.Assignments) {
-	cols := []column{{header: "ITEM", min: 8, give: 2}, {header: "PLANNED", min: 8, give: 1}, {header: "OWNER", min: 8, give: 1},
+	cols := []column{{header: "ITEM"}, {header: "PLANNED"}, {header: "OWNER"},
 		{header: "LEFT"}, {header: "STATE"}}
 	for _, it := range as.Items {
 		left := "-"
@@ -219,7 +223,7 @@ func assignTable(w io.Writer, as operate.Assignments) {
 	}
 	writeTable(w, cols, Width)
 	fmt.Fprintln(w)
-	slaves := []column{{header: "SLAVE", min: 8, give: 1}, {header: "PLANNED"}, {header: "OWNED"}}
+	slaves := []column{{header: "SLAVE"}, {header: "PLANNED"}, {header: "OWNED"}}
 	for _, s := range as.Slaves {
 		cells := []string{s.ID, fmt.Sprint(s.Planned), fmt.Sprint(s.Owned)}
 		for i := range slaves {

@@ -5,10 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
+	"regexp"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
 	"github.com/herdkit/herd/pubsub"
@@ -60,17 +59,28 @@ func TestStatusTableGolden(t *testing.T) {
 	var b bytes.Buffer
 	writeStatus(&b, fixedSnapshot(), "redis://127.0.0.1:6379")
 	golden(t, "status.golden", b.String())
-	for _, line := range strings.Split(b.String(), "\n") {
-		if n := utf8.RuneCountInString(line); n > Width {
-			t.Errorf("line of %d columns: %q", n, line)
-		}
+	var ids []string
+	for _, p := range fixedSnapshot().Processes {
+		ids = append(ids, p.Info.ProcessID)
 	}
+	showsIDs(t, b.String(), ids...)
 
 	b.Reset()
 	s := fixedSnapshot()
 	s.Master, s.Processes, s.Warnings = nil, nil, []string{"no master: nobody holds the lock orders:master"}
 	writeStatus(&b, s, "redis://127.0.0.1:6379")
 	golden(t, "status_empty.golden", b.String())
+}
+
+// showsIDs checks that out shows every id of ids in full, in a cell of
+// its own: ids are never cut, however long the line.
+func showsIDs(t *testing.T, out string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if !regexp.MustCompile(`(?m)(^|  )` + regexp.QuoteMeta(id) + `(  |$)`).MatchString(out) {
+			t.Errorf("id %q is not shown in full:\n%s", id, out)
+		}
+	}
 }
 
 func TestFormatAge(t *testing.T) {
@@ -112,11 +122,14 @@ func TestDeadTableGolden(t *testing.T) {
 	var b bytes.Buffer
 	deadTable(&b, fixedDeadLetters())
 	golden(t, "dead_list.golden", b.String())
-	for _, line := range strings.Split(b.String(), "\n") {
-		if n := utf8.RuneCountInString(line); n > Width {
-			t.Errorf("line of %d columns: %q", n, line)
+	var ids []string
+	for _, l := range fixedDeadLetters() {
+		ids = append(ids, l.ID, l.Inbox)
+		if l.Message.ID != "" {
+			ids = append(ids, l.Message.ID)
 		}
 	}
+	showsIDs(t, b.String(), ids...)
 	// The JSON has every member, the envelope as sent, and raw only when
 	// the envelope cannot be decoded.
 	j, err := json.Marshal(fixedDeadLetters())
@@ -124,4 +137,16 @@ func TestDeadTableGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "dead_list_json.golden", string(j)+"\n")
+}
+
+// TestAssignTableShowsIDs: items and slave ids too long for 80 columns are
+// shown in full.
+func TestAssignTableShowsIDs(t *testing.T) {
+	item, slave := "camera-eu-west-1-building-7-floor-3-entrance-north", "backend-worker-eu-west-1-7f3a9c2e1d"
+	as := operate.Assignments{Set: "items", Counts: map[string]int{operate.ItemMoving: 1},
+		Items:  []operate.ItemState{{Item: item, Planned: slave, Owner: slave + "-old", Left: time.Second, State: operate.ItemMoving}},
+		Slaves: []operate.SlaveLoad{{ID: slave, Planned: 1}, {ID: slave + "-old", Owned: 1}}}
+	var b bytes.Buffer
+	assignTable(&b, as)
+	showsIDs(t, b.String(), item, slave, slave+"-old")
 }

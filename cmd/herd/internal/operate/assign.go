@@ -62,6 +62,10 @@ type Assignments struct {
 	Counts map[string]int `json:"counts"`
 	// Time is the server's clock at the read.
 	Time time.Time `json:"time"`
+	// Known is false when no key of the set exists: no item, no plan, no
+	// owner (a set whose items were all removed and given up looks the
+	// same).
+	Known bool `json:"-"`
 }
 
 // ReadAssignments reads the item set set of r's lock in one round trip.
@@ -82,8 +86,10 @@ func ReadAssignments(ctx context.Context, r *Reader, set string) (Assignments, e
 			return Assignments{}, Classify("read item set "+set, err)
 		}
 	}
-	a := Assignments{Set: set, Time: now.Val(), Counts: map[string]int{}}
 	plan, own := planCmd.Val(), ownCmd.Val()
+	// Redis deletes an empty set or hash: an empty reply is a missing key.
+	known := len(itemsCmd.Val()) > 0 || len(plan) > 0 || len(own) > 0
+	a := Assignments{Set: set, Time: now.Val(), Counts: map[string]int{}, Known: known}
 	all := map[string]bool{}
 	for _, item := range itemsCmd.Val() {
 		all[item] = true
@@ -136,6 +142,45 @@ func ReadAssignments(ctx context.Context, r *Reader, set string) (Assignments, e
 	}
 	slices.SortFunc(a.Slaves, func(x, y SlaveLoad) int { return strings.Compare(x.ID, y.ID) })
 	return a, nil
+}
+
+// AssignSets returns the names of the item sets of r's lock that have
+// items, found by SCAN for their item keys (scripts.AssignKeys.Items),
+// sorted; at most MaxLockNames.
+func AssignSets(ctx context.Context, r *Reader) ([]string, error) {
+	prefix, suffix, _ := strings.Cut(r.conn.Keys.Assign("*").Items, "*")
+	names, err := scanNames(ctx, r.conn.Client, prefix+"*"+suffix, "set", func(key string) (string, bool) {
+		set, ok := strings.CutPrefix(key, prefix)
+		if set, ok = strings.CutSuffix(set, suffix); !ok || scripts.ValidateName("item set", set) != nil {
+			return "", false
+		}
+		return set, true
+	})
+	if err != nil {
+		return nil, Classify("list item sets (SCAN)", err)
+	}
+	return names, nil
+}
+
+// UnknownSet returns the error for an item set of which no key exists,
+// naming the item sets of r's lock that have items instead.
+func UnknownSet(ctx context.Context, r *Reader, set string) error {
+	names, err := AssignSets(ctx, r)
+	var hint string
+	switch {
+	case err != nil:
+		hint = fmt.Sprintf("the item sets could not be listed: %v", err)
+	case len(names) == 0:
+		hint = fmt.Sprintf("no item set of lock %q has items", r.conn.Lock)
+	default:
+		hint = fmt.Sprintf("item sets of lock %q with items: %s", r.conn.Lock, strings.Join(names, ", "))
+		if len(names) == MaxLockNames {
+			hint += ", …"
+		}
+	}
+	keys := strings.TrimSuffix(r.conn.Keys.Assign(set).Items, "items") + "*"
+	return fmt.Errorf("%w %q: no item, no plan and no owner under %s on %s (-set names the set, assign.Config.Set); %s",
+		ErrUnknownSet, set, keys, r.conn.URL, hint)
 }
 
 // AssignSummary is one item set as the dashboard shows it: the counts by

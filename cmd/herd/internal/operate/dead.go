@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -182,23 +184,61 @@ func RetryDead(ctx context.Context, r *Reader, id, to string) (RetryResult, erro
 	return res, Classify("retry dead letter "+id+" to "+res.To, err)
 }
 
-// DropDead deletes the dead letters ids for good and returns how many of
-// them existed.
-func DropDead(ctx context.Context, r *Reader, ids []string) (int64, error) {
+// CheckRetryTarget returns an error naming to when no live process of that
+// id is registered under r's lock, so that herd dead retry -to fails before
+// it retries anything (RetryDead checks again, atomically, for each).
+func CheckRetryTarget(ctx context.Context, r *Reader, to string) error {
+	if err := scripts.ValidateName("-to", to); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	_, err := r.reg.Process(ctx, to)
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		return fmt.Errorf("-to %s: no live process of that id is registered under %q (herd processes lists them); nothing retried", to, r.conn.Lock)
+	case err != nil:
+		return Classify("read the registry entry of "+to, err)
+	}
+	return nil
+}
+
+// DropDead deletes the dead letters ids for good, one XDEL each in one
+// pipeline, and returns how many of them existed and, in the order given,
+// the ids that did not (an id given twice counts once).
+func DropDead(ctx context.Context, r *Reader, ids []string) (int64, []string, error) {
 	for _, id := range ids {
 		if err := CheckDeadID(id); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 	d, err := deadLetters(r)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	n, err := d.Drop(ctx, ids...)
+	seen := map[string]bool{}
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
+		dup := seen[id]
+		seen[id] = true
+		return dup
+	})
+	cmds, err := r.conn.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			p.XDel(ctx, d.Stream(), id)
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, Classify("drop dead letters of "+d.Stream(), err)
+		return 0, nil, Classify("drop dead letters of "+d.Stream(), err)
 	}
-	return n, nil
+	var n int64
+	var missing []string
+	for i, cmd := range cmds {
+		if cmd.(*redis.IntCmd).Val() == 0 {
+			missing = append(missing, ids[i])
+		} else {
+			n++
+		}
+	}
+	return n, missing, nil
 }
 
 // DropAllDead deletes every dead letter of r's lock, in one atomic step

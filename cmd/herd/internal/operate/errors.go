@@ -29,6 +29,9 @@ var (
 	// ErrUnknownLock: nothing exists under the lock name: no term, no
 	// master, no registered process.
 	ErrUnknownLock = errors.New("unknown lock name")
+	// ErrUnknownSet: no key of the item set exists under the lock name: no
+	// item, no plan, no owner. It has ErrUnknownLock's exit status.
+	ErrUnknownSet = errors.New("unknown item set")
 	// ErrNotDelivered: a step-down request has nobody to act on it: no
 	// master, no live process of the name asked for, or no process listens
 	// on the control channel.
@@ -50,7 +53,7 @@ const (
 	ExitUnreachable    = 4  // no connection to Redis
 	ExitAuth           = 5  // wrong user name or password
 	ExitACL            = 6  // refused by the ACL
-	ExitUnknownLock    = 7  // nothing under the lock name
+	ExitUnknownLock    = 7  // nothing under the lock name, or no such item set
 	ExitNotDelivered   = 8  // step-down: no master, no such process, or nobody listens
 	ExitTimeout        = 9  // step-down: no new master within -timeout
 	ExitOtherMaster    = 10 // step-down: the new master is not the one asked for
@@ -67,6 +70,7 @@ var exitCodes = []struct {
 	{ErrAuth, ExitAuth},
 	{ErrACL, ExitACL},
 	{ErrUnknownLock, ExitUnknownLock},
+	{ErrUnknownSet, ExitUnknownLock},
 	{ErrNotDelivered, ExitNotDelivered},
 	{ErrStepDownTimeout, ExitTimeout},
 	{ErrOtherMaster, ExitOtherMaster},

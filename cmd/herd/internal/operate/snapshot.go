@@ -261,10 +261,12 @@ func termTime(term int64, now time.Time) (time.Time, bool) {
 	return t, true
 }
 
-// MaxLockNames is the most lock names Locks returns.
+// MaxLockNames is the most lock names Locks returns (and item set names
+// AssignSets returns).
 const MaxLockNames = 20
 
-// scanBudget bounds how many keys Locks looks at on each server.
+// scanBudget bounds how many keys Locks and AssignSets look at on each
+// server.
 const scanBudget = 100_000
 
 // Locks returns the lock names of the herds on the server, found by SCAN
@@ -272,20 +274,31 @@ const scanBudget = 100_000
 // strings, sorted; at most MaxLockNames, from at most scanBudget keys per
 // server. On a Cluster every master is scanned.
 func Locks(ctx context.Context, c redis.UniversalClient) ([]string, error) {
+	names, err := scanNames(ctx, c, scripts.TermKeyPattern, "string", scripts.LockNameOfTermKey)
+	if err != nil {
+		return nil, Classify("list lock names (SCAN)", err)
+	}
+	return names, nil
+}
+
+// scanNames returns the names that name finds in the keys of type typ that
+// match pattern, found by SCAN, sorted; at most MaxLockNames, from at most
+// scanBudget keys per server. On a Cluster every master is scanned.
+func scanNames(ctx context.Context, c redis.UniversalClient, pattern, typ string, name func(key string) (string, bool)) ([]string, error) {
 	found := map[string]bool{}
 	var mu sync.Mutex
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for seen := 0; seen < scanBudget; {
-			keys, next, err := c.ScanType(ctx, cursor, scripts.TermKeyPattern, 1000, "string").Result()
+			keys, next, err := c.ScanType(ctx, cursor, pattern, 1000, typ).Result()
 			if err != nil {
 				return err
 			}
 			seen += 1000
 			mu.Lock()
 			for _, k := range keys {
-				if name, ok := scripts.LockNameOfTermKey(k); ok {
-					found[name] = true
+				if n, ok := name(k); ok {
+					found[n] = true
 				}
 			}
 			mu.Unlock()
@@ -302,7 +315,7 @@ func Locks(ctx context.Context, c redis.UniversalClient) ([]string, error) {
 		err = scan(ctx, c)
 	}
 	if err != nil {
-		return nil, Classify("list lock names (SCAN)", err)
+		return nil, err
 	}
 	names := make([]string, 0, len(found))
 	for n := range found {
