@@ -42,6 +42,14 @@ func TestAssignments(t *testing.T) {
 	if code != operate.ExitUnknownLock || out != "" || !strings.HasSuffix(errOut, `; item sets of lock "cams" with items: items`+"\n") {
 		t.Fatalf("assignments -set cameras: exit %d, %q %q", code, out, errOut)
 	}
+	// A set emptied with SetItems keeps its version: known, no items.
+	if err := admin.Incr(ctx, k.Assign("emptied").Version).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = herd(t, env, "-lock", "cams", "assignments", "-set", "emptied")
+	if code != 0 || errOut != "" || out != "no items in set emptied\n" {
+		t.Fatalf("assignments -set emptied: exit %d, %q %q; want status 0 and no items", code, out, errOut)
+	}
 	// cam-1 and cam-2 to slave a, cam-3 unplanned; a claims its two.
 	if _, err := scripts.AssignPlan(ctx, admin, k, a, "m", acq.Term, nil, map[string]string{"cam-1": "a", "cam-2": "a"}); err != nil {
 		t.Fatal(err)

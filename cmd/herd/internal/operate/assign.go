@@ -63,8 +63,8 @@ type Assignments struct {
 	// Time is the server's clock at the read.
 	Time time.Time `json:"time"`
 	// Known is false when no key of the set exists: no item, no plan, no
-	// owner (a set whose items were all removed and given up looks the
-	// same).
+	// owner, no version (a set emptied with Planner.SetItems keeps its
+	// version, so it is known).
 	Known bool `json:"-"`
 }
 
@@ -80,15 +80,16 @@ func ReadAssignments(ctx context.Context, r *Reader, set string) (Assignments, e
 	itemsCmd := pipe.SMembers(ctx, k.Items)
 	planCmd := pipe.HGetAll(ctx, k.Plan)
 	ownCmd := pipe.HGetAll(ctx, k.Own)
+	versionCmd := pipe.Exists(ctx, k.Version)
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	for _, cmd := range []redis.Cmder{now, itemsCmd, planCmd, ownCmd} {
+	for _, cmd := range []redis.Cmder{now, itemsCmd, planCmd, ownCmd, versionCmd} {
 		if err := cmd.Err(); err != nil {
 			return Assignments{}, Classify("read item set "+set, err)
 		}
 	}
 	plan, own := planCmd.Val(), ownCmd.Val()
 	// Redis deletes an empty set or hash: an empty reply is a missing key.
-	known := len(itemsCmd.Val()) > 0 || len(plan) > 0 || len(own) > 0
+	known := len(itemsCmd.Val()) > 0 || len(plan) > 0 || len(own) > 0 || versionCmd.Val() > 0
 	a := Assignments{Set: set, Time: now.Val(), Counts: map[string]int{}, Known: known}
 	all := map[string]bool{}
 	for _, item := range itemsCmd.Val() {
