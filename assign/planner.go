@@ -228,13 +228,21 @@ func (p *Planner) changed(what string, err error) error {
 }
 
 // Run plans until ctx ends, whenever this process is master: at once when
-// it becomes master, Settle after a slave joins or leaves or the items
-// change (more changes meanwhile are planned together), and every Resync.
+// it becomes master (its items move to the slaves), Settle after a slave
+// joins or leaves or the items change (more changes meanwhile are planned
+// together), and every Resync. Not master, it keeps its copy of the items
+// (one GET every Resync: Restores).
 // A planning that fails is reported to OnError and tried again at the next
 // occasion. It returns ctx's error.
 func (p *Planner) Run(ctx context.Context) error {
+	acquired := make(chan struct{}, 1)
 	for _, unsubscribe := range []func(){
-		p.e.OnMasterAcquired(func(context.Context, int64) { p.Kick() }),
+		p.e.OnMasterAcquired(func(context.Context, int64) {
+			select {
+			case acquired <- struct{}{}:
+			default:
+			}
+		}),
 		p.e.OnSlaveRegistered(func(registry.SlaveNode) { p.Kick() }),
 		p.e.OnSlaveRemoved(func(string) { p.Kick() }),
 	} {
@@ -248,6 +256,9 @@ func (p *Planner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-resync.C:
+		case <-acquired:
+			// At once: this process's own Worker gives its items up only
+			// when the plan moves them to the slaves.
 		case <-p.kick:
 			select {
 			case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/subhub"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -33,6 +34,7 @@ type Worker struct {
 	released []string          // guarded by mu: items whose ctx ended, to give up on Redis
 
 	kick     chan struct{}
+	notices  *subhub.Subscription // guarded by mu: the notice channel's subscription, nil until subscribed
 	stop     chan struct{}
 	loopDone chan struct{}
 	handlers sync.WaitGroup
@@ -80,9 +82,12 @@ func (w *Worker) OnAssigned(fn func(ctx context.Context, item string)) error {
 	return nil
 }
 
-// Start claims the items the plan gives this Worker (one round trip) and
-// starts the loop that renews them every RenewInterval. It returns the
-// first round trip's error, and the loop runs on.
+// Start claims the items the plan gives this Worker (one round trip),
+// subscribes to its notice channel (on the client's shared pub/sub
+// connection) and starts the loop that renews them every RenewInterval and syncs at
+// once on a notice. It returns the first error of the two, and the loop
+// runs on (without a subscription it tries again every RenewInterval and
+// syncs on its timer meanwhile).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -92,12 +97,50 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.started = true
 	w.mu.Unlock()
 	err := w.sync(ctx)
+	err = errors.Join(err, w.subscribe(ctx)) // once subscribed, it syncs again
 	go w.loop()
 	return err
 }
 
-// loop renews every RenewInterval, and at once after a handler's ctx ended
-// so that the item is given up without delay.
+// subscribe subscribes to the notice channel unless subscribed: the
+// master's plan and the slaves that give up an item planned for this one
+// publish there, and every notice (or resubscription, after which a notice
+// may have been missed) kicks the loop.
+func (w *Worker) subscribe(ctx context.Context) error {
+	w.mu.Lock()
+	subscribed := w.notices != nil
+	w.mu.Unlock()
+	if subscribed {
+		return nil
+	}
+	kick := func() {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	sub, err := subhub.Subscribe(ctx, w.client, subhub.Options{
+		Channels:     []string{w.keys.PlanOf(w.id)},
+		OnMessage:    func(context.Context, *redis.Message) { kick() },
+		OnSubscribed: func(context.Context, string) { kick() },
+		Inline:       true,
+	})
+	if err != nil {
+		return fmt.Errorf("assign: worker %s: subscribe to its notices: %w", w.id, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.stop:
+		sub.Close()
+	default:
+		w.notices = sub
+	}
+	return nil
+}
+
+// loop renews every RenewInterval, and at once after a notice or after a
+// handler's ctx ended, so that the item is given up without delay.
 func (w *Worker) loop() {
 	defer close(w.loopDone)
 	t := time.NewTimer(w.cfg.RenewInterval)
@@ -118,6 +161,14 @@ func (w *Worker) loop() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.RenewInterval)
 		w.cfg.report(w.sync(ctx))
 		cancel()
+		w.mu.Lock()
+		subscribed := w.notices != nil
+		w.mu.Unlock()
+		if !subscribed {
+			ctx, cancel = context.WithTimeout(context.Background(), w.cfg.RenewInterval/2)
+			w.cfg.report(w.subscribe(ctx))
+			cancel()
+		}
 		t.Reset(w.cfg.RenewInterval)
 	}
 }
@@ -265,8 +316,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 		l.end(context.Canceled)
 		delete(w.leases, item)
 	}
+	notices := w.notices
 	w.mu.Unlock()
 	<-w.loopDone
+	if notices != nil {
+		notices.Close()
+	}
 	var errs []error
 	done := make(chan struct{})
 	go func() { w.handlers.Wait(); close(done) }()

@@ -129,7 +129,8 @@ type Synced struct {
 // released, then, unless leave is set, claims or renews (TTL ttl) every
 // item the plan gives it that no one else owns, and reports the items it
 // owns, those revoked and those it waits for. With leave it gives up every
-// item it holds and claims none.
+// item it holds and claims none. Each item given up is announced on the
+// notice channel (PlanOf) of the slave the plan gives it.
 func AssignSync(ctx context.Context, c redis.Scripter, a AssignKeys, id string, ttl time.Duration, leave bool, released []string) (Synced, error) {
 	mode := "claim"
 	if leave {
@@ -140,7 +141,7 @@ func AssignSync(ctx context.Context, c redis.Scripter, a AssignKeys, id string, 
 	for _, item := range released {
 		args = append(args, item)
 	}
-	reply, err := run(ctx, c, assignSyncScript, "assign sync", []string{a.Own, a.PlanOf(id), a.Held(id)}, args...)
+	reply, err := run(ctx, c, assignSyncScript, "assign sync", []string{a.Own, a.PlanOf(id), a.Held(id), a.Plan}, args...)
 	if err != nil {
 		return Synced{}, err
 	}

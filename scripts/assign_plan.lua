@@ -2,7 +2,9 @@
 -- while the caller holds the master lock under its term: the same fence as
 -- route.lua, in the same atomic step as the writes. The plan is a hash (item
 -- -> slave id) and, per slave, the set of the items planned for it, which is
--- what the slave's assign_sync reads.
+-- what the slave's assign_sync reads. Each slave whose set changed is told
+-- by a PUBLISH of "plan" on the channel named as its set (the Worker's
+-- notice channel): a hint that makes it sync at once, best effort.
 --
 -- KEYS[1] -> <prefix>:master                   (string: node id of the master)
 -- KEYS[2] -> <prefix>:term                     (string: last minted term)
@@ -69,6 +71,13 @@ local denied = refused('assign plan', writes)
 if denied then
   return denied
 end
+local told = {}
+local function tell(k)
+  if k and not told[k] then
+    told[#told + 1] = k
+    told[k] = true
+  end
+end
 for _, c in ipairs(changes) do
   if c[2] then
     redis.call('SREM', c[2], c[1])
@@ -79,5 +88,11 @@ for _, c in ipairs(changes) do
   else
     redis.call('HDEL', KEYS[3], c[1])
   end
+  tell(c[2])
+  tell(c[3])
+end
+-- pcall: a notice the user may not publish costs the push, not the plan.
+for _, k in ipairs(told) do
+  redis.pcall('PUBLISH', k, 'plan')
 end
 return #changes

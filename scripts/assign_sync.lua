@@ -12,6 +12,11 @@
 -- KEYS[1] -> <prefix>:assign:<set>:own        (hash: item -> "<deadline ms> <slave id>")
 -- KEYS[2] -> <prefix>:assign:<set>:plan:<id>  (set: the items planned for this slave)
 -- KEYS[3] -> <prefix>:assign:<set>:held:<id>  (set: the items this slave may own)
+-- KEYS[4] -> <prefix>:assign:<set>:plan       (hash: item -> slave id), read
+--            to tell each released item's planned owner
+-- An item this slave gives up is announced to the slave the plan gives it by
+-- a PUBLISH of "free" on the channel named as that slave's plan set
+-- (KEYS[2] with the other slave's id), best effort: it claims at once.
 -- ARGV[1] -> this slave's id
 -- ARGV[2] -> the ownership TTL (ms)
 -- ARGV[3] -> "claim" (claim and renew) or "leave" (give up everything held)
@@ -47,9 +52,14 @@ local function owner(item)
   end
   return id, tonumber(d)
 end
+local planPrefix = string.sub(KEYS[2], 1, #KEYS[2] - #me)
 local function release(item)
   if owner(item) == me then
     redis.call('HDEL', KEYS[1], item)
+    local to = redis.call('HGET', KEYS[4], item)
+    if to and to ~= me then
+      redis.pcall('PUBLISH', planPrefix .. to, 'free') -- a hint: pcall
+    end
   end
   redis.call('SREM', KEYS[3], item)
 end

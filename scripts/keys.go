@@ -173,7 +173,10 @@ func (k Keys) Assign(set string) AssignKeys {
 		planPrefix: base + ":plan:", heldPrefix: base + ":held:"}
 }
 
-// PlanOf returns the set of the items the plan gives slave id.
+// PlanOf returns the set of the items the plan gives slave id. A channel of
+// the same name is slave id's assign notice channel: assign_plan publishes
+// "plan" on it when the set changes, assign_sync "free" when an item
+// planned for id is given up.
 func (a AssignKeys) PlanOf(id string) string { return a.planPrefix + id }
 
 // Held returns the set of the items slave id may own.
