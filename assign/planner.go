@@ -18,12 +18,12 @@ import (
 )
 
 // Planner is the master's side of an item set: while its election's process
-// is master, it assigns the set's items to the live slaves (Assign: weighted
-// rendezvous hashing with capacity caps) and writes the changes to the plan
-// in Redis, fenced by the mastership's term. The plan lives in Redis, so a
-// new master continues from its predecessor's plan; since the plan is a
-// function of the items and the slaves, it computes the same owners. Its
-// methods are safe for concurrent use.
+// is master, it assigns the set's items to the live slaves, starting from
+// the plan in Redis (Reassign: weighted shares within one item, capacity
+// caps, as few moves as balance allows) and writes the changes to the plan,
+// fenced by the mastership's term. The plan lives in Redis, so a new master
+// continues from its predecessor's plan and moves nothing that need not
+// move. Its methods are safe for concurrent use.
 type Planner struct {
 	client redis.UniversalClient
 	e      *masterelection.MasterElection
@@ -185,8 +185,8 @@ func (p *Planner) PlanNow(ctx context.Context) (Plan, error) {
 	return p.Last(), nil
 }
 
-// plan computes the plan for the items and the live slaves, and writes
-// what differs from the stored plan under term.
+// plan computes the plan for the items and the live slaves from the stored
+// plan, and writes what differs from it under term.
 func (p *Planner) plan(ctx context.Context, term int64) error {
 	items, err := p.Items(ctx)
 	if err != nil {
@@ -206,11 +206,11 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 		}
 		slaves = append(slaves, Slave{ID: pr.ProcessID, Capabilities: pr.Capabilities})
 	}
-	next, err := Assign(items, slaves)
+	stored, err := p.Stored(ctx)
 	if err != nil {
 		return err
 	}
-	stored, err := p.Stored(ctx)
+	next, err := Reassign(stored, items, slaves)
 	if err != nil {
 		return err
 	}
