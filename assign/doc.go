@@ -10,7 +10,7 @@
 //	go p.Run(ctx)                          // plans while this process is master
 //	_ = p.SetItems(ctx, "cam-1", "cam-2")  // any process may change the items
 //
-//	w, _ := assign.NewWorker(client, election.Keys(), election.NodeID(), assign.Config{Set: "cameras"})
+//	w, _ := assign.NewWorker(client, election, assign.Config{Set: "cameras"})
 //	_ = w.OnAssigned(func(ctx context.Context, item string) {
 //		subscribe(item)
 //		<-ctx.Done() // the item is no longer ours
@@ -66,4 +66,15 @@
 // planned again. Once the herd has settled, every item a slave has room for
 // has an owner within ProcessTTL + CheckInterval + LeaseTTL + Settle +
 // 2 × RenewInterval (docs/safety.md, guarantee 7).
+//
+// # Timings
+//
+// The timings' defaults follow the LockTTL of the election NewPlanner and
+// NewWorker are given: LeaseTTL = LockTTL / 3, RenewInterval = LeaseTTL / 3,
+// Margin = LeaseTTL / 10, Settle = LockTTL / 30, Resync = 10 × Settle (10s,
+// 3.3s, 1s, 1s and 10s at the default LockTTL of 30s). The lease ends before
+// the master removes a dead slave (SlaveTimeout + CheckInterval, LockTTL ×
+// 2/3 with masterelection's defaults), so its items are owned again within
+// SlaveTimeout + CheckInterval + Settle + RenewInterval: about 0.81 ×
+// LockTTL (docs/tuning.md).
 package assign

@@ -36,8 +36,8 @@ type Planner struct {
 	moves atomic.Uint64
 }
 
-// NewPlanner returns the Planner of e's item set cfg.Set. It does no I/O;
-// Run plans.
+// NewPlanner returns the Planner of e's item set cfg.Set, its timings'
+// defaults following e's LockTTL. It does no I/O; Run plans.
 func NewPlanner(client redis.UniversalClient, e *masterelection.MasterElection, cfg Config) (*Planner, error) {
 	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: the Redis client is nil", ErrInvalidConfig)
@@ -45,10 +45,10 @@ func NewPlanner(client redis.UniversalClient, e *masterelection.MasterElection, 
 	if e == nil {
 		return nil, fmt.Errorf("%w: the election is nil", ErrInvalidConfig)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(e.LockTTL()); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.withDefaults(e.LockTTL())
 	return &Planner{client: client, e: e, keys: e.Keys().Assign(cfg.Set), cfg: cfg, kick: make(chan struct{}, 1)}, nil
 }
 

@@ -170,7 +170,7 @@ func (h *herd) start(ctx context.Context, id string) (*node, error) {
 	if n.p, err = assign.NewPlanner(n.client, n.e, cfg); err != nil {
 		return nil, err
 	}
-	if n.w, err = assign.NewWorker(n.client, n.e.Keys(), id, cfg); err != nil {
+	if n.w, err = assign.NewWorker(n.client, n.e, cfg); err != nil {
 		return nil, err
 	}
 	_ = n.w.OnAssigned(h.b.work(id))

@@ -51,7 +51,7 @@ func assignRows(ctx context.Context, env *Env, reps int) []Row {
 	d := Row{ID: "12d", What: "assign: a slave's death → all its items owned by others", N: 1, P50: took, P99: took, TTL: timeout, Goal: "—"}
 	d.Err = err
 	rows = append(rows, d)
-	return group("12b-12c: a client hook's round trips of a Worker that holds its items, divided by its renewals (assign sync calls), over 10 renewals (RenewInterval 20ms); 12d: 3 MasterElections (LockTTL 1s, SlaveTimeout 2s, ProcessTTL 2s), 30 items, LeaseTTL 1s; the multiples in its latency cells are of SlaveTimeout: the master moves a dead slave's items once the registry drops it.", rows)
+	return group("12b-12c: a client hook's round trips of a Worker holding its items per renewal (assign sync call), over 10 (RenewInterval 20ms); 12d: 3 MasterElections (LockTTL 1s, SlaveTimeout 2s, ProcessTTL 2s), 30 items, LeaseTTL 1s, multiples of SlaveTimeout (the master moves a dead slave's items once the registry drops it).", rows)
 }
 
 // tripCounter counts round trips (a command or a pipeline each) and, of
@@ -96,7 +96,11 @@ func renewalTrips(ctx context.Context, env *Env, n int) (float64, error) {
 	defer c.Close()
 	h := &tripCounter{}
 	c.AddHook(h)
-	w, err := assign.NewWorker(c, e.Keys(), "worker", cfg)
+	we, err := masterelection.New(c, masterelection.Config{LockName: lock, NodeID: "worker", LockTTL: time.Minute}) // never started: the Worker's node id
+	if err != nil {
+		return 0, err
+	}
+	w, err := assign.NewWorker(c, we, cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -173,7 +177,7 @@ func slaveDeath(ctx context.Context, env *Env) (time.Duration, time.Duration, er
 			return 0, 0, err
 		}
 		go func() { _ = p.Run(runCtx) }()
-		w, err := assign.NewWorker(c, e.Keys(), id, cfg)
+		w, err := assign.NewWorker(c, e, cfg)
 		if err != nil {
 			return 0, 0, err
 		}
