@@ -4,17 +4,22 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/scripts"
 )
 
-// Defaults of Config.
+// The timings' defaults follow the election's LockTTL (the one the Planner
+// or Worker is given), in the ratios of docs/tuning.md: at masterelection's
+// default LockTTL of 30s, LeaseTTL is 10s and Settle 1s.
 const (
 	// DefaultSet is the default Config.Set.
 	DefaultSet = "items"
-	// DefaultLeaseTTL is the default Config.LeaseTTL.
-	DefaultLeaseTTL = 10 * time.Second
-	// DefaultSettle is the default Config.Settle.
-	DefaultSettle = time.Second
+	// LeaseTTLPerLockTTL is the default LeaseTTL as a fraction of LockTTL:
+	// LockTTL / 3.
+	LeaseTTLPerLockTTL = 3
+	// SettlePerLockTTL is the default Settle as a fraction of LockTTL:
+	// LockTTL / 30.
+	SettlePerLockTTL = 30
 )
 
 // Config configures a Planner and the Workers of one item set. The master's
@@ -27,7 +32,10 @@ type Config struct {
 	// LeaseTTL is how long an item's ownership lasts on Redis after a
 	// Worker's last renewal: a Worker that stops renewing (killed, paused,
 	// cut off) loses its items this long after its last renewal, and the
-	// items' new owners may start then. Default: DefaultLeaseTTL.
+	// items' new owners may start then. Default: the election's LockTTL /
+	// LeaseTTLPerLockTTL (10s at the default LockTTL), so that a dead
+	// slave's items are free before the master has removed it (SlaveTimeout
+	// + CheckInterval, LockTTL × 2/3 by default).
 	LeaseTTL time.Duration
 	// RenewInterval is how often a Worker renews all its items, in one
 	// round trip however many it holds, and picks up the plan's changes.
@@ -40,7 +48,8 @@ type Config struct {
 	Margin time.Duration
 	// Settle is how long the Planner waits after a change (a slave joined
 	// or left, an item was added or removed) for more changes before it
-	// plans, so a fleet starting up is planned once. Default: DefaultSettle.
+	// plans, so a fleet starting up is planned once. Default: the
+	// election's LockTTL / SettlePerLockTTL (1s at the default LockTTL).
 	Settle time.Duration
 	// Resync is how often the Planner plans even without a change, to pick
 	// up capability changes and items written by other processes. Default:
@@ -52,13 +61,17 @@ type Config struct {
 	OnError func(error)
 }
 
-// withDefaults returns c with its zero fields set to their defaults.
-func (c Config) withDefaults() Config {
+// withDefaults returns c with its zero fields set to their defaults for an
+// election whose LockTTL is lockTTL.
+func (c Config) withDefaults(lockTTL time.Duration) Config {
+	if lockTTL <= 0 {
+		lockTTL = masterelection.DefaultLockTTL
+	}
 	if c.Set == "" {
 		c.Set = DefaultSet
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
+		c.LeaseTTL = lockTTL / LeaseTTLPerLockTTL
 	}
 	if c.RenewInterval == 0 {
 		c.RenewInterval = c.LeaseTTL / 3
@@ -67,7 +80,7 @@ func (c Config) withDefaults() Config {
 		c.Margin = c.LeaseTTL / 10
 	}
 	if c.Settle == 0 {
-		c.Settle = DefaultSettle
+		c.Settle = lockTTL / SettlePerLockTTL
 	}
 	if c.Resync == 0 {
 		c.Resync = 10 * c.Settle
@@ -75,10 +88,18 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first problem of c with its defaults applied, naming
-// the field and both values where two are involved.
+// Validate reports the first problem of c with its defaults applied for
+// masterelection's default LockTTL, naming the field and both values where
+// two are involved. NewPlanner and NewWorker validate with their election's
+// LockTTL.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	return c.validate(masterelection.DefaultLockTTL)
+}
+
+// validate is Validate with the defaults of an election whose LockTTL is
+// lockTTL.
+func (c Config) validate(lockTTL time.Duration) error {
+	c = c.withDefaults(lockTTL)
 	if err := scripts.ValidateName("Set", c.Set); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

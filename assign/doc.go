@@ -10,7 +10,7 @@
 //	go p.Run(ctx)                          // plans while this process is master
 //	_ = p.SetItems(ctx, "cam-1", "cam-2")  // any process may change the items
 //
-//	w, _ := assign.NewWorker(client, election.Keys(), election.NodeID(), assign.Config{Set: "cameras"})
+//	w, _ := assign.NewWorker(client, election, assign.Config{Set: "cameras"})
 //	_ = w.OnAssigned(func(ctx context.Context, item string) {
 //		subscribe(item)
 //		<-ctx.Done() // the item is no longer ours
@@ -22,12 +22,15 @@
 // # The plan
 //
 // The Planner assigns the items to the live slaves of the registry (never to
-// the master itself) by rendezvous hashing weighted by each slave's
-// capabilities, with MaxSubscriptions as a hard cap (Assign); slaves that
-// published no capabilities share the items equally. The plan
-// depends only on the items and the slaves: a leave moves only the leaver's
-// items, a join moves only the items the joiner now ranks first, a weight
-// change moves items only to or from that slave. It plans when it becomes
+// the master itself): each slave holds its share by the weight of its
+// capabilities within one item, with MaxSubscriptions as a hard cap; slaves
+// that published no capabilities share the items equally (40 items over 4
+// such slaves: 10 each). It starts from the stored plan (Reassign): an item
+// keeps its owner while that slave is under its share, and the others go by
+// weighted rendezvous hashing to slaves under theirs. So a leave moves only
+// the leaver's items, a join about the joiner's share, a weight change
+// about the difference in that slave's share (each plus, with few items per
+// slave, a rounding's worth). It plans when it becomes
 // master, Settle after a slave joins or leaves or the items change, and
 // every Resync; it writes only what changed, in one script fenced by the
 // mastership's term (a deposed master's write is refused). The plan is kept
@@ -74,4 +77,15 @@
 // call is needed (Planner.Restores counts them). A set emptied with
 // SetItems keeps its version and stays empty; delete a set with SetItems,
 // never with DEL, or the master takes it for lost.
+//
+// # Timings
+//
+// The timings' defaults follow the LockTTL of the election NewPlanner and
+// NewWorker are given: LeaseTTL = LockTTL / 3, RenewInterval = LeaseTTL / 3,
+// Margin = LeaseTTL / 10, Settle = LockTTL / 30, Resync = 10 × Settle (10s,
+// 3.3s, 1s, 1s and 10s at the default LockTTL of 30s). The lease ends before
+// the master removes a dead slave (SlaveTimeout + CheckInterval, LockTTL ×
+// 2/3 with masterelection's defaults), so its items are owned again within
+// SlaveTimeout + CheckInterval + Settle + RenewInterval: about 0.81 ×
+// LockTTL (docs/tuning.md).
 package assign

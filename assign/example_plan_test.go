@@ -7,7 +7,8 @@ import (
 	"github.com/herdkit/herd/registry"
 )
 
-// A slave leaving moves only its own cameras.
+// Each slave holds its weight's share, within one; a slave leaving moves
+// only its own cameras.
 func ExampleAssign() {
 	cameras := make([]string, 40)
 	for i := range cameras {
@@ -19,7 +20,7 @@ func ExampleAssign() {
 		{ID: "node-3", Capabilities: registry.Capabilities{MaxSubscriptions: 50, PreferredWorkload: 100}},
 	}
 	before, _ := assign.Assign(cameras, slaves)
-	after, _ := assign.Assign(cameras, slaves[:2]) // node-3 left
+	after, _ := assign.Reassign(before, cameras, slaves[:2]) // node-3 left
 
 	fromNode3 := 0
 	for _, m := range assign.Moves(before, after) {
@@ -32,8 +33,8 @@ func ExampleAssign() {
 	fmt.Println("moved:", len(assign.Moves(before, after)), "- all from node-3:", fromNode3 == before.Counts()["node-3"])
 	fmt.Println("unassigned:", len(after.Unassigned))
 	// Output:
-	// before: 14 6 20
-	// after:  26 14 0
-	// moved: 20 - all from node-3: true
+	// before: 16 7 17
+	// after:  28 12 0
+	// moved: 17 - all from node-3: true
 	// unassigned: 0
 }

@@ -3,6 +3,7 @@ package assign
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -67,13 +68,34 @@ func (p Plan) Counts() map[string]int {
 	return n
 }
 
-// Assign returns the plan for items over slaves. The order of both lists
-// does not matter. It returns an error wrapping ErrInvalidInput, naming the
-// value, for an empty or duplicate item or slave id.
+// Assign returns the plan for items over slaves with no previous plan:
+// Reassign(Plan{}, items, slaves).
 func Assign(items []string, slaves []Slave) (Plan, error) {
+	return Reassign(Plan{}, items, slaves)
+}
+
+// Reassign returns the plan for items over slaves that moves as few items
+// of prev as balance allows. The order of the lists does not matter; the
+// same arguments give the same plan on every process. It returns an error
+// wrapping ErrInvalidInput, naming the value, for an empty or duplicate
+// item or slave id.
+//
+// Each eligible slave (Weight above 0) gets a quota: its share of the items
+// by weight, at most its MaxSubscriptions (slaves without capabilities
+// have no cap), rounded down or up so that the quotas add up to the items
+// there is room for. Slaves of equal capabilities hold counts within one
+// of each other, and every slave within one of its share. An item keeps its
+// owner in prev while that slave is eligible and under its quota (a slave
+// over quota keeps the items it ranks highest); every other item goes to
+// the slave that ranks it highest by weighted rendezvous hashing among
+// those still under quota. So a slave that leaves moves only its own items
+// (and, with very few items per slave, a rounding's worth more), and a
+// slave that joins takes about its share, mostly from the others' surplus.
+// Reassign(p, items, slaves) returns p itself when p came from the same
+// items and slaves.
+func Reassign(prev Plan, items []string, slaves []Slave) (Plan, error) {
 	seen := make(map[string]bool, len(slaves))
 	var eligible []Slave
-	var weights []float64
 	for _, s := range slaves {
 		if s.ID == "" {
 			return Plan{}, fmt.Errorf("%w: a slave has an empty id", ErrInvalidInput)
@@ -82,11 +104,11 @@ func Assign(items []string, slaves []Slave) (Plan, error) {
 			return Plan{}, fmt.Errorf("%w: slave id %q is listed twice", ErrInvalidInput, s.ID)
 		}
 		seen[s.ID] = true
-		if w := Weight(s.Capabilities); w > 0 {
+		if Weight(s.Capabilities) > 0 {
 			eligible = append(eligible, s)
-			weights = append(weights, w)
 		}
 	}
+	slices.SortFunc(eligible, func(a, b Slave) int { return strings.Compare(a.ID, b.ID) })
 	sorted := slices.Clone(items)
 	slices.Sort(sorted)
 	for i, item := range sorted {
@@ -97,26 +119,69 @@ func Assign(items []string, slaves []Slave) (Plan, error) {
 			return Plan{}, fmt.Errorf("%w: item %q is listed twice", ErrInvalidInput, item)
 		}
 	}
-
-	plan := Plan{Owner: make(map[string]string, len(sorted))}
-	room := make([]int, len(eligible))
+	weights := make([]float64, len(eligible))
+	caps := make([]int, len(eligible))
+	index := make(map[string]int, len(eligible))
 	for i, s := range eligible {
-		room[i] = s.Capabilities.MaxSubscriptions
+		weights[i] = Weight(s.Capabilities)
+		caps[i] = s.Capabilities.MaxSubscriptions
 		if s.Capabilities == (registry.Capabilities{}) {
-			room[i] = len(sorted) // no cap
+			caps[i] = len(sorted) // no cap
+		}
+		index[s.ID] = i
+	}
+	q := newQuotas(len(sorted), weights, caps)
+	plan := Plan{Owner: make(map[string]string, len(sorted))}
+
+	// Keep: each eligible owner keeps the items of prev it ranks highest,
+	// up to its lower quota, then one more where a rounding allows.
+	kept := make([][]string, len(eligible))
+	for _, item := range sorted {
+		if i, ok := index[prev.Owner[item]]; ok {
+			kept[i] = append(kept[i], item)
 		}
 	}
-	// Items are placed in sorted order, so that when caps bind the result
-	// is still the same on every process.
+	type surplus struct {
+		slave int
+		item  string
+		score float64
+	}
+	var extra []surplus
+	for i, own := range kept {
+		score := func(item string) float64 { return rendezvous.Score(item, eligible[i].ID, weights[i]) }
+		slices.SortFunc(own, func(a, b string) int { return cmpScore(score(a), score(b), a, b) })
+		n := min(len(own), q.lo[i])
+		for _, item := range own[:n] {
+			plan.Owner[item] = eligible[i].ID
+		}
+		q.count[i] = n
+		if n < len(own) && q.lo[i] < q.hi[i] {
+			extra = append(extra, surplus{i, own[n], score(own[n])})
+		}
+	}
+	// The roundings up go to the slaves whose best surplus item they rank
+	// highest, so a plan that already holds them keeps them.
+	slices.SortFunc(extra, func(a, b surplus) int { return cmpScore(a.score, b.score, a.item, b.item) })
+	for _, x := range extra {
+		if q.room(x.slave) {
+			q.take(x.slave)
+			plan.Owner[x.item] = eligible[x.slave].ID
+		}
+	}
+
+	// Fill: every other item goes to the slave under quota that ranks it
+	// highest, in the items' order.
 	for _, item := range sorted {
+		if _, ok := plan.Owner[item]; ok {
+			continue
+		}
 		best := -1
 		var bestScore float64
 		for i, s := range eligible {
-			if room[i] == 0 {
+			if !q.room(i) {
 				continue
 			}
-			sc := rendezvous.Score(item, s.ID, weights[i])
-			if best < 0 || sc > bestScore || (sc == bestScore && s.ID < eligible[best].ID) {
+			if sc := rendezvous.Score(item, s.ID, weights[i]); best < 0 || sc > bestScore {
 				best, bestScore = i, sc
 			}
 		}
@@ -124,10 +189,119 @@ func Assign(items []string, slaves []Slave) (Plan, error) {
 			plan.Unassigned = append(plan.Unassigned, item)
 			continue
 		}
-		room[best]--
+		q.take(best)
 		plan.Owner[item] = eligible[best].ID
 	}
 	return plan, nil
+}
+
+// cmpScore orders by score, highest first, then by name.
+func cmpScore(sa, sb float64, a, b string) int {
+	switch {
+	case sa > sb:
+		return -1
+	case sa < sb:
+		return 1
+	}
+	return strings.Compare(a, b)
+}
+
+// quotas are the counts each slave may hold: lo[i] at least, hi[i] (lo[i]
+// or lo[i]+1) at most, with only extra of the slaves above lo.
+type quotas struct {
+	lo, hi, count []int
+	extra, used   int
+}
+
+// newQuotas splits min(n, the caps' sum) items over slaves of the given
+// weights and caps: each slave's share is proportional to its weight, at
+// most its cap (the capped slaves' surplus goes to the others by weight),
+// and lo and hi are that share rounded down and up.
+func newQuotas(n int, weights []float64, caps []int) quotas {
+	q := quotas{lo: make([]int, len(weights)), hi: make([]int, len(weights)), count: make([]int, len(weights))}
+	room := 0
+	for _, c := range caps {
+		room += min(c, n)
+	}
+	total := min(n, room)
+	// Water-filling: the slaves whose cap is below their share, in the
+	// order of cap per weight, hold their cap; the rest share by weight.
+	order := make([]int, len(weights))
+	var w float64
+	for i := range order {
+		order[i] = i
+		w += weights[i]
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ra, rb := float64(caps[a])/weights[a], float64(caps[b])/weights[b]
+		switch {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	left := total
+	sum := 0
+	for k, i := range order {
+		if share := float64(left) * weights[i] / w; share >= float64(caps[i]) {
+			q.lo[i], q.hi[i] = caps[i], caps[i]
+			left -= caps[i]
+			w -= weights[i]
+			sum += caps[i]
+			continue
+		}
+		for _, j := range order[k:] {
+			share := float64(left) * weights[j] / w
+			lo := int(math.Floor(share))
+			if r := math.Round(share); math.Abs(share-r) < 1e-9*max(1, share) {
+				lo = int(r) // an integer share, up to the rounding of floats
+			}
+			lo = min(max(lo, 0), caps[j])
+			q.lo[j], q.hi[j] = lo, lo
+			if float64(lo) != share && lo < caps[j] {
+				q.hi[j] = lo + 1
+			}
+			sum += lo
+		}
+		break
+	}
+	q.extra = total - sum
+	// Floats may put the quotas a unit off the total: lower or raise
+	// roundings, in the slaves' order, until they meet it.
+	for i := 0; q.extra < 0 && i < len(q.lo); i++ {
+		if q.lo[i] > 0 && q.lo[i] == q.hi[i] {
+			q.lo[i]--
+			q.extra++
+		}
+	}
+	open := 0
+	for i := range q.lo {
+		if q.hi[i] > q.lo[i] {
+			open++
+		}
+	}
+	for i := 0; q.extra > open && i < len(q.lo); i++ {
+		if q.lo[i] == q.hi[i] && q.hi[i] < caps[i] {
+			q.hi[i]++
+			open++
+		}
+	}
+	return q
+}
+
+// room reports whether slave i may take one more item.
+func (q *quotas) room(i int) bool {
+	return q.count[i] < q.lo[i] || (q.count[i] < q.hi[i] && q.used < q.extra)
+}
+
+// take gives slave i one more item; room(i) must hold.
+func (q *quotas) take(i int) {
+	if q.count[i] >= q.lo[i] {
+		q.used++
+	}
+	q.count[i]++
 }
 
 // Move is one item changing hands between two plans.

@@ -138,7 +138,7 @@ func TestSlaveLeavingMovesOnlyItsItems(t *testing.T) {
 	for i, gone := range all {
 		t.Run(gone.ID, func(t *testing.T) {
 			rest := slices.Delete(slices.Clone(all), i, i+1)
-			after, err := Assign(it, rest)
+			after, err := Reassign(before, it, rest)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +177,7 @@ func TestSlaveJoiningTakesOnlyItsShare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			after, err := Assign(it, append(fleet(), tt.joiner))
+			after, err := Reassign(before, it, append(fleet(), tt.joiner))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +209,7 @@ func TestRaisingWeightMovesItemsOnlyToThatSlave(t *testing.T) {
 		t.Fatal(err)
 	}
 	s[3].Capabilities.MaxSubscriptions *= 2
-	after, err := Assign(it, s)
+	after, err := Reassign(before, it, s)
 	if err != nil {
 		t.Fatal(err)
 	}

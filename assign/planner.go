@@ -18,12 +18,12 @@ import (
 )
 
 // Planner is the master's side of an item set: while its election's process
-// is master, it assigns the set's items to the live slaves (Assign: weighted
-// rendezvous hashing with capacity caps) and writes the changes to the plan
-// in Redis, fenced by the mastership's term. The plan lives in Redis, so a
-// new master continues from its predecessor's plan; since the plan is a
-// function of the items and the slaves, it computes the same owners. Its
-// methods are safe for concurrent use.
+// is master, it assigns the set's items to the live slaves, starting from
+// the plan in Redis (Reassign: weighted shares within one item, capacity
+// caps, as few moves as balance allows) and writes the changes to the plan,
+// fenced by the mastership's term. The plan lives in Redis, so a new master
+// continues from its predecessor's plan and moves nothing that need not
+// move. Its methods are safe for concurrent use.
 type Planner struct {
 	client redis.UniversalClient
 	e      *masterelection.MasterElection
@@ -46,8 +46,8 @@ type itemsCopy struct {
 	ok      bool     // read at least once
 }
 
-// NewPlanner returns the Planner of e's item set cfg.Set. It does no I/O;
-// Run plans.
+// NewPlanner returns the Planner of e's item set cfg.Set, its timings'
+// defaults following e's LockTTL. It does no I/O; Run plans.
 func NewPlanner(client redis.UniversalClient, e *masterelection.MasterElection, cfg Config) (*Planner, error) {
 	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: the Redis client is nil", ErrInvalidConfig)
@@ -55,10 +55,10 @@ func NewPlanner(client redis.UniversalClient, e *masterelection.MasterElection, 
 	if e == nil {
 		return nil, fmt.Errorf("%w: the election is nil", ErrInvalidConfig)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(e.LockTTL()); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.withDefaults(e.LockTTL())
 	return &Planner{client: client, e: e, keys: e.Keys().Assign(cfg.Set), cfg: cfg, kick: make(chan struct{}, 1)}, nil
 }
 
@@ -289,8 +289,8 @@ func (p *Planner) PlanNow(ctx context.Context) (Plan, error) {
 	return p.Last(), nil
 }
 
-// plan computes the plan for the items and the live slaves, and writes
-// what differs from the stored plan under term.
+// plan computes the plan for the items and the live slaves from the stored
+// plan, and writes what differs from it under term.
 func (p *Planner) plan(ctx context.Context, term int64) error {
 	items, err := p.items(ctx, term)
 	if err != nil {
@@ -310,11 +310,11 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 		}
 		slaves = append(slaves, Slave{ID: pr.ProcessID, Capabilities: pr.Capabilities})
 	}
-	next, err := Assign(items, slaves)
+	stored, err := p.Stored(ctx)
 	if err != nil {
 		return err
 	}
-	stored, err := p.Stored(ctx)
+	next, err := Reassign(stored, items, slaves)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func startNode(t *testing.T, inst *redistest.Instance, id string, caps registry.
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := assign.NewWorker(c, e.Keys(), id, cfg)
+	w, err := assign.NewWorker(c, e, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

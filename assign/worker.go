@@ -14,6 +14,7 @@ import (
 
 	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/internal/subhub"
+	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -42,20 +43,21 @@ type Worker struct {
 	claimed, revoked, expired atomic.Uint64
 }
 
-// NewWorker returns the Worker of slave id (its process id in the
-// registry, which the Planner plans for) for the election whose keys are
-// keys (MasterElection.Keys). It does no I/O.
-func NewWorker(client redis.UniversalClient, keys scripts.Keys, id string, cfg Config) (*Worker, error) {
+// NewWorker returns the Worker of e's process (its node id, which the
+// Planner plans for) for e's keys, its timings' defaults following e's
+// LockTTL. It does no I/O; e need not be started yet.
+func NewWorker(client redis.UniversalClient, e *masterelection.MasterElection, cfg Config) (*Worker, error) {
 	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: the Redis client is nil", ErrInvalidConfig)
 	}
-	if err := cfg.Validate(); err != nil {
+	if e == nil {
+		return nil, fmt.Errorf("%w: the election is nil", ErrInvalidConfig)
+	}
+	if err := cfg.validate(e.LockTTL()); err != nil {
 		return nil, err
 	}
-	if err := scripts.ValidateName("worker id", id); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	cfg = cfg.withDefaults()
+	keys, id := e.Keys(), e.NodeID()
+	cfg = cfg.withDefaults(e.LockTTL())
 	return &Worker{
 		client: client, keys: keys.Assign(cfg.Set), id: id, cfg: cfg,
 		leases: map[string]*lease{}, kick: make(chan struct{}, 1),

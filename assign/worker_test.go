@@ -16,6 +16,7 @@ import (
 
 	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -147,13 +148,24 @@ func (f *fixture) plan(t *testing.T, owner string, items []string) {
 	}
 }
 
+// election returns the election, never started, of node id on the
+// fixture's lock: a Worker takes its keys, node id and LockTTL.
+func (f *fixture) election(t *testing.T, c *redis.Client, id string) *masterelection.MasterElection {
+	t.Helper()
+	e, err := masterelection.New(c, masterelection.Config{LockName: f.k.LockName, NodeID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 func (f *fixture) worker(t *testing.T, id string, s *spans, hooks ...redis.Hook) *assign.Worker {
 	t.Helper()
 	c := f.inst.Client(t)
 	for _, h := range hooks {
 		c.AddHook(h)
 	}
-	w, err := assign.NewWorker(c, f.k, id, f.cfg)
+	w, err := assign.NewWorker(c, f.election(t, c, id), f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +282,7 @@ func TestCutOffOwnerEndsBeforeTheNextOwnerStarts(t *testing.T) {
 // refused naming the field.
 func TestWorkerLifecycle(t *testing.T) {
 	f := newFixture(t)
-	w, err := assign.NewWorker(f.admin, f.k, "a", f.cfg)
+	w, err := assign.NewWorker(f.admin, f.election(t, f.admin, "a"), f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,13 +306,13 @@ func TestWorkerLifecycle(t *testing.T) {
 		{assign.Config{LeaseTTL: time.Second, RenewInterval: 950 * time.Millisecond}, "RenewInterval 950ms must be above 0 and below LeaseTTL - Margin = 900ms"},
 		{assign.Config{Set: "a b"}, "Set \"a b\" contains whitespace"},
 	} {
-		_, err := assign.NewWorker(f.admin, f.k, "a", tc.cfg)
+		_, err := assign.NewWorker(f.admin, f.election(t, f.admin, "a"), tc.cfg)
 		if !errors.Is(err, assign.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewWorker(%+v) = %v, want ErrInvalidConfig naming %q", tc.cfg, err, tc.want)
 		}
 	}
 	var nilClient *redis.Client
-	if _, err := assign.NewWorker(nilClient, f.k, "a", f.cfg); !errors.Is(err, assign.ErrInvalidConfig) {
+	if _, err := assign.NewWorker(nilClient, f.election(t, f.admin, "a"), f.cfg); !errors.Is(err, assign.ErrInvalidConfig) {
 		t.Errorf("NewWorker(typed nil client) = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -336,7 +348,7 @@ func TestLateReplyTakesNothing(t *testing.T) {
 	f.plan(t, "a", items)
 	c := f.inst.Client(t)
 	c.AddHook(&slowReply{d: f.cfg.LeaseTTL, delay: 1})
-	w, err := assign.NewWorker(c, f.k, "a", f.cfg)
+	w, err := assign.NewWorker(c, f.election(t, c, "a"), f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,5 +371,45 @@ func TestLateReplyTakesNothing(t *testing.T) {
 	s.wg.Wait()
 	if n := deadAtStart.Load(); n != 0 {
 		t.Errorf("%d handlers started with a ctx already done", n)
+	}
+}
+
+// TestLeaseFollowsTheElection: with LeaseTTL left to its default, an item's
+// ownership on Redis lasts the election's LockTTL / 3 (1s for a LockTTL of
+// 3s), not a fixed 10s, so a dead slave's items are free before the master
+// has removed it. Before, the lease was 10s whatever the LockTTL: a killed
+// slave's items had no owner for up to 10s.
+func TestLeaseFollowsTheElection(t *testing.T) {
+	f := newFixture(t)
+	f.plan(t, "a", []string{"item"})
+	c := f.inst.Client(t)
+	e, err := masterelection.New(c, masterelection.Config{LockName: f.k.LockName, NodeID: "a", LockTTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := assign.NewWorker(c, e, assign.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	ctx := context.Background()
+	own, err := f.admin.HGet(ctx, f.a.Own, "item").Result()
+	if err != nil {
+		t.Fatalf("the item is not owned after Start: %v", err)
+	}
+	now, err := f.admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deadline int64
+	var owner string
+	if _, err := fmt.Sscanf(own, "%d %s", &deadline, &owner); err != nil || owner != "a" {
+		t.Fatalf("ownership %q: %v", own, err)
+	}
+	if left := time.Duration(deadline-now.UnixMilli()) * time.Millisecond; left <= 0 || left > time.Second {
+		t.Fatalf("the ownership lasts %v more, want at most LockTTL/3 = 1s", left)
 	}
 }

@@ -186,13 +186,11 @@ const DefaultLockTTL = 30 * time.Second
 // configuration; DefaultConfig only spells it out.
 //
 // The timings it spells out follow LockTTL: a caller who changes LockTTL
-// and leaves HeartbeatInterval, CheckInterval or ElectionJitter at the value
-// DefaultConfig gave gets the default for its LockTTL, as with
-// Config{LockTTL: ...}; ProcessTTL and SlaveTimeout left so get the default
-// for its LockTTL when that is longer (45s and 15s at least: with a shorter
-// LockTTL the intervals shrink and these stay valid). (Setting one of them
-// to exactly DefaultConfig's value has the same effect; set another value
-// to keep it apart.)
+// and leaves HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL
+// or SlaveTimeout at the value DefaultConfig gave gets the default for its
+// LockTTL, exactly as with Config{LockTTL: ...}. (Setting one of them to
+// exactly DefaultConfig's value has the same effect; set another value to
+// keep it apart.)
 func DefaultConfig() Config {
 	c := Config{}.withDefaults()
 	c.StepDownMargin, c.WaitTimeout, c.TransferWindow = 0, 0, 0
@@ -213,7 +211,7 @@ func (c Config) rescaledToLockTTL() Config {
 	if of == 0 || ttl == of {
 		return c
 	}
-	d, n := Config{LockTTL: of}.withDefaults(), Config{LockTTL: ttl}.withDefaults()
+	d := Config{LockTTL: of}.withDefaults()
 	for _, f := range []struct {
 		field   *time.Duration
 		spelled time.Duration
@@ -221,22 +219,10 @@ func (c Config) rescaledToLockTTL() Config {
 		{&c.HeartbeatInterval, d.HeartbeatInterval},
 		{&c.CheckInterval, d.CheckInterval},
 		{&c.ElectionJitter, d.ElectionJitter},
+		{&c.ProcessTTL, d.ProcessTTL},
+		{&c.SlaveTimeout, d.SlaveTimeout},
 	} {
 		if *f.field == f.spelled {
-			*f.field = 0
-		}
-	}
-	// The registry's timings only grow with LockTTL: shorter intervals
-	// leave the spelled-out ones valid, and callers that shorten LockTTL and
-	// set the intervals keep the registry's timings they had.
-	for _, f := range []struct {
-		field            *time.Duration
-		spelled, derived time.Duration
-	}{
-		{&c.ProcessTTL, d.ProcessTTL, n.ProcessTTL},
-		{&c.SlaveTimeout, d.SlaveTimeout, n.SlaveTimeout},
-	} {
-		if *f.field == f.spelled && f.derived > f.spelled {
 			*f.field = 0
 		}
 	}

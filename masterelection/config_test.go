@@ -109,9 +109,12 @@ func TestZeroConfigMeansDefaults(t *testing.T) {
 }
 
 // TestDefaultConfigFollowsLockTTL: DefaultConfig with only LockTTL changed
-// is valid, and its spelled-out timings follow the LockTTL set, as in a
-// Config{LockTTL: ...}; a timing the caller changed stays as set. Before,
-// LockTTL = 6s was refused for HeartbeatInterval (10s), a field never set.
+// is valid, and its spelled-out timings, ProcessTTL and SlaveTimeout
+// included, are those of Config{LockTTL: ...}; a timing the caller changed
+// stays as set. Before, LockTTL = 6s was refused for HeartbeatInterval
+// (10s), a field never set; later ProcessTTL and SlaveTimeout stayed 45s
+// and 15s under a shorter LockTTL, so a dead slave stayed planned for up to
+// 45s.
 func TestDefaultConfigFollowsLockTTL(t *testing.T) {
 	for _, ttl := range []time.Duration{6 * time.Second, time.Second, 3 * time.Millisecond, time.Hour, MaxDuration} {
 		c := DefaultConfig()
@@ -121,8 +124,6 @@ func TestDefaultConfigFollowsLockTTL(t *testing.T) {
 			continue
 		}
 		got, want := c.withDefaults(), Config{LockTTL: ttl}.withDefaults()
-		// The registry's timings follow a longer LockTTL only.
-		want.ProcessTTL, want.SlaveTimeout = max(want.ProcessTTL, 45*time.Second), max(want.SlaveTimeout, 15*time.Second)
 		if got.HeartbeatInterval != want.HeartbeatInterval || got.CheckInterval != want.CheckInterval ||
 			got.ElectionJitter != want.ElectionJitter || got.ProcessTTL != want.ProcessTTL ||
 			got.SlaveTimeout != want.SlaveTimeout || got.StepDownMargin != want.StepDownMargin {
@@ -130,6 +131,16 @@ func TestDefaultConfigFollowsLockTTL(t *testing.T) {
 		}
 	}
 	c := DefaultConfig()
+	c.LockTTL = 6 * time.Second
+	if got := c.withDefaults(); got.ProcessTTL != 9*time.Second || got.SlaveTimeout != 3*time.Second {
+		t.Errorf("LockTTL 6s: ProcessTTL %v, SlaveTimeout %v, want 9s and 3s", got.ProcessTTL, got.SlaveTimeout)
+	}
+	c = DefaultConfig()
+	c.LockTTL, c.ProcessTTL = 6*time.Second, 20*time.Second
+	if got := c.withDefaults(); got.ProcessTTL != 20*time.Second || got.SlaveTimeout != 3*time.Second {
+		t.Errorf("a ProcessTTL set by the caller: %v, SlaveTimeout %v", got.ProcessTTL, got.SlaveTimeout)
+	}
+	c = DefaultConfig()
 	c.LockTTL, c.CheckInterval = 6*time.Second, 700*time.Millisecond
 	if got := c.withDefaults(); got.CheckInterval != 700*time.Millisecond || got.HeartbeatInterval != 2*time.Second {
 		t.Errorf("a CheckInterval set by the caller: %v, HeartbeatInterval %v", got.CheckInterval, got.HeartbeatInterval)

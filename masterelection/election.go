@@ -175,6 +175,10 @@ func (m *MasterElection) Identifier() string { return m.cfg.Identifier }
 // LockName returns the election's lock name.
 func (m *MasterElection) LockName() string { return m.cfg.LockName }
 
+// LockTTL returns the election's LockTTL, its default filled in: the
+// timing the defaults of package assign follow.
+func (m *MasterElection) LockTTL() time.Duration { return m.cfg.LockTTL }
+
 // Keys returns the Redis names of the election.
 func (m *MasterElection) Keys() scripts.Keys { return m.keys }
 

@@ -270,7 +270,7 @@ func TestMetricsAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker, err := assign.NewWorker(c, e.Keys(), "a", assign.Config{})
+	worker, err := assign.NewWorker(c, e, assign.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

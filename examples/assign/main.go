@@ -170,7 +170,7 @@ func (h *herd) start(ctx context.Context, id string) (*node, error) {
 	if n.p, err = assign.NewPlanner(n.client, n.e, cfg); err != nil {
 		return nil, err
 	}
-	if n.w, err = assign.NewWorker(n.client, n.e.Keys(), id, cfg); err != nil {
+	if n.w, err = assign.NewWorker(n.client, n.e, cfg); err != nil {
 		return nil, err
 	}
 	_ = n.w.OnAssigned(h.b.work(id))
@@ -222,23 +222,19 @@ func (h *herd) master() *node {
 	return nil
 }
 
-// settled waits until every item is owned by the slave the plan over the
-// live slaves gives it.
+// settled waits until the master's last plan gives every item to a live
+// slave, and every item is owned by the slave that plan gives it.
 func (h *herd) settled(ctx context.Context, items []string) error {
 	for {
 		m := h.master()
 		if m != nil {
-			var slaves []assign.Slave
-			for id, n := range h.nodes {
-				if n != m {
-					slaves = append(slaves, assign.Slave{ID: id, Capabilities: registry.Capabilities{MaxSubscriptions: h.o.Items, PreferredWorkload: 100}})
+			want := m.p.Last()
+			ok := len(want.Owner) == len(items)
+			for _, owner := range want.Owner {
+				if n := h.nodes[owner]; n == nil || n == m {
+					ok = false
 				}
 			}
-			want, err := assign.Assign(items, slaves)
-			if err != nil {
-				return err
-			}
-			ok := true
 			for id, n := range h.nodes {
 				if !slices.Equal(n.w.Owned(), want.Items(id)) {
 					ok = false

@@ -101,7 +101,7 @@ func deleteKeys(newClient func() *redis.Client, lock string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	k := scripts.NewKeys(lock, false)
-	if err := c.Del(ctx, k.Stored()...).Err(); err != nil && !errors.Is(err, context.Canceled) {
+	if err := c.Del(ctx, append(k.Stored(), planKey(lock))...).Err(); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "cluster: delete the demo's keys: %v\n", err)
 	}
 }

@@ -267,7 +267,7 @@ func (n *node) onSubscriberError(err error) {
 
 // coordinator is the master's work: it keeps the set of live slaves from
 // the election's slave events, and after each change (once changes have
-// settled) plans the cameras with assign.Assign and routes to each slave
+// settled) plans the cameras with assign.Reassign and routes to each slave
 // its list. It runs on every node and acts only while that node is master.
 type coordinator struct {
 	n      *node
@@ -327,6 +327,13 @@ func (c *coordinator) apply(ctx context.Context, e masterelection.Event) bool {
 	switch e.Kind {
 	case masterelection.EventMasterAcquired:
 		c.term, c.slaves, c.sent, c.plan = e.Term, map[string]assign.Slave{}, map[string][]string{}, assign.Plan{}
+		// Continue from the last master's plan, so that only the cameras
+		// that must move do (assign.Planner keeps its plan in Redis alike).
+		rctx, cancel := context.WithTimeout(ctx, c.n.cfg.HeartbeatInterval)
+		if owner, err := c.n.client.HGetAll(rctx, c.planKey()).Result(); err == nil {
+			c.plan.Owner = owner
+		}
+		cancel()
 		c.pending = true
 		return true
 	case masterelection.EventMasterLost:
@@ -368,12 +375,24 @@ func (c *coordinator) route(ctx context.Context) (retry bool) {
 		return false
 	}
 	tl := c.n.env.tl
-	plan, err := assign.Assign(c.n.env.cameras, slices.Collect(maps.Values(c.slaves)))
+	plan, err := assign.Reassign(c.plan, c.n.env.cameras, slices.Collect(maps.Values(c.slaves)))
 	if err != nil {
 		tl.event(c.n.id, "plan: "+err.Error(), kindError)
 		return false
 	}
 	c.plan = plan
+	// Kept for the next master. Unlike assign.Planner's, this write is not
+	// fenced: a deposed master could still overwrite it, costing moves only.
+	_, err = c.n.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, c.planKey())
+		if len(plan.Owner) > 0 {
+			p.HSet(ctx, c.planKey(), plan.Owner)
+		}
+		return nil
+	})
+	if err != nil {
+		tl.event(c.n.id, "plan not kept: "+err.Error(), kindError)
+	}
 	var parts []string
 	for _, id := range slices.Sorted(maps.Keys(c.slaves)) {
 		parts = append(parts, fmt.Sprintf("%s %d", id, len(plan.Items(id))))
@@ -412,6 +431,12 @@ func (c *coordinator) route(ctx context.Context) (retry bool) {
 	}
 	return c.pending
 }
+
+// planKey holds the last plan: camera -> slave.
+func (c *coordinator) planKey() string { return planKey(c.n.m.LockName()) }
+
+// planKey is the key of the coordinators' plan on lock: camera -> slave.
+func planKey(lock string) string { return lock + ":demo:plan" }
 
 // settled reports the last plan of the mastership term when every slave has
 // received its list, the plan is not stale, and the slaves are exactly want.

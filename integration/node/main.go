@@ -1060,7 +1060,7 @@ func startAssign(ctx context.Context, client *redis.Client, m *masterelection.Ma
 	if err != nil {
 		return nil, err
 	}
-	w, err := assign.NewWorker(client, m.Keys(), o.id, cfg)
+	w, err := assign.NewWorker(client, m, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // assignRows measures package assign: 12a the plan of 10,000 items over
-// 100 slaves; 12b-12c the round trips a Worker makes per renewal with 1
+// 100 slaves; 12e-12g its balance and moves (balanceRows); 12b-12c the round trips a Worker makes per renewal with 1
 // and with 1,000 items; 12d the time from a slave's death (its client
 // closed: no renewal, no release) until every item it owned is owned by
 // another, as a multiple of SlaveTimeout.
@@ -51,7 +51,53 @@ func assignRows(ctx context.Context, env *Env, reps int) []Row {
 	d := Row{ID: "12d", What: "assign: a slave's death → all its items owned by others", N: 1, P50: took, P99: took, TTL: timeout, Goal: "—"}
 	d.Err = err
 	rows = append(rows, d)
-	return group("12b-12c: a client hook's round trips of a Worker that holds its items, divided by its renewals (assign sync calls), over 10 renewals (RenewInterval 20ms); 12d: 3 MasterElections (LockTTL 1s, SlaveTimeout 2s, ProcessTTL 2s), 30 items, LeaseTTL 1s; the multiples in its latency cells are of SlaveTimeout: the master moves a dead slave's items once the registry drops it.", rows)
+	rows = append(rows, balanceRows(items)...)
+	return group("12b-12c: round trips (client hook) per renewal of a Worker holding its items, 10 renewals, RenewInterval 20ms; 12d: 3 elections (LockTTL 1s, SlaveTimeout 2s, ProcessTTL 2s), 30 items, LeaseTTL 1s, multiples of SlaveTimeout; 12e-12g: 10,000 items, 100 equal slaves; Reassign, 10 joins and 10 leaves.", rows)
+}
+
+// balanceRows are 12e-12g: over 100 slaves of equal capabilities, the
+// spread of a plan of items (most minus fewest items per slave), and the
+// items moved, on average over 10 each, when a slave joins and when one
+// leaves (assign.Reassign from the plan before). They count, time nothing.
+func balanceRows(items []string) []Row {
+	const n, runs = 100, 10
+	slaves := make([]assign.Slave, n)
+	for i := range slaves {
+		slaves[i] = assign.Slave{ID: fmt.Sprintf("node-%03d", i)}
+	}
+	fail := func(id string, err error) []Row { return []Row{{ID: id, What: "assign: balance", Err: err}} }
+	base, err := assign.Assign(items, slaves)
+	if err != nil {
+		return fail("12e", err)
+	}
+	fewest, most := len(items), 0
+	for _, s := range slaves {
+		c := len(base.Items(s.ID))
+		fewest, most = min(fewest, c), max(most, c)
+	}
+	var joined, left, leavers int
+	for i := range runs {
+		after, err := assign.Reassign(base, items, append(slices.Clone(slaves), assign.Slave{ID: fmt.Sprintf("joiner-%d", i)}))
+		if err != nil {
+			return fail("12f", err)
+		}
+		joined += len(assign.Moves(base, after))
+		gone := i * n / runs
+		after, err = assign.Reassign(base, items, slices.Delete(slices.Clone(slaves), gone, gone+1))
+		if err != nil {
+			return fail("12g", err)
+		}
+		left += len(assign.Moves(base, after))
+		leavers += len(base.Items(slaves[gone].ID))
+	}
+	return []Row{
+		{ID: "12e", What: "assign: spread, most − fewest items per slave", N: 1,
+			Value: fmt.Sprintf("%d (%d to %d)", most-fewest, fewest, most), Goal: "≤ 1"},
+		{ID: "12f", What: "assign: items moved by a slave joining", N: runs,
+			Value: fmt.Sprintf("%.1f", float64(joined)/runs), Goal: fmt.Sprintf("≤ %d", (len(items)+n)/(n+1))},
+		{ID: "12g", What: "assign: items moved by a slave leaving", N: runs,
+			Value: fmt.Sprintf("%.1f", float64(left)/runs), Goal: fmt.Sprintf("%.1f (its items)", float64(leavers)/runs)},
+	}
 }
 
 // tripCounter counts round trips (a command or a pipeline each) and, of
@@ -96,7 +142,11 @@ func renewalTrips(ctx context.Context, env *Env, n int) (float64, error) {
 	defer c.Close()
 	h := &tripCounter{}
 	c.AddHook(h)
-	w, err := assign.NewWorker(c, e.Keys(), "worker", cfg)
+	we, err := masterelection.New(c, masterelection.Config{LockName: lock, NodeID: "worker", LockTTL: time.Minute}) // never started: the Worker's node id
+	if err != nil {
+		return 0, err
+	}
+	w, err := assign.NewWorker(c, we, cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -173,7 +223,7 @@ func slaveDeath(ctx context.Context, env *Env) (time.Duration, time.Duration, er
 			return 0, 0, err
 		}
 		go func() { _ = p.Run(runCtx) }()
-		w, err := assign.NewWorker(c, e.Keys(), id, cfg)
+		w, err := assign.NewWorker(c, e, cfg)
 		if err != nil {
 			return 0, 0, err
 		}
