@@ -42,9 +42,13 @@
 // owner and deadline are kept in Redis. A Worker claims an item the plan
 // gives it only when no one owns it or the owner's deadline has passed, and
 // renews all its items in one round trip every RenewInterval, however many
-// it holds. When the plan moves an item away, the old Worker ends the
-// item's ctx, then gives the item up; the new Worker claims it at its next
-// round trip. A Worker that cannot renew (killed, paused, cut off from
+// it holds. Moves are pushed: the plan's write publishes on the notice
+// channel of each slave it changes (AssignKeys.PlanOf), the old Worker
+// syncs at once, ends the item's ctx and gives the item up, which
+// publishes to the new owner, and the new Worker claims it: a few round
+// trips, not RenewIntervals (a lost notice waits for the timer). A process
+// that becomes master plans at once, so its own Worker lets go the same
+// way. A Worker that cannot renew (killed, paused, cut off from
 // Redis) loses its items LeaseTTL after its last renewal; its own deadline
 // for them, on its own clock, falls Margin earlier, and the item's ctx ends
 // there.
@@ -60,9 +64,7 @@
 // Not guaranteed: that a handler has returned when the next owner starts
 // (the ctx has ended; the handler must stop acting on it), or that every
 // item has an owner (an item no slave has room for is unassigned:
-// Planner.Last lists them). An item moves in about two RenewIntervals (its
-// old Worker's next round trip, then its new Worker's); a dead Worker's
-// items move once its lease and registry entry have expired and the master
+// Planner.Last lists them). A dead Worker's items move once its lease and registry entry have expired and the master
 // planned again. Once the herd has settled, every item a slave has room for
 // has an owner within ProcessTTL + CheckInterval + LeaseTTL + Settle +
 // 2 × RenewInterval (docs/safety.md, guarantee 7).

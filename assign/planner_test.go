@@ -70,30 +70,37 @@ func (n *node) stop(t *testing.T) {
 	_ = n.e.Stop(ctx)
 }
 
-// settled waits until every live node's Worker owns exactly what Assign
-// gives it for items over the live non-master nodes, and returns that plan.
+// settled waits until the master's Planner has planned exactly items over
+// the live non-master nodes (every item placed, none on the master, each
+// slave within one of the others' counts when their capabilities are
+// equal) and every live node's Worker owns exactly what that plan gives
+// it, and returns the plan.
 func settled(t *testing.T, items []string, nodes map[string]*node, caps map[string]registry.Capabilities, within time.Duration) assign.Plan {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		var slaves []assign.Slave
+		var want assign.Plan
 		master := ""
 		for id, n := range nodes {
 			if n.e.IsMaster() {
-				master = id
-				continue
+				master, want = id, n.p.Last()
 			}
-			slaves = append(slaves, assign.Slave{ID: id, Capabilities: caps[id]})
 		}
-		want, err := assign.Assign(items, slaves)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ok := master != ""
+		ok := master != "" && len(want.Unassigned) == 0 &&
+			slices.Equal(slices.Sorted(maps.Keys(want.Owner)), slices.Sorted(slices.Values(items)))
+		equal := true
+		lo, hi := len(items), 0
 		for _, id := range slices.Sorted(maps.Keys(nodes)) {
-			if !slices.Equal(nodes[id].w.Owned(), want.Items(id)) {
+			if !slices.Equal(nodes[id].w.Owned(), want.Items(id)) || (id == master && len(want.Items(id)) > 0) {
 				ok = false
 			}
+			if id != master {
+				equal = equal && caps[id] == caps[slices.Sorted(maps.Keys(nodes))[0]]
+				lo, hi = min(lo, len(want.Items(id))), max(hi, len(want.Items(id)))
+			}
+		}
+		if ok && equal && hi-lo > 1 {
+			t.Fatalf("equal slaves hold %d to %d items: %v", lo, hi, want.Owner)
 		}
 		if ok {
 			return want
@@ -256,4 +263,39 @@ func TestEmptiedSetStaysEmpty(t *testing.T) {
 		t.Fatalf("after emptying: items %v (%v), plan %v, %d restores; want none", got, err, plan.Owner, master.p.Restores())
 	}
 	settled(t, nil, nodes, caps, 10*time.Second)
+}
+
+// TestNewMasterLetsGoAtOnce: the slave that becomes master plans at once,
+// and its own Worker gives its items up to the other slaves over the
+// notice channels, long before any Worker's timer (RenewInterval: a minute)
+// would have synced; no item is ever live in two Workers.
+func TestNewMasterLetsGoAtOnce(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	s := newSpans()
+	cfg := assign.Config{LeaseTTL: 5 * time.Minute, RenewInterval: time.Minute, Margin: time.Second, Settle: 50 * time.Millisecond}
+	caps := map[string]registry.Capabilities{}
+	nodes := map[string]*node{}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
+	}
+	items := names(12)
+	if err := nodes["n1"].p.SetItems(context.Background(), items...); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, items, nodes, caps, 30*time.Second)
+	for id, n := range nodes {
+		if n.e.IsMaster() {
+			n.stop(t)
+			delete(nodes, id)
+			break
+		}
+	}
+	settled(t, items, nodes, caps, 30*time.Second)
+	for _, n := range nodes {
+		n.stop(t)
+	}
+	s.wg.Wait()
+	if o := s.overlaps(); len(o) > 0 {
+		t.Fatalf("overlaps:\n%v", o)
+	}
 }

@@ -413,3 +413,34 @@ func TestLeaseFollowsTheElection(t *testing.T) {
 		t.Fatalf("the ownership lasts %v more, want at most LockTTL/3 = 1s", left)
 	}
 }
+
+// TestPlannedMoveIsPushed: a plan that moves items reaches both Workers
+// over their notice channels: the old owner ends the items' ctxs and gives
+// them up, and the new owner claims them as soon as they are free, long
+// before either Worker's timer (RenewInterval: a minute) would have synced;
+// no item is ever live in both.
+func TestPlannedMoveIsPushed(t *testing.T) {
+	f := newFixture(t)
+	f.cfg = assign.Config{LeaseTTL: 5 * time.Minute, RenewInterval: time.Minute, Margin: time.Second}
+	items := names(20)
+	f.plan(t, "a", items)
+	s := newSpans()
+	a := f.worker(t, "a", s)
+	b := f.worker(t, "b", s)
+	waitOwned(t, a, items, 10*time.Second) // Start's own round trip
+	f.plan(t, "b", items[:15])
+	waitOwned(t, b, items[:15], 30*time.Second)
+	waitOwned(t, a, items[15:], 30*time.Second)
+	f.plan(t, "a", items)
+	waitOwned(t, a, items, 30*time.Second)
+	waitOwned(t, b, nil, 30*time.Second)
+	_ = a.Stop(context.Background())
+	_ = b.Stop(context.Background())
+	s.wg.Wait()
+	if o := s.overlaps(); len(o) > 0 {
+		t.Fatalf("overlaps:\n%v", o)
+	}
+	if a.Revoked() != 15 || b.Revoked() != 15 {
+		t.Errorf("revoked %d by a and %d by b, want 15 each", a.Revoked(), b.Revoked())
+	}
+}
