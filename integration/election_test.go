@@ -480,7 +480,8 @@ func TestReleaseNoticeDoesNotSkipTheDataLossWait(t *testing.T) {
 		inst := redistest.Start(t, s)
 		cfgA, cfgD := fastConfig("loss-notice", "a"), fastConfig("loss-notice", "d")
 		cfgA.LockTTL, cfgD.LockTTL = 3*time.Second, 3*time.Second
-		cfgD.CheckInterval = 2500 * time.Millisecond // no check of d's own comes before the notice
+		cfgD.CheckInterval = 2500 * time.Millisecond                      // no check of d's own comes before the notice
+		cfgD.ProcessTTL, cfgD.SlaveTimeout = 6*time.Second, 3*time.Second // above the heartbeat (check) interval
 		a := newElection(t, inst.Client(t), cfgA)
 		d := newElection(t, inst.Client(t), cfgD)
 		start(t, a)
