@@ -14,4 +14,9 @@ var (
 	// every OnAssigned handler returned: their ctxs had ended and the items
 	// were released all the same.
 	ErrHandlersRunning = errors.New("assign: OnAssigned handlers still running")
+	// ErrSetLost is returned by AddItems and RemoveItems when Redis lost the
+	// item set this Planner knew and the master has not put it back yet
+	// (Planner.Restores); SetItems, which replaces the whole set, is never
+	// refused.
+	ErrSetLost = errors.New("assign: the item set was lost with Redis's data and is not back yet")
 )

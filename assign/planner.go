@@ -31,6 +31,7 @@ type Planner struct {
 	cfg    Config
 	kick   chan struct{}
 
+	planning sync.Mutex // one plan at a time (Run and PlanNow)
 	mu       sync.Mutex
 	last     Plan      // guarded by mu: the plan of the last planning
 	kept     itemsCopy // guarded by mu: the items as this Planner last read or wrote them
@@ -85,35 +86,37 @@ func (p *Planner) SetItems(ctx context.Context, items ...string) error {
 	return p.changed("set items", err)
 }
 
-// AddItems adds items to the set.
+// AddItems adds items to the set. Between a loss of Redis's data and the
+// master putting the set back, it returns ErrSetLost when this Planner knew
+// the set had items (a change then would keep the rest from coming back):
+// try again after the master's next plan.
 func (p *Planner) AddItems(ctx context.Context, items ...string) error {
 	if err := validItems(items); err != nil || len(items) == 0 {
 		return err
 	}
-	return p.changed("add items", p.change(ctx, func(pipe redis.Pipeliner) {
-		pipe.SAdd(ctx, p.keys.Items, anys(items)...)
-	}))
+	return p.changed("add items", p.change(ctx, false, items))
 }
 
 // RemoveItems removes items from the set; their owners' ctxs end once the
-// plan drops them.
+// plan drops them. It returns ErrSetLost as AddItems does.
 func (p *Planner) RemoveItems(ctx context.Context, items ...string) error {
 	if err := validItems(items); err != nil || len(items) == 0 {
 		return err
 	}
-	return p.changed("remove items", p.change(ctx, func(pipe redis.Pipeliner) {
-		pipe.SRem(ctx, p.keys.Items, anys(items)...)
-	}))
+	return p.changed("remove items", p.change(ctx, true, items))
 }
 
-// change applies a change of the items and counts it in the version, in one
-// MULTI.
-func (p *Planner) change(ctx context.Context, write func(redis.Pipeliner)) error {
-	_, err := p.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		write(pipe)
-		pipe.Incr(ctx, p.keys.Version)
-		return nil
-	})
+// change adds or removes items and counts the change in the version, in one
+// script call; one that would act on a set Redis lost while this Planner
+// holds a copy of it is refused with ErrSetLost.
+func (p *Planner) change(ctx context.Context, remove bool, items []string) error {
+	p.mu.Lock()
+	known := len(p.kept.items) > 0
+	p.mu.Unlock()
+	_, err := scripts.AssignItems(ctx, p.client, p.keys, remove, known, items)
+	if errors.Is(err, scripts.ErrSetLost) {
+		return fmt.Errorf("%w: %w", ErrSetLost, err)
+	}
 	return err
 }
 
@@ -292,6 +295,8 @@ func (p *Planner) PlanNow(ctx context.Context) (Plan, error) {
 // plan computes the plan for the items and the live slaves from the stored
 // plan, and writes what differs from it under term.
 func (p *Planner) plan(ctx context.Context, term int64) error {
+	p.planning.Lock()
+	defer p.planning.Unlock()
 	items, err := p.items(ctx, term)
 	if err != nil {
 		return err
@@ -362,6 +367,14 @@ func (p *Planner) items(ctx context.Context, term int64) ([]string, error) {
 		if items, version, err = p.read(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if version == "" && len(items) > 0 {
+		// A set written before sets had versions: give it one, so that the
+		// other Planners' copies follow its changes.
+		if err := p.client.SetNX(ctx, p.keys.Version, 1, 0).Err(); err != nil {
+			return nil, fmt.Errorf("assign: version the items: %w", err)
+		}
+		version = "1"
 	}
 	if len(items) > 0 || version != "" {
 		p.keep(version, items)

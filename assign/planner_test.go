@@ -2,6 +2,7 @@ package assign_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"testing"
@@ -298,4 +299,61 @@ func TestNewMasterLetsGoAtOnce(t *testing.T) {
 	if o := s.overlaps(); len(o) > 0 {
 		t.Fatalf("overlaps:\n%v", o)
 	}
+}
+
+// TestChangesWaitForTheRestore: between a loss of the item set and the
+// master putting it back, AddItems and RemoveItems on a Planner that knew
+// the set are refused with ErrSetLost (a change then would pass for the
+// whole set and keep the rest from coming back); after it, they apply.
+func TestChangesWaitForTheRestore(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	s := newSpans()
+	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond, Resync: 100 * time.Millisecond}
+	caps := map[string]registry.Capabilities{}
+	nodes := map[string]*node{}
+	for _, id := range []string{"n1", "n2"} {
+		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
+	}
+	items := names(6)
+	ctx := context.Background()
+	if err := nodes["n1"].p.SetItems(ctx, items...); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, items, nodes, caps, 10*time.Second)
+	var master, slave *node
+	for _, n := range nodes {
+		if n.e.IsMaster() {
+			master = n
+		} else {
+			slave = n
+		}
+	}
+	testsync.WaitFor(t, "the slave's copy", func() bool { return slices.Equal(assign.KeptItems(slave.p), items) })
+
+	// The set is lost (the lock is not: only the master may put it back).
+	k := master.e.Keys().Assign(assign.DefaultSet)
+	admin := inst.Client(t)
+	if err := admin.Del(ctx, k.Items, k.Version).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := slave.p.AddItems(ctx, "new"); !errors.Is(err, assign.ErrSetLost) {
+		// The master may have put it back already; then the change applies.
+		if err != nil || master.p.Restores() == 0 {
+			t.Fatalf("AddItems on a lost set = %v (%d restores), want ErrSetLost", err, master.p.Restores())
+		}
+	}
+	testsync.WaitFor(t, "the items put back", func() bool { return master.p.Restores() == 1 })
+	if err := slave.p.AddItems(ctx, "new"); err != nil {
+		t.Fatalf("AddItems after the restore: %v", err)
+	}
+	if err := slave.p.RemoveItems(ctx, items[0]); err != nil {
+		t.Fatalf("RemoveItems after the restore: %v", err)
+	}
+	want := append(slices.Clone(items[1:]), "new")
+	slices.Sort(want)
+	got, err := master.p.Items(ctx)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("items %v (%v), want %v", got, err, want)
+	}
+	settled(t, want, nodes, caps, 10*time.Second)
 }

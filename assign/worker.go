@@ -34,11 +34,11 @@ type Worker struct {
 	leases   map[string]*lease // guarded by mu: the items owned, by their ctx
 	released []string          // guarded by mu: items whose ctx ended, to give up on Redis
 
-	kick     chan struct{}
-	notices  *subhub.Subscription // guarded by mu: the notice channel's subscription, nil until subscribed
-	stop     chan struct{}
-	loopDone chan struct{}
-	handlers sync.WaitGroup
+	kick       chan struct{}
+	stop       chan struct{}
+	loopDone   chan struct{}
+	listenDone chan struct{}
+	handlers   sync.WaitGroup
 
 	claimed, revoked, expired atomic.Uint64
 }
@@ -61,7 +61,7 @@ func NewWorker(client redis.UniversalClient, e *masterelection.MasterElection, c
 	return &Worker{
 		client: client, keys: keys.Assign(cfg.Set), id: id, cfg: cfg,
 		leases: map[string]*lease{}, kick: make(chan struct{}, 1),
-		stop: make(chan struct{}), loopDone: make(chan struct{}),
+		stop: make(chan struct{}), loopDone: make(chan struct{}), listenDone: make(chan struct{}),
 	}, nil
 }
 
@@ -84,12 +84,11 @@ func (w *Worker) OnAssigned(fn func(ctx context.Context, item string)) error {
 	return nil
 }
 
-// Start claims the items the plan gives this Worker (one round trip),
-// subscribes to its notice channel (on the client's shared pub/sub
-// connection) and starts the loop that renews them every RenewInterval and syncs at
-// once on a notice. It returns the first error of the two, and the loop
-// runs on (without a subscription it tries again every RenewInterval and
-// syncs on its timer meanwhile).
+// Start claims the items the plan gives this Worker (one round trip) and
+// starts the loop that renews them every RenewInterval, and the
+// subscription to its notice channel (on the client's shared pub/sub
+// connection) on which it hears of a move at once. It returns the first
+// round trip's error; the Worker runs on either way, and Stop ends it.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -99,46 +98,61 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.started = true
 	w.mu.Unlock()
 	err := w.sync(ctx)
-	err = errors.Join(err, w.subscribe(ctx)) // once subscribed, it syncs again
 	go w.loop()
+	go w.listen()
 	return err
 }
 
-// subscribe subscribes to the notice channel unless subscribed: the
+// listen holds the subscription to the notice channel until Stop: the
 // master's plan and the slaves that give up an item planned for this one
-// publish there, and every notice (or resubscription, after which a notice
-// may have been missed) kicks the loop.
-func (w *Worker) subscribe(ctx context.Context) error {
-	w.mu.Lock()
-	subscribed := w.notices != nil
-	w.mu.Unlock()
-	if subscribed {
-		return nil
-	}
+// publish there, and every notice (or subscription, after which a notice
+// may have been missed) kicks the loop. A subscription that fails (an ACL
+// without the channel, no connection) is reported and tried again every
+// RenewInterval; the timer syncs meanwhile.
+func (w *Worker) listen() {
+	defer close(w.listenDone)
 	kick := func() {
 		select {
 		case w.kick <- struct{}{}:
 		default:
 		}
 	}
-	sub, err := subhub.Subscribe(ctx, w.client, subhub.Options{
-		Channels:     []string{w.keys.PlanOf(w.id)},
-		OnMessage:    func(context.Context, *redis.Message) { kick() },
-		OnSubscribed: func(context.Context, string) { kick() },
-		Inline:       true,
-	})
-	if err != nil {
-		return fmt.Errorf("assign: worker %s: subscribe to its notices: %w", w.id, err)
+	base, stopped := context.WithCancel(context.Background()) // ends at Stop
+	defer stopped()
+	go func() {
+		select {
+		case <-w.stop:
+			stopped()
+		case <-base.Done():
+		}
+	}()
+	for {
+		ctx, cancel := context.WithTimeout(base, w.cfg.RenewInterval)
+		sub, err := subhub.Subscribe(ctx, w.client, subhub.Options{
+			Channels:     []string{w.keys.PlanOf(w.id)},
+			OnMessage:    func(context.Context, *redis.Message) { kick() },
+			OnSubscribed: func(context.Context, string) { kick() },
+			OnError:      func(err error) { w.cfg.report(fmt.Errorf("assign: worker %s: notices: %w", w.id, err)) },
+			Inline:       true,
+		})
+		cancel()
+		if err == nil {
+			<-w.stop
+			sub.Close()
+			return
+		}
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		w.cfg.report(fmt.Errorf("assign: worker %s: subscribe to its notices (the timer syncs meanwhile): %w", w.id, err))
+		select {
+		case <-w.stop:
+			return
+		case <-time.After(w.cfg.RenewInterval):
+		}
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	select {
-	case <-w.stop:
-		sub.Close()
-	default:
-		w.notices = sub
-	}
-	return nil
 }
 
 // loop renews every RenewInterval, and at once after a notice or after a
@@ -160,17 +174,14 @@ func (w *Worker) loop() {
 				}
 			}
 		}
+		select {
+		case <-w.stop: // a kick and Stop at once: Stop wins
+			return
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.RenewInterval)
 		w.cfg.report(w.sync(ctx))
 		cancel()
-		w.mu.Lock()
-		subscribed := w.notices != nil
-		w.mu.Unlock()
-		if !subscribed {
-			ctx, cancel = context.WithTimeout(context.Background(), w.cfg.RenewInterval/2)
-			w.cfg.report(w.subscribe(ctx))
-			cancel()
-		}
 		t.Reset(w.cfg.RenewInterval)
 	}
 }
@@ -311,6 +322,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if !w.started {
 		w.started = true // never to start
 		close(w.loopDone)
+		close(w.listenDone)
 		w.mu.Unlock()
 		return nil
 	}
@@ -318,12 +330,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 		l.end(context.Canceled)
 		delete(w.leases, item)
 	}
-	notices := w.notices
 	w.mu.Unlock()
 	<-w.loopDone
-	if notices != nil {
-		notices.Close()
-	}
+	<-w.listenDone
 	var errs []error
 	done := make(chan struct{})
 	go func() { w.handlers.Wait(); close(done) }()

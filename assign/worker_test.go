@@ -16,6 +16,7 @@ import (
 
 	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/internal/testkit/testsync"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/scripts"
 )
@@ -443,4 +444,54 @@ func TestPlannedMoveIsPushed(t *testing.T) {
 	if a.Revoked() != 15 || b.Revoked() != 15 {
 		t.Errorf("revoked %d by a and %d by b, want 15 each", a.Revoked(), b.Revoked())
 	}
+}
+
+// TestWorkerWithoutNotices: a user whose ACL refuses the notice channel
+// (no channels at all) still gets a Worker that starts, owns its items on
+// its timer, reports the refusal to OnError, and stops.
+func TestWorkerWithoutNotices(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.admin.Do(ctx, "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := f.inst.Options()
+	opts.Username, opts.Password = "nochan", "pw"
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	var refused atomic.Int64
+	cfg := f.cfg
+	cfg.OnError = func(err error) {
+		if strings.Contains(err.Error(), "NOPERM") {
+			refused.Add(1)
+		}
+	}
+	w, err := assign.NewWorker(c, f.election(t, c, "a"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSpans()
+	if err := w.OnAssigned(s.handler("a")); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- w.Start(ctx) }()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not return with the notice channel refused")
+	}
+	items := names(3)
+	f.plan(t, "a", items)
+	waitOwned(t, w, items, 30*time.Second) // on its timer: no notice reaches it
+	testsync.WaitFor(t, "the refusal reported", func() bool { return refused.Load() > 0 })
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := w.Stop(stopCtx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	s.wg.Wait()
 }

@@ -3,6 +3,7 @@ package scripts
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -19,6 +20,8 @@ var (
 	assignSyncSrc string
 	//go:embed assign_restore.lua
 	assignRestoreSrc string
+	//go:embed assign_items.lua
+	assignItemsSrc string
 
 	// assignPlanScript is assign_plan.lua: change the owners in an item
 	// set's plan only while the caller holds the lock under its term.
@@ -29,6 +32,9 @@ var (
 	// assignRestoreScript is assign_restore.lua: put back an item set that
 	// Redis lost, only while the caller holds the lock under its term.
 	assignRestoreScript = redis.NewScript(withWrites(assignRestoreSrc))
+	// assignItemsScript is assign_items.lua: add or remove items and count
+	// the change, unless the set was lost.
+	assignItemsScript = redis.NewScript(withWrites(assignItemsSrc))
 )
 
 // The SHA1 digests of the assign scripts, for hooks that recognise their
@@ -37,14 +43,56 @@ var (
 	AssignPlanSHA    = assignPlanScript.Hash()
 	AssignSyncSHA    = assignSyncScript.Hash()
 	AssignRestoreSHA = assignRestoreScript.Hash()
+	AssignItemsSHA   = assignItemsScript.Hash()
 )
+
+// ErrSetLost is returned by AssignItems when the caller knew the set had
+// items but Redis holds neither its items nor its version: Redis lost them,
+// and the master has not put them back yet (AssignRestore).
+var ErrSetLost = errors.New("scripts: the item set was lost with Redis's data and is not back yet")
+
+// AssignItems runs assign_items.lua: it adds items to the set of a (or
+// removes them, with remove) and increments its version, in one atomic
+// step, and returns the new version. With known (the caller knows the set
+// had items) it returns ErrSetLost, and writes nothing, when neither the
+// items nor the version exist. An empty items makes no call.
+func AssignItems(ctx context.Context, c redis.Scripter, a AssignKeys, remove, known bool, items []string) (int64, error) {
+	if len(items) == 0 {
+		return 0, nil
+	}
+	op, state := "add", "new"
+	if remove {
+		op = "remove"
+	}
+	if known {
+		state = "known"
+	}
+	args := make([]any, 0, 2+len(items))
+	args = append(args, op, state)
+	for _, item := range items {
+		args = append(args, item)
+	}
+	reply, err := run(ctx, c, assignItemsScript, "assign items", []string{a.Items, a.Version}, args...)
+	if err != nil {
+		return 0, err
+	}
+	switch v, ok := reply.(int64); {
+	case !ok:
+		return 0, unexpected("assign items", reply)
+	case v == -1:
+		return 0, fmt.Errorf("%s %d items of %s: %w", op, len(items), a.Items, ErrSetLost)
+	default:
+		return v, nil
+	}
+}
 
 // AssignRestore runs assign_restore.lua: if nodeID still holds the lock
 // under term and Redis holds neither the items nor the version of a (the
-// set was lost, not emptied), it adds items to the set, sets its version to
-// 1 and returns true. It returns false, and writes nothing, when the set
+// set was lost, not emptied), it adds items to the set, sets its version
+// and returns true. It returns false, and writes nothing, when the set
 // exists; ErrFenced, and writes nothing, when the lock is not nodeID's under
-// term. An empty items makes no call.
+// term. The version it sets is the server's time in ms, above any count the
+// lost set reached. An empty items makes no call.
 func AssignRestore(ctx context.Context, c redis.Scripter, k Keys, a AssignKeys, nodeID string, term int64, items []string) (bool, error) {
 	if len(items) == 0 {
 		return false, nil

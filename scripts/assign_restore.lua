@@ -13,7 +13,9 @@
 -- ARGV[1] -> node id of the caller
 -- ARGV[2] -> the caller's term, as a decimal string
 -- ARGV[3..] -> the items to put back (at least one)
--- Returns: 1 when the items were put back (the version is then 1), 0 when
+-- Returns: 1 when the items were put back (the version is then the server's
+--          time in ms: above any count the lost set reached, so that no
+--          Planner takes its old copy for current), 0 when
 --          the set exists and nothing was written, -1 when the lock is not
 --          the caller's under that term and nothing was written.
 if #ARGV < 3 then
@@ -25,12 +27,13 @@ end
 if redis.call('EXISTS', KEYS[3]) == 1 or redis.call('EXISTS', KEYS[4]) == 1 then
   return 0
 end
-local err = refused('assign_restore', {{'SADD', KEYS[3], 'x'}, {'INCR', KEYS[4]}})
+local err = refused('assign_restore', {{'SADD', KEYS[3], 'x'}, {'SET', KEYS[4], '1'}})
 if err then
   return err
 end
 for i = 3, #ARGV, 5000 do
   redis.call('SADD', KEYS[3], unpack(ARGV, i, math.min(i + 4999, #ARGV)))
 end
-redis.call('INCR', KEYS[4])
+local t = redis.call('TIME')
+redis.call('SET', KEYS[4], tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
 return 1

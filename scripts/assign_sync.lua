@@ -52,12 +52,15 @@ local function owner(item)
   end
   return id, tonumber(d)
 end
+if string.sub(KEYS[2], -#me - 1) ~= ':' .. me then
+  return redis.error_reply('ERR assign_sync: the plan set ' .. KEYS[2] .. ' is not slave ' .. me .. "'s")
+end
 local planPrefix = string.sub(KEYS[2], 1, #KEYS[2] - #me)
 local function release(item)
   if owner(item) == me then
     redis.call('HDEL', KEYS[1], item)
-    local to = redis.call('HGET', KEYS[4], item)
-    if to and to ~= me then
+    local to = redis.pcall('HGET', KEYS[4], item) -- a hint: never fail after a write
+    if type(to) == 'string' and to ~= me then
       redis.pcall('PUBLISH', planPrefix .. to, 'free') -- a hint: pcall
     end
   end
