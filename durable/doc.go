@@ -64,8 +64,8 @@
 //     nothing is stored where no process will read it.
 //   - Adoption: an entry written under a term older than the highest the
 //     Consumer has seen is never handled under that term: the Consumer
-//     acknowledges it without deleting it and reports it
-//     (*pubsub.StaleTermError). The next master's Sweep adds every entry of
+//     acknowledges it without deleting it and counts it (Rejected,
+//     Config.OnStale; no error). The next master's Sweep adds every entry of
 //     an older term again at the end of its inbox under its own term, with
 //     its message id and delivery count, and the Consumer handles it then.
 //     The first Send or SendBatch of a mastership waits for that step, so
@@ -111,11 +111,33 @@
 //   - a Send whose reply was lost (a timeout, a dropped connection) and
 //     that the caller sent again: two entries, two message ids.
 //
+// # What to alert on
+//
+// Config.OnError is called only when something needs a look; a graceful
+// master change, an adoption, a redelivery after a lost reply call it
+// never (they show in the counters, the metrics of package metrics and the
+// debug log of Config.Logger). It receives:
+//
+//   - *pubsub.MessageError: an entry that could not be handled (malformed,
+//     no handler for its type, the handler failed or panicked); a failing
+//     entry comes again, and dead-letters after MaxDeliveries (OnDead);
+//   - *pubsub.UnverifiedTermError: an entry whose term Redis never minted
+//     (a forgery, or a data loss: ErrTermMissing), or whose term could not
+//     be checked twice in a row (Err says why);
+//   - pubsub.ErrConnection: a Redis call that failed twice in a row (a
+//     single failure healed by the next call is logged at debug level);
+//   - from Router.Maintain: a sweep that failed, or inboxes left with no
+//     slave to take them (ErrNoSlaves, reported once).
+//
+// Alert on any dead letter (OnDead, Consumer.Dead), on ErrConnection, on
+// UnverifiedTermError; watch the rate of MessageError, which is your
+// handlers' own.
+//
 // # Goroutines
 //
 // Router starts none of its own but Maintain's: one goroutine per
 // mastership while Maintain runs, ended with the mastership or by the
 // function Maintain returns. A Consumer runs one loop goroutine, started by
-// Start and stopped and waited for by Close; handlers, OnError and OnDead
+// Start and stopped and waited for by Close; handlers, OnError, OnStale and OnDead
 // run on it, never concurrently with each other.
 package durable
