@@ -18,22 +18,31 @@
 // of package pubsub: id, from, term, type, payload, sentAt) and, once moved
 // or adopted, d (its deliveries before).
 //
-// Master side, with the election as leader, slave lister and events:
+// One program runs on every process, master or slave, for its whole life:
+// the election decides which part acts, so no part is started or stopped
+// when the role changes. The election is the Router's leader, slave lister
+// and events, and the Consumer's term source:
 //
+//	election, _ := masterelection.New(client, masterelection.Config{})
 //	router, _ := durable.NewRouter(client, election, nil, durable.Config{})
-//	stop := router.Maintain(election, nil) // adopt the predecessors' backlog, move the inboxes of processes gone
+//	stop := router.Maintain(election, nil) // sweeps while this process is master
 //	defer stop()
-//	id, err := router.Send(ctx, slaveID, "assign-camera", cam) // stored, or not
-//
-// Slave side:
-//
 //	c, _ := durable.NewConsumer(client, election.NodeID(), durable.Config{Terms: election})
 //	c.Handle("assign-camera", func(ctx context.Context, d durable.Delivery) error {
 //		// d.ID is the message id, d.Deliveries how many times it was delivered
 //		return nil // acknowledges; an error retries it, up to Config.MaxDeliveries
 //	})
-//	if err := c.Start(ctx); err != nil { ... }
+//	if err := c.Start(ctx); err != nil { ... } // also while master: see below
 //	defer c.Close()
+//	if err := election.Start(ctx); err != nil { ... }
+//	// Wherever the application acts as master (OnMasterAcquired, RunIfMaster):
+//	id, err := router.Send(ctx, slaveID, "assign-camera", cam) // stored, or an error
+//
+// Keep the Consumer running while the process is master: the entries
+// stored in its inbox while it was a slave are adopted under its own term
+// and handled by its own Consumer. A process whose inbox no Consumer reads
+// holds its entries until the process leaves the registry, when the master
+// moves them to the live slaves.
 //
 // # The guarantee
 //
@@ -83,7 +92,14 @@
 //   - Failing handlers: a failed delivery is retried after RetryDelay,
 //     doubled at each retry up to Config.MaxRetryDelay; after
 //     MaxDeliveries deliveries the entry moves to the dead-letter stream with
-//     its last error (Config.OnDead, Consumer.Dead).
+//     its last error (Config.OnDead, Consumer.Dead). An entry that always
+//     fails (a poison message) dead-letters the sum of its backoffs after
+//     its first delivery: with M = MaxDeliveries, R = RetryDelay and
+//     Rmax = MaxRetryDelay, T = min(R, Rmax) + min(2R, Rmax) + … +
+//     min(2^(M−2)·R, Rmax), plus up to R per retry (the pending pass that
+//     takes it back runs every R) and the handler's own time. With the
+//     defaults (10, 1s, 30s): 1+2+4+8+16+4×30 = 151 s, at most about
+//     160 s. Entries behind it go on meanwhile.
 //   - Receive-side fencing as in pubsub: a slave never handles an entry under
 //     a term below one it has seen; a term above every verified term costs
 //     one GET of the term key and is refused (*pubsub.UnverifiedTermError,
