@@ -100,8 +100,8 @@ type Config struct {
 	// (pubsub.ErrConnection) and failed sweeps. Normal operation calls it
 	// never: an entry of an older term left for the new master to adopt
 	// (OnStale), a Redis call that failed once and succeeded at its next
-	// attempt (a lost reply: the entry is delivered again) only count and
-	// log at debug level. It is called on the goroutine that met the error,
+	// attempt (a lost reply: the entry is delivered again), a handler cut
+	// short by Close only count and log at debug level. It is called on the goroutine that met the error,
 	// one call at a time for a Consumer; it must not block. Default: nil,
 	// errors are dropped (the counters still count).
 	OnError func(error)

@@ -474,7 +474,13 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 	}
 	if err := c.mux.Dispatch(ctx, d.Type, d); err != nil {
 		c.failed.Add(1)
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err})
+		failed := &pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err}
+		if ctx.Err() != nil {
+			// Close cut the handler short: no fault, the entry comes again.
+			c.log.Debug().Err(failed).Msg("handler stopped by Close; the entry stays pending")
+		} else {
+			c.cfg.report(failed)
+		}
 		if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit && ctx.Err() == nil {
 			c.bury(ctx, e, d, err) // not when Close cut the handler short
 		}

@@ -32,17 +32,20 @@
 //		// d.ID is the message id, d.Deliveries how many times it was delivered
 //		return nil // acknowledges; an error retries it, up to Config.MaxDeliveries
 //	})
-//	if err := c.Start(ctx); err != nil { ... } // also while master: see below
+//	if err := c.Start(ctx); err != nil { ... }
 //	defer c.Close()
 //	if err := election.Start(ctx); err != nil { ... }
 //	// Wherever the application acts as master (OnMasterAcquired, RunIfMaster):
 //	id, err := router.Send(ctx, slaveID, "assign-camera", cam) // stored, or an error
 //
-// Keep the Consumer running while the process is master: the entries
-// stored in its inbox while it was a slave are adopted under its own term
-// and handled by its own Consumer. A process whose inbox no Consumer reads
-// holds its entries until the process leaves the registry, when the master
-// moves them to the live slaves.
+// The master needs no Consumer, and may keep it: what its inbox holds
+// (sent to it while it was a slave) moves to the live slaves, as the inbox
+// of a process gone does, and a Send to the master itself is refused
+// (ErrMasterInbox). A Consumer kept on the master, with Config.Terms set to
+// the election, handles none of the moved entries but the one in its hands
+// when the mastership began. A live slave whose inbox no Consumer reads is
+// not refused at Send: its entries wait until it leaves the registry or
+// becomes master, then move.
 //
 // # The guarantee
 //
@@ -56,7 +59,9 @@
 //   - the master runs Router.Maintain (or calls Router.Sweep), so a new
 //     master adopts what its predecessors stored and moves the inboxes of
 //     processes that left the registry; without any master, entries wait;
-//   - some live slave runs a Consumer (entries wait for one otherwise);
+//   - some live slave runs a Consumer (entries wait for one otherwise;
+//     those of a slave that runs none wait until it leaves the registry or
+//     becomes master, then move);
 //   - Redis keeps its data (no persistence, or a failover to a replica that
 //     lacked the writes, loses the inboxes with everything else);
 //   - the application did not ask for the loss: Config.DropBacklog deletes
@@ -80,8 +85,9 @@
 //     The first Send or SendBatch of a mastership waits for that step, so
 //     in each inbox the adopted entries come before the new master's own.
 //   - Removed slaves: Sweep moves the entries of every inbox whose process
-//     is not live in the registry to the live slaves (Reassign, one fenced
-//     script per batch) and deletes the emptied inbox; Maintain sweeps at
+//     is not live in the registry, and of the master's own inbox, to the
+//     live slaves (Reassign, one fenced script per batch) and deletes the
+//     emptied inbox; Maintain sweeps at
 //     master-acquired, at each slave event and every Config.SweepInterval,
 //     so an inbox whose slave left between a send and its handling moves
 //     within SweepInterval of the registry's removal.
@@ -122,8 +128,9 @@
 //     work: it is delivered again after its backoff;
 //   - a move or an adoption took an entry its slave was handling at that
 //     moment (a slave removed by mistake during a partition longer than the
-//     registry's TTL; a slave that had not yet heard of the new master): it
-//     is handled by the old handling and again after the move;
+//     registry's TTL; a slave that had not yet heard of the new master; the
+//     entry a new master's Consumer was handling when its own inbox moved):
+//     it is handled by the old handling and again after the move;
 //   - a Send whose reply was lost (a timeout, a dropped connection) and
 //     that the caller sent again: two entries, two message ids.
 //
