@@ -81,7 +81,8 @@
 //     acknowledges it without deleting it and counts it (Rejected,
 //     Config.OnStale; no error). The next master's Sweep adds every entry of
 //     an older term again at the end of its inbox under its own term, with
-//     its message id and delivery count, and the Consumer handles it then.
+//     its message id and delivery count, and the Consumer handles it then
+//     (the master's own inbox moves to the slaves instead).
 //     The first Send or SendBatch of a mastership waits for that step, so
 //     in each inbox the adopted entries come before the new master's own.
 //   - Removed slaves: Sweep moves the entries of every inbox whose process
