@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
+	"github.com/herdkit/herd/internal/slogzero"
 	"github.com/herdkit/herd/pubsub"
 )
 
@@ -77,6 +80,9 @@ type Config struct {
 	// was delivered that often without an outcome (the process stopped
 	// during its handler), moves to the dead-letter stream (scripts.Keys.Dead)
 	// with its last error, where DeadLetters lists, retries or drops it.
+	// With RetryDelay and MaxRetryDelay it sets how long a message whose
+	// handler always fails takes to reach the dead letters: the sum of its
+	// backoffs, 151 s to 160 s with the three defaults (package doc).
 	// Default: DefaultMaxDeliveries; negative: no limit (retried forever).
 	MaxDeliveries int64
 	// OnDead receives each entry a Consumer moved to the dead-letter
@@ -86,14 +92,33 @@ type Config struct {
 	// OpTimeout bounds a Consumer's other calls: creating the group, reading
 	// the term key, acknowledging. Default: 1s.
 	OpTimeout time.Duration
-	// OnError receives the errors of a Consumer's loop and of the sweeps of
-	// Maintain: stale entries (*pubsub.StaleTermError), entries
-	// whose term Redis did not confirm (*pubsub.UnverifiedTermError),
-	// entries that could not be handled (*pubsub.MessageError) and Redis
-	// errors (pubsub.ErrConnection). It is called on the goroutine that met
-	// the error, one call at a time for a Consumer; it must not block.
-	// Default: nil, errors are dropped (the counters still count).
+	// OnError receives what a user should look into, from a Consumer's loop
+	// and from the sweeps of Maintain: entries whose term Redis did not
+	// confirm (*pubsub.UnverifiedTermError), entries that could not be
+	// handled (*pubsub.MessageError: malformed, no handler, a handler error
+	// or panic), a Redis call that failed again at its next attempt
+	// (pubsub.ErrConnection) and failed sweeps. Normal operation calls it
+	// never: an entry of an older term left for the new master to adopt
+	// (OnStale), a Redis call that failed once and succeeded at its next
+	// attempt (a lost reply: the entry is delivered again), a handler cut
+	// short by Close only count and log at debug level. It is called on the goroutine that met the error,
+	// one call at a time for a Consumer; it must not block. Default: nil,
+	// errors are dropped (the counters still count).
 	OnError func(error)
+	// OnStale receives each entry a Consumer left unhandled because its
+	// term is older than the highest it has seen: the new master adopts it
+	// (it comes again under the new term) or drops it (DropBacklog). It is
+	// expected at every master change, so it is no error; Consumer.Rejected
+	// counts these. It runs on the Consumer's loop goroutine and must not
+	// block. Default: nil.
+	OnStale func(*pubsub.StaleTermError)
+	// Logger receives a Consumer's debug logs: the entries left for
+	// adoption, the Redis calls that failed once. Default: the zero
+	// Logger, silent.
+	Logger zerolog.Logger
+	// Slog, when set, receives those logs through log/slog instead of
+	// Logger. Default: nil.
+	Slog *slog.Logger
 	// Terms, when set, is read by a Consumer before it judges each entry,
 	// and its term raised into the fence, as pubsub.Config.Terms: pass the
 	// election. A Consumer does not listen to the events channel, so
@@ -197,6 +222,15 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 	c.MaxDeliveries = max(cmp.Or(c.MaxDeliveries, d.MaxDeliveries), 0) // negative: 0, no limit
 	c.OpTimeout = cmp.Or(c.OpTimeout, d.OpTimeout)
 	return c, nil
+}
+
+// logger is the logger of a Consumer: Slog through an adapter when it is
+// set, else Logger.
+func (c Config) logger() zerolog.Logger {
+	if c.Slog != nil {
+		return slogzero.Logger(c.Slog)
+	}
+	return c.Logger
 }
 
 // report hands err to OnError, when there is one.

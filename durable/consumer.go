@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/pubsub"
@@ -58,9 +59,9 @@ type Handler func(ctx context.Context, d Delivery) error
 //
 // Entries are fenced by term as pubsub.Subscriber fences messages: an entry
 // whose term is below the highest master term seen is never handled; it is
-// acknowledged but left in the inbox and reported (*pubsub.StaleTermError),
-// for the new master to adopt under its own term (Router.Sweep), after which
-// it comes again. A term above every term verified is checked once against
+// acknowledged but left in the inbox, counted (Rejected) and passed to
+// Config.OnStale, for the new master to adopt under its own term
+// (Router.Sweep), after which it comes again. A term above every term verified is checked once against
 // the term key, and refused (*pubsub.UnverifiedTermError, acknowledged and
 // deleted) when Redis did not mint it.
 // Its only goroutine is the loop started by Start and stopped (and waited
@@ -75,6 +76,11 @@ type Consumer struct {
 	mux   route.Mux[Delivery]
 	fence *route.Fence // the highest term seen, and its verification
 	lost  lostReplies  // the loop's own
+	log   zerolog.Logger
+	// failing counts, per kind of Redis call, the calls of the loop that
+	// failed in a row: one failure is logged, a second reported (a fault
+	// that does not heal). The loop's own.
+	failing map[string]int
 
 	mu      sync.Mutex
 	started bool               // guarded by mu
@@ -100,7 +106,7 @@ func NewConsumer(client redis.UniversalClient, processID string, cfg Config) (*C
 	}
 	k := cfg.keys()
 	return &Consumer{client: client, processID: processID, inbox: k.Inbox(processID), keys: k, cfg: cfg,
-		fence: route.NewFence(client, k.Term, cfg.Terms, cfg.OpTimeout)}, nil
+		fence: route.NewFence(client, k.Term, cfg.Terms, cfg.OpTimeout), log: cfg.logger(), failing: map[string]int{}}, nil
 }
 
 // Inbox returns the name of the stream this Consumer reads.
@@ -168,8 +174,8 @@ func (c *Consumer) HighestTerm() int64 { return c.fence.Highest() }
 func (c *Consumer) Handled() uint64 { return c.handled.Load() }
 
 // Rejected returns how many entries were left, not handled, for a stale
-// term: the new master adopts them (they come again under its term) or
-// drops them.
+// term (Config.OnStale): the new master adopts them (they come again under
+// its term) or drops them.
 func (c *Consumer) Rejected() uint64 { return c.rejected.Load() }
 
 // Dead returns how many entries this Consumer moved to the dead-letter
@@ -226,6 +232,7 @@ func (c *Consumer) loop(ctx context.Context, done chan struct{}) {
 				c.readFailed(ctx, err)
 				continue
 			}
+			c.succeeded(opRead)
 			first, next = false, time.Now().Add(c.cfg.RetryDelay)
 		}
 		block := min(c.cfg.Block, max(time.Until(next), time.Millisecond))
@@ -235,6 +242,7 @@ func (c *Consumer) loop(ctx context.Context, done chan struct{}) {
 			next = time.Time{}
 			continue
 		}
+		c.succeeded(opRead)
 		for _, e := range entries {
 			if ctx.Err() != nil {
 				return
@@ -395,7 +403,7 @@ func (c *Consumer) readFailed(ctx context.Context, err error) {
 			return
 		}
 	}
-	c.cfg.report(fmt.Errorf("durable: read %q: %w: %w", c.inbox, pubsub.ErrConnection, err))
+	c.redisFailed(opRead, fmt.Errorf("durable: read %q: %w: %w", c.inbox, pubsub.ErrConnection, err))
 	t := time.NewTimer(c.cfg.RetryDelay)
 	defer t.Stop()
 	select {
@@ -431,7 +439,7 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 	if ok, stored, err := c.fence.Verify(ctx, term); !ok {
 		refused := &pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err}
 		if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
-			c.cfg.report(refused)
+			c.redisFailed(opVerify, refused)
 			c.failed.Add(1)
 			return // left pending: Redis could not be asked, ask again later
 		}
@@ -440,11 +448,17 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 		c.ack(ctx, e.ID)
 		return
 	}
+	c.succeeded(opVerify)
 	if h, ok := c.fence.Admit(term); !ok {
 		// Not this master's order: leave it for the master to adopt (or
 		// drop). Acknowledged, so no pass delivers it again; not deleted.
+		// Expected at every master change: no error.
 		c.rejected.Add(1)
-		c.cfg.report(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
+		c.log.Debug().Str("inbox", c.inbox).Str("entry", e.ID).Str("id", m.ID).Str("from", m.From).Int64("term", term).Int64("highest", h).
+			Msg("entry of an older term left for the new master to adopt")
+		if c.cfg.OnStale != nil {
+			c.cfg.OnStale(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
+		}
 		c.leave(ctx, e.ID)
 		return
 	}
@@ -460,7 +474,13 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 	}
 	if err := c.mux.Dispatch(ctx, d.Type, d); err != nil {
 		c.failed.Add(1)
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err})
+		failed := &pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err}
+		if ctx.Err() != nil {
+			// Close cut the handler short: no fault, the entry comes again.
+			c.log.Debug().Err(failed).Msg("handler stopped by Close; the entry stays pending")
+		} else {
+			c.cfg.report(failed)
+		}
 		if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit && ctx.Err() == nil {
 			c.bury(ctx, e, d, err) // not when Close cut the handler short
 		}
@@ -478,9 +498,10 @@ func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last 
 	defer cancel()
 	id, err := scripts.InboxDead(opCtx, c.client, c.keys, scripts.InboxGroup, c.inbox, e.ID, c.processID, d.Deliveries, last.Error())
 	if err != nil {
-		c.cfg.report(fmt.Errorf("durable: move entry %s of %q to the dead letters: %w: %w", e.ID, c.inbox, pubsub.ErrConnection, err))
+		c.redisFailed(opBury, fmt.Errorf("durable: move entry %s of %q to the dead letters: %w: %w", e.ID, c.inbox, pubsub.ErrConnection, err))
 		return // left pending: tried again at its next delivery
 	}
+	c.succeeded(opBury)
 	if id == "" {
 		return // moved or acknowledged meanwhile
 	}
@@ -499,8 +520,10 @@ func (c *Consumer) leave(ctx context.Context, id string) {
 	defer cancel()
 	if err := c.client.XAck(opCtx, c.inbox, scripts.InboxGroup, id).Err(); err != nil {
 		c.failed.Add(1)
-		c.cfg.report(fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
+		c.redisFailed(opAck, fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
+		return
 	}
+	c.succeeded(opAck)
 }
 
 // ack acknowledges and deletes one entry in one round trip (MULTI), even
@@ -517,8 +540,40 @@ func (c *Consumer) ack(ctx context.Context, id string) bool {
 	})
 	if err != nil {
 		c.failed.Add(1)
-		c.cfg.report(fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
+		c.redisFailed(opAck, fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
 		return false
 	}
+	c.succeeded(opAck)
 	return true
+}
+
+// The kinds of Redis calls of the loop whose failures are counted apart:
+// reads (XREADGROUP, and the pending pass's XPENDING and XCLAIM),
+// acknowledgements, term verifications, moves to the dead letters.
+const (
+	opRead   = "read"
+	opAck    = "acknowledge"
+	opVerify = "verify"
+	opBury   = "bury"
+)
+
+// redisFailed handles a failed Redis call of kind op. A failure whose
+// previous call of that kind succeeded is logged at debug level only: a
+// lost reply or a reconnection, healed by the retry it leads to (the entry
+// is delivered again). A second failure in a row is a fault that does not
+// heal, and goes to OnError, as does every further one.
+func (c *Consumer) redisFailed(op string, err error) {
+	c.failing[op]++
+	if c.failing[op] < 2 {
+		c.log.Debug().Err(err).Str("inbox", c.inbox).Str("call", op).Msg("redis call failed; trying again")
+		return
+	}
+	c.cfg.report(err)
+}
+
+// succeeded records that a Redis call of kind op went through.
+func (c *Consumer) succeeded(op string) {
+	if c.failing[op] != 0 {
+		delete(c.failing, op)
+	}
 }

@@ -18,15 +18,15 @@
 // of package pubsub: id, from, term, type, payload, sentAt) and, once moved
 // or adopted, d (its deliveries before).
 //
-// Master side, with the election as leader, slave lister and events:
+// One program runs on every process, master or slave, for its whole life:
+// the election decides which part acts, so no part is started or stopped
+// when the role changes. The election is the Router's leader, slave lister
+// and events, and the Consumer's term source:
 //
+//	election, _ := masterelection.New(client, masterelection.Config{})
 //	router, _ := durable.NewRouter(client, election, nil, durable.Config{})
-//	stop := router.Maintain(election, nil) // adopt the predecessors' backlog, move the inboxes of processes gone
+//	stop := router.Maintain(election, nil) // sweeps while this process is master
 //	defer stop()
-//	id, err := router.Send(ctx, slaveID, "assign-camera", cam) // stored, or not
-//
-// Slave side:
-//
 //	c, _ := durable.NewConsumer(client, election.NodeID(), durable.Config{Terms: election})
 //	c.Handle("assign-camera", func(ctx context.Context, d durable.Delivery) error {
 //		// d.ID is the message id, d.Deliveries how many times it was delivered
@@ -34,6 +34,18 @@
 //	})
 //	if err := c.Start(ctx); err != nil { ... }
 //	defer c.Close()
+//	if err := election.Start(ctx); err != nil { ... }
+//	// Wherever the application acts as master (OnMasterAcquired, RunIfMaster):
+//	id, err := router.Send(ctx, slaveID, "assign-camera", cam) // stored, or an error
+//
+// The master needs no Consumer, and may keep it: what its inbox holds
+// (sent to it while it was a slave) moves to the live slaves, as the inbox
+// of a process gone does, and a Send to the master itself is refused
+// (ErrMasterInbox). A Consumer kept on the master, with Config.Terms set to
+// the election, handles none of the moved entries but the one in its hands
+// when the mastership began. A live slave whose inbox no Consumer reads is
+// not refused at Send: its entries wait until it leaves the registry or
+// becomes master, then move.
 //
 // # The guarantee
 //
@@ -47,7 +59,9 @@
 //   - the master runs Router.Maintain (or calls Router.Sweep), so a new
 //     master adopts what its predecessors stored and moves the inboxes of
 //     processes that left the registry; without any master, entries wait;
-//   - some live slave runs a Consumer (entries wait for one otherwise);
+//   - some live slave runs a Consumer (entries wait for one otherwise;
+//     those of a slave that runs none wait until it leaves the registry or
+//     becomes master, then move);
 //   - Redis keeps its data (no persistence, or a failover to a replica that
 //     lacked the writes, loses the inboxes with everything else);
 //   - the application did not ask for the loss: Config.DropBacklog deletes
@@ -64,15 +78,17 @@
 //     nothing is stored where no process will read it.
 //   - Adoption: an entry written under a term older than the highest the
 //     Consumer has seen is never handled under that term: the Consumer
-//     acknowledges it without deleting it and reports it
-//     (*pubsub.StaleTermError). The next master's Sweep adds every entry of
+//     acknowledges it without deleting it and counts it (Rejected,
+//     Config.OnStale; no error). The next master's Sweep adds every entry of
 //     an older term again at the end of its inbox under its own term, with
-//     its message id and delivery count, and the Consumer handles it then.
+//     its message id and delivery count, and the Consumer handles it then
+//     (the master's own inbox moves to the slaves instead).
 //     The first Send or SendBatch of a mastership waits for that step, so
 //     in each inbox the adopted entries come before the new master's own.
 //   - Removed slaves: Sweep moves the entries of every inbox whose process
-//     is not live in the registry to the live slaves (Reassign, one fenced
-//     script per batch) and deletes the emptied inbox; Maintain sweeps at
+//     is not live in the registry, and of the master's own inbox, to the
+//     live slaves (Reassign, one fenced script per batch) and deletes the
+//     emptied inbox; Maintain sweeps at
 //     master-acquired, at each slave event and every Config.SweepInterval,
 //     so an inbox whose slave left between a send and its handling moves
 //     within SweepInterval of the registry's removal.
@@ -83,7 +99,14 @@
 //   - Failing handlers: a failed delivery is retried after RetryDelay,
 //     doubled at each retry up to Config.MaxRetryDelay; after
 //     MaxDeliveries deliveries the entry moves to the dead-letter stream with
-//     its last error (Config.OnDead, Consumer.Dead).
+//     its last error (Config.OnDead, Consumer.Dead). An entry that always
+//     fails (a poison message) dead-letters the sum of its backoffs after
+//     its first delivery: with M = MaxDeliveries, R = RetryDelay and
+//     Rmax = MaxRetryDelay, T = min(R, Rmax) + min(2R, Rmax) + … +
+//     min(2^(M−2)·R, Rmax), plus up to R per retry (the pending pass that
+//     takes it back runs every R) and the handler's own time. With the
+//     defaults (10, 1s, 30s): 1+2+4+8+16+4×30 = 151 s, at most about
+//     160 s. Entries behind it go on meanwhile.
 //   - Receive-side fencing as in pubsub: a slave never handles an entry under
 //     a term below one it has seen; a term above every verified term costs
 //     one GET of the term key and is refused (*pubsub.UnverifiedTermError,
@@ -106,16 +129,39 @@
 //     work: it is delivered again after its backoff;
 //   - a move or an adoption took an entry its slave was handling at that
 //     moment (a slave removed by mistake during a partition longer than the
-//     registry's TTL; a slave that had not yet heard of the new master): it
-//     is handled by the old handling and again after the move;
+//     registry's TTL; a slave that had not yet heard of the new master; the
+//     entry a new master's Consumer was handling when its own inbox moved):
+//     it is handled by the old handling and again after the move;
 //   - a Send whose reply was lost (a timeout, a dropped connection) and
 //     that the caller sent again: two entries, two message ids.
+//
+// # What to alert on
+//
+// Config.OnError is called only when something needs a look; a graceful
+// master change, an adoption, a redelivery after a lost reply call it
+// never (they show in the counters, the metrics of package metrics and the
+// debug log of Config.Logger). It receives:
+//
+//   - *pubsub.MessageError: an entry that could not be handled (malformed,
+//     no handler for its type, the handler failed or panicked); a failing
+//     entry comes again, and dead-letters after MaxDeliveries (OnDead);
+//   - *pubsub.UnverifiedTermError: an entry whose term Redis never minted
+//     (a forgery, or a data loss: ErrTermMissing), or whose term could not
+//     be checked twice in a row (Err says why);
+//   - pubsub.ErrConnection: a Redis call that failed twice in a row (a
+//     single failure healed by the next call is logged at debug level);
+//   - from Router.Maintain: a sweep that failed, or inboxes left with no
+//     slave to take them (ErrNoSlaves, reported once).
+//
+// Alert on any dead letter (OnDead, Consumer.Dead), on ErrConnection, on
+// UnverifiedTermError; watch the rate of MessageError, which is your
+// handlers' own.
 //
 // # Goroutines
 //
 // Router starts none of its own but Maintain's: one goroutine per
 // mastership while Maintain runs, ended with the mastership or by the
 // function Maintain returns. A Consumer runs one loop goroutine, started by
-// Start and stopped and waited for by Close; handlers, OnError and OnDead
+// Start and stopped and waited for by Close; handlers, OnError, OnStale and OnDead
 // run on it, never concurrently with each other.
 package durable

@@ -162,7 +162,8 @@ func TestRestartHandlesPendingFirst(t *testing.T) {
 // the inbox is never handled under its old term by a slave that knows the
 // newer term: it is left in the inbox (acknowledged, not deleted) and
 // reported; the new master's sweep adopts it under its own term, and then
-// it is handled, before the new master's own messages. The deposed master
+// it is handled, before the new master's own messages. It goes to OnStale,
+// not OnError: a master change is no fault. The deposed master
 // can add nothing.
 func TestStaleEntriesWaitForAdoption(t *testing.T) {
 	_, c := newMini(t)
@@ -176,11 +177,16 @@ func TestStaleEntriesWaitForAdoption(t *testing.T) {
 	b := takeOver(t, c, "b")
 	_, err = ra.Send(testCtx(t), "s1", "work", "fenced")
 	assertFenced(t, "send of the deposed master", err)
-	con, got, log := startConsumer(t, c, "s1", fast())
+	cfg := fast()
+	stales := make(chan *pubsub.StaleTermError, 10)
+	cfg.OnStale = func(e *pubsub.StaleTermError) { stales <- e }
+	con, got, log := startConsumer(t, c, "s1", cfg)
 	eventually(t, "the stale entry is met", func() bool { return con.Rejected() == 1 })
-	var stale *pubsub.StaleTermError
-	if errs := log.all(); len(errs) != 1 || !errors.As(errs[0], &stale) || stale.Term != old.Term() || stale.ID != oldID {
-		t.Errorf("errors %v", errs)
+	if stale := <-stales; stale.Term != old.Term() || stale.ID != oldID || stale.Highest != b.Term() {
+		t.Errorf("OnStale(%+v); want the old entry, term %d, below %d", stale, old.Term(), b.Term())
+	}
+	if errs := log.all(); len(errs) != 0 {
+		t.Errorf("an entry left for adoption is no error: OnError got %v", errs)
 	}
 	if n := c.XLen(testCtx(t), con.Inbox()).Val(); n != 1 || len(got) != 0 {
 		t.Fatalf("inbox holds %d entries, %d handled; want the stale entry left, unhandled", n, len(got))

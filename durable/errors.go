@@ -28,6 +28,11 @@ var (
 	// the registry (never registered, removed, or expired): the message was
 	// not added, since no process would read it.
 	ErrNotRegistered = errors.New("durable: not a live process in the registry")
+	// ErrMasterInbox is returned by Router.Send, and is the Outcome.Err of
+	// a message of SendBatch, when the slave is this process, the master:
+	// the master's own inbox is moved to the live slaves (Router.Sweep), so
+	// nothing is stored in it. The message was not added.
+	ErrMasterInbox = errors.New("durable: the slave is the master itself")
 	// ErrNotSent is pubsub.ErrNotSent itself, the two Routers sending
 	// batches alike: it is matched by the Outcome.Err of each message of
 	// SendBatch that was certainly not added because the batch stopped

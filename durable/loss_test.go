@@ -184,7 +184,7 @@ func TestIntegrationMasterKilledAfterBurstLosesNothing(t *testing.T) {
 // retries the read by itself, so the Consumer may not even see an error):
 // the entry sits in the slave's pending list, and the Consumer's periodic
 // look at its pending entries hands it to the handler, as its second
-// delivery, while newer entries go on.
+// delivery, while newer entries go on. None of it calls OnError.
 func TestIntegrationLostReadReplyIsRecovered(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		inst := redistest.Start(t, srv)
@@ -194,7 +194,8 @@ func TestIntegrationLostReadReplyIsRecovered(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		r := newRouter(t, admin, newMaster(t, admin, "m"), nil, fast())
 		log := &handledLog{}
-		cfg := durable.Config{Block: time.Second, RetryDelay: time.Second}
+		errs := &errLog{}
+		cfg := durable.Config{Block: time.Second, RetryDelay: time.Second, OnError: errs.add}
 		register(t, admin, "s1")
 		con, err := durable.NewConsumer(c, "s1", cfg)
 		if err != nil {
@@ -243,6 +244,9 @@ func TestIntegrationLostReadReplyIsRecovered(t *testing.T) {
 		eventually(t, "the entry after it is handled", func() bool { return log.count(after) == 1 })
 		if d := log.seen[lost][0]; d.Deliveries != 2 {
 			t.Errorf("the recovered entry's delivery %+v; want its second delivery", d)
+		}
+		for _, err := range errs.all() {
+			t.Errorf("a lost reply, healed by the next read, is no error: OnError(%v)", err)
 		}
 		t.Logf("%s: handled %s after the reset (the bound is 2 × RetryDelay = %s plus the handling of the entries ahead)",
 			srv.Name, time.Since(reset).Round(time.Millisecond), 2*cfg.RetryDelay)

@@ -62,7 +62,7 @@ func (r Reassigned) Total() int {
 // inboxes of the live slaves, each to the slave pick chooses (nil:
 // PickRendezvous), and deletes the emptied inbox. Call it when fromID is
 // gone for good; Sweep (and so Maintain) calls it for every inbox whose
-// process is no longer live in the registry.
+// process is no longer live in the registry, and for this process's own.
 //
 // Each batch of up to Config.ReassignBatch entries is one script call that
 // checks, in the same atomic step as the moves, that this process still
@@ -83,9 +83,6 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 	if err := route.CheckName("slave id", fromID); err != nil {
 		return res, err
 	}
-	if r.slaves == nil {
-		return res, errors.New("durable: Reassign: the Router has no SlaveLister")
-	}
 	if pick == nil {
 		pick = PickRendezvous
 	}
@@ -104,6 +101,9 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 			return res, nil
 		}
 		if slaves == nil {
+			if r.slaves == nil {
+				return res, errors.New("durable: Reassign: the Router has no SlaveLister")
+			}
 			if slaves, err = r.liveSlaves(ctx, fromID); err != nil {
 				return res, err
 			}

@@ -78,7 +78,9 @@ func (r *Router) Inbox(slaveID string) string { return r.keys.Inbox(slaveID) }
 // process is not master, an error matching both ErrNotMaster and
 // scripts.ErrFenced when Redis's lock is not this process's under that term
 // (nothing was added), ErrNotRegistered when slaveID is not a live process
-// in the registry, ErrInboxFull when the inbox holds Config.MaxLen entries,
+// in the registry, ErrMasterInbox when slaveID is this process (the
+// master's inbox is moved to the slaves), ErrInboxFull when the inbox
+// holds Config.MaxLen entries,
 // and an error
 // matching pubsub.ErrInvalidName, ErrInvalidPayload or ErrPayloadTooLarge
 // for bad input. On any other error (a timeout, a lost connection) the
@@ -105,21 +107,29 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 // of its predecessors' entries, the inbox_send script adds items to their
 // slaves' inboxes while this process holds the lock under term (a fenced
 // call's scripts.ErrFenced matches ErrNotMaster too). An item it did not
-// add gets ErrInboxFull or ErrNotRegistered.
+// add gets ErrInboxFull or ErrNotRegistered; one for this process itself,
+// ErrMasterInbox, and is not sent.
 func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]error, error) {
 	if err := r.takeOver(ctx, term); err != nil {
 		return nil, err
 	}
-	queued := make([]scripts.Queued, len(items))
+	errs := make([]error, len(items))
+	queued := make([]scripts.Queued, 0, len(items))
+	at := make([]int, 0, len(items)) // the index in items of each queued message
 	for j, it := range items {
-		queued[j] = scripts.Queued{Inbox: r.keys.Inbox(it.SlaveID), Message: it.Data}
+		if it.SlaveID == r.leader.NodeID() {
+			errs[j] = fmt.Errorf("send to slave %q: %w", it.SlaveID, ErrMasterInbox)
+			continue
+		}
+		queued = append(queued, scripts.Queued{Inbox: r.keys.Inbox(it.SlaveID), Message: it.Data})
+		at = append(at, j)
 	}
 	ids, err := scripts.InboxSend(ctx, r.client, r.keys, r.leader.NodeID(), term, r.cfg.MaxLen, queued)
 	if err != nil {
 		return nil, err
 	}
-	errs := make([]error, len(ids))
-	for j, id := range ids {
+	for q, id := range ids {
+		j := at[q]
 		switch id {
 		case scripts.SentFull:
 			errs[j] = fmt.Errorf("send to slave %q: %w (%d entries)", items[j].SlaveID, ErrInboxFull, r.cfg.MaxLen)
@@ -134,7 +144,7 @@ func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]e
 // with durable's meaning. ID is the message's id; "" when it was refused as
 // invalid or SendBatch stopped before stamping it. Err is nil when Redis
 // stored the message in the slave's inbox. Otherwise it matches
-// ErrInboxFull or ErrNotRegistered (not added), pubsub.ErrInvalidName,
+// ErrInboxFull, ErrNotRegistered or ErrMasterInbox (not added), pubsub.ErrInvalidName,
 // ErrInvalidPayload or ErrPayloadTooLarge (refused before anything was
 // sent), ErrNotSent (certainly not added; it wraps why the batch stopped),
 // or it is the error of the call that carried the message (which may or

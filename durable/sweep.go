@@ -32,11 +32,11 @@ type Swept struct {
 	// that are not live, by the process whose inbox they left.
 	Moved map[string]int
 	// Deleted is the number of inboxes deleted: empty, and their process
-	// not live.
+	// not live, or this process's own, emptied by a move.
 	Deleted int
-	// Orphans are the processes, not live, whose inboxes still hold
-	// entries because no live slave could take them (ErrNoSlaves) or their
-	// move failed; the next sweep tries again.
+	// Orphans are the processes, not live (or this process, master),
+	// whose inboxes still hold entries because no live slave could take
+	// them (ErrNoSlaves) or their move failed; the next sweep tries again.
 	Orphans []string
 	// Calls is the number of script calls, each one round trip.
 	Calls int
@@ -56,9 +56,14 @@ func (s Swept) changed() bool {
 //     delivery count kept; with Config.DropBacklog they are deleted and
 //     counted instead. A slave that met such an entry before the sweep
 //     left it in its inbox (acknowledged, not deleted) for this step.
-//   - the inboxes of processes that are not live in the registry are moved
-//     to the live slaves with Reassign (pick as there; nil:
-//     PickRendezvous), and deleted once empty.
+//   - the inboxes of processes that are not live in the registry, and this
+//     process's own inbox (what it was sent while a slave, which no
+//     Consumer of a master need read), are moved to the live slaves with
+//     Reassign (pick as there; nil: PickRendezvous), and deleted once
+//     empty. This process's inbox is not adopted: a Consumer it may still
+//     run would read adopted entries while they move. With Config.Terms
+//     set, that Consumer rejects the moved entries' old terms; the entry in
+//     its hands at the change is handled there and again after the move.
 //
 // Each script call checks that this process holds the lock under its term
 // in the same atomic step as its changes, so a deposed master changes
@@ -73,16 +78,22 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 	if err != nil {
 		return Swept{}, err
 	}
-	res, gone, err := r.adopt(ctx, term)
+	res, gone, own, err := r.adopt(ctx, term)
 	if err != nil {
 		return res, err
 	}
 	r.backlog.done(term)
 	var errs []error
+	self := r.leader.NodeID()
+	// This process's own inbox first: it holds what was sent to it while
+	// it was a slave, which the slaves take over whether or not this
+	// process still runs a Consumer. It is live, whatever the registry
+	// said a moment ago.
+	gone = slices.DeleteFunc(gone, func(id string) bool { return id == self })
+	if own {
+		gone = append([]string{self}, gone...)
+	}
 	for _, id := range gone {
-		if id == r.leader.NodeID() {
-			continue // this process's own inbox: it is live, whatever the registry said a moment ago
-		}
 		moved, err := r.Reassign(ctx, id, pick)
 		res.Calls += moved.Calls
 		res.Malformed += moved.Dropped
@@ -103,7 +114,9 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 			}
 			continue
 		}
-		res.Deleted++ // Reassign deletes the inbox it emptied
+		if id != self || moved.Total()+moved.Gone+moved.Dropped > 0 {
+			res.Deleted++ // Reassign deletes the inbox it emptied
+		}
 	}
 	r.orphans.set(res.Orphans)
 	if len(res.Orphans) > 0 && len(errs) == 0 {
@@ -115,14 +128,15 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 // sweepChunk is the most inboxes one inbox_adopt call walks.
 const sweepChunk = 128
 
-// adopt walks every inbox once with inbox_adopt.lua under term, adopting
-// (or dropping) the entries of older terms, and returns the processes that
-// are not live whose inboxes still exist.
-func (r *Router) adopt(ctx context.Context, term int64) (Swept, []string, error) {
-	res := Swept{Term: term}
+// adopt walks every inbox but this process's own once with inbox_adopt.lua
+// under term, adopting (or dropping) the entries of older terms, and
+// returns the processes that are not live whose inboxes still exist, and
+// whether this process's own inbox is listed.
+func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []string, own bool, err error) {
+	res = Swept{Term: term}
 	ids, err := r.client.SMembers(ctx, r.keys.Inboxes).Result()
 	if err != nil {
-		return res, nil, fmt.Errorf("sweep: list the inboxes (%q): %w", r.keys.Inboxes, err)
+		return res, nil, false, fmt.Errorf("sweep: list the inboxes (%q): %w", r.keys.Inboxes, err)
 	}
 	slices.Sort(ids)
 	res.Inboxes = len(ids)
@@ -130,14 +144,18 @@ func (r *Router) adopt(ctx context.Context, term int64) (Swept, []string, error)
 	if r.cfg.DropBacklog {
 		mode = scripts.AdoptDrop
 	}
-	var gone []string
-	todo := slices.DeleteFunc(ids, func(id string) bool { return route.CheckName("process id", id) != nil })
+	self := r.leader.NodeID()
+	own = slices.Contains(ids, self)
+	// This process's own inbox is not adopted but moved to the slaves, by
+	// Sweep: adopted in place, its entries would be this term's and read by
+	// its own Consumer, if any, while a sweep moves them.
+	todo := slices.DeleteFunc(ids, func(id string) bool { return id == self || route.CheckName("process id", id) != nil })
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), sweepChunk)]
 		res.Calls++
 		states, err := scripts.InboxAdopt(ctx, r.client, r.keys, r.leader.NodeID(), term, scripts.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
 		if err != nil {
-			return res, gone, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
+			return res, gone, own, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
 		}
 		var again []string
 		for i, st := range states {
@@ -160,7 +178,7 @@ func (r *Router) adopt(ctx context.Context, term int64) (Swept, []string, error)
 		}
 		todo = append(again, todo[len(chunk):]...)
 	}
-	return res, gone, nil
+	return res, gone, own, nil
 }
 
 // takeOver runs the adoption step of a sweep once per term, before this
@@ -180,7 +198,7 @@ func (r *Router) takeOver(ctx context.Context, term int64) error {
 	if r.backlog.term.Load() == term {
 		return nil
 	}
-	res, _, err := r.adopt(ctx, term)
+	res, _, _, err := r.adopt(ctx, term)
 	if err != nil {
 		return fmt.Errorf("take over the inboxes of the earlier masters: %w", err)
 	}

@@ -88,6 +88,12 @@
 //     handler) is reported through Config.OnError and skipped; it never
 //     stops the loop. Bad input to the senders is refused with an error
 //     before anything is published.
+//   - What to alert on: ErrConnection (each failed reconnect),
+//     ErrBacklogFull (messages dropped), *UnverifiedTermError (a forged
+//     term, or Redis lost its data). Watch the rate of *MessageError (the
+//     handlers' own failures) and of *StaleTermError: a message of a
+//     replaced master dropped by the fence, a few of which are expected at
+//     each master change (pub/sub delivers at most once).
 //   - Router.Send returns *NoSubscriberError when Redis had no subscriber
 //     for the channel; Router.SendBatch reports it per message.
 //   - Router.SendBatch publishes in the order of the batch. A batch of

@@ -881,12 +881,12 @@ func (dc *durableCtl) burst(ctx context.Context, m *masterelection.MasterElectio
 // master, a durable Router that reassigns removed slaves' inboxes.
 func startDurable(ctx context.Context, client *redis.Client, m *masterelection.MasterElection, o options, out *recorder) (*durable.Router, *durable.Consumer, error) {
 	cfg := durable.Config{LockName: o.lock, Terms: m, Block: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
+		OnStale: func(stale *pubsub.StaleTermError) {
+			out.write(faults.Record{Kind: faults.KindDurableRejected, Peer: stale.From, Term: stale.Term, Highest: stale.Highest, Detail: stale.ID})
+		},
 		OnError: func(err error) {
-			var stale *pubsub.StaleTermError
 			var unverified *pubsub.UnverifiedTermError
 			switch {
-			case errors.As(err, &stale):
-				out.write(faults.Record{Kind: faults.KindDurableRejected, Peer: stale.From, Term: stale.Term, Highest: stale.Highest, Detail: stale.ID})
 			case errors.As(err, &unverified) && unverified.Err == nil:
 				out.write(faults.Record{Kind: faults.KindDurableRejected, Peer: unverified.From, Term: unverified.Term, Seq: 1, Detail: unverified.ID})
 			default:
