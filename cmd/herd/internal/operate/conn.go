@@ -120,6 +120,10 @@ func newClient(rawURL string) (client redis.UniversalClient, topo Topology, show
 			return bad(err)
 		}
 		herdSettings(&opts.ContextTimeoutEnabled, &opts.DisableIdentity, &opts.MaintNotificationsConfig)
+		// A failed master sends no MOVED: without a reload the client
+		// keeps asking it until go-redis's 60 s default reload, and watch
+		// and status see a failover that late.
+		opts.ClusterStateReloadInterval = ClusterStateReloadInterval
 		return redis.NewClusterClient(opts), TopologyCluster, shown, nil
 	case q.Has("master_name"):
 		opts, err := redis.ParseFailoverURL(u.String())
@@ -150,6 +154,11 @@ func herdSettings(contextTimeout, disableIdentity *bool, maint **maintnotificati
 		*maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
 }
+
+// ClusterStateReloadInterval is how often herd's commands reload a Redis
+// Cluster's slot map (the setting docs/topologies.md recommends), so that
+// they follow a failover of herd's slot within about that long.
+const ClusterStateReloadInterval = time.Second
 
 // userinfo matches the user information of a URL, to hide its password.
 var userinfo = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)

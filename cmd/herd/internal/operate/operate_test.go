@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/registry"
@@ -336,5 +338,26 @@ func TestStepDownSendsAgain(t *testing.T) {
 	}
 	if n := <-copies; n < 2 {
 		t.Errorf("%d copies of the request published, want at least 2", n)
+	}
+}
+
+// TestClusterClientReloadsItsSlots: a Cluster URL gives a client that
+// reloads the slot map every ClusterStateReloadInterval (a second), not
+// go-redis's 60 s: a failed master sends no MOVED, and watch and status
+// would follow a failover of herd's slot a minute late.
+func TestClusterClientReloadsItsSlots(t *testing.T) {
+	for _, url := range []string{"redis+cluster://127.0.0.1:1?addr=127.0.0.1:2", "redis://127.0.0.1:1?addr=127.0.0.1:2"} {
+		c, topo, _, err := newClient(url)
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		cc, ok := c.(*redis.ClusterClient)
+		if !ok || topo != TopologyCluster {
+			t.Fatalf("%s: a %T (%s), want a cluster client", url, c, topo)
+		}
+		if got := cc.Options().ClusterStateReloadInterval; got != time.Second {
+			t.Errorf("%s: ClusterStateReloadInterval %v, want 1s", url, got)
+		}
+		_ = c.Close()
 	}
 }
