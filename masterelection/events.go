@@ -136,7 +136,7 @@ func newBus(onPanic func(topic string, v any, stack []byte)) *bus {
 type subscriber struct {
 	topic  string // an event's topic, or topicAll
 	handle func(payload)
-	ch     <-chan emitter.Event // the emitter's listener channel, read only by the runner; closed by Off
+	ch     <-chan emitter.Event // the emitter's listener channel, set under mu, read by admit under mu and by the runner; closed by Off
 	errs   atomic.Int64         // error events admitted and not yet taken by the runner
 
 	mu       sync.Mutex
@@ -155,7 +155,13 @@ func (b *bus) subscribe(topic string, handle func(payload)) (unsubscribe func())
 		return func() {}
 	}
 	s := &subscriber{topic: topic, handle: handle}
+	// An Emit of another goroutine calls admit(s), which reads s.ch under
+	// s.mu, from the moment On has registered s: s.ch is set under s.mu
+	// too. (No lock-order cycle: Emit holds the emitter's lock, which On
+	// takes, only once On has returned.)
+	s.mu.Lock()
 	s.ch = b.em.On(topic, b.admit(s))
+	s.mu.Unlock()
 	b.subs[s] = struct{}{}
 	b.wg.Add(1)
 	go b.runner(s)

@@ -547,3 +547,38 @@ func TestBusUnsubscribeDropsOverflowAndCountsItDone(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 1: queued events ran after unsubscribe", n)
 	}
 }
+
+// TestBusSubscribeWhileEmitting: handlers registered while another
+// goroutine emits (durable's Maintain subscribing while the master's
+// tracker reports slaves) race with nothing (the race detector watches
+// admit's read of the listener channel) and each gets every event emitted
+// after its registration returned.
+func TestBusSubscribeWhileEmitting(t *testing.T) {
+	b := newTestBus(t)
+	stop := make(chan struct{})
+	emitted := make(chan struct{})
+	go func() {
+		defer close(emitted)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				b.emit(topicSlaveRegistered, payload{})
+			}
+		}
+	}()
+	var got []*atomic.Int64
+	for range 50 {
+		n := &atomic.Int64{}
+		got = append(got, n)
+		b.subscribe(topicSlaveRegistered, func(payload) { n.Add(1) })
+		time.Sleep(200 * time.Microsecond) // emits in between: the race detector's window
+	}
+	close(stop)
+	<-emitted
+	b.emit(topicSlaveRegistered, payload{}) // after every registration
+	for i, n := range got {
+		waitFor(t, fmt.Sprintf("handler %d got the last event", i), func() bool { return n.Load() > 0 })
+	}
+}
