@@ -75,13 +75,12 @@ func (l *lease) errLocked() error {
 	return l.err
 }
 
-// Deadline returns the Worker's own deadline for the item: it moves forward
-// with each renewal.
-func (l *lease) Deadline() (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline, true
-}
+// Deadline reports no deadline: the Worker's own deadline for the item
+// moves forward with each renewal, and context.Context requires successive
+// calls to return the same result (a library that copies a deadline, such
+// as an RPC timeout, would cut the work at the first one). Err and Done
+// enforce the moving deadline.
+func (l *lease) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 // Done is closed when the ownership ends.
 func (l *lease) Done() <-chan struct{} { return l.done }

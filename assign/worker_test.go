@@ -495,3 +495,36 @@ func TestWorkerWithoutNotices(t *testing.T) {
 	}
 	s.wg.Wait()
 }
+
+// TestItemCtxHasNoDeadline: an item's ctx reports no deadline (its
+// Worker's own deadline moves with each renewal, and a ctx's Deadline must
+// not), yet a ctx derived from it ends when the item is revoked.
+func TestItemCtxHasNoDeadline(t *testing.T) {
+	f := newFixture(t)
+	f.plan(t, "a", []string{"x"})
+	c := f.inst.Client(t)
+	w, err := assign.NewWorker(c, f.election(t, c, "a"), f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan context.Context, 1)
+	if err := w.OnAssigned(func(ctx context.Context, _ string) { got <- ctx }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop(context.Background()) }()
+	ctx := <-got
+	if d, ok := ctx.Deadline(); ok {
+		t.Fatalf("item ctx Deadline = %v, true; want none", d)
+	}
+	derived, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	f.plan(t, "b", []string{"x"})
+	select {
+	case <-derived.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a ctx derived from the item's did not end when the item moved")
+	}
+}
