@@ -255,12 +255,13 @@ func newQuotas(n int, weights []float64, caps []int) quotas {
 		for _, j := range order[k:] {
 			share := float64(left) * weights[j] / w
 			lo := int(math.Floor(share))
+			integral := false
 			if r := math.Round(share); math.Abs(share-r) < 1e-9*max(1, share) {
-				lo = int(r) // an integer share, up to the rounding of floats
+				lo, integral = int(r), true // an integer share, up to the rounding of floats
 			}
 			lo = min(max(lo, 0), caps[j])
 			q.lo[j], q.hi[j] = lo, lo
-			if float64(lo) != share && lo < caps[j] {
+			if !integral && lo < caps[j] {
 				q.hi[j] = lo + 1
 			}
 			sum += lo

@@ -301,3 +301,27 @@ func TestPlanItemsAndMoves(t *testing.T) {
 		t.Fatalf("Moves = %+v, want %+v", got, want)
 	}
 }
+
+// TestIntegralShareIsExact: a share that is an integer up to the rounding
+// of floats (4 items × 0.3 / 1.2 = 0.9999999999999998) gets exactly that
+// many items, never one more.
+func TestIntegralShareIsExact(t *testing.T) {
+	slaves := []Slave{
+		{ID: "a", Capabilities: registry.Capabilities{MaxSubscriptions: 3, PreferredWorkload: 10}}, // weight 0.3: share 1
+		{ID: "b", Capabilities: registry.Capabilities{MaxSubscriptions: 5, PreferredWorkload: 10}}, // 0.5: 1.67
+		{ID: "c", Capabilities: registry.Capabilities{MaxSubscriptions: 4, PreferredWorkload: 10}}, // 0.4: 1.33
+	}
+	for seed := range 50 {
+		items := make([]string, 4)
+		for i := range items {
+			items[i] = fmt.Sprintf("item-%d-%d", seed, i)
+		}
+		p, err := Assign(items, slaves)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(p.Items("a")); n != 1 {
+			t.Fatalf("items %v: slave a of share 1 got %d: %v", items, n, p.Owner)
+		}
+	}
+}
