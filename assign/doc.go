@@ -78,7 +78,12 @@
 // master puts its copy back, fenced by its term, and plans it: no SetItems
 // call is needed (Planner.Restores counts them). A set emptied with
 // SetItems keeps its version and stays empty; delete a set with SetItems,
-// never with DEL, or the master takes it for lost.
+// never with DEL, or the master takes it for lost. Between the loss and the
+// restore, AddItems and RemoveItems return ErrSetLost. The ownerships are
+// lost too, so a new owner may claim at once: an old owner cut off from
+// Redis keeps its ctx until LeaseTTL − Margin after its last renewal,
+// which the election's wait after a loss (LockTTL) covers when LeaseTTL −
+// Margin is below LockTTL, as with the defaults.
 //
 // # Timings
 //
