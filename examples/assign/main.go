@@ -223,7 +223,9 @@ func (h *herd) master() *node {
 }
 
 // settled waits until the master's last plan gives every item to a live
-// slave, and every item is owned by the slave that plan gives it.
+// slave, balanced over every live slave (they have equal capabilities:
+// counts within one), and every item is owned by the slave that plan gives
+// it.
 func (h *herd) settled(ctx context.Context, items []string) error {
 	for {
 		m := h.master()
@@ -235,10 +237,17 @@ func (h *herd) settled(ctx context.Context, items []string) error {
 					ok = false
 				}
 			}
+			lo, hi := len(items), 0
 			for id, n := range h.nodes {
 				if !slices.Equal(n.w.Owned(), want.Items(id)) {
 					ok = false
 				}
+				if n != m {
+					lo, hi = min(lo, len(want.Items(id))), max(hi, len(want.Items(id)))
+				}
+			}
+			if hi-lo > 1 {
+				ok = false
 			}
 			if ok {
 				return nil
