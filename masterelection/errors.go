@@ -1,7 +1,13 @@
 package masterelection
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/scripts"
 )
@@ -91,3 +97,45 @@ var (
 	// handler panics.
 	ErrHandlerPanic = errors.New("masterelection: event handler panicked")
 )
+
+// transientPrefixes are the Redis error replies of a server that is
+// restarting, failing over or between roles, each of which herd retries
+// until it passes.
+var transientPrefixes = []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "BUSY", "MOVED", "ASK"}
+
+// Transient reports whether err, an error event's (OnError, Event.Err), is
+// one of the failures a Redis restart, a failover or a network blip causes,
+// which herd retries and heals by itself: a deadline passed, a connection
+// refused, reset, closed (EOF) or timed out, or a server that answers
+// LOADING, CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY, BUSY, MOVED or ASK.
+// They say Redis was out of reach for a moment; what that cost shows as
+// master-lost events and no master (herd_cluster_has_master). The rest need
+// a person: a refused permission (ErrPermission), foreign values in
+// herd's keys (ErrGarbage), a twin (ErrDuplicateNodeID), an eviction
+// policy, a handler's panic, out of memory, and any error Transient does not
+// know. Alert on those at once, on transient ones only when they last.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, sentinel := range []error{ErrPermission, ErrGarbage, ErrDuplicateNodeID, ErrEvictionPolicy,
+		ErrClusterCoverage, ErrUnconfirmedNotice, ErrHandlerPanic, ErrReplicas, ErrDataLoss} {
+		if errors.Is(err, sentinel) {
+			return false
+		}
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		for _, p := range transientPrefixes {
+			if redis.HasErrorPrefix(rerr, p) {
+				return true
+			}
+		}
+		return false
+	}
+	var nerr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.As(err, &nerr)
+}

@@ -72,7 +72,9 @@ func (m *MasterElection) OnSlaveRemoved(fn func(nodeID string)) (unsubscribe fun
 
 // OnError registers fn for error events: Redis errors of the loops (which
 // keep retrying), unexpected values found in herd's keys, and handler
-// panics. Errors are wrapped with what was being done; use errors.Is. fn
+// panics. Errors are wrapped with what was being done; use errors.Is, and
+// Transient to tell a failover's errors, which heal by themselves, from
+// those that need a person. fn
 // runs on a goroutine of its own, in order; at most 1,024 error events wait
 // for it, further ones are dropped and counted (DroppedErrors). Stop waits,
 // bounded by its ctx, for fn to finish the events already queued (package

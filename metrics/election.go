@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 
@@ -57,7 +58,7 @@ func errorKind(err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr) && nerr.Timeout():
 		return "timeout"
-	case errors.As(err, &nerr):
+	case errors.As(err, &nerr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, redis.ErrClosed):
 		return "connection"
 	case errors.As(err, &rerr):
 		return "redis"
