@@ -687,6 +687,13 @@ func compactJSON(v any) string {
 // writeStatus writes the table form of herd status.
 func writeStatus(w io.Writer, s operate.Snapshot, url string) {
 	fmt.Fprintf(w, "lock     %s on %s (registry backend %s)\n", s.Lock, url, s.Backend)
+	if s.Cluster {
+		node := s.SlotNode
+		if node == "" {
+			node = "a node the slot map does not name yet"
+		}
+		fmt.Fprintf(w, "slot     %d on %s\n", s.Slot, node)
+	}
 	if m := s.Master; m != nil {
 		who := m.NodeID
 		if m.Identifier != "" && m.Identifier != m.NodeID {

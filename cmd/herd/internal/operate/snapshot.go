@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/subhub"
 	"github.com/herdkit/herd/registry"
 	"github.com/herdkit/herd/scripts"
 )
@@ -85,6 +86,13 @@ type Snapshot struct {
 	// Assignments summarize the item sets the Reader watches
 	// (WatchAssignments); nil when it watches none.
 	Assignments []AssignSummary
+	// Cluster is true on a Redis Cluster. Slot is then the hash slot of
+	// herd's keys (they share it: the lock name is their hash tag) and
+	// SlotNode the address of the master node serving it, as the client's
+	// slot map says ("" when it names none).
+	Cluster  bool
+	Slot     int
+	SlotNode string
 }
 
 // ByRole returns the processes of role r ("" for all).
@@ -176,6 +184,12 @@ func (r *Reader) read(ctx context.Context) (Snapshot, bool, error) {
 		return Snapshot{}, false, Classify("check the lock "+k.Master, err)
 	}
 	s := Snapshot{Lock: r.conn.Lock, Backend: r.reg.Backend(), Time: now, Local: local, LastTerm: st.Term, ProcessTTL: r.processTTL}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		s.Cluster, s.Slot = true, subhub.Slot(k.Master)
+		if node, err := cc.MasterForKey(ctx, k.Master); err == nil {
+			s.SlotNode = node.Options().Addr
+		}
+	}
 	var warnings []string
 	if st.Garbage != "" {
 		warnings = append(warnings, "garbage: "+st.Garbage)
@@ -349,9 +363,9 @@ func UnknownLock(ctx context.Context, conn *Conn) error {
 }
 
 // MarshalJSON writes the status form of the snapshot, exactly these members:
-// lock, backend, master (nodeId, identifier, term, heldMs, ttlMs; null when
-// nobody holds the lock), processes (each entry as stored plus ageMs) and
-// warnings.
+// lock, backend, on a Cluster slot and slotNode, master (nodeId, identifier,
+// term, heldMs, ttlMs; null when nobody holds the lock), processes (each
+// entry as stored plus ageMs) and warnings.
 func (s Snapshot) MarshalJSON() ([]byte, error) {
 	type master struct {
 		NodeID     string `json:"nodeId"`
@@ -363,10 +377,15 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 	out := struct {
 		Lock      string          `json:"lock"`
 		Backend   string          `json:"backend"`
+		Slot      *int            `json:"slot,omitempty"`
+		SlotNode  string          `json:"slotNode,omitempty"`
 		Master    *master         `json:"master"`
 		Processes json.RawMessage `json:"processes"`
 		Warnings  []string        `json:"warnings"`
-	}{Lock: s.Lock, Backend: string(s.Backend), Warnings: s.Warnings}
+	}{Lock: s.Lock, Backend: string(s.Backend), SlotNode: s.SlotNode, Warnings: s.Warnings}
+	if s.Cluster {
+		out.Slot = &s.Slot
+	}
 	if out.Warnings == nil {
 		out.Warnings = []string{}
 	}

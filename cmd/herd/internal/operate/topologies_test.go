@@ -56,6 +56,16 @@ func TestTopologyURLs(t *testing.T) {
 		if err != nil || snap.Master == nil || snap.Master.NodeID != "a" || len(snap.Processes) != 2 || len(snap.Warnings) != 0 {
 			t.Fatalf("%s: %+v, %v", url, snap, err)
 		}
+		// On a Cluster, status names herd's slot and the node serving it.
+		if cc, ok := c.Client.(*redis.ClusterClient); ok != (topo == TopologyCluster) || snap.Cluster != ok {
+			t.Fatalf("%s: Cluster %v for a %T", url, snap.Cluster, c.Client)
+		} else if ok {
+			slot, err := cc.ClusterKeySlot(testCtx(t), c.Keys.Master).Result()
+			node, nerr := cc.MasterForKey(testCtx(t), c.Keys.Master)
+			if err != nil || nerr != nil || int64(snap.Slot) != slot || snap.SlotNode != node.Options().Addr || snap.SlotNode == "" {
+				t.Fatalf("%s: slot %d on %q; CLUSTER KEYSLOT says %d (%v), the slot map %v (%v)", url, snap.Slot, snap.SlotNode, slot, err, node, nerr)
+			}
+		}
 		// The dead letters: counted, listed and dropped under the lock's
 		// keys (hash-tagged on a Cluster).
 		if snap.DeadLetters != 0 {
