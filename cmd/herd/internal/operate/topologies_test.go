@@ -109,3 +109,42 @@ func TestTopologyURLs(t *testing.T) {
 		check(t, url, TopologySentinel, nodes)
 	})
 }
+
+// TestReaderFollowsAClusterFailover: the Redis master serving herd's slot
+// is killed; once its replica is promoted, herd's reader (status, watch)
+// reads through the new node within a few of its one-second slot-map
+// reloads, not at go-redis's default reload a minute later. It logs how
+// long that took; the bound it asserts is far above a second and far below
+// a minute, so only a reader that does not reload fails it.
+func TestReaderFollowsAClusterFailover(t *testing.T) {
+	s := redistest.Default(t)
+	cl := redistest.StartClusterReplicas(t, s, 3, 1)
+	elect(t, func() redis.UniversalClient { return redis.NewClusterClient(cl.Options()) }, "topo", "a", "b")
+	addrs := cl.Addrs()
+	r := reader(t, dial(t, "redis+cluster://"+addrs[0]+"?addr="+strings.Join(addrs[1:], "&addr="), "topo"))
+	before, err := r.Read(testCtx(t))
+	if err != nil || !before.Cluster || before.SlotNode == "" {
+		t.Fatalf("before: %+v, %v", before, err)
+	}
+	owner := cl.NodeForSlot(t, before.Slot)
+	if owner.Addr != before.SlotNode {
+		t.Fatalf("the reader says slot %d is on %s, the cluster says %s", before.Slot, before.SlotNode, owner.Addr)
+	}
+	owner.Kill(t)
+	cl.WaitHealthy(t, 0)
+	promoted := time.Now()
+	var after Snapshot
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		after, err = r.Read(ctx)
+		cancel()
+		if err == nil && after.SlotNode != "" && after.SlotNode != before.SlotNode {
+			break
+		}
+		if time.Since(promoted) > 20*time.Second {
+			t.Fatalf("the reader still reads %s (%v) 20s after the promotion: it does not reload the slot map", after.SlotNode, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("reader on the promoted node %s %v after the promotion (master %v)", after.SlotNode, time.Since(promoted).Round(time.Millisecond), after.Master)
+}
