@@ -71,6 +71,46 @@ func (n *node) stop(t *testing.T) {
 	_ = n.e.Stop(ctx)
 }
 
+// herdOf starts a node for each id on inst, with no capabilities (equal
+// slaves), and sets items through the first.
+func herdOf(t *testing.T, inst *redistest.Instance, s *spans, cfg assign.Config, items []string, ids ...string) map[string]*node {
+	t.Helper()
+	nodes := map[string]*node{}
+	for _, id := range ids {
+		nodes[id] = startNode(t, inst, id, registry.Capabilities{}, s, cfg)
+	}
+	if err := nodes[ids[0]].p.SetItems(context.Background(), items...); err != nil {
+		t.Fatal(err)
+	}
+	return nodes
+}
+
+// stopMaster stops the master among nodes and removes it from them.
+func stopMaster(t *testing.T, nodes map[string]*node) {
+	t.Helper()
+	for id, n := range nodes {
+		if n.e.IsMaster() {
+			n.stop(t)
+			delete(nodes, id)
+			return
+		}
+	}
+	t.Fatal("no master to stop")
+}
+
+// noOverlaps stops every node, waits for the handlers, and fails the test
+// if an item was ever live in two Workers at once.
+func noOverlaps(t *testing.T, nodes map[string]*node, s *spans) {
+	t.Helper()
+	for _, n := range nodes {
+		n.stop(t)
+	}
+	s.wg.Wait()
+	if o := s.overlaps(); len(o) > 0 {
+		t.Fatalf("overlaps:\n%v", o)
+	}
+}
+
 // settled waits until the master's Planner has planned exactly items over
 // the live non-master nodes (every item placed, none on the master, each
 // slave within one of the others' counts when their capabilities are
@@ -156,21 +196,9 @@ func TestPlannerAssignsAndANewMasterFinishesThePlan(t *testing.T) {
 	settled(t, items, nodes, caps, 10*time.Second)
 
 	// The master leaves; the next one finishes the plan without itself.
-	for id, n := range nodes {
-		if n.e.IsMaster() {
-			n.stop(t)
-			delete(nodes, id)
-			break
-		}
-	}
+	stopMaster(t, nodes)
 	settled(t, items, nodes, caps, 10*time.Second)
-	for _, n := range nodes {
-		n.stop(t)
-	}
-	s.wg.Wait()
-	if o := s.overlaps(); len(o) > 0 {
-		t.Fatalf("overlaps:\n%v", o)
-	}
+	noOverlaps(t, nodes, s)
 }
 
 // TestItemsComeBackAfterRedisLosesThem: Redis restarts without its data
@@ -182,22 +210,10 @@ func TestItemsComeBackAfterRedisLosesThem(t *testing.T) {
 	s := newSpans()
 	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond, Resync: 100 * time.Millisecond}
 	caps := map[string]registry.Capabilities{}
-	nodes := map[string]*node{}
-	for _, id := range []string{"n1", "n2", "n3"} {
-		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
-	}
 	items := names(12)
-	if err := nodes["n1"].p.SetItems(context.Background(), items...); err != nil {
-		t.Fatal(err)
-	}
+	nodes := herdOf(t, inst, s, cfg, items, "n1", "n2", "n3")
 	settled(t, items, nodes, caps, 10*time.Second)
-	for id, n := range nodes {
-		if n.e.IsMaster() {
-			n.stop(t) // its copy goes with it
-			delete(nodes, id)
-			break
-		}
-	}
+	stopMaster(t, nodes)      // its copy goes with it
 	for _, n := range nodes { // the slaves' copies, from their Resync reads
 		testsync.WaitFor(t, "every Planner's copy of the items", func() bool { return slices.Equal(assign.KeptItems(n.p), items) })
 	}
@@ -232,14 +248,8 @@ func TestEmptiedSetStaysEmpty(t *testing.T) {
 	s := newSpans()
 	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond}
 	caps := map[string]registry.Capabilities{}
-	nodes := map[string]*node{}
-	for _, id := range []string{"n1", "n2"} {
-		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
-	}
 	items := names(4)
-	if err := nodes["n1"].p.SetItems(context.Background(), items...); err != nil {
-		t.Fatal(err)
-	}
+	nodes := herdOf(t, inst, s, cfg, items, "n1", "n2")
 	settled(t, items, nodes, caps, 10*time.Second)
 	var master, slave *node
 	for _, n := range nodes {
@@ -275,30 +285,12 @@ func TestNewMasterLetsGoAtOnce(t *testing.T) {
 	s := newSpans()
 	cfg := assign.Config{LeaseTTL: 5 * time.Minute, RenewInterval: time.Minute, Margin: time.Second, Settle: 50 * time.Millisecond}
 	caps := map[string]registry.Capabilities{}
-	nodes := map[string]*node{}
-	for _, id := range []string{"n1", "n2", "n3"} {
-		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
-	}
 	items := names(12)
-	if err := nodes["n1"].p.SetItems(context.Background(), items...); err != nil {
-		t.Fatal(err)
-	}
+	nodes := herdOf(t, inst, s, cfg, items, "n1", "n2", "n3")
 	settled(t, items, nodes, caps, 30*time.Second)
-	for id, n := range nodes {
-		if n.e.IsMaster() {
-			n.stop(t)
-			delete(nodes, id)
-			break
-		}
-	}
+	stopMaster(t, nodes)
 	settled(t, items, nodes, caps, 30*time.Second)
-	for _, n := range nodes {
-		n.stop(t)
-	}
-	s.wg.Wait()
-	if o := s.overlaps(); len(o) > 0 {
-		t.Fatalf("overlaps:\n%v", o)
-	}
+	noOverlaps(t, nodes, s)
 }
 
 // TestChangesWaitForTheRestore: between a loss of the item set and the
@@ -310,15 +302,9 @@ func TestChangesWaitForTheRestore(t *testing.T) {
 	s := newSpans()
 	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond, Resync: 100 * time.Millisecond}
 	caps := map[string]registry.Capabilities{}
-	nodes := map[string]*node{}
-	for _, id := range []string{"n1", "n2"} {
-		nodes[id] = startNode(t, inst, id, caps[id], s, cfg)
-	}
 	items := names(6)
 	ctx := context.Background()
-	if err := nodes["n1"].p.SetItems(ctx, items...); err != nil {
-		t.Fatal(err)
-	}
+	nodes := herdOf(t, inst, s, cfg, items, "n1", "n2")
 	settled(t, items, nodes, caps, 10*time.Second)
 	var master, slave *node
 	for _, n := range nodes {
