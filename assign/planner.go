@@ -44,8 +44,11 @@ type Planner struct {
 type itemsCopy struct {
 	version string   // the version key's value the items were read with
 	items   []string // sorted
-	ok      bool     // read at least once
 }
+
+// known reports whether the copy was ever taken: a set never read or
+// written has neither a version nor items.
+func (c itemsCopy) known() bool { return c.version != "" || len(c.items) > 0 }
 
 // NewPlanner returns the Planner of e's item set cfg.Set, its timings'
 // defaults following e's LockTTL. It does no I/O; Run plans.
@@ -138,11 +141,17 @@ func (p *Planner) read(ctx context.Context) ([]string, string, error) {
 	return sorted, version.Val(), nil
 }
 
-// keep records items, read or written with version, as this Planner's copy.
+// keep records items, read or written with version, as this Planner's copy;
+// a read that found neither (a set never written, or lost) leaves the copy
+// as it was, to be put back.
 func (p *Planner) keep(version string, items []string) {
+	c := itemsCopy{version: version, items: items}
+	if !c.known() {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.kept = itemsCopy{version: version, items: items, ok: true}
+	p.kept = c
 }
 
 // refresh brings this Planner's copy of the items up to date when their
@@ -157,7 +166,7 @@ func (p *Planner) refresh(ctx context.Context) error {
 	p.mu.Lock()
 	// A missing version is a set never written, or lost: a copy stays
 	// what it was, to be put back.
-	current := p.kept.ok && (p.kept.version == version || version == "")
+	current := p.kept.known() && (p.kept.version == version || version == "")
 	p.mu.Unlock()
 	if current {
 		return nil
@@ -166,9 +175,7 @@ func (p *Planner) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(items) > 0 || version != "" {
-		p.keep(version, items)
-	}
+	p.keep(version, items)
 	return nil
 }
 
@@ -181,12 +188,8 @@ func (p *Planner) Restores() uint64 { return p.restores.Load() }
 
 // Items returns the set's items, sorted.
 func (p *Planner) Items(ctx context.Context) ([]string, error) {
-	items, err := p.client.SMembers(ctx, p.keys.Items).Result()
-	if err != nil {
-		return nil, fmt.Errorf("assign: read items: %w", err)
-	}
-	slices.Sort(items)
-	return items, nil
+	items, _, err := p.read(ctx)
+	return items, err
 }
 
 // Stored returns the plan as Redis holds it: each assigned item's slave.
@@ -376,9 +379,7 @@ func (p *Planner) items(ctx context.Context, term int64) ([]string, error) {
 		}
 		version = "1"
 	}
-	if len(items) > 0 || version != "" {
-		p.keep(version, items)
-	}
+	p.keep(version, items)
 	return items, nil
 }
 

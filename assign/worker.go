@@ -111,12 +111,6 @@ func (w *Worker) Start(ctx context.Context) error {
 // RenewInterval; the timer syncs meanwhile.
 func (w *Worker) listen() {
 	defer close(w.listenDone)
-	kick := func() {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
-	}
 	base, stopped := context.WithCancel(context.Background()) // ends at Stop
 	defer stopped()
 	go func() {
@@ -130,8 +124,8 @@ func (w *Worker) listen() {
 		ctx, cancel := context.WithTimeout(base, w.cfg.RenewInterval)
 		sub, err := subhub.Subscribe(ctx, w.client, subhub.Options{
 			Channels:     []string{w.keys.PlanOf(w.id)},
-			OnMessage:    func(context.Context, *redis.Message) { kick() },
-			OnSubscribed: func(context.Context, string) { kick() },
+			OnMessage:    func(context.Context, *redis.Message) { w.poke() },
+			OnSubscribed: func(context.Context, string) { w.poke() },
 			OnError:      func(err error) { w.cfg.report(fmt.Errorf("assign: worker %s: notices: %w", w.id, err)) },
 			Inline:       true,
 		})
@@ -152,6 +146,14 @@ func (w *Worker) listen() {
 			return
 		case <-time.After(w.cfg.RenewInterval):
 		}
+	}
+}
+
+// poke asks the loop to sync now; a request already waiting covers it.
+func (w *Worker) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -217,10 +219,7 @@ func (w *Worker) sync(ctx context.Context) error {
 	defer func() {
 		w.mu.Unlock()
 		if ended {
-			select {
-			case w.kick <- struct{}{}:
-			default:
-			}
+			w.poke()
 		}
 	}()
 	select {

@@ -12,13 +12,18 @@
 -- ARGV[2] -> "known" when the caller knows the set had items, else "new"
 -- ARGV[3..] -> the items (at least one)
 -- Returns: the version after the change, or -1, and nothing is written, when
---          the set is lost.
+--          the set is lost. An error, and nothing written, when the version
+--          key holds something INCR cannot count.
 local op, known = ARGV[1], ARGV[2]
 if (op ~= 'add' and op ~= 'remove') or (known ~= 'known' and known ~= 'new') or #ARGV < 3 then
   return redis.error_reply('ERR assign_items: want add or remove, known or new, and items')
 end
 if known == 'known' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   return -1
+end
+local version = redis.pcall('GET', KEYS[2])
+if type(version) == 'table' or (version and not tonumber(version)) then
+  return redis.error_reply('ERR assign_items: ' .. KEYS[2] .. ' holds no count; delete it (SetItems writes it again)')
 end
 local cmd = 'SADD'
 if op == 'remove' then

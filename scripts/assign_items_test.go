@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,14 @@ func TestAssignItemsAndRestore(t *testing.T) {
 	if ok, err := scripts.AssignRestore(ctx, c, k, a, "m", acq.Term, []string{"q"}); err != nil || ok {
 		t.Fatalf("restore of an existing set: %v, %v; want nothing done", ok, err)
 	}
+	c.Set(ctx, a.Version, "garbage", 0) // written by someone else
+	if _, err := scripts.AssignItems(ctx, c, a, false, true, []string{"z"}); err == nil || !strings.Contains(err.Error(), "holds no count") {
+		t.Fatalf("a change with garbage in the version: %v, want an error naming it", err)
+	}
+	if c.SIsMember(ctx, a.Items, "z").Val() {
+		t.Fatal("a refused change wrote an item")
+	}
+	c.Set(ctx, a.Version, "7", 0)
 	c.Del(ctx, a.Items) // emptied: the version stays
 	if ok, err := scripts.AssignRestore(ctx, c, k, a, "m", acq.Term, []string{"q"}); err != nil || ok {
 		t.Fatalf("restore of an emptied set: %v, %v; want nothing done", ok, err)

@@ -56,11 +56,13 @@ if string.sub(KEYS[2], -#me - 1) ~= ':' .. me then
   return redis.error_reply('ERR assign_sync: the plan set ' .. KEYS[2] .. ' is not slave ' .. me .. "'s")
 end
 local planPrefix = string.sub(KEYS[2], 1, #KEYS[2] - #me)
+local told = {} -- one notice per new owner, however many items it gets
 local function release(item)
   if owner(item) == me then
     redis.call('HDEL', KEYS[1], item)
     local to = redis.pcall('HGET', KEYS[4], item) -- a hint: never fail after a write
-    if type(to) == 'string' and to ~= me then
+    if type(to) == 'string' and to ~= me and not told[to] then
+      told[to] = true
       redis.pcall('PUBLISH', planPrefix .. to, 'free') -- a hint: pcall
     end
   end
