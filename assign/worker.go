@@ -24,6 +24,7 @@ import (
 // being its own. Its methods are safe for concurrent use.
 type Worker struct {
 	client redis.UniversalClient
+	e      *masterelection.MasterElection // its node id, incarnation and whether it holds the id
 	keys   scripts.AssignKeys
 	id     string
 	cfg    Config
@@ -59,7 +60,7 @@ func NewWorker(client redis.UniversalClient, e *masterelection.MasterElection, c
 	keys, id := e.Keys(), e.NodeID()
 	cfg = cfg.withDefaults(e.LockTTL())
 	return &Worker{
-		client: client, keys: keys.Assign(cfg.Set), id: id, cfg: cfg,
+		client: client, e: e, keys: keys.Assign(cfg.Set), id: id, cfg: cfg,
 		leases: map[string]*lease{}, kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), loopDone: make(chan struct{}), listenDone: make(chan struct{}),
 	}, nil
@@ -196,7 +197,7 @@ func (w *Worker) sync(ctx context.Context) error {
 	w.released = nil
 	w.mu.Unlock()
 	sent := time.Now()
-	s, err := scripts.AssignSync(ctx, w.client, w.keys, w.id, w.cfg.LeaseTTL, false, released)
+	s, err := scripts.AssignSync(ctx, w.client, w.keys, w.id, w.e.Incarnation(), w.cfg.LeaseTTL, w.e.SteppedAside() != nil, released)
 	if err != nil {
 		// Not renewed: the leases end at their own deadlines. The released
 		// items are given up with the next round trip.
@@ -342,7 +343,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RenewInterval)
 	defer cancel()
-	if _, err := scripts.AssignSync(leaveCtx, w.client, w.keys, w.id, w.cfg.LeaseTTL, true, nil); err != nil {
+	if _, err := scripts.AssignSync(leaveCtx, w.client, w.keys, w.id, w.e.Incarnation(), w.cfg.LeaseTTL, true, nil); err != nil {
 		errs = append(errs, fmt.Errorf("assign: worker %s: give up items: %w", w.id, err))
 	}
 	return errors.Join(errs...)

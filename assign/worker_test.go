@@ -528,3 +528,44 @@ func TestItemCtxHasNoDeadline(t *testing.T) {
 		t.Fatal("a ctx derived from the item's did not end when the item moved")
 	}
 }
+
+// TestTwinTakesNoItemOfTheOther: two processes under one node id (each its
+// own election, so its own incarnation) never work an item at once: the
+// second waits while the first renews, and takes the items only once the
+// first gave them up; its handlers never overlap the first's.
+func TestTwinTakesNoItemOfTheOther(t *testing.T) {
+	f := newFixture(t)
+	s := newSpans()
+	items := names(12)
+	f.plan(t, "a", items)
+	first := f.worker(t, "a", s)
+	waitOwned(t, first, items, 5*time.Second)
+
+	c := f.inst.Client(t)
+	twin, err := assign.NewWorker(c, f.election(t, c, "a"), f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := twin.OnAssigned(s.handler("a (twin)")); err != nil {
+		t.Fatal(err)
+	}
+	if err := twin.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = twin.Stop(context.Background()) })
+	time.Sleep(5 * f.cfg.RenewInterval) // renewals of both
+	if got := twin.Owned(); len(got) != 0 {
+		t.Fatalf("the twin owns %v while the first process renews them", got)
+	}
+	if err := first.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitOwned(t, twin, items, 5*time.Second)
+	if err := twin.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.wg.Wait()
+	if o := s.overlaps(); len(o) > 0 {
+		t.Fatalf("overlaps:\n%v", o)
+	}
+}

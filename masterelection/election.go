@@ -33,9 +33,15 @@ type MasterElection struct {
 	log    zerolog.Logger
 	bus    *bus
 
+	incarnation string // names this run of the process in its registry entry (Incarnation)
+
 	lead         atomic.Pointer[leadership] // the current mastership; nil while slave
 	observedTerm atomic.Int64               // highest term seen on this lock name
 	candidate    atomic.Bool
+	// awaitingID: Start found this node id's registry entry written lately
+	// by another incarnation, so the process does not contend before its
+	// first registration makes the id its own (twins.go).
+	awaitingID atomic.Bool
 
 	notices     chan notice          // lock notices from the events channel, read by run
 	transfers   chan transferRequest // Transfer and control-channel requests, read by run
@@ -54,11 +60,15 @@ type MasterElection struct {
 	cancel   context.CancelFunc // ends run; set by Start
 	stops    chan *stopRequest  // Stop's request that run resign first (stop.go); made by Start
 	resolved chan struct{}      // closed when the first election has resolved
-	done     chan struct{}      // closed when run has returned (or will never run)
-	doneOnce sync.Once
-	stopped  chan struct{} // closed when Stop has finished
-	stopErr  error         // Stop's result; written before stopped closes
-	lastErr  error         // the latest error event, for Start's error
+	// registered is closed by the membership loop at the first
+	// registration: this process holds its node id in the registry.
+	registered chan struct{}
+	aside      error         // set once when the process stepped aside for a twin (twins.go)
+	done       chan struct{} // closed when run has returned (or will never run)
+	doneOnce   sync.Once
+	stopped    chan struct{} // closed when Stop has finished
+	stopErr    error         // Stop's result; written before stopped closes
+	lastErr    error         // the latest error event, for Start's error
 }
 
 type lifecycle int
@@ -113,6 +123,8 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 		roles:       make(chan roleChange, 1),
 		infoChanged: make(chan struct{}, 1),
 		resolved:    make(chan struct{}),
+		registered:  make(chan struct{}),
+		incarnation: newIncarnation(),
 		done:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
@@ -250,6 +262,7 @@ func (m *MasterElection) processInfo(role registry.Role) registry.ProcessInfo {
 		RegisteredAt: m.base,
 		Metadata:     m.Metadata(),
 		NonCandidate: !m.candidate.Load(),
+		Incarnation:  m.incarnation,
 	}
 }
 

@@ -55,10 +55,14 @@ var (
 	// ErrGarbage is wrapped by the error events about a herd key that holds
 	// something herd never writes (written by another program).
 	ErrGarbage = errors.New("masterelection: unexpected value in redis")
-	// ErrDuplicateNodeID is wrapped by the error event emitted when the lock
-	// is held under this process's NodeID by a mastership this process never
-	// had: another process runs with the same NodeID.
-	ErrDuplicateNodeID = errors.New("masterelection: another process holds the lock under this node id")
+	// ErrDuplicateNodeID: another live process runs with this process's
+	// NodeID. It is wrapped by the error event emitted when the lock is
+	// held under the NodeID by a mastership this process never had, and by
+	// Start's error and the error event of a process that steps aside
+	// because the registry entry of its NodeID is another live process's
+	// (see SteppedAside, and docs/safety.md on how a restart after a crash
+	// is told from a twin).
+	ErrDuplicateNodeID = errors.New("masterelection: another live process runs under this node id")
 	// ErrDataLoss is wrapped by the error event emitted when the term key,
 	// which is never deleted, is found missing: Redis lost its data (a restart
 	// without persistence, a fail-over to a replica that had not received the

@@ -114,7 +114,7 @@ func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		// Start's questions (scripts.Ask): the third answer is INFO memory's.
 		err := next(ctx, cmd)
-		if answers, ok := cmd.(*redis.Cmd).Val().([]any); ok && len(answers) == 4 {
+		if answers, ok := cmd.(*redis.Cmd).Val().([]any); ok && len(answers) == 5 {
 			answers[2] = []any{int64(1), h.reply}
 		}
 		return err

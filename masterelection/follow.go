@@ -45,8 +45,8 @@ func (la *lostAcquires) add(info []byte) {
 // would expire, contend when it is free (in its turn: contendDelay). It
 // returns the new mastership, or nil when ctx ends.
 func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leadership {
-	contend := ls.unresolved && m.candidate.Load() // Start's first attempt goes straight to the lock
-	var due time.Time                              // when the timer fires: a pending attempt (contend) or the next check
+	contend := ls.unresolved && m.contends() // Start's first attempt goes straight to the lock
+	var due time.Time                        // when the timer fires: a pending attempt (contend) or the next check
 	timer := m.clock.NewTimer(0)
 	defer timer.Stop()
 	arm := func(d time.Duration) {
@@ -68,8 +68,16 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leaders
 			return nil
 		case <-m.candidacy:
 			contend = false // no pending attempt outlives a change of candidacy
-			if m.candidate.Load() {
+			if m.contends() {
 				arm(0) // look at the lock now; contend if it is free
+			}
+		case <-ls.awaitID:
+			// The first registration made the node id this process's
+			// (twins.go): it may contend from now on.
+			ls.awaitID = nil
+			m.awaitingID.Store(false)
+			if m.contends() && !contend {
+				arm(0)
 			}
 		case req := <-m.transfers:
 			req.reply(ErrNotMaster)
@@ -174,7 +182,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		if ctx.Err() == nil {
 			m.emitError(fmt.Errorf("check master lock: %w", err))
 		}
-		return ls.inElection && m.candidate.Load(), ls.retry.next(m.cfg)
+		return ls.inElection && m.contends(), ls.retry.next(m.cfg)
 	}
 	ls.retry.reset()
 	// The term key is never deleted and only grows: missing, or below a
@@ -199,7 +207,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		if wait := m.dataLossWait(ls, dataLost); wait > 0 {
 			return false, wait
 		}
-		if m.candidate.Load() {
+		if m.contends() {
 			return true, m.contendDelay(ls, st.Term, false)
 		}
 		m.resolveAsSlave(ls)
@@ -213,7 +221,7 @@ func (m *MasterElection) check(ctx context.Context, ls *loopState) (contend bool
 		switch {
 		case ls.heldTerm != 0 && st.Term == ls.heldTerm:
 			if m.releaseStale(ctx, st.Term) {
-				return m.candidate.Load(), 0
+				return m.contends(), 0
 			}
 		case dataLost:
 			// The term key is gone or behind (a data loss, an eviction): the
@@ -363,7 +371,7 @@ func (m *MasterElection) releaseStale(ctx context.Context, term int64) bool {
 // contend runs the acquire script once. It returns the new mastership, or
 // nil and the delay before the next check.
 func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadership, time.Duration) {
-	if !m.candidate.Load() {
+	if !m.contends() {
 		return nil, 0 // no longer a candidate since the attempt was set: look at the lock instead
 	}
 	if rest := ls.holdOff.Sub(m.clock.Now()); rest > 0 {

@@ -30,6 +30,9 @@ type loopState struct {
 	// to a late feed waits for that registration (nil otherwise).
 	firstRegistered, awaitRegistered <-chan struct{}
 	stopRequested                    bool // Stop's request came (stop.go): run returns without another attempt
+	// awaitID is the first registration's channel while the process waits
+	// for it before it contends (MasterElection.awaitingID); nil otherwise.
+	awaitID <-chan struct{}
 
 	// haltMembership stops the membership loop and waits for it (Stop's
 	// resignation does so before the release: no registry write of this
@@ -70,7 +73,7 @@ func (m *MasterElection) run(ctx context.Context, feed *noticeFeed) {
 	memCtx, stopMembership := context.WithCancel(ctx)
 	defer stopMembership()
 	membershipDone := make(chan struct{})
-	firstRegistered := make(chan struct{})
+	firstRegistered := m.registered
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
@@ -83,6 +86,9 @@ func (m *MasterElection) run(ctx context.Context, feed *noticeFeed) {
 	defer closeFeed()
 
 	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered}
+	if m.awaitingID.Load() {
+		ls.awaitID = firstRegistered
+	}
 	ls.haltMembership = func() {
 		stopMembership()
 		<-membershipDone

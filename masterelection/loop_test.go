@@ -229,6 +229,11 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 			y := w.nodeWith(testConfig("a"), acquires)
 			nodes := []*node{y}
 			if x != nil {
+				// A twin the registry cannot tell apart (one incarnation,
+				// as a program that copies it would have): only the lock
+				// tells, which is what this test checks. Twins of their own
+				// incarnations are refused earlier (twins_test.go).
+				y.incarnation = x.incarnation
 				nodes = append(nodes, x)
 			}
 			// Start retries after the lost reply: time must move meanwhile.

@@ -87,6 +87,7 @@ func (m *MasterElection) checkBeat(ctx context.Context) (scripts.MasterState, er
 		return scripts.Check(ctx, m.client, m.keys)
 	case callErr != nil:
 		return scripts.MasterState{}, callErr
+	case m.stepAsideIfTwin(err):
 	case err != nil:
 		m.emitError(fmt.Errorf("heartbeat process: %w", err))
 	default:
@@ -111,6 +112,7 @@ func (m *MasterElection) membership(ctx context.Context, firstRegistered chan<- 
 		pending    bool // the current role is not registered yet
 		registered bool // a registration succeeded: the start is over
 		retry      backoff
+		quiet      quietWait // the wait for another incarnation's entry to go quiet (twins.go)
 	)
 	timer := m.clock.NewTimer(time.Hour)
 	timer.Stop()
@@ -150,6 +152,15 @@ func (m *MasterElection) membership(ctx context.Context, firstRegistered chan<- 
 			}
 		}
 		cancel()
+		if inUse := (*registry.InUseError)(nil); errors.As(err, &inUse) && ctx.Err() == nil {
+			wait, twin := m.inUse(&quiet, registered, inUse)
+			if twin {
+				m.stepAside(inUse)
+				return
+			}
+			timer.Reset(wait) // pending stays set: register again then
+			continue
+		}
 		if errors.Is(err, registry.ErrNotMaster) {
 			// Redis refused the master entry: this process no longer holds
 			// the lock under term (a pause outlived it, say), and the entry
@@ -225,5 +236,6 @@ func (m *MasterElection) registryConfig() registry.Config {
 		Backend:    m.cfg.RegistryBackend,
 		Logger:     m.log,
 		OnError:    m.emitError,
+		Quiet:      m.quiet(),
 	}
 }

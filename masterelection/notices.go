@@ -218,7 +218,7 @@ const (
 // named that master, as in a herd starting at once) tells nothing new.
 func (m *MasterElection) followHint(ls *loopState, n notice) noticeHint {
 	switch {
-	case n.Event == scripts.NoticeReleased && n.NodeID != m.cfg.NodeID && m.candidate.Load():
+	case n.Event == scripts.NoticeReleased && n.NodeID != m.cfg.NodeID && m.contends():
 		if n.To == m.cfg.NodeID {
 			ls.holdOff = time.Time{} // named by a Transfer: an own step-down's hold-off gives way
 		}

@@ -58,28 +58,54 @@ func (m *MasterElection) Start(ctx context.Context) error {
 
 	select {
 	case <-m.resolved:
-		if feed != nil {
-			// In place before Start returns, or failed and reported: a
-			// release announced after Start returned is never missed.
-			select {
-			case <-feed.ready:
-			case <-ctx.Done():
-			}
-		}
-		return nil
 	case <-m.done:
-		return ErrStopped
+		return m.stoppedWhileStarting()
 	case <-ctx.Done():
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
-		defer cancel()
-		_ = m.Stop(stopCtx)
-		if err := m.lastError(); err != nil {
-			// The cause is what the attempts ran into (a refusal by the ACL,
-			// a wrong password, …), not the deadline itself.
-			return m.withDialCause(ctx, fmt.Errorf("masterelection: start: first election did not resolve: %w (last error: %w)", ctx.Err(), err), err)
-		}
-		return m.withDialCause(ctx, fmt.Errorf("masterelection: start: first election did not resolve: %w", ctx.Err()), nil)
+		return m.startCut(ctx, "first election did not resolve")
 	}
+	if !m.cfg.Standalone {
+		// The first registration: the node id is this process's, or a
+		// twin's, and then this process steps aside (twins.go).
+		select {
+		case <-m.registered:
+		case <-m.done:
+			return m.stoppedWhileStarting()
+		case <-ctx.Done():
+			return m.startCut(ctx, "first registration did not succeed")
+		}
+	}
+	if feed != nil {
+		// In place before Start returns, or failed and reported: a
+		// release announced after Start returned is never missed.
+		select {
+		case <-feed.ready:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// stoppedWhileStarting is Start's error when the election stopped before
+// Start returned: it stepped aside for a twin, or Stop was called.
+func (m *MasterElection) stoppedWhileStarting() error {
+	if err := m.SteppedAside(); err != nil {
+		return fmt.Errorf("masterelection: start: %w", err)
+	}
+	return ErrStopped
+}
+
+// startCut stops the election when Start's ctx ended while it waited for
+// what is named, and returns Start's error.
+func (m *MasterElection) startCut(ctx context.Context, what string) error {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
+	defer cancel()
+	_ = m.Stop(stopCtx)
+	if err := m.lastError(); err != nil {
+		// The cause is what the attempts ran into (a refusal by the ACL,
+		// a wrong password, …), not the deadline itself.
+		return m.withDialCause(ctx, fmt.Errorf("masterelection: start: %s: %w (last error: %w)", what, ctx.Err(), err), err)
+	}
+	return m.withDialCause(ctx, fmt.Errorf("masterelection: start: %s: %w", what, ctx.Err()), nil)
 }
 
 // lastError returns the latest error reported by an error event, or nil.
@@ -227,7 +253,10 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 	if err != nil {
 		return answers{probeErr: err, eviction: evictionRead{err: err}, refused: m.refusal(err, nil)}
 	}
-	asked := scripts.Ask(pctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID))
+	asked := scripts.Ask(pctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID), m.cfg.NodeID)
+	if raw, now, err := asked.Own.Result(); err == nil && m.suspectTwin(raw, now) {
+		m.awaitingID.Store(true) // twins.go
+	}
 	var a answers
 	_, accessErr := asked.Access.Result() // a refused connection is every answer's error
 	a.refused = m.refusal(accessErr, asked.Access)

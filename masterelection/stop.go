@@ -54,7 +54,8 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 			_, err := m.resign(ctx, l, 0, "stopped", "", 0)
 			errs = append(errs, err)
 		}
-		if reg := m.Registry(); reg != nil {
+		if reg := m.Registry(); reg != nil && m.SteppedAside() == nil { // a twin leaves the entry to the other
+
 			rctx, cancel := m.cleanupContext(ctx)
 			if err := reg.Unregister(rctx, m.cfg.NodeID); err != nil {
 				errs = append(errs, fmt.Errorf("unregister process: %w", err))

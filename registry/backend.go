@@ -101,6 +101,12 @@ func (s store) remove(ctx context.Context, id string, guard *string, reason stri
 	return v, s.check(err)
 }
 
+// removeOwn deletes the entry of id unless another incarnation wrote it.
+func (s store) removeOwn(ctx context.Context, id, incarnation string) (int64, error) {
+	v, err := scripts.RegistryRemoveOwn(ctx, s.c, s.k, id, incarnation)
+	return v, s.check(err)
+}
+
 // read returns the live entries of ids, or all live entries when ids is
 // empty, the ids it removed because they had expired (emulated only), and
 // the lock's holder at the read (View.Master), in one round trip.

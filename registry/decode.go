@@ -12,7 +12,7 @@ import (
 // herdsForm reads exactly what ProcessInfo.MarshalJSON writes and the
 // registry scripts store, without reflection: the members in MarshalJSON's
 // order, each named byte for byte, no white space, the optional ones
-// (identifier, registeredAt, metadata, nonCandidate, term, version) in their places or
+// (identifier, registeredAt, metadata, nonCandidate, term, incarnation, version) in their places or
 // absent, strings without escapes, timestamps in toISOString's layout and
 // integers without fraction or exponent. Anything else returns ok false, and
 // the caller decodes value with encoding/json, which gives the answer. When
@@ -58,6 +58,7 @@ func herdsForm(value string) (w ProcessInfo, ok bool) {
 		optional(&d, `,"metadata":`, &w.Metadata, (*scanner).metadata) &&
 		optional(&d, `,"nonCandidate":`, &w.NonCandidate, (*scanner).boolean) &&
 		optional(&d, `,"term":`, &w.Term, (*scanner).int) &&
+		optional(&d, `,"incarnation":`, &w.Incarnation, (*scanner).str) &&
 		optional(&d, `,"version":`, &w.Version, (*scanner).int)
 	return w, ok && d.lit(`}`) && d.i == len(d.s)
 }

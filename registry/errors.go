@@ -2,6 +2,8 @@ package registry
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/herdkit/herd/scripts"
 )
@@ -49,7 +51,37 @@ var (
 	// entry the registry does not show. Notices come from pub/sub, on which
 	// any client allowed to PUBLISH can write; the registry is the truth.
 	ErrUnconfirmedNotice = errors.New("registry: notice not confirmed by the registry")
+	// ErrInUse: a registration or heartbeat was refused because the live
+	// entry of the process id carries another incarnation and was written
+	// less than Config.Quiet ago: another process runs under the same id.
+	// Nothing was written. The error is an *InUseError.
+	ErrInUse = errors.New("registry: process id in use by another live process")
 	// ErrTrackerRunning: SlaveTracker.Run was called while another Run of the
 	// same tracker had not returned.
 	ErrTrackerRunning = errors.New("registry: slave tracker already running")
 )
+
+// InUseError is the error of a write refused because another live process
+// holds the entry (ErrInUse): it names the id, the other incarnation and how
+// long ago its entry was written.
+type InUseError struct {
+	// ProcessID is the id written.
+	ProcessID string
+	// Incarnation is the incarnation of the live entry.
+	Incarnation string
+	// Identifier is the live entry's identifier ("" when none).
+	Identifier string
+	// Age is how long ago the live entry was last written, by Redis's clock.
+	Age time.Duration
+}
+
+func (e *InUseError) Error() string {
+	who := ""
+	if e.Identifier != "" {
+		who = fmt.Sprintf(" (%s)", e.Identifier)
+	}
+	return fmt.Sprintf("%v: %q is registered by incarnation %s%s, written %v ago", ErrInUse, e.ProcessID, e.Incarnation, who, e.Age)
+}
+
+// Unwrap returns ErrInUse.
+func (e *InUseError) Unwrap() error { return ErrInUse }

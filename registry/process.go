@@ -58,6 +58,12 @@ type ProcessInfo struct {
 	NonCandidate bool `json:"nonCandidate,omitempty"`
 	// Term is the fencing term of the mastership when Role is master (herd extension).
 	Term int64 `json:"term,omitempty"`
+	// Incarnation names one run of the process (herd extension): a
+	// masterelection draws a new one at New, so two processes started
+	// under one id differ in it. With Config.Quiet set, a write is refused
+	// while the live entry is another incarnation's and was written within
+	// Quiet (ErrInUse).
+	Incarnation string `json:"incarnation,omitempty"`
 	// Version is the entry's version (herd extension), minted by Redis on
 	// every registry write: larger than every version written before on the
 	// lock name, so of two reads of one process the larger Version is the
@@ -79,6 +85,7 @@ type processJSON struct {
 	Metadata     map[string]any `json:"metadata,omitempty"`
 	NonCandidate bool           `json:"nonCandidate,omitempty"`
 	Term         int64          `json:"term,omitempty"`
+	Incarnation  string         `json:"incarnation,omitempty"`
 	Version      int64          `json:"version,omitempty"`
 }
 
@@ -88,7 +95,8 @@ func (p ProcessInfo) MarshalJSON() ([]byte, error) {
 	w := processJSON{
 		ProcessID: p.ProcessID, NodeID: p.NodeID, Role: p.Role,
 		LastSeen: jsTime(p.LastSeen), Capabilities: p.Capabilities,
-		Identifier: p.Identifier, Metadata: p.Metadata, NonCandidate: p.NonCandidate, Term: p.Term, Version: p.Version,
+		Identifier: p.Identifier, Metadata: p.Metadata, NonCandidate: p.NonCandidate, Term: p.Term,
+		Incarnation: p.Incarnation, Version: p.Version,
 	}
 	if !p.RegisteredAt.IsZero() {
 		t := jsTime(p.RegisteredAt)
@@ -113,7 +121,8 @@ func (w *processJSON) info() ProcessInfo {
 	p := ProcessInfo{
 		ProcessID: w.ProcessID, NodeID: w.NodeID, Role: w.Role,
 		LastSeen: time.Time(w.LastSeen), Capabilities: w.Capabilities,
-		Identifier: w.Identifier, Metadata: w.Metadata, NonCandidate: w.NonCandidate, Term: w.Term, Version: w.Version,
+		Identifier: w.Identifier, Metadata: w.Metadata, NonCandidate: w.NonCandidate, Term: w.Term,
+		Incarnation: w.Incarnation, Version: w.Version,
 	}
 	if w.RegisteredAt != nil {
 		p.RegisteredAt = time.Time(*w.RegisteredAt)
@@ -192,6 +201,11 @@ func (p ProcessInfo) Validate() error {
 	}
 	if p.NodeID != "" && p.NodeID != p.ProcessID {
 		if err := scripts.ValidateName("NodeID", p.NodeID); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+		}
+	}
+	if p.Incarnation != "" {
+		if err := scripts.ValidateName("Incarnation", p.Incarnation); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 		}
 	}

@@ -38,6 +38,14 @@ type Config struct {
 	// Logger receives the backend chosen, re-registrations and expired
 	// entries removed by reads. Default: the zero Logger, which logs nothing.
 	Logger zerolog.Logger
+	// Quiet makes Register and Heartbeat refuse (an *InUseError, nothing
+	// written) to replace a live entry that carries another non-empty
+	// ProcessInfo.Incarnation than the one written and was written less
+	// than Quiet ago: another process runs under the id. Once that entry
+	// has gone Quiet without a write (its process stopped), it is
+	// replaced. Set it above the longest time between two writes of a live
+	// process. Default: 0, entries are always replaced.
+	Quiet time.Duration
 	// OnError receives problems that do not fail the call that met them: a
 	// corrupt entry skipped by a read, once per field and value. It is called
 	// synchronously by the goroutine doing the read, possibly by several
@@ -52,6 +60,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.ProcessTTL < 0 {
 		errs = append(errs, fmt.Errorf("ProcessTTL %s is negative", c.ProcessTTL))
+	}
+	if c.Quiet < 0 {
+		errs = append(errs, fmt.Errorf("Quiet %s is negative", c.Quiet))
 	}
 	if _, err := parseBackend(c.Backend); err != nil {
 		errs = append(errs, err)
@@ -244,6 +255,10 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 	if err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
+	if st.InUse != nil {
+		o.info.Incarnation = info.Incarnation // Unregister leaves the other's entry alone
+		return inUse(info.ProcessID, st.InUse)
+	}
 	o.info, o.registered = info, true
 	if st.Fenced {
 		o.info = asSlave(o.info) // what the write stored instead
@@ -316,6 +331,9 @@ func (r *Registry) HeartbeatWith(ctx context.Context, processID string, send Sen
 	if err != nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, err)
 	}
+	if st.InUse != nil {
+		return inUse(processID, st.InUse)
+	}
 	o.info.LastSeen = info.LastSeen
 	if st.Created {
 		r.cfg.Logger.Info().Str("process", processID).Msg("entry was gone; heartbeat registered it again")
@@ -328,7 +346,9 @@ func (r *Registry) HeartbeatWith(ctx context.Context, processID string, send Sen
 }
 
 // Unregister deletes the entry of processID and, when there was a live one,
-// announces it on Keys.RegistryEvents. Heartbeat then refuses processID until it is
+// announces it on Keys.RegistryEvents. An entry that another incarnation
+// wrote (ProcessInfo.Incarnation differs from the one last registered
+// through r) is left alone: it is a later process's under the same id. Heartbeat then refuses processID until it is
 // registered again. Unregistering an absent process is not an error.
 func (r *Registry) Unregister(ctx context.Context, processID string) error {
 	if err := scripts.ValidateName("process id", processID); err != nil {
@@ -338,13 +358,21 @@ func (r *Registry) Unregister(ctx context.Context, processID string) error {
 	o := r.own[processID]
 	delete(r.own, processID)
 	r.mu.Unlock()
+	incarnation := ""
 	if o != nil {
 		// Wait for a write in flight, and stop later heartbeats of o.
 		o.mu.Lock()
 		o.gone = true
+		incarnation = o.info.Incarnation
 		defer o.mu.Unlock()
 	}
-	if _, err := r.be.remove(ctx, processID, nil, ""); err != nil {
+	var err error
+	if incarnation != "" {
+		_, err = r.be.removeOwn(ctx, processID, incarnation)
+	} else {
+		_, err = r.be.remove(ctx, processID, nil, "")
+	}
+	if err != nil {
 		return fmt.Errorf("unregister %q: %w", processID, err)
 	}
 	return nil
@@ -664,7 +692,13 @@ func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, 
 		ID: info.ProcessID, Value: b, Role: string(info.Role),
 		TTL: r.cfg.ProcessTTL, Heartbeat: heartbeat,
 		Node: info.NodeID, Term: info.Term, Fallback: fallback,
+		Incarnation: info.Incarnation, Quiet: r.cfg.Quiet,
 	}, send)
+}
+
+// inUse is the error of a write that u refused.
+func inUse(id string, u *scripts.InUse) error {
+	return &InUseError{ProcessID: id, Incarnation: u.Incarnation, Identifier: wire.Truncate(u.Identifier), Age: u.Age}
 }
 
 // claim returns the owned record of id, creating it when needed.

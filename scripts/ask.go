@@ -3,12 +3,14 @@ package scripts
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// askSrc is Start's four questions in one script: access.lua,
-// registry_probe.lua, INFO memory and check.lua, each file run unchanged as
+// askSrc is Start's five questions in one script: access.lua,
+// registry_probe.lua, INFO memory, check.lua and the process's own registry
+// entry with the server's time, each file run unchanged as
 // a function of its own KEYS and ARGV, each under pcall so that one
 // question's error (a command the ACL refuses, garbage in a key, a server
 // without INFO in scripts) is that question's answer only.
@@ -22,9 +24,10 @@ import (
 //	events and own notice channels)
 //
 // ARGV[4] -> registry_probe.lua's ARGV[1] (the field it writes and deletes)
-// Returns: four answers, each {1, reply} or {0, error text}: access, probe,
+// ARGV[5] -> the process's own id (its registry field)
+// Returns: five answers, each {1, reply} or {0, error text}: access, probe,
 //
-//	INFO memory, check.
+//	INFO memory, check, and {entry or "", server TIME in microseconds}.
 var askSrc = `local function access(KEYS, ARGV)
 ` + accessSrc + `
 end
@@ -41,6 +44,10 @@ local function info()
   end
   return redis.call('INFO', 'memory')
 end
+local function own()
+  local t = redis.call('TIME')
+  return {redis.call('HGET', KEYS[6], ARGV[5]) or '', tonumber(t[1]) * 1000000 + tonumber(t[2])}
+end
 local function answer(ok, v)
   if ok and not (type(v) == 'table' and v.err) then return {1, v} end
   if type(v) == 'table' then v = v.err end
@@ -51,6 +58,7 @@ return {
   answer(pcall(probe, {KEYS[6]}, {ARGV[4]})),
   answer(pcall(info)),
   answer(pcall(check, {KEYS[1], KEYS[4], KEYS[9]}, {})),
+  answer(pcall(own)),
 }
 `
 
@@ -63,13 +71,39 @@ type Asked struct {
 	Probe  *RegistryProbeCall
 	Info   *redis.StringCmd // INFO memory
 	Check  *CheckCall
+	// Own is the process's own registry entry ("" when none) and the
+	// server's time, read in the same script.
+	Own *OwnEntry
+}
+
+// OwnEntry is the answer of Ask's last question: the raw registry entry of
+// the process's id and the server's time when it was read.
+type OwnEntry struct{ cmd *redis.Cmd }
+
+// Result returns the entry ("" when there is none) and the server's time.
+func (o *OwnEntry) Result() (entry string, now time.Time, err error) {
+	v, err := o.cmd.Result()
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) != 2 {
+		return "", time.Time{}, unexpected("own entry", v)
+	}
+	e, ok1 := arr[0].(string)
+	us, ok2 := arr[1].(int64)
+	if !ok1 || !ok2 {
+		return "", time.Time{}, unexpected("own entry", v)
+	}
+	return e, time.UnixMicro(us), nil
 }
 
 // Ask puts masterelection's Start questions to the server c reaches in one
 // script call, one round trip on a connection of the client's main pool:
 // which commands the ACL refuses (QueueAccess, with ownTurn, the process's
 // own notice channel Keys.Turn), the registry backend probe
-// (QueueRegistryProbe), INFO memory and the lock check (QueueCheck). A
+// (QueueRegistryProbe), INFO memory, the lock check (QueueCheck) and the
+// registry entry of ownID with the server's time (Asked.Own). A
 // pipeline would do it in one round trip too, but go-redis gives pipelines
 // a pool of their own, whose connection then stays open, idle, for the
 // client's life: a connection per process that a herd of thousands pays
@@ -77,10 +111,10 @@ type Asked struct {
 // finds it by digest), so it needs no NOSCRIPT fallback. An error of the
 // call itself (a refused connection, a user who may not EVAL) is every
 // answer's error.
-func Ask(ctx context.Context, c redis.Scripter, k Keys, ownTurn string) Asked {
+func Ask(ctx context.Context, c redis.Scripter, k Keys, ownTurn, ownID string) Asked {
 	keys := []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor, k.Processes, k.ProcessesExpiry, k.ProcessesVersion, k.Next}
-	reply, err := c.Eval(ctx, askSrc, keys, k.Events, k.RegistryEvents, ownTurn, registryProbeField).Result()
-	parts := [4]*redis.Cmd{}
+	reply, err := c.Eval(ctx, askSrc, keys, k.Events, k.RegistryEvents, ownTurn, registryProbeField, ownID).Result()
+	parts := [5]*redis.Cmd{}
 	arr, ok := reply.([]any)
 	if err == nil && (!ok || len(arr) != len(parts)) {
 		err = unexpected("start questions", reply)
@@ -113,6 +147,7 @@ func Ask(ctx context.Context, c redis.Scripter, k Keys, ownTurn string) Asked {
 		Probe:  &RegistryProbeCall{cmd: parts[1]},
 		Info:   info,
 		Check:  &CheckCall{k: k, cmd: parts[3]},
+		Own:    &OwnEntry{cmd: parts[4]},
 	}
 }
 

@@ -46,7 +46,7 @@ func TestAsk(t *testing.T) {
 			}
 		}
 
-		asked := scripts.Ask(ctx, c, k, k.Turn("m"))
+		asked := scripts.Ask(ctx, c, k, k.Turn("m"), "m")
 		answered("admin", asked)
 		if refused, err := asked.Access.Result(); err != nil || len(refused) != 0 {
 			t.Errorf("admin: refused %q, %v; want none", refused, err)
@@ -55,8 +55,19 @@ func TestAsk(t *testing.T) {
 			t.Errorf("admin: INFO memory %.80q, %v", info, err)
 		}
 
+		if e, now, err := asked.Own.Result(); err != nil || e != "" || time.Since(now).Abs() > time.Minute {
+			t.Errorf("admin: own entry %q at %v, %v; want none, at the server's time", e, now, err)
+		}
+		const entry = `{"processId":"m","role":"slave"}`
+		if err := c.HSet(ctx, k.Processes, "m", entry).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if e, _, err := scripts.Ask(ctx, c, k, k.Turn("m"), "m").Own.Result(); err != nil || e != entry {
+			t.Errorf("admin: own entry %q, %v; want %q", e, err, entry)
+		}
+
 		limited := userWithout(ctx, t, inst, "limited", "publish", "info")
-		asked = scripts.Ask(ctx, limited, k, k.Turn("m"))
+		asked = scripts.Ask(ctx, limited, k, k.Turn("m"), "m")
 		answered("limited", asked)
 		refused, err := asked.Access.Result()
 		if err != nil || !strings.Contains(strings.Join(refused, ","), "PUBLISH "+k.Turn("m")) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -173,19 +174,24 @@ type Synced struct {
 	Now time.Time
 }
 
-// AssignSync runs assign_sync.lua for slave id: it gives up the items in
+// AssignSync runs assign_sync.lua for slave id in its run incarnation
+// (masterelection's Incarnation: items owned by another run of id are
+// another owner's): it gives up the items in
 // released, then, unless leave is set, claims or renews (TTL ttl) every
 // item the plan gives it that no one else owns, and reports the items it
 // owns, those revoked and those it waits for. With leave it gives up every
 // item it holds and claims none. Each item given up is announced on the
 // notice channel (PlanOf) of the slave the plan gives it.
-func AssignSync(ctx context.Context, c redis.Scripter, a AssignKeys, id string, ttl time.Duration, leave bool, released []string) (Synced, error) {
+func AssignSync(ctx context.Context, c redis.Scripter, a AssignKeys, id, incarnation string, ttl time.Duration, leave bool, released []string) (Synced, error) {
+	if incarnation == "" || strings.ContainsFunc(incarnation, unicode.IsSpace) {
+		return Synced{}, fmt.Errorf("assign sync: incarnation %q is empty or has white space", incarnation)
+	}
 	mode := "claim"
 	if leave {
 		mode = "leave"
 	}
-	args := make([]any, 0, 3+len(released))
-	args = append(args, id, ttl.Milliseconds(), mode)
+	args := make([]any, 0, 4+len(released))
+	args = append(args, id, ttl.Milliseconds(), mode, incarnation)
 	for _, item := range released {
 		args = append(args, item)
 	}
@@ -218,14 +224,16 @@ func AssignSync(ctx context.Context, c redis.Scripter, a AssignKeys, id string, 
 	return Synced{Owned: lists[0], Revoked: lists[1], Waiting: lists[2], Now: time.UnixMilli(now)}, nil
 }
 
-// ParseOwner reads a value of AssignKeys.Own, "<deadline ms> <slave id>"
-// as assign_sync.lua writes it: the owner and the deadline of its
+// ParseOwner reads a value of AssignKeys.Own, "<deadline ms> <slave id>
+// <incarnation>" as assign_sync.lua writes it (or "<deadline ms> <slave
+// id>", as it did before incarnations): the owner and the deadline of its
 // ownership on the server's clock. ok is false for any other value (not
 // written by herd: no one's).
 func ParseOwner(v string) (slave string, deadline time.Time, ok bool) {
-	ms, id, found := strings.Cut(v, " ")
+	ms, rest, found := strings.Cut(v, " ")
 	n, err := strconv.ParseInt(ms, 10, 64)
-	if !found || err != nil || n < 0 || id == "" {
+	id, inc, two := strings.Cut(rest, " ")
+	if !found || err != nil || n < 0 || id == "" || (two && (inc == "" || strings.Contains(inc, " "))) {
 		return "", time.Time{}, false
 	}
 	return id, time.UnixMilli(n), true

@@ -141,6 +141,14 @@ type Put struct {
 	// write with role master is refused: the ProcessInfo JSON object of the
 	// same process as a slave. Required with role master; ignored otherwise.
 	Fallback []byte
+	// Incarnation names this run of the process ("" for none); Value
+	// carries it as its "incarnation" member.
+	Incarnation string
+	// Quiet, with Incarnation set, refuses the write while the live entry
+	// carries another incarnation and was last written less than Quiet
+	// ago: another process runs under the same id. Stored.InUse then says
+	// so and nothing is written. 0 never refuses.
+	Quiet time.Duration
 }
 
 // Stored is the outcome of RegistryPut.
@@ -161,6 +169,20 @@ type Stored struct {
 	// HolderTerm is what Keys.Term held when Fenced ("" when it was missing
 	// or not a string).
 	HolderTerm string
+	// InUse is set when the write was refused by Put.Quiet: the live entry
+	// is another incarnation's, written less than Quiet ago. Nothing was
+	// written; the other fields are zero.
+	InUse *InUse
+}
+
+// InUse describes the live entry that refused a write (Stored.InUse).
+type InUse struct {
+	// Incarnation is the entry's incarnation.
+	Incarnation string
+	// Age is how long ago the entry was last written, on the server's clock.
+	Age time.Duration
+	// Identifier is the entry's "identifier" member ("" when none).
+	Identifier string
 }
 
 // RegistryPut runs registry_put.lua: it writes the entry p.ID with its TTL
@@ -210,13 +232,33 @@ func putCall(k Keys, p Put) (keys []string, args []any, err error) {
 		fallback = nil
 	}
 	return []string{k.Processes, k.ProcessesExpiry, k.Master, k.Term, k.ProcessesVersion},
-		[]any{p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents, node, termArg(p.Term), fallback},
+		[]any{p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents, node, termArg(p.Term), fallback,
+			p.Incarnation, quietArg(p.Incarnation, p.Quiet)},
 		nil
+}
+
+// quietArg is registry_put.lua's ARGV[12]: Quiet in whole milliseconds,
+// rounded up so that a positive Quiet never becomes 0; 0 without an
+// incarnation.
+func quietArg(incarnation string, quiet time.Duration) int64 {
+	if incarnation == "" || quiet <= 0 {
+		return 0
+	}
+	return int64((quiet + time.Millisecond - 1) / time.Millisecond)
 }
 
 // parsePut reads the reply of registry_put.lua.
 func parsePut(reply any) (Stored, error) {
 	arr, ok := reply.([]any)
+	if ok && len(arr) == 4 && arr[0] == "in use" {
+		inc, ok1 := arr[1].(string)
+		age, ok2 := arr[2].(int64)
+		who, ok3 := arr[3].(string)
+		if !ok1 || !ok2 || !ok3 || inc == "" {
+			return Stored{}, unexpected("registry put", reply)
+		}
+		return Stored{InUse: &InUse{Incarnation: inc, Age: time.Duration(max(age, 0)) * time.Millisecond, Identifier: who}}, nil
+	}
 	if !ok || len(arr) != 5 {
 		return Stored{}, unexpected("registry put", reply)
 	}
@@ -246,6 +288,23 @@ func isObject(b []byte) bool {
 // means the process unregistered itself. It returns the version minted for
 // the deletion, or 0 when no live entry was deleted.
 func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, guard *string, reason string) (int64, error) {
+	guarded, value := "", ""
+	if guard != nil {
+		guarded, value = "1", *guard
+	}
+	return registryRemove(ctx, c, k, id, guarded, value, reason)
+}
+
+// RegistryRemoveOwn is RegistryRemove of a process leaving: it deletes the
+// entry unless it carries another non-empty incarnation than incarnation
+// (a later process under the same id wrote it), and returns 0 then.
+func RegistryRemoveOwn(ctx context.Context, c redis.Scripter, k Keys, id, incarnation string) (int64, error) {
+	return registryRemove(ctx, c, k, id, "i", incarnation, "")
+}
+
+// registryRemove runs registry_remove.lua with the guard mode guarded
+// ("", "1" or "i") and its value.
+func registryRemove(ctx context.Context, c redis.Scripter, k Keys, id, guarded, value, reason string) (int64, error) {
 	if err := ValidateName("process id", id); err != nil {
 		return 0, fmt.Errorf("registry remove: %w", err)
 	}
@@ -253,10 +312,6 @@ func RegistryRemove(ctx context.Context, c redis.Scripter, k Keys, id string, gu
 		if err := ValidateName("reason", reason); err != nil {
 			return 0, fmt.Errorf("registry remove: %w", err)
 		}
-	}
-	guarded, value := "", ""
-	if guard != nil {
-		guarded, value = "1", *guard
 	}
 	reply, err := run(ctx, c, registryRemoveScript, "registry remove",
 		registryKeys(k), id, guarded, value, reason, k.RegistryEvents)

@@ -39,7 +39,15 @@
 -- ARGV[10] -> the entry to write instead when a master write is refused: a
 --             ProcessInfo JSON object with role slave, of the same form as
 --             ARGV[3] (ignored for a slave)
--- Returns: {created, version, fenced, holder, term}: created is 1 when the
+-- ARGV[11] -> the writer's incarnation ("" for none), also in ARGV[3]
+-- ARGV[12] -> quiet: ms; a live entry whose "incarnation" member is another
+--             non-empty one and whose last write (its "version", the
+--             server's TIME in microseconds at the write) is younger than
+--             this is another process's under the same id: nothing is
+--             written and the reply is {"in use", its incarnation, its age
+--             in ms, its "identifier"}. 0 never refuses.
+-- Returns: {created, version, fenced, holder, term} (or the "in use" reply
+--          of ARGV[12]): created is 1 when the
 --          entry was absent (or expired) before the write, 0 when it replaced
 --          a live entry; version is the version minted; fenced is 1 when a
 --          master write was refused and ARGV[10] written with role slave, 0
@@ -64,10 +72,34 @@ if role == 'master' then
     fenced, role, value = 1, 'slave', ARGV[10]
   end
 end
-local existed = redis.call('HEXISTS', KEYS[1], id) == 1
+local current = redis.call('HGET', KEYS[1], id)
+local existed = current ~= false
 
 local t = redis.call('TIME')
 local version = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = nil
+if mode == 'emulated' then
+  deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
+  if existed and deadline and deadline <= now then existed = false end
+end
+
+-- Another live process under this id: its entry carries another
+-- incarnation and was written within the quiet window. An entry that is not
+-- herd's JSON, or has no incarnation, is replaced as before.
+local quiet = tonumber(ARGV[12]) or 0
+if existed and ARGV[11] ~= '' and quiet > 0 then
+  local ok, other = pcall(cjson.decode, current)
+  if ok and type(other) == 'table' and type(other.incarnation) == 'string' and other.incarnation ~= '' and
+      other.incarnation ~= ARGV[11] and type(other.version) == 'number' then
+    local age = math.floor((version - other.version) / 1000)
+    if age < quiet then
+      local who = other.identifier
+      if type(who) ~= 'string' then who = '' end
+      return {'in use', other.incarnation, age, who}
+    end
+  end
+end
 local last = redis.pcall('GET', KEYS[5])
 -- A counter that is not a decimal below 2^53 - 1 (the largest integer a Lua
 -- number holds exactly) is garbage and counts as none: the minted version is
@@ -97,9 +129,6 @@ elseif mode == 'hpexpire' then
   redis.call('HSET', KEYS[1], id, value)
   redis.call('HPEXPIRE', KEYS[1], ARGV[4], 'FIELDS', '1', id)
 elseif mode == 'emulated' then
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
-  if existed and deadline and deadline <= now then existed = false end
   redis.call('HSET', KEYS[1], id, value)
   redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[4])), id)
 else

@@ -10,8 +10,11 @@
 -- KEYS[3] -> <prefix>:processes:version (string: the last minted registry version)
 -- ARGV[1] -> process id (the hash field)
 -- ARGV[2] -> "1" to delete only when the entry holds exactly ARGV[3];
+--            "i" to delete it unless its "incarnation" member is another
+--            non-empty one than ARGV[3] (a process leaving never deletes
+--            the entry of a later process under its id);
 --            "" to delete whatever it holds
--- ARGV[3] -> the guard value (ignored unless ARGV[2] is "1")
+-- ARGV[3] -> the guard value or incarnation (ignored when ARGV[2] is "")
 -- ARGV[4] -> reason put into the notice ("stale"), or "" when the process
 --            unregisters itself
 -- ARGV[5] -> registry events channel (<prefix>:registry-events)
@@ -33,6 +36,13 @@ if live and deadline then
   live = deadline > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 if live and ARGV[2] == '1' and value ~= ARGV[3] then return 0 end
+if live and ARGV[2] == 'i' then
+  local ok, entry = pcall(cjson.decode, value)
+  if ok and type(entry) == 'table' and type(entry.incarnation) == 'string' and entry.incarnation ~= '' and
+      entry.incarnation ~= ARGV[3] then
+    return 0
+  end
+end
 local last = redis.pcall('GET', KEYS[3])
 -- Every write checked against the user's ACL before the first one (writes.lua).
 local denied = refused('registry remove', {{'HDEL', KEYS[1], 'f'}, {'ZREM', KEYS[2], 'f'}, {'SET', KEYS[3], 'x'}, {'PUBLISH', ARGV[5], 'x'}})

@@ -54,7 +54,7 @@ func TestAssignments(t *testing.T) {
 	if _, err := scripts.AssignPlan(ctx, admin, k, a, "m", acq.Term, nil, map[string]string{"cam-1": "a", "cam-2": "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := scripts.AssignSync(ctx, admin, a, "a", time.Minute, false, nil); err != nil {
+	if _, err := scripts.AssignSync(ctx, admin, a, "a", "i1", time.Minute, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	// cam-2 moves to b; a has not given it up yet.
