@@ -145,3 +145,20 @@ func TestPinnedKeepsADepartedSlavesItems(t *testing.T) {
 		}
 	}
 }
+
+// TestGraceDefault: the default Grace follows the LockTTL, a negative one
+// stays (off), a set one is kept.
+func TestGraceDefault(t *testing.T) {
+	for _, tc := range []struct {
+		lockTTL, grace, want time.Duration
+	}{
+		{6 * time.Second, 0, 4 * time.Second},
+		{30 * time.Second, 0, 20 * time.Second},
+		{6 * time.Second, -1, -1},
+		{6 * time.Second, time.Second, time.Second},
+	} {
+		if got := (Config{Grace: tc.grace}).withDefaults(tc.lockTTL).Grace; got != tc.want {
+			t.Errorf("Grace %v at LockTTL %v: %v, want %v", tc.grace, tc.lockTTL, got, tc.want)
+		}
+	}
+}
