@@ -20,6 +20,12 @@ const (
 	// SettlePerLockTTL is the default Settle as a fraction of LockTTL:
 	// LockTTL / 30.
 	SettlePerLockTTL = 30
+	// GracePerLockTTL is the default Grace as a fraction of LockTTL:
+	// LockTTL / 1.5, that is LockTTL × 2/3 (4s at a LockTTL of 6s, 20s at
+	// the default 30s). It covers a container restart of a few seconds,
+	// and equals SlaveTimeout + CheckInterval with the election's default
+	// ratios, so a crashed slave's items wait no longer than its removal.
+	GracePerLockTTL = 1.5
 )
 
 // Config configures a Planner and the Workers of one item set. The master's
@@ -55,6 +61,28 @@ type Config struct {
 	// up capability changes and items written by other processes. Default:
 	// 10 × Settle.
 	Resync time.Duration
+	// Grace is how long the Planner keeps a departed slave's items planned
+	// to it, waiting for a process with the same node id to come back (a
+	// restart under a stable name: a StatefulSet pod, a host name): the
+	// slave that returns within it claims its own items again, and nothing
+	// moves. The cost: a slave that does not return leaves its items
+	// without an owner this long before they move (Planner.Waiting lists
+	// the slaves waited for).
+	//
+	// The grace counts from the slave's departure, as the Planner can tell
+	// it: from when it learned the slave left (its slave-removed event, or
+	// the plan that found it gone) when the last heartbeat it read for the
+	// slave (registry LastSeen) was then at most the election's
+	// SlaveTimeout old (the slave unregistered: a Stop); from that last
+	// heartbeat when it was older (the master removed the slave because its
+	// heartbeats stopped: a crash), so a crashed slave's items wait only
+	// what its removal did not already take. A slave this Planner never
+	// listed (it became master after the slave left) gets no grace.
+	//
+	// Default: the election's LockTTL / GracePerLockTTL (20s at the default
+	// LockTTL). Negative: no grace, a departed slave's items move at the
+	// next plan.
+	Grace time.Duration
 	// OnError, if set, is called with every error of the background loops
 	// (a failed renewal, a failed plan, a handler's panic). It must not
 	// block. Default: errors are dropped.
@@ -85,6 +113,9 @@ func (c Config) withDefaults(lockTTL time.Duration) Config {
 	if c.Resync == 0 {
 		c.Resync = 10 * c.Settle
 	}
+	if c.Grace == 0 {
+		c.Grace = time.Duration(float64(lockTTL) / GracePerLockTTL)
+	}
 	return c
 }
 
@@ -114,6 +145,8 @@ func (c Config) validate(lockTTL time.Duration) error {
 		return fmt.Errorf("%w: Settle %v is negative", ErrInvalidConfig, c.Settle)
 	case c.Resync <= 0:
 		return fmt.Errorf("%w: Resync %v must be above 0", ErrInvalidConfig, c.Resync)
+	case c.Grace > masterelection.MaxDuration:
+		return fmt.Errorf("%w: Grace %v is above %v (a negative Grace turns the grace off)", ErrInvalidConfig, c.Grace, masterelection.MaxDuration)
 	}
 	return nil
 }

@@ -31,10 +31,26 @@
 // the leaver's items, a join about the joiner's share, a weight change
 // about the difference in that slave's share (each plus, with few items per
 // slave, a rounding's worth). It plans when it becomes
-// master, Settle after a slave joins or leaves or the items change, and
-// every Resync; it writes only what changed, in one script fenced by the
+// master, Settle after a slave joins or leaves or the items change, when a
+// departed slave's grace ends, and every Resync; it writes only what changed, in one script fenced by the
 // mastership's term (a deposed master's write is refused). The plan is kept
 // in Redis, so a new master continues from it.
+//
+// # Restarts: the grace
+//
+// A slave that leaves (Stop, a crash) keeps its items planned to it for
+// Config.Grace, waiting for a process with the same node id (a StatefulSet
+// pod name, a host name) to come back: new items and balance involve only
+// the live slaves meanwhile, and the process that returns finds its items
+// in the plan and claims them at once, so a rolling restart moves nothing.
+// The grace counts from when the Planner learned the slave left (a Stop:
+// its registry entry was fresh), or from its last heartbeat (a crash: the
+// master removed it after SlaveTimeout), so a crashed slave's items wait
+// little beyond its removal; a slave the Planner never listed (a master
+// elected after it left) gets none. Its items have no owner meanwhile:
+// that is the grace's cost when the slave does not return. After it, the
+// Planner plans again and the items move. Planner.Waiting lists the slaves
+// waited for. Default: LockTTL × 2/3 (GracePerLockTTL); negative: off.
 //
 // # Ownership and hand-off
 //
@@ -65,9 +81,10 @@
 // (the ctx has ended; the handler must stop acting on it), or that every
 // item has an owner (an item no slave has room for is unassigned:
 // Planner.Last lists them). A dead Worker's items move once its lease and registry entry have expired and the master
-// planned again. Once the herd has settled, every item a slave has room for
-// has an owner within ProcessTTL + CheckInterval + LeaseTTL + Settle +
-// 2 × RenewInterval (docs/safety.md, guarantee 7).
+// planned again, after its Grace. Once the herd has settled, every item a
+// slave has room for has an owner within ProcessTTL + CheckInterval +
+// LeaseTTL + Settle + Grace + 2 × RenewInterval (docs/safety.md, guarantee
+// 7).
 //
 // # When Redis loses its data
 //
@@ -89,10 +106,13 @@
 //
 // The timings' defaults follow the LockTTL of the election NewPlanner and
 // NewWorker are given: LeaseTTL = LockTTL / 3, RenewInterval = LeaseTTL / 3,
-// Margin = LeaseTTL / 10, Settle = LockTTL / 30, Resync = 10 × Settle (10s,
-// 3.3s, 1s, 1s and 10s at the default LockTTL of 30s). The lease ends before
-// the master removes a dead slave (SlaveTimeout + CheckInterval, LockTTL ×
-// 2/3 with masterelection's defaults), so its items are owned again within
-// SlaveTimeout + CheckInterval + Settle + RenewInterval: about 0.81 ×
-// LockTTL (docs/tuning.md).
+// Margin = LeaseTTL / 10, Settle = LockTTL / 30, Resync = 10 × Settle,
+// Grace = LockTTL × 2/3 (10s, 3.3s, 1s, 1s, 10s and 20s at the default
+// LockTTL of 30s). The lease ends before the master removes a dead slave
+// (SlaveTimeout + CheckInterval, LockTTL × 2/3 with masterelection's
+// defaults), and the grace, counted from the dead slave's last heartbeat,
+// ends about then too, so its items are owned again within SlaveTimeout +
+// CheckInterval + Settle + RenewInterval: about 0.81 × LockTTL
+// (docs/tuning.md). A slave that stops (and does not return) has its items
+// owned again about Grace + Settle + RenewInterval after it stopped.
 package assign

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,10 +32,12 @@ type Planner struct {
 	cfg    Config
 	kick   chan struct{}
 
-	planning sync.Mutex // one plan at a time (Run and PlanNow)
+	planning sync.Mutex  // one plan at a time (Run and PlanNow)
+	gone     *departures // the departed slaves waited for (Config.Grace)
 	mu       sync.Mutex
-	last     Plan      // guarded by mu: the plan of the last planning
-	kept     itemsCopy // guarded by mu: the items as this Planner last read or wrote them
+	last     Plan                 // guarded by mu: the plan of the last planning
+	kept     itemsCopy            // guarded by mu: the items as this Planner last read or wrote them
+	waiting  map[string]time.Time // guarded by mu: the last planning's departed slaves, by grace end
 	moves    atomic.Uint64
 	restores atomic.Uint64
 }
@@ -63,7 +66,8 @@ func NewPlanner(client redis.UniversalClient, e *masterelection.MasterElection, 
 		return nil, err
 	}
 	cfg = cfg.withDefaults(e.LockTTL())
-	return &Planner{client: client, e: e, keys: e.Keys().Assign(cfg.Set), cfg: cfg, kick: make(chan struct{}, 1)}, nil
+	return &Planner{client: client, e: e, keys: e.Keys().Assign(cfg.Set), cfg: cfg, kick: make(chan struct{}, 1),
+		gone: newDepartures(cfg.Grace, e.SlaveTimeout())}, nil
 }
 
 // SetItems replaces the set's items with items (none empties the set, which
@@ -210,6 +214,29 @@ func (p *Planner) Last() Plan {
 	return p.last
 }
 
+// Waiting returns the departed slaves whose items the last planning kept
+// planned to them (Config.Grace), each with the end of its grace; none
+// before the first planning.
+func (p *Planner) Waiting() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.waiting)
+}
+
+// graceEnd returns the earliest end of the last planning's graces; zero
+// when it waited for no slave.
+func (p *Planner) graceEnd() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var first time.Time
+	for _, end := range p.waiting {
+		if first.IsZero() || end.Before(first) {
+			first = end
+		}
+	}
+	return first
+}
+
 // Set returns the name of the Planner's item set (Config.Set).
 func (p *Planner) Set() string { return p.cfg.Set }
 
@@ -236,7 +263,8 @@ func (p *Planner) changed(what string, err error) error {
 // Run plans until ctx ends, whenever this process is master: at once when
 // it becomes master (its items move to the slaves), Settle after a slave
 // joins or leaves or the items change (more changes meanwhile are planned
-// together), and every Resync. Not master, it keeps its copy of the items
+// together), when a departed slave's Grace ends, and every Resync. Not
+// master, it keeps its copy of the items
 // (one GET every Resync: Restores).
 // A planning that fails is reported to OnError and tried again at the next
 // occasion. It returns ctx's error.
@@ -250,18 +278,29 @@ func (p *Planner) Run(ctx context.Context) error {
 			}
 		}),
 		p.e.OnSlaveRegistered(func(registry.SlaveNode) { p.Kick() }),
-		p.e.OnSlaveRemoved(func(string) { p.Kick() }),
+		p.e.OnSlaveRemoved(func(id string) {
+			p.gone.removedAt(id, time.Now())
+			p.Kick()
+		}),
 	} {
 		defer unsubscribe()
 	}
 	resync := time.NewTicker(p.cfg.Resync)
 	defer resync.Stop()
+	var grace *time.Timer // fires when the first grace of the last planning ends
+	var graceC <-chan time.Time
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
 	p.Kick()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-resync.C:
+		case <-graceC:
 		case <-acquired:
 			// At once: this process's own Worker gives its items up only
 			// when the plan moves them to the slaves.
@@ -283,6 +322,14 @@ func (p *Planner) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			p.cfg.report(err)
 		}
+		if grace != nil {
+			grace.Stop()
+		}
+		graceC = nil
+		if end := p.graceEnd(); !end.IsZero() {
+			grace = time.NewTimer(max(time.Until(end), 0) + time.Millisecond)
+			graceC = grace.C
+		}
 	}
 }
 
@@ -296,7 +343,9 @@ func (p *Planner) PlanNow(ctx context.Context) (Plan, error) {
 }
 
 // plan computes the plan for the items and the live slaves from the stored
-// plan, and writes what differs from it under term.
+// plan, and writes what differs from it under term. The items of departed
+// slaves within their grace stay theirs (pinned); the others are planned
+// over the live slaves.
 func (p *Planner) plan(ctx context.Context, term int64) error {
 	p.planning.Lock()
 	defer p.planning.Unlock()
@@ -308,8 +357,10 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 	if err != nil {
 		return fmt.Errorf("assign: list slaves: %w", err)
 	}
+	now := time.Now()
 	self := p.e.NodeID()
 	slaves := make([]Slave, 0, len(procs))
+	live := make(map[string]time.Time, len(procs))
 	for _, pr := range procs {
 		// The master's own entry may still say slave for a moment after
 		// it acquired: it is never a slave of its own plan.
@@ -317,12 +368,14 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 			continue
 		}
 		slaves = append(slaves, Slave{ID: pr.ProcessID, Capabilities: pr.Capabilities})
+		live[pr.ProcessID] = pr.LastSeen
 	}
 	stored, err := p.Stored(ctx)
 	if err != nil {
 		return err
 	}
-	next, err := Reassign(stored, items, slaves)
+	waiting := p.gone.update(now, live, owners(stored), self)
+	next, err := pinned(stored, items, slaves, waiting)
 	if err != nil {
 		return err
 	}
@@ -344,8 +397,45 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 	p.moves.Add(uint64(n))
 	p.mu.Lock()
 	p.last = next
+	p.waiting = waiting
 	p.mu.Unlock()
 	return nil
+}
+
+// owners returns the slaves plan names.
+func owners(plan Plan) map[string]bool {
+	out := map[string]bool{}
+	for _, id := range plan.Owner {
+		out[id] = true
+	}
+	return out
+}
+
+// pinned is Reassign(stored, items, slaves) with the items stored names
+// for a slave in waiting (departed, within its grace) left out and kept
+// for that slave: new items and balance involve only the live slaves, and
+// the departed slave finds its items when it comes back.
+func pinned(stored Plan, items []string, slaves []Slave, waiting map[string]time.Time) (Plan, error) {
+	if len(waiting) == 0 {
+		return Reassign(stored, items, slaves)
+	}
+	keep := map[string]string{}
+	rest := make([]string, 0, len(items))
+	for _, item := range items {
+		if to := stored.Owner[item]; to != "" {
+			if _, ok := waiting[to]; ok {
+				keep[item] = to
+				continue
+			}
+		}
+		rest = append(rest, item)
+	}
+	next, err := Reassign(stored, rest, slaves)
+	if err != nil {
+		return Plan{}, err
+	}
+	maps.Copy(next.Owner, keep)
+	return next, nil
 }
 
 // items returns the set's items for the master's plan under term. When

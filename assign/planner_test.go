@@ -112,7 +112,8 @@ func noOverlaps(t *testing.T, nodes map[string]*node, s *spans) {
 }
 
 // settled waits until the master's Planner has planned exactly items over
-// the live non-master nodes (every item placed, none on the master, each
+// the live non-master nodes (every item placed, none on the master or on a
+// departed node, each
 // slave within one of the others' counts when their capabilities are
 // equal) and every live node's Worker owns exactly what that plan gives
 // it, and returns the plan.
@@ -129,6 +130,11 @@ func settled(t *testing.T, items []string, nodes map[string]*node, caps map[stri
 		}
 		ok := master != "" && len(want.Unassigned) == 0 &&
 			slices.Equal(slices.Sorted(maps.Keys(want.Owner)), slices.Sorted(slices.Values(items)))
+		for _, to := range want.Owner {
+			if nodes[to] == nil {
+				ok = false // planned to a departed slave, within its grace
+			}
+		}
 		equal := true
 		lo, hi := len(items), 0
 		for _, id := range slices.Sorted(maps.Keys(nodes)) {
@@ -342,4 +348,104 @@ func TestChangesWaitForTheRestore(t *testing.T) {
 		t.Fatalf("items %v (%v), want %v", got, err, want)
 	}
 	settled(t, want, nodes, caps, 10*time.Second)
+}
+
+// slaveOf returns the id of a node of nodes that is not master.
+func slaveOf(t *testing.T, nodes map[string]*node) string {
+	t.Helper()
+	for _, id := range slices.Sorted(maps.Keys(nodes)) {
+		if !nodes[id].e.IsMaster() {
+			return id
+		}
+	}
+	t.Fatal("no slave")
+	return ""
+}
+
+// masterOf returns the node of nodes that is master.
+func masterOf(t *testing.T, nodes map[string]*node) *node {
+	t.Helper()
+	for _, n := range nodes {
+		if n.e.IsMaster() {
+			return n
+		}
+	}
+	t.Fatal("no master")
+	return nil
+}
+
+// TestRestartWithinGraceMovesNothing: a slave stops and a process with its
+// node id starts again within Grace: the master keeps its items planned to
+// it meanwhile (Planner.Waiting names it), the new process's Worker claims
+// them, and the Planner moved no item.
+func TestRestartWithinGraceMovesNothing(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	s := newSpans()
+	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond, Grace: time.Minute}
+	caps := map[string]registry.Capabilities{}
+	items := names(12)
+	nodes := herdOf(t, inst, s, cfg, items, "n1", "n2", "n3", "n4")
+	before := settled(t, items, nodes, caps, 10*time.Second)
+	master := masterOf(t, nodes)
+	moves := master.p.Moves()
+
+	id := slaveOf(t, nodes)
+	nodes[id].stop(t)
+	delete(nodes, id)
+	testsync.WaitFor(t, "the master waiting for "+id, func() bool { _, ok := master.p.Waiting()[id]; return ok })
+	if got := master.p.Last().Items(id); !slices.Equal(got, before.Items(id)) {
+		t.Fatalf("within the grace %s is planned %v, want its items %v", id, got, before.Items(id))
+	}
+
+	nodes[id] = startNode(t, inst, id, registry.Capabilities{}, s, cfg)
+	after := settled(t, items, nodes, caps, 10*time.Second)
+	if m := assign.Moves(before, after); len(m) != 0 || master.p.Moves() != moves {
+		t.Fatalf("the restart moved %d items in the plan (%d written), want none: %+v", len(m), master.p.Moves()-moves, m)
+	}
+	testsync.WaitFor(t, "the master no longer waiting", func() bool { return len(master.p.Waiting()) == 0 })
+	noOverlaps(t, nodes, s)
+}
+
+// TestNoReturnMovesAfterGrace: a slave stops and does not come back: its
+// items stay planned to it while the master waits (nothing moves), then
+// move to the other slaves once the grace has ended, and only they move.
+func TestNoReturnMovesAfterGrace(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	s := newSpans()
+	const grace = 2 * time.Second
+	cfg := assign.Config{LeaseTTL: time.Second, Settle: 50 * time.Millisecond, Grace: grace}
+	caps := map[string]registry.Capabilities{}
+	items := names(12)
+	nodes := herdOf(t, inst, s, cfg, items, "n1", "n2", "n3", "n4")
+	before := settled(t, items, nodes, caps, 10*time.Second)
+	master := masterOf(t, nodes)
+	moves := master.p.Moves()
+
+	id := slaveOf(t, nodes)
+	nodes[id].stop(t)
+	delete(nodes, id)
+	left := time.Now()
+	var end time.Time
+	testsync.WaitFor(t, "the master waiting for "+id, func() bool { end = master.p.Waiting()[id]; return !end.IsZero() })
+	if end.Before(left) || end.After(time.Now().Add(grace)) {
+		t.Fatalf("the grace ends at %v, want within %v of the stop (%v)", end, grace, left)
+	}
+	if master.p.Moves() != moves && time.Now().Before(end) {
+		t.Fatalf("%d items moved within the grace", master.p.Moves()-moves)
+	}
+
+	after := settled(t, items, nodes, caps, 10*grace)
+	if time.Now().Before(end) {
+		t.Fatalf("settled at %v, before the grace ended at %v", time.Now(), end)
+	}
+	moved := assign.Moves(before, after)
+	if len(moved) != len(before.Items(id)) {
+		t.Fatalf("%d items moved, want the %d of %s: %+v", len(moved), len(before.Items(id)), id, moved)
+	}
+	for _, m := range moved {
+		if m.From != id {
+			t.Fatalf("an item of another slave moved: %+v", m)
+		}
+	}
+	noOverlaps(t, nodes, s)
 }

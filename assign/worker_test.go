@@ -306,6 +306,7 @@ func TestWorkerLifecycle(t *testing.T) {
 		{assign.Config{LeaseTTL: time.Second, Margin: time.Second}, "Margin 1s must be at least 0 and below LeaseTTL 1s"},
 		{assign.Config{LeaseTTL: time.Second, RenewInterval: 950 * time.Millisecond}, "RenewInterval 950ms must be above 0 and below LeaseTTL - Margin = 900ms"},
 		{assign.Config{Set: "a b"}, "Set \"a b\" contains whitespace"},
+		{assign.Config{Grace: 400 * 24 * time.Hour}, "Grace 9600h0m0s is above 8760h0m0s"},
 	} {
 		_, err := assign.NewWorker(f.admin, f.election(t, f.admin, "a"), tc.cfg)
 		if !errors.Is(err, assign.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {

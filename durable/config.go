@@ -46,6 +46,22 @@ type Config struct {
 	// left the registry is moved to the live slaves within this interval of
 	// the registry's removal. Default: 5s.
 	SweepInterval time.Duration
+	// Grace is how long Sweep leaves the inbox of a slave that left the
+	// registry in place, waiting for a process with the same id to come
+	// back (a restart under a stable name) and read it: the slave that
+	// returns within it finds its entries in its own inbox, and nothing
+	// moves. It counts from the moment this Router learned the slave left
+	// (its slave-removed event under Maintain, else the first sweep that
+	// found it gone), for a slave this Router saw live before; an inbox
+	// whose process it never saw live (this process became master after it
+	// left) moves at once. The cost: a slave that does not return leaves
+	// its entries unhandled this long (a crash: this long after the master
+	// removed it) before they move. Swept.Waiting lists the inboxes
+	// waited for. Default: the leader's LockTTL × 2/3 when the leader has a
+	// LockTTL method (as *masterelection.MasterElection has; the ratio of
+	// assign.Config.Grace), else DefaultGrace. Negative: no grace, an
+	// inbox moves at the first sweep that finds its process gone.
+	Grace time.Duration
 	// DropBacklog makes a new master drop, instead of adopt, what its
 	// predecessors stored in the inboxes and no slave handled: Sweep (and
 	// the first Send or SendBatch of each mastership, which waits for it)
@@ -140,6 +156,9 @@ const (
 	DefaultMaxDeliveries   = 10
 	DefaultSweepInterval   = 5 * time.Second
 	DefaultOpTimeout       = time.Second
+	// DefaultGrace is the default Grace of a Router whose leader has no
+	// LockTTL method: LockTTL × 2/3 at masterelection's default LockTTL.
+	DefaultGrace = 20 * time.Second
 )
 
 // DefaultConfig returns the defaults.
@@ -156,6 +175,7 @@ func DefaultConfig() Config {
 		MaxDeliveries:   DefaultMaxDeliveries,
 		SweepInterval:   DefaultSweepInterval,
 		OpTimeout:       DefaultOpTimeout,
+		Grace:           DefaultGrace,
 	}
 }
 
@@ -175,6 +195,9 @@ func (c Config) Validate() error {
 		if d.v > 0 && d.v < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s (%s) is below the minimum of 1ms", d.name, d.v))
 		}
+	}
+	if c.Grace > 0 && c.Grace < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Grace (%s) is below the minimum of 1ms (negative turns the grace off)", c.Grace))
 	}
 	if c.ReassignBatch < 0 {
 		errs = append(errs, fmt.Errorf("ReassignBatch (%d) is negative", c.ReassignBatch))
@@ -221,6 +244,12 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 	}
 	c.MaxDeliveries = max(cmp.Or(c.MaxDeliveries, d.MaxDeliveries), 0) // negative: 0, no limit
 	c.OpTimeout = cmp.Or(c.OpTimeout, d.OpTimeout)
+	if c.Grace == 0 {
+		c.Grace = d.Grace
+		if l, ok := from.(interface{ LockTTL() time.Duration }); ok && l.LockTTL() > 0 {
+			c.Grace = l.LockTTL() * 2 / 3
+		}
+	}
 	return c, nil
 }
 

@@ -91,7 +91,9 @@
 //     emptied inbox; Maintain sweeps at
 //     master-acquired, at each slave event and every Config.SweepInterval,
 //     so an inbox whose slave left between a send and its handling moves
-//     within SweepInterval of the registry's removal.
+//     within SweepInterval of the end of its grace: Config.Grace after the
+//     removal, during which a process restarted under the same id reads
+//     its own inbox and nothing moves (Swept.Waiting).
 //   - Lost replies: a Consumer looks at its pending list every
 //     Config.RetryDelay and after every read error, and takes back what is
 //     due, so an entry Redis delivered whose reply never arrived is handled

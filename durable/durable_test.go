@@ -508,6 +508,7 @@ func TestConfigAndConstructors(t *testing.T) {
 		{"bad lock", durable.Config{LockName: "a b"}},
 		{"negative batch", durable.Config{ReassignBatch: -1}},
 		{"negative count", durable.Config{ReadCount: -1}},
+		{"tiny grace", durable.Config{Grace: time.Microsecond}},
 	} {
 		if err := tc.cfg.Validate(); !errors.Is(err, durable.ErrInvalidConfig) {
 			t.Errorf("%s: %v; want ErrInvalidConfig", tc.name, err)

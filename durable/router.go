@@ -36,6 +36,7 @@ type Router struct {
 
 	backlog backlog // the predecessors' entries taken over, per term
 	orphans orphans // inboxes the last sweep could not move: no slave
+	waits   waits   // inboxes of processes gone, left in place for their grace
 }
 
 // NewRouter returns a Router writing through client on behalf of leader,

@@ -34,6 +34,9 @@ type Swept struct {
 	// Deleted is the number of inboxes deleted: empty, and their process
 	// not live, or this process's own, emptied by a move.
 	Deleted int
+	// Waiting are the processes, not live, whose inboxes stay in place
+	// within their Config.Grace, waiting for them to come back (sorted).
+	Waiting []string
 	// Orphans are the processes, not live (or this process, master),
 	// whose inboxes still hold entries because no live slave could take
 	// them (ErrNoSlaves) or their move failed; the next sweep tries again.
@@ -60,7 +63,9 @@ func (s Swept) changed() bool {
 //     process's own inbox (what it was sent while a slave, which no
 //     Consumer of a master need read), are moved to the live slaves with
 //     Reassign (pick as there; nil: PickRendezvous), and deleted once
-//     empty. This process's inbox is not adopted: a Consumer it may still
+//     empty; the inbox of a process this Router saw live stays in place
+//     until its Config.Grace has ended (Swept.Waiting), for a process with
+//     its id to come back and read it. This process's inbox is not adopted: a Consumer it may still
 //     run would read adopted entries while they move. With Config.Terms
 //     set, that Consumer rejects the moved entries' old terms; the entry in
 //     its hands at the change is handled there and again after the move.
@@ -93,7 +98,14 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 	if own {
 		gone = append([]string{self}, gone...)
 	}
+	now := time.Now()
 	for _, id := range gone {
+		if id != self {
+			if end := r.waits.until(id, now, r.cfg.Grace); now.Before(end) {
+				res.Waiting = append(res.Waiting, id)
+				continue
+			}
+		}
 		moved, err := r.Reassign(ctx, id, pick)
 		res.Calls += moved.Calls
 		res.Malformed += moved.Dropped
@@ -150,6 +162,12 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	// Sweep: adopted in place, its entries would be this term's and read by
 	// its own Consumer, if any, while a sweep moves them.
 	todo := slices.DeleteFunc(ids, func(id string) bool { return id == self || route.CheckName("process id", id) != nil })
+	known := map[string]bool{} // the inboxes that still exist, with their process live or not
+	defer func() {
+		if err == nil {
+			r.waits.keep(known)
+		}
+	}()
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), sweepChunk)]
 		res.Calls++
@@ -165,6 +183,9 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 				res.Adopted += st.Taken
 			}
 			res.Malformed += st.Malformed
+			if st.Live {
+				r.waits.sawLive(chunk[i])
+			}
 			switch {
 			case st.More:
 				again = append(again, chunk[i])
@@ -174,6 +195,9 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 				}
 			case !st.Live:
 				gone = append(gone, chunk[i])
+				known[chunk[i]] = true
+			default:
+				known[chunk[i]] = true
 			}
 		}
 		todo = append(again, todo[len(chunk):]...)
@@ -216,6 +240,77 @@ type backlog struct {
 }
 
 func (b *backlog) done(term int64) { atomicmax.Raise(&b.term, term) }
+
+// waits is a Router's memory for Config.Grace: the processes whose inbox
+// a sweep found live, and when each of them was learned gone.
+type waits struct {
+	mu   sync.Mutex
+	live map[string]bool      // guarded by mu: seen live, inbox still there
+	left map[string]time.Time // guarded by mu: when each process of live was learned gone
+}
+
+// sawLive records that a sweep found id live: it is no longer waited for.
+func (w *waits) sawLive(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.live == nil {
+		w.live, w.left = map[string]bool{}, map[string]time.Time{}
+	}
+	w.live[id] = true
+	delete(w.left, id)
+}
+
+// removed records that the master removed id at t (its slave-removed
+// event), if a sweep saw it live and it was not learned gone before.
+func (w *waits) removed(id string, t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.left[id]; w.live[id] && !ok {
+		w.left[id] = t
+	}
+}
+
+// until returns when the grace of id, found gone at now, ends: grace after
+// it was learned gone; the zero time for a process never seen live, or
+// grace negative.
+func (w *waits) until(id string, now time.Time, grace time.Duration) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if grace < 0 || !w.live[id] {
+		return time.Time{}
+	}
+	t, ok := w.left[id]
+	if !ok {
+		t = now
+		w.left[id] = t
+	}
+	return t.Add(grace)
+}
+
+// next returns the earliest end of a grace after now; zero when none.
+func (w *waits) next(now time.Time, grace time.Duration) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var first time.Time
+	for _, t := range w.left {
+		if end := t.Add(grace); now.Before(end) && (first.IsZero() || end.Before(first)) {
+			first = end
+		}
+	}
+	return first
+}
+
+// keep forgets the processes whose inbox is not in inboxes (deleted).
+func (w *waits) keep(inboxes map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id := range w.live {
+		if !inboxes[id] {
+			delete(w.live, id)
+			delete(w.left, id)
+		}
+	}
+}
 
 // Orphans returns the processes, not live, whose inboxes the last sweep
 // could not move to a slave (sorted).
@@ -269,7 +364,10 @@ type masterRunner interface {
 func (r *Router) Maintain(events Events, pick Pick) (stop func()) {
 	m := &maintainer{r: r, pick: pick, kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	u1 := events.OnMasterAcquired(func(ctx context.Context, _ int64) { m.start(ctx) })
-	u2 := events.OnSlaveRemoved(func(string) { m.poke() })
+	u2 := events.OnSlaveRemoved(func(id string) {
+		r.waits.removed(id, time.Now())
+		m.poke()
+	})
 	u3 := events.OnSlaveRegistered(func(registry.SlaveNode) { m.poke() })
 	if mr, ok := events.(masterRunner); ok && m.r.leader.IsMaster() {
 		// A mastership already under way: its ctx lives as long as
@@ -339,12 +437,20 @@ func (m *maintainer) start(ctx context.Context) {
 	}()
 }
 
-// loop sweeps until the mastership's ctx is done or Maintain stops.
+// loop sweeps until the mastership's ctx is done or Maintain stops, also
+// when the first grace of an inbox left in place ends.
 func (m *maintainer) loop(ctx context.Context) {
 	t := time.NewTicker(m.r.cfg.SweepInterval)
 	defer t.Stop()
+	grace := time.NewTimer(time.Hour)
+	defer grace.Stop()
 	for {
 		m.sweep(ctx)
+		var graceC <-chan time.Time
+		if end := m.r.waits.next(time.Now(), m.r.cfg.Grace); !end.IsZero() {
+			grace.Reset(time.Until(end) + time.Millisecond)
+			graceC = grace.C
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -352,6 +458,7 @@ func (m *maintainer) loop(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-m.kick:
+		case <-graceC:
 		}
 	}
 }

@@ -191,6 +191,10 @@ func (m *MasterElection) LockName() string { return m.cfg.LockName }
 // timing the defaults of package assign follow.
 func (m *MasterElection) LockTTL() time.Duration { return m.cfg.LockTTL }
 
+// SlaveTimeout returns the election's SlaveTimeout, its default filled in:
+// how old a slave's last heartbeat gets before the master removes it.
+func (m *MasterElection) SlaveTimeout() time.Duration { return m.cfg.SlaveTimeout }
+
 // Keys returns the Redis names of the election.
 func (m *MasterElection) Keys() scripts.Keys { return m.keys }
 

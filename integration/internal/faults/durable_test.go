@@ -43,11 +43,12 @@ const assignItems = 20
 // has an owner again, with the nodes' assign config (integration/node:
 // LeaseTTL = LockTTL, RenewInterval = LockTTL/5, Settle 50 ms): a dead or
 // cut-off owner's registry entry goes within ProcessTTL (plus a sweep),
-// its lease within LeaseTTL, the master plans Settle after the change, and
-// an item moves in two renewals (the old owner gives it up, the new one
-// claims it); Slack for the scheduling of a busy machine.
+// its lease within LeaseTTL, the master plans Settle after the change and
+// again when the departed slave's Grace (the default, LockTTL × 2/3) ends,
+// and an item moves in two renewals (the old owner gives it up, the new
+// one claims it); Slack for the scheduling of a busy machine.
 func (tm timing) ownedBound() time.Duration {
-	return tm.processTTL + tm.check + tm.ttl + 50*time.Millisecond + 2*(tm.ttl/5) + tm.slack
+	return tm.processTTL + tm.check + tm.ttl + 50*time.Millisecond + tm.ttl*2/3 + 2*(tm.ttl/5) + tm.slack
 }
 
 // waitOwned waits, after the cluster settled, until every assign item's
