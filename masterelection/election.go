@@ -250,6 +250,7 @@ func (m *MasterElection) processInfo(role registry.Role) registry.ProcessInfo {
 		RegisteredAt: m.base,
 		Metadata:     m.Metadata(),
 		NonCandidate: !m.candidate.Load(),
+		Priority:     m.cfg.Priority,
 	}
 }
 
