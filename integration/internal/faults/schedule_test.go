@@ -252,16 +252,11 @@ func drawNonCandidate(seed uint64) bool {
 	return rand.New(rand.NewPCG(seed, 3)).IntN(3) == 0
 }
 
-// drawPriorities draws the priority of each of n slots from seed (0, 1 or
-// 2 each), so that a master of lower priority hands back to a ready one of
-// higher (masterelection.Config.Priority) while the faults play.
+// drawPriorities draws the priorities of n slots from seed: 0 to n-1 in a
+// random order, so that a master of lower priority than a ready slave's
+// hands back to it (masterelection.Config.Priority) while the faults play.
 func drawPriorities(seed uint64, n int) []int {
-	rng := rand.New(rand.NewPCG(seed, 4))
-	out := make([]int, n)
-	for i := range out {
-		out[i] = rng.IntN(3)
-	}
-	return out
+	return rand.New(rand.NewPCG(seed, 4)).Perm(n)
 }
 
 // tourSchedule has every fault kind once, in a random order.
