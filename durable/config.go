@@ -128,6 +128,13 @@ type Config struct {
 	// counts these. It runs on the Consumer's loop goroutine and must not
 	// block. Default: nil.
 	OnStale func(*pubsub.StaleTermError)
+	// Holds, when set, is asked by a Consumer before each read: it reads
+	// its inbox only while Holds returns true, and checks again every
+	// Block meanwhile. Pass the election's HoldsNodeID, so that a process
+	// started under the NodeID of a live one (a twin, refused) or left over
+	// after another took its NodeID (stepped aside) reads nothing
+	// (docs/safety.md, "Twins and restarts"). Default: nil, always read.
+	Holds func() bool
 	// Logger receives a Consumer's debug logs: the entries left for
 	// adoption, the Redis calls that failed once. Default: the zero
 	// Logger, silent.

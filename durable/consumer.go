@@ -227,6 +227,14 @@ func (c *Consumer) loop(ctx context.Context, done chan struct{}) {
 	first := true
 	var next time.Time // the next pass over the pending entries
 	for ctx.Err() == nil {
+		if c.cfg.Holds != nil && !c.cfg.Holds() {
+			// Not this process's NodeID (yet, or any more): read nothing.
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.cfg.Block):
+			}
+			continue
+		}
 		if !time.Now().Before(next) {
 			if err := c.pendingPass(ctx, first); err != nil {
 				c.readFailed(ctx, err)

@@ -607,3 +607,31 @@ func TestMaintainDuringAMastership(t *testing.T) {
 	end()
 	stop()
 }
+
+// TestConsumerReadsOnlyWhileItHoldsItsID: with Config.Holds, a Consumer
+// reads nothing while Holds says no (a process refused as a twin, or one
+// that stepped aside), and reads its inbox once it says yes.
+func TestConsumerReadsOnlyWhileItHoldsItsID(t *testing.T) {
+	_, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	var holds atomic.Bool
+	cfg := fast()
+	cfg.Holds = holds.Load
+	con, got, _ := startConsumer(t, c, "s1", cfg)
+	for i := range 3 {
+		if _, err := r.Send(testCtx(t), "s1", "seq", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(10 * cfg.Block)
+	if con.Handled() != 0 || len(got) != 0 {
+		t.Fatalf("handled %d entries while Holds said no", con.Handled())
+	}
+	holds.Store(true)
+	for i := range 3 {
+		var v int
+		if err := receive(t, got).Decode(&v); err != nil || v != i {
+			t.Fatalf("message %d: %d, %v", i, v, err)
+		}
+	}
+}

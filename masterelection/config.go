@@ -88,6 +88,30 @@ type Config struct {
 	// Default: false, the process contends.
 	NonCandidate bool
 
+	// Priority is this process's preference for mastership: higher is
+	// preferred. It is published in the registry entry. While master, a
+	// process hands over (as Transfer does) to a candidate of higher
+	// priority once it has seen it ready for HandBackWindow, and its
+	// succession ranks candidates of higher priority first, so that a
+	// crashed master's place goes to the highest priority it ranked.
+	// Processes of equal priority never hand over to each other. Any int;
+	// negative values rank below the default. Default: 0.
+	Priority int
+
+	// HandBackWindow gates the hand-back to a process of higher Priority
+	// than the master's. The master hands over only to a candidate slave
+	// it has seen registered and heartbeating for HandBackWindow without a
+	// break (a leave, a restart or a mastership of its own starts the count
+	// again), and at most one hand-back happens per HandBackWindow in the
+	// whole herd (the key <LockName>:handback, with the window as TTL), so
+	// a preferred process in a restart loop moves the mastership at most
+	// once per window. It must be at least SlaveTimeout + CheckInterval,
+	// the longest a crashed slave can stay listed as live by the master.
+	// A negative value turns hand-backs off (Priority still orders the
+	// succession). Default: LockTTL, or SlaveTimeout + CheckInterval when
+	// that is longer (30s).
+	HandBackWindow time.Duration
+
 	// Capabilities are what this process offers for work assignment,
 	// published with its registry entry. Default: none.
 	Capabilities registry.Capabilities
@@ -181,8 +205,8 @@ const DefaultLockTTL = 30 * time.Second
 // HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL and
 // SlaveTimeout set, as New would set them in a zero Config. The fields whose
 // defaults follow other fields (StepDownMargin, WaitTimeout,
-// TransferWindow) stay zero, so New derives them from the values finally
-// set; NodeID stays empty (New draws a UUID). Config{} is the same
+// TransferWindow, HandBackWindow) stay zero, so New derives them from the values finally
+// set, as does HandBackWindow; NodeID stays empty (New draws a UUID). Config{} is the same
 // configuration; DefaultConfig only spells it out.
 //
 // The timings it spells out follow LockTTL: a caller who changes LockTTL
@@ -193,7 +217,7 @@ const DefaultLockTTL = 30 * time.Second
 // keep it apart.)
 func DefaultConfig() Config {
 	c := Config{}.withDefaults()
-	c.StepDownMargin, c.WaitTimeout, c.TransferWindow = 0, 0, 0
+	c.StepDownMargin, c.WaitTimeout, c.TransferWindow, c.HandBackWindow = 0, 0, 0, 0
 	c.defaultsOf = c.LockTTL
 	return c
 }
@@ -273,6 +297,9 @@ func (c Config) withDefaults() Config {
 	if c.TransferWindow == 0 {
 		c.TransferWindow = max(ttl/10, time.Millisecond)
 	}
+	if c.HandBackWindow == 0 {
+		c.HandBackWindow = max(ttl, c.minHandBackWindow())
+	}
 	return c
 }
 
@@ -309,6 +336,7 @@ func (c Config) Validate() error {
 		{"LockTTL", u.LockTTL}, {"HeartbeatInterval", u.HeartbeatInterval}, {"CheckInterval", u.CheckInterval},
 		{"ElectionJitter", u.ElectionJitter}, {"StepDownMargin", u.StepDownMargin}, {"ProcessTTL", u.ProcessTTL},
 		{"SlaveTimeout", u.SlaveTimeout}, {"WaitTimeout", u.WaitTimeout}, {"TransferWindow", u.TransferWindow},
+		{"HandBackWindow", u.HandBackWindow},
 	} {
 		if f.d > MaxDuration {
 			errs = append(errs, fmt.Errorf("%s (%v) must be at most %v (MaxDuration)", f.name, f.d, MaxDuration))
@@ -360,6 +388,10 @@ func (c Config) Validate() error {
 	}
 	if c.LockTTL > 0 && c.TransferWindow >= c.LockTTL {
 		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v)", show("TransferWindow", c.TransferWindow, u.TransferWindow), c.LockTTL))
+	}
+	if least := c.minHandBackWindow(); c.HandBackWindow > 0 && c.HandBackWindow < least {
+		errs = append(errs, fmt.Errorf("%s must be at least SlaveTimeout (%v) + CheckInterval (%v), %v: a slave that crashed would still count as ready",
+			show("HandBackWindow", c.HandBackWindow, u.HandBackWindow), c.SlaveTimeout, c.CheckInterval, least))
 	}
 	if c.StepDownMargin < 0 {
 		errs = append(errs, fmt.Errorf("StepDownMargin must not be negative, got %v", c.StepDownMargin))
@@ -416,6 +448,15 @@ var derivedFrom = map[string]string{
 	"SlaveTimeout":      "LockTTL / 2",
 	"WaitTimeout":       "HeartbeatInterval / 4",
 	"TransferWindow":    "LockTTL / 10, at least 1ms",
+	"HandBackWindow":    "LockTTL, at least SlaveTimeout + CheckInterval",
+}
+
+// minHandBackWindow is the shortest HandBackWindow: a slave that stops
+// heartbeating is removed by the master's tracker at most SlaveTimeout +
+// CheckInterval (a sweep) after its last heartbeat, so one seen live for
+// that long did heartbeat after it registered.
+func (c Config) minHandBackWindow() time.Duration {
+	return max(c.SlaveTimeout, 0) + max(c.CheckInterval, 0)
 }
 
 // replication is what the lock writes wait for.

@@ -236,3 +236,25 @@ func idleClient(t *testing.T) *redis.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// TestHandBackWindow: its default is LockTTL, or SlaveTimeout +
+// CheckInterval when longer; a set value below that sum is refused naming
+// both, a negative one (no hand-backs) is not.
+func TestHandBackWindow(t *testing.T) {
+	if d := DefaultConfig().withDefaults(); d.HandBackWindow != 30*time.Second {
+		t.Fatalf("default HandBackWindow %v, want LockTTL (30s)", d.HandBackWindow)
+	}
+	c := Config{LockTTL: 3 * time.Second, SlaveTimeout: 2800 * time.Millisecond}
+	if d := c.withDefaults(); d.HandBackWindow != 3300*time.Millisecond {
+		t.Fatalf("default HandBackWindow %v, want SlaveTimeout + CheckInterval (3.3s)", d.HandBackWindow)
+	}
+	c.HandBackWindow = 3 * time.Second
+	err := c.Validate()
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "HandBackWindow (3s) must be at least SlaveTimeout (2.8s) + CheckInterval (500ms)") {
+		t.Fatalf("HandBackWindow below SlaveTimeout + CheckInterval: %v", err)
+	}
+	c.HandBackWindow = -1
+	if err := c.Validate(); err != nil {
+		t.Fatalf("negative HandBackWindow (off): %v", err)
+	}
+}

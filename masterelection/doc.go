@@ -35,6 +35,21 @@
 // waiting gives its turn up when another's acquired notice comes: one
 // acquire per handover or failover, however many slaves.
 //
+// # A preferred master
+//
+// Config.Priority makes some processes preferred as master (a bigger
+// machine, the zone next to Redis). The succession ranks candidates of
+// higher priority first, so a crashed master is replaced by the highest
+// priority it ranked. And a master hands over, with its own Transfer, to a
+// candidate slave of higher priority than its own once it has seen that
+// slave registered and heartbeating for HandBackWindow without a break:
+// the highest such priority, ties by the succession's order. At most one
+// such hand-back happens per HandBackWindow in the whole herd (the key
+// <LockName>:handback), so a preferred process in a restart loop does not
+// make the mastership flap. Equal priorities never hand over. A hand-back
+// is a Transfer: the safety guarantees and failover bounds are Transfer's,
+// and master-lost's step-down reason is StepDownTransferred.
+//
 // # Process registry and slave events
 //
 // Start also opens the process registry (package registry) on the same

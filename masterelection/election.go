@@ -267,6 +267,7 @@ func (m *MasterElection) processInfo(role registry.Role) registry.ProcessInfo {
 		Metadata:     m.Metadata(),
 		NonCandidate: !m.candidate.Load(),
 		Incarnation:  m.incarnation,
+		Priority:     m.cfg.Priority,
 	}
 }
 

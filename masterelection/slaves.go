@@ -20,6 +20,11 @@ import (
 func (m *MasterElection) trackSlaves(l *leadership) {
 	defer m.bg.Done()
 	next := newSuccession(l.term)
+	back := m.newHandBack(l, next.key)
+	if back != nil {
+		m.bg.Add(1)
+		go back.run()
+	}
 	// The ranking changes on the tracker's goroutine; a goroutine of its
 	// own writes the latest one, so that the tracker never waits on Redis
 	// for it and a burst of joins (a first sweep) costs a write or two. A
@@ -63,15 +68,17 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 		Self:          m.cfg.NodeID,
 		OnJoin: func(s registry.SlaveNode) {
 			m.slaveEvent(l, topicSlaveRegistered, payload{slave: s})
-			if !s.NonCandidate && next.join(s.NodeID) {
+			if !s.NonCandidate && next.join(s.NodeID, s.Priority) {
 				publish()
 			}
+			back.join(s)
 		},
 		OnLeave: func(id string) {
 			m.slaveEvent(l, topicSlaveRemoved, payload{nodeID: id})
 			if next.leave(id) {
 				publish()
 			}
+			back.leave(id)
 		},
 		OnError: func(err error) { m.emitError(fmt.Errorf("track slaves: %w", err)) },
 	})
@@ -123,40 +130,53 @@ const maxSuccession = 3
 
 // succession is a master's ranking of its slaves for the next election
 // (scripts.Succession): the maxSuccession candidate slaves (their registry
-// entry at join says so) with the highest rendezvous hash of the master's
-// term, so that each term ranks the herd afresh and every slave is first
-// as often as any other. A slave that stops being a candidate after its
-// join stays ranked (its turn passes unused, costing the next one a step),
-// and one that becomes a candidate after it is ranked from the next term.
+// entry at join says so) that rank first by ranksBefore: the highest
+// Priority first, then, among equal priorities, the highest rendezvous hash
+// of the master's term, so that each term ranks the herd afresh and every
+// slave of one priority is first as often as any other. A slave that stops
+// being a candidate after its join stays ranked (its turn passes unused,
+// costing the next one a step), and one that becomes a candidate after it
+// is ranked from the next term.
 type succession struct {
-	key    string          // the term, the rendezvous key
-	slaves map[string]bool // every slave the tracker reports live
-	order  []string        // the ranking: at most maxSuccession slaves
+	key    string         // the term, the rendezvous key
+	slaves map[string]int // every candidate slave the tracker reports live, with its priority
+	order  []string       // the ranking: at most maxSuccession slaves
 }
 
 func newSuccession(term int64) *succession {
-	return &succession{key: strconv.FormatInt(term, 10), slaves: map[string]bool{}}
+	return &succession{key: strconv.FormatInt(term, 10), slaves: map[string]int{}}
+}
+
+// ranksBefore reports whether slave a, of priority pa, ranks before slave
+// b, of priority pb, in the succession of the term whose decimal form is
+// key. It is also the hand-back's order among slaves it may pick.
+func ranksBefore(key, a string, pa int, b string, pb int) bool {
+	if pa != pb {
+		return pa > pb
+	}
+	ha, hb := rendezvous.Hash(key, a), rendezvous.Hash(key, b)
+	return ha > hb || ha == hb && a < b
 }
 
 // before reports whether slave a ranks before slave b.
 func (s *succession) before(a, b string) bool {
-	ha, hb := rendezvous.Hash(s.key, a), rendezvous.Hash(s.key, b)
-	return ha > hb || ha == hb && a < b
+	return ranksBefore(s.key, a, s.slaves[a], b, s.slaves[b])
 }
 
-// join adds slave id and reports whether the ranking changed.
-func (s *succession) join(id string) bool {
-	if s.slaves[id] {
+// join adds slave id of priority p and reports whether the ranking
+// changed.
+func (s *succession) join(id string, p int) bool {
+	if _, ok := s.slaves[id]; ok {
 		return false
 	}
-	s.slaves[id] = true
+	s.slaves[id] = p
 	return s.rank(id)
 }
 
 // leave removes slave id and reports whether the ranking changed; a ranked
 // slave's place goes to the best of the rest.
 func (s *succession) leave(id string) bool {
-	if !s.slaves[id] {
+	if _, ok := s.slaves[id]; !ok {
 		return false
 	}
 	delete(s.slaves, id)

@@ -14,40 +14,81 @@ import (
 )
 
 // TestSuccessionRanksTheHighestHashes: after any sequence of joins and
-// leaves, the ranking is the maxSuccession live slaves that rank first,
-// and join and leave report exactly the changes of it.
+// leaves, the ranking is the maxSuccession live slaves that rank first
+// (the highest priority, then the highest hash), and join and leave report
+// exactly the changes of it. With one priority for all it is the hashes'
+// order; with a few, every slave of a higher priority comes first.
 func TestSuccessionRanksTheHighestHashes(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	s := newSuccession(1795)
-	live := map[string]bool{}
-	for step := range 2000 {
-		id := fmt.Sprintf("n%d", rng.IntN(40))
-		before := slices.Clone(s.order)
-		var changed bool
-		if live[id] && rng.IntN(2) == 0 {
-			delete(live, id)
-			changed = s.leave(id)
-		} else {
-			live[id] = true
-			changed = s.join(id)
-		}
-		var want []string
-		for other := range live {
-			want = append(want, other)
-		}
-		slices.SortFunc(want, func(a, b string) int {
-			if s.before(a, b) {
-				return -1
+	for _, priorities := range []int{1, 3} {
+		t.Run(fmt.Sprintf("priorities=%d", priorities), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			s := newSuccession(1795)
+			priority := func(id string) int { return len(id) % priorities } // n0..n9 below n10..n39, when 2 or more
+			live := map[string]bool{}
+			for step := range 2000 {
+				id := fmt.Sprintf("n%d", rng.IntN(40))
+				before := slices.Clone(s.order)
+				var changed bool
+				if live[id] && rng.IntN(2) == 0 {
+					delete(live, id)
+					changed = s.leave(id)
+				} else {
+					live[id] = true
+					changed = s.join(id, priority(id))
+				}
+				var want []string
+				for other := range live {
+					want = append(want, other)
+				}
+				slices.SortFunc(want, func(a, b string) int {
+					pa, pb := priority(a), priority(b)
+					switch {
+					case pa != pb && pa > pb:
+						return -1
+					case pa != pb:
+						return 1
+					case rendezvousBefore(s.key, a, b):
+						return -1
+					}
+					return 1
+				})
+				want = want[:min(len(want), maxSuccession)]
+				if !slices.Equal(s.order, want) {
+					t.Fatalf("step %d (%s): ranking %v, want %v", step, id, s.order, want)
+				}
+				if changed != !slices.Equal(before, s.order) {
+					t.Fatalf("step %d (%s): reported changed=%v, ranking went from %v to %v", step, id, changed, before, s.order)
+				}
 			}
-			return 1
 		})
-		want = want[:min(len(want), maxSuccession)]
-		if !slices.Equal(s.order, want) {
-			t.Fatalf("step %d (%s): ranking %v, want %v", step, id, s.order, want)
+	}
+}
+
+// rendezvousBefore is the succession's order among equal priorities.
+func rendezvousBefore(key, a, b string) bool { return ranksBefore(key, a, 0, b, 0) }
+
+// TestSuccessionPutsHigherPriorityFirst: among equal priorities each slave
+// is first for some term (the hash spreads them), and a slave of higher
+// priority is first for every term.
+func TestSuccessionPutsHigherPriorityFirst(t *testing.T) {
+	firsts := map[string]int{}
+	for term := int64(1); term <= 200; term++ {
+		s := newSuccession(term)
+		for _, id := range []string{"a", "b", "c", "d"} {
+			s.join(id, 0)
 		}
-		if changed != !slices.Equal(before, s.order) {
-			t.Fatalf("step %d (%s): reported changed=%v, ranking went from %v to %v", step, id, changed, before, s.order)
+		firsts[s.order[0]]++
+		s.join("p", 1)
+		if s.order[0] != "p" {
+			t.Fatalf("term %d: ranking %v, want p (priority 1) first", term, s.order)
 		}
+		s.join("q", -1)
+		if slices.Contains(s.order, "q") {
+			t.Fatalf("term %d: ranking %v, want q (priority -1) below the others", term, s.order)
+		}
+	}
+	if len(firsts) != 4 {
+		t.Fatalf("first places among equal priorities over 200 terms: %v, want each of a..d", firsts)
 	}
 }
 

@@ -12,8 +12,9 @@ import (
 // transferRequest asks the lead loop to hand over to a successor ("" for
 // none).
 type transferRequest struct {
-	to   string
-	done chan error // Transfer's answer; nil for a request from the control channel
+	to     string
+	done   chan error // Transfer's answer; nil for a request from the control channel or a hand-back
+	reason string     // why the mastership ends, when not the plain "transferred to <to>"
 }
 
 func (r transferRequest) reply(err error) {
@@ -89,6 +90,9 @@ func (m *MasterElection) transferOut(ctx context.Context, ls *loopState, l *lead
 	reason := "transferred: stepped down"
 	if req.to != "" {
 		reason = "transferred to " + req.to
+	}
+	if req.reason != "" {
+		reason = req.reason
 	}
 	released, err := m.resign(ctx, l, wait, reason, req.to, window)
 	if released {

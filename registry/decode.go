@@ -2,6 +2,7 @@ package registry
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -12,7 +13,8 @@ import (
 // herdsForm reads exactly what ProcessInfo.MarshalJSON writes and the
 // registry scripts store, without reflection: the members in MarshalJSON's
 // order, each named byte for byte, no white space, the optional ones
-// (identifier, registeredAt, metadata, nonCandidate, term, incarnation, version) in their places or
+// (identifier, registeredAt, metadata, nonCandidate, priority, term,
+// incarnation, version) in their places or
 // absent, strings without escapes, timestamps in toISOString's layout and
 // integers without fraction or exponent. Anything else returns ok false, and
 // the caller decodes value with encoding/json, which gives the answer. When
@@ -57,6 +59,7 @@ func herdsForm(value string) (w ProcessInfo, ok bool) {
 		optional(&d, `,"registeredAt":`, &w.RegisteredAt, (*scanner).time) &&
 		optional(&d, `,"metadata":`, &w.Metadata, (*scanner).metadata) &&
 		optional(&d, `,"nonCandidate":`, &w.NonCandidate, (*scanner).boolean) &&
+		optional(&d, `,"priority":`, &w.Priority, (*scanner).priority) &&
 		optional(&d, `,"term":`, &w.Term, (*scanner).int) &&
 		optional(&d, `,"incarnation":`, &w.Incarnation, (*scanner).str) &&
 		optional(&d, `,"version":`, &w.Version, (*scanner).int)
@@ -154,6 +157,16 @@ func (d *scanner) int() (int64, bool) {
 		n = -n
 	}
 	return n, true
+}
+
+// priority reads an integer that fits an int (on every platform: 32 bits),
+// so that encoding/json, which refuses one that overflows, agrees.
+func (d *scanner) priority() (int, bool) {
+	n, ok := d.int()
+	if !ok || n < math.MinInt32 || n > math.MaxInt32 {
+		return 0, false
+	}
+	return int(n), true
 }
 
 func (d *scanner) boolean() (bool, bool) {

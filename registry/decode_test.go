@@ -24,6 +24,8 @@ func TestHerdsForm(t *testing.T) {
 		{ProcessID: "m", NodeID: "m", Role: RoleMaster, LastSeen: time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC), Term: 1772600767123,
 			Capabilities: Capabilities{MaxSubscriptions: -3}, Version: 1772600767123456},
 		{ProcessID: "v", NodeID: "v", Role: RoleSlave, Version: 1},
+		{ProcessID: "p", NodeID: "p", Role: RoleSlave, NonCandidate: true, Priority: 7},
+		{ProcessID: "q", NodeID: "q", Role: RoleMaster, Priority: -2, Term: 3},
 	} {
 		b, err := json.Marshal(p)
 		if err != nil {
@@ -73,6 +75,9 @@ func TestHerdsFormDefers(t *testing.T) {
 		{"19 digits", `"version":1`, `"version":1000000000000000000`},
 		{"capabilities null", `{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0}`, `null`},
 		{"count with exponent", `"maxSubscriptions":0`, `"maxSubscriptions":1e3`},
+		{"priority with fraction", `"term":2`, `"priority":1.5,"term":2`},
+		{"priority beyond 32 bits", `"term":2`, `"priority":4294967296,"term":2`},
+		{"priority as a string", `"term":2`, `"priority":"1","term":2`},
 		{"metadata deeper than encoding/json takes", `{"k":1}`, `{"k":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`},
 	} {
 		v := strings.Replace(base, tc.old, tc.new, 1)
@@ -100,6 +105,8 @@ func FuzzHerdsForm(f *testing.F) {
 		`{"term":999999999999999999}`,
 		`{"processId":"a","role":"slave","lastSeen":"2026-03-04T05:06:07.123Z","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0},"version":1772600767123456}`,
 		`{"version":-1}`,
+		`{"processId":"a","nodeId":"a","role":"slave","lastSeen":"","capabilities":{"canProcessDetections":false,"maxSubscriptions":0,"preferredWorkload":0},"nonCandidate":true,"priority":-3,"version":5}`,
+		`{"priority":2147483648}`,
 		`{"version":9999999999999999999}`,
 	} {
 		f.Add(seed)

@@ -56,6 +56,12 @@ type ProcessInfo struct {
 	// mastership (herd extension): a master leaves it out of the slaves it
 	// ranks to take over first.
 	NonCandidate bool `json:"nonCandidate,omitempty"`
+	// Priority is the process's preference for mastership (herd
+	// extension; masterelection.Config.Priority): a master hands over to a
+	// candidate of higher priority once it has been ready for the master's
+	// HandBackWindow, and ranks higher priorities first in its succession.
+	// 0, the default, is omitted; entries written by other programs read 0.
+	Priority int `json:"priority,omitempty"`
 	// Term is the fencing term of the mastership when Role is master (herd extension).
 	Term int64 `json:"term,omitempty"`
 	// Incarnation names one run of the process (herd extension): a
@@ -84,6 +90,7 @@ type processJSON struct {
 	RegisteredAt *jsTime        `json:"registeredAt,omitempty"`
 	Metadata     map[string]any `json:"metadata,omitempty"`
 	NonCandidate bool           `json:"nonCandidate,omitempty"`
+	Priority     int            `json:"priority,omitempty"`
 	Term         int64          `json:"term,omitempty"`
 	Incarnation  string         `json:"incarnation,omitempty"`
 	Version      int64          `json:"version,omitempty"`
@@ -95,7 +102,7 @@ func (p ProcessInfo) MarshalJSON() ([]byte, error) {
 	w := processJSON{
 		ProcessID: p.ProcessID, NodeID: p.NodeID, Role: p.Role,
 		LastSeen: jsTime(p.LastSeen), Capabilities: p.Capabilities,
-		Identifier: p.Identifier, Metadata: p.Metadata, NonCandidate: p.NonCandidate, Term: p.Term,
+		Identifier: p.Identifier, Metadata: p.Metadata, NonCandidate: p.NonCandidate, Priority: p.Priority, Term: p.Term,
 		Incarnation: p.Incarnation, Version: p.Version,
 	}
 	if !p.RegisteredAt.IsZero() {
@@ -121,7 +128,7 @@ func (w *processJSON) info() ProcessInfo {
 	p := ProcessInfo{
 		ProcessID: w.ProcessID, NodeID: w.NodeID, Role: w.Role,
 		LastSeen: time.Time(w.LastSeen), Capabilities: w.Capabilities,
-		Identifier: w.Identifier, Metadata: w.Metadata, NonCandidate: w.NonCandidate, Term: w.Term,
+		Identifier: w.Identifier, Metadata: w.Metadata, NonCandidate: w.NonCandidate, Priority: w.Priority, Term: w.Term,
 		Incarnation: w.Incarnation, Version: w.Version,
 	}
 	if w.RegisteredAt != nil {
@@ -147,12 +154,17 @@ type SlaveNode struct {
 	Capabilities Capabilities `json:"capabilities"`
 	// NonCandidate is set when the slave does not contend for mastership.
 	NonCandidate bool `json:"nonCandidate,omitempty"`
+	// Priority is the slave's preference for mastership (ProcessInfo.Priority).
+	Priority int `json:"priority,omitempty"`
+	// Incarnation names the run of the slave (ProcessInfo.Incarnation).
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Slave returns p as a SlaveNode.
 func (p ProcessInfo) Slave() SlaveNode {
 	return SlaveNode{NodeID: p.NodeID, Identifier: p.Identifier, RegisteredAt: p.RegisteredAt, LastSeen: p.LastSeen,
-		Metadata: p.Metadata, Capabilities: p.Capabilities, NonCandidate: p.NonCandidate}
+		Metadata: p.Metadata, Capabilities: p.Capabilities, NonCandidate: p.NonCandidate, Priority: p.Priority,
+		Incarnation: p.Incarnation}
 }
 
 // holds reports whether p is the process that holds the master lock, whose

@@ -46,6 +46,12 @@ type Keys struct {
 	// The master writes it when the order changes; it has no TTL, and a
 	// succession of an older term is ignored.
 	Next string
+	// HandBack holds the term of the master that last handed over to a
+	// process of higher priority (masterelection.Config.Priority), with
+	// that master's HandBackWindow as TTL: while it lives no master hands
+	// back again (handback.lua), so a preferred process that restarts in
+	// a loop moves the mastership at most once per window.
+	HandBack string
 	// Processes is the hash of the process registry: process id -> ProcessInfo JSON.
 	Processes string
 	// ProcessesExpiry is the sorted set that emulates per-entry TTL on servers
@@ -98,6 +104,7 @@ func NewKeys(lockName string, cluster bool) Keys {
 		Term:             prefix + ":term",
 		Successor:        prefix + ":successor",
 		Next:             prefix + ":next",
+		HandBack:         prefix + ":handback",
 		Processes:        prefix + ":processes",
 		ProcessesExpiry:  prefix + ":processes:expiry",
 		ProcessesVersion: prefix + ":processes:version",
@@ -115,7 +122,7 @@ func NewKeys(lockName string, cluster bool) Keys {
 // (Inbox) are not listed, since there is one per process id: the set
 // Inboxes lists them, and InboxPattern matches them all.
 func (k Keys) Stored() []string {
-	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor, k.Next,
+	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor, k.Next, k.HandBack,
 		k.Processes, k.ProcessesExpiry, k.ProcessesVersion, k.Inboxes, k.Dead}
 }
 

@@ -94,7 +94,7 @@ var (
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript, checkScript, routeScript,
 		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript,
-		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript, nextScript, checkBeatScript} {
+		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript, nextScript, checkBeatScript, handBackScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("scripts: load: %w", err)
 		}
@@ -480,6 +480,7 @@ var scriptCommands = map[string]string{
 	"check beat":      "GET, PTTL, and those of registry put",
 	"route":           "GET, PUBLISH",
 	"next":            "GET, SET",
+	"hand back":       "GET, SET, PTTL",
 	"route batch":     "GET, PUBLISH",
 	"inbox send":      "GET, HEXISTS, ZSCORE, TIME, SADD, XLEN, XADD",
 	"assign plan":     "GET, HGET, HSET, HDEL, SADD, SREM",

@@ -108,6 +108,7 @@ type options struct {
 	rawEvery     int
 	ping         time.Duration
 	candidate    bool
+	priority     int
 	durable      bool
 	assign       int
 	// unsafeCtxDelay makes the probed ctxs end this much late (tests of the
@@ -141,6 +142,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&o.rawEvery, "raw-every", 2, "send every n-th message with a plain PUBLISH, fenced by the receivers only (0: never)")
 	fs.DurationVar(&o.ping, "ping", 500*time.Millisecond, "PingInterval of the subscriber")
 	fs.BoolVar(&o.candidate, "candidate", true, "contend for mastership")
+	fs.IntVar(&o.priority, "priority", 0, "Priority: a master of lower priority hands over to this node once it is ready for HandBackWindow (its default)")
 	fs.BoolVar(&o.durable, "durable", false, "also route through package durable: per-slave inboxes, reassigned when a slave is removed")
 	fs.IntVar(&o.assign, "assign", 0, "also spread this many items with package assign (a Planner and a Worker), probing each item's OnAssigned ctx (0: none)")
 	var unsafeDefault time.Duration
@@ -169,6 +171,17 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		o.proc = o.id
 	}
 	return o, nil
+}
+
+// handedBackTo returns the node a step-down handed back to: the detail of
+// a hand-back is "transferred to <id>: handed back (...)".
+func handedBackTo(s masterelection.StepDown) (string, bool) {
+	rest, ok := strings.CutPrefix(s.Detail, "transferred to ")
+	if s.Reason != masterelection.StepDownTransferred || !ok {
+		return "", false
+	}
+	to, why, ok := strings.Cut(rest, ": ")
+	return to, ok && strings.HasPrefix(why, "handed back")
 }
 
 func main() {
@@ -235,6 +248,7 @@ func run(ctx context.Context, o options, out *recorder) error {
 	cfg.ProcessTTL = o.processTTL
 	cfg.SlaveTimeout = o.slaveTimeout
 	cfg.NonCandidate = !o.candidate
+	cfg.Priority = o.priority
 	margin := o.margin
 	if margin == 0 {
 		margin = o.ttl / 10
@@ -254,7 +268,7 @@ func run(ctx context.Context, o options, out *recorder) error {
 	defer client.Close()
 	client.AddHook(&hook{out: out, publishDelay: o.publishDelay})
 
-	detail := fmt.Sprintf("ttl=%v heartbeat=%v check=%v jitter=%v margin=%v candidate=%v", o.ttl, o.heartbeat, o.check, o.jitter, margin, o.candidate)
+	detail := fmt.Sprintf("ttl=%v heartbeat=%v check=%v jitter=%v margin=%v candidate=%v priority=%d", o.ttl, o.heartbeat, o.check, o.jitter, margin, o.candidate, o.priority)
 	if o.unsafeCtxDelay > 0 {
 		detail += fmt.Sprintf(" UNSAFE: probed ctxs end %v late", o.unsafeCtxDelay)
 	}
@@ -266,6 +280,13 @@ func run(ctx context.Context, o options, out *recorder) error {
 	}
 	er := &eventRecorder{out: out, m: m}
 	m.OnEvent(er.record)
+	// A hand-back (a Transfer to a process of higher priority) is recorded
+	// so that the checkers tell it from a mastership ended by a fault.
+	m.Observe(masterelection.Observer{SteppedDown: func(s masterelection.StepDown) {
+		if to, ok := handedBackTo(s); ok {
+			out.write(faults.Record{Kind: faults.KindHandBack, Term: s.Term, Peer: to, Detail: s.Detail})
+		}
+	}})
 	probe := &ctxProbe{delay: o.unsafeCtxDelay}
 	// The handler keeps the mastership's ctx under probe until it is done;
 	// Stop waits for it before the release, as for any master's work.

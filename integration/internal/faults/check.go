@@ -25,6 +25,11 @@ type Params struct {
 	StepDownMargin    time.Duration
 	ProcessTTL        time.Duration
 	TransferWindow    time.Duration
+	// HandBackWindow is the nodes' effective HandBackWindow: two
+	// hand-backs (KindHandBack) are at least this far apart, less the
+	// time a hand-back takes (HeartbeatInterval + RoundTrip). Zero skips
+	// that check.
+	HandBackWindow time.Duration
 	// Emulated is set when the registry expires entries by its emulated
 	// backend (Redis before 7.4): an expired entry goes at the next read
 	// that runs the expiry, so a dead process may stay listed one sweep
@@ -360,6 +365,7 @@ func Check(records []Record, p Params) Report {
 	c.membership()
 	c.forgeries()
 	c.transfers()
+	c.handBacks()
 	c.roles()
 	c.slaveEvents()
 	c.listing()

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -587,5 +588,43 @@ func TestWriteTimeline(t *testing.T) {
 	}
 	if !strings.Contains(full.String(), "accepted     term=10 seq=1 peer=a highest=10") {
 		t.Errorf("full timeline lacks the accepted record:\n%s", full.String())
+	}
+}
+
+// TestHandBackCheck: a hand-back to a process of no higher priority, and
+// two hand-backs closer than HandBackWindow (less HeartbeatInterval and a
+// round trip), are violations; one to a higher priority is judged and
+// passes.
+func TestHandBackCheck(t *testing.T) {
+	p := testParams
+	p.HandBackWindow, p.HeartbeatInterval, p.RoundTrip = 1200*time.Millisecond, 250*time.Millisecond, 50*time.Millisecond
+	prio := func(proc string, n int) Record {
+		r := start(proc, 0)
+		r.Detail = fmt.Sprintf("ttl=1s candidate=true priority=%d", n)
+		return r
+	}
+	h := history{prio("a", 0), prio("b", 1), prio("c", 1)}
+	for _, tc := range []struct {
+		name string
+		recs history
+		want int
+	}{
+		{"to a higher priority", h.with(rec("a", KindHandBack, 10, 0, "b", 900)), 0},
+		{"to an equal priority", h.with(rec("b", KindHandBack, 10, 0, "c", 900)), 1},
+		{"two within the window", h.with(rec("a", KindHandBack, 10, 0, "b", 900), rec("a", KindHandBack, 11, 0, "c", 1700)), 1},
+		{"two a window apart", h.with(rec("a", KindHandBack, 10, 0, "b", 900), rec("a", KindHandBack, 11, 0, "c", 1800)), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(tc.recs, p)
+			var got []Violation
+			for _, v := range rep.Violations {
+				if v.Check == "hand-back" {
+					got = append(got, v)
+				}
+			}
+			if len(got) != tc.want || rep.Judged["hand-back"] == 0 {
+				t.Fatalf("%d hand-back violations (%v), judged %d; want %d", len(got), got, rep.Judged["hand-back"], tc.want)
+			}
+		})
 	}
 }

@@ -58,7 +58,7 @@ var fastTiming = timing{
 func (tm timing) params() Params {
 	return Params{LockTTL: tm.ttl, ElectionJitter: tm.jitter, CheckInterval: tm.check, SlaveTimeout: tm.slaveTimeout, Slack: tm.slack,
 		HeartbeatInterval: tm.heartbeat, StepDownMargin: tm.margin, ProcessTTL: tm.processTTL,
-		TransferWindow: tm.ttl / 10, RoundTrip: 50 * time.Millisecond, Reconnect: pubsub.DefaultMaxRetryDelay}
+		TransferWindow: tm.ttl / 10, HandBackWindow: max(tm.ttl, tm.slaveTimeout+tm.check), RoundTrip: 50 * time.Millisecond, Reconnect: pubsub.DefaultMaxRetryDelay}
 }
 
 func (tm timing) args() []string {
@@ -161,10 +161,11 @@ type cluster struct {
 // slot is one place for a node: its proxy stays, its process is replaced
 // by a new incarnation (new label, new node id) when restarted.
 type slot struct {
-	idx   int
-	proxy *toxiproxy.Proxy
-	inc   int
-	cur   *process // nil while no process runs in the slot
+	idx      int
+	priority int // its processes' -priority
+	proxy    *toxiproxy.Proxy
+	inc      int
+	cur      *process // nil while no process runs in the slot
 	// faulted is set while a fault on the slot's process is in force; owned
 	// by the schedule's goroutine. Other faults are not aimed at it, and
 	// the cluster counts as settled without it (see stableMaster).
@@ -204,9 +205,10 @@ func (p *process) alive() bool {
 }
 
 // newCluster starts Redis on server s, the proxies, the registry watcher
-// and n nodes (each given args after the timing flags); with nonCandidate
+// and n nodes (each given args after the timing flags, and -priority
+// priorities[i] in slot i when not 0); with nonCandidate
 // set, the processes of the last slot are not candidates.
-func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Rand, nonCandidate bool, args ...string) *cluster {
+func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Rand, nonCandidate bool, priorities []int, args ...string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, rng: rng, tm: tm, lock: "faults", bin: nodeBinary(t), args: args}
 	c.keys = scripts.NewKeys(c.lock, false)
@@ -219,7 +221,11 @@ func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Ra
 		if err := px.Start(); err != nil {
 			t.Fatalf("start proxy %d: %v", i, err)
 		}
-		c.slots = append(c.slots, &slot{idx: i, proxy: px})
+		sl := &slot{idx: i, proxy: px}
+		if i < len(priorities) {
+			sl.priority = priorities[i]
+		}
+		c.slots = append(c.slots, sl)
 	}
 	if nonCandidate && n > 1 {
 		c.nonCandidate = c.slots[n-1]
@@ -281,6 +287,9 @@ func (c *cluster) spawn(sl *slot) *process {
 	args := append([]string{"-redis", sl.proxy.Listen, "-lock", c.lock, "-id", p.label, "-proc", p.label}, c.tm.args()...)
 	if !p.candidate {
 		args = append(args, "-candidate=false")
+	}
+	if sl.priority != 0 {
+		args = append(args, "-priority", strconv.Itoa(sl.priority))
 	}
 	args = append(args, c.args...)
 	p.cmd = exec.Command(c.bin, args...)

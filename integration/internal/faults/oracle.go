@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -275,12 +276,19 @@ func (c *checker) forgeries() {
 	}
 	spans := c.spans()
 	forger, quiet := c.windows(spans)
-	for _, m := range c.rep.Masterships {
+	for i, m := range c.rep.Masterships {
 		stall := c.stalled(m.Start-int64(c.p.LockTTL), m.End, c.p.LockTTL/4, m.Proc)
+		// A hand-back is no notice's doing: the master decided it.
+		_, handedBack := c.handedBack(m.Term)
+		if i > 0 {
+			if _, ok := c.handedBack(c.rep.Masterships[i-1].Term); ok {
+				continue
+			}
+		}
 		if inside(forger, m.Start) && !stall {
 			c.fail("forgery", m.Start, "%s became master (term %d) while the forger alone was in force", m.Proc, m.Term)
 		}
-		if m.How == "lost" && inside(forger, m.End) && !stall {
+		if m.How == "lost" && inside(forger, m.End) && !stall && !handedBack {
 			c.fail("forgery", m.End, "%s's mastership (term %d) ended while the forger alone was in force", m.Proc, m.Term)
 		}
 	}
@@ -391,6 +399,9 @@ func (c *checker) transfers() {
 		if !ok {
 			continue
 		}
+		if _, ok := c.handedBack(f.Term); ok {
+			continue // the master handed back to a process of higher priority first
+		}
 		var next *Mastership
 		for i, m := range c.rep.Masterships {
 			if m.Term > f.Term && m.Start > old.Start {
@@ -439,6 +450,56 @@ func (c *checker) transfers() {
 				c.rep.Transfers = append(c.rep.Transfers, Failover{Fault: f.Variant, Seq: f.Seq, Duration: time.Duration(next.Start - f.T)})
 			}
 		}
+	}
+}
+
+// handedBack returns the hand-back that ended mastership term, if one did.
+func (c *checker) handedBack(term int64) (Record, bool) {
+	for _, r := range c.recs {
+		if r.Kind == KindHandBack && r.Term == term {
+			return r, true
+		}
+	}
+	return Record{}, false
+}
+
+// handBacks judges the hand-backs (KindHandBack) against what
+// masterelection.Config.Priority promises: each goes to a process of
+// higher priority than the master's (as their KindStart records say), and
+// two are at least HandBackWindow apart, less the time one takes (the
+// handlers' wait, HeartbeatInterval, and a round trip), whichever masters
+// made them. Safety during a hand-back is the overlap and terms checks'.
+func (c *checker) handBacks() {
+	priority := map[string]int{}
+	for _, r := range c.recs {
+		if r.Kind != KindStart {
+			continue
+		}
+		for _, f := range strings.Fields(r.Detail) {
+			if v, ok := strings.CutPrefix(f, "priority="); ok {
+				if n, err := strconv.Atoi(v); err == nil {
+					priority[r.Proc] = n
+					if r.Node != "" {
+						priority[r.Node] = n
+					}
+				}
+			}
+		}
+	}
+	var last *Record
+	for i, r := range c.recs {
+		if r.Kind != KindHandBack {
+			continue
+		}
+		c.rep.Judged["hand-back"]++
+		if from, to := priority[r.Proc], priority[r.Peer]; to <= from {
+			c.fail("hand-back", r.T, "%s (priority %d, term %d) handed back to %s, of priority %d", r.Proc, from, r.Term, r.Peer, to)
+		}
+		if least := c.p.HandBackWindow - c.p.HeartbeatInterval - c.p.RoundTrip; last != nil && c.p.HandBackWindow > 0 && time.Duration(r.T-last.T) < least {
+			c.fail("hand-back", r.T, "%s handed back to %s %v after %s handed back to %s: less than HandBackWindow (%v) apart",
+				r.Proc, r.Peer, time.Duration(r.T-last.T), last.Proc, last.Peer, c.p.HandBackWindow)
+		}
+		last = &c.recs[i]
 	}
 }
 

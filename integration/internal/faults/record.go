@@ -107,6 +107,11 @@ const (
 	// its mastership to Peer ("" for a plain step-down); Detail is
 	// "requested", then "returned: ok" or "returned: <error>".
 	KindTransfer Kind = "transfer"
+	// KindHandBack: the node's mastership Term ended by a hand-back to Peer,
+	// a candidate of higher priority (masterelection.Config.Priority);
+	// Detail is the step-down's reason. T is when the election reported it,
+	// right before master-lost.
+	KindHandBack Kind = "hand-back"
 	// KindDurableStored (node -durable): the master's durable Send of
 	// message Detail (its id, Seq in its payload) to Peer's inbox under Term
 	// returned nil; Begin is the instant just before the call, T just after.

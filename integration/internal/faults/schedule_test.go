@@ -252,6 +252,13 @@ func drawNonCandidate(seed uint64) bool {
 	return rand.New(rand.NewPCG(seed, 3)).IntN(3) == 0
 }
 
+// drawPriorities draws the priorities of n slots from seed: 0 to n-1 in a
+// random order, so that a master of lower priority than a ready slave's
+// hands back to it (masterelection.Config.Priority) while the faults play.
+func drawPriorities(seed uint64, n int) []int {
+	return rand.New(rand.NewPCG(seed, 4)).Perm(n)
+}
+
 // tourSchedule has every fault kind once, in a random order.
 func tourSchedule(seed uint64, server redistest.Server, tm timing) schedule {
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -310,7 +317,7 @@ func (s schedule) play(t *testing.T, n int, tm timing) (*cluster, []Record, Repo
 	t.Helper()
 	t.Logf("schedule %s", s)
 	args := append(append(append([]string(nil), s.args...), durableArgs()...), assignArgs()...)
-	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)), s.nonCandidate, args...)
+	c := newCluster(t, s.server, n, tm, rand.New(rand.NewPCG(s.seed, 2)), s.nonCandidate, drawPriorities(s.seed, n), args...)
 	c.forgeRegistry = s.forgeRegistry
 	c.waitStable("start")
 	c.waitOwned("start")

@@ -136,21 +136,29 @@ func fit(s string, n int) string {
 
 // processTable writes ps as a table: process id, role, identifier,
 // heartbeat age, the three capabilities (handles detections, maximum of
-// subscriptions, preferred workload) and metadata. The process id is never
-// cut.
+// subscriptions, preferred workload) and metadata, with the priority after
+// the role when any process has one (Config.Priority, 0 by default). The
+// process id is never cut.
 func processTable(w io.Writer, ps []operate.Process) {
-	cols := []column{
-		{header: "PROCESS"}, {header: "ROLE"}, {header: "IDENTIFIER", min: 10, give: 2},
-		{header: "AGE"}, {header: "DET"}, {header: "SUBS"}, {header: "LOAD"}, {header: "METADATA", min: 8, give: 1},
+	prio := slices.ContainsFunc(ps, func(p operate.Process) bool { return p.Info.Priority != 0 })
+	cols := []column{{header: "PROCESS"}, {header: "ROLE"}}
+	if prio {
+		cols = append(cols, column{header: "PRIO"})
 	}
+	cols = append(cols, column{header: "IDENTIFIER", min: 10, give: 2},
+		column{header: "AGE"}, column{header: "DET"}, column{header: "SUBS"}, column{header: "LOAD"}, column{header: "METADATA", min: 8, give: 1})
 	for _, p := range ps {
 		c := p.Info.Capabilities
 		det := "-"
 		if c.CanProcessDetections {
 			det = "yes"
 		}
-		cells := []string{p.Info.ProcessID, string(p.Info.Role), dash(p.Info.Identifier), operate.FormatAge(p.Age),
-			det, fmt.Sprint(c.MaxSubscriptions), fmt.Sprintf("%d%%", c.PreferredWorkload), dash(metadata(p.Info.Metadata))}
+		cells := []string{p.Info.ProcessID, string(p.Info.Role)}
+		if prio {
+			cells = append(cells, fmt.Sprint(p.Info.Priority))
+		}
+		cells = append(cells, dash(p.Info.Identifier), operate.FormatAge(p.Age),
+			det, fmt.Sprint(c.MaxSubscriptions), fmt.Sprintf("%d%%", c.PreferredWorkload), dash(metadata(p.Info.Metadata)))
 		for i := range cols {
 			cols[i].cells = append(cols[i].cells, cells[i])
 		}

@@ -70,6 +70,17 @@ func TestStatusTableGolden(t *testing.T) {
 	s.Master, s.Processes, s.Warnings = nil, nil, []string{"no master: nobody holds the lock orders:master"}
 	writeStatus(&b, s, "redis://127.0.0.1:6379")
 	golden(t, "status_empty.golden", b.String())
+
+	// With priorities, a column after the role shows each one.
+	b.Reset()
+	s = fixedSnapshot()
+	s.Processes[0].Info.Priority, s.Processes[2].Info.Priority = 10, -1
+	writeStatus(&b, s, "redis://127.0.0.1:6379")
+	golden(t, "status_priority.golden", b.String())
+	js, err := json.Marshal(s)
+	if err != nil || !bytes.Contains(js, []byte(`"priority":10`)) || bytes.Count(js, []byte(`"priority"`)) != 2 {
+		t.Errorf("status JSON (%v) has no priority member for the processes with one: %s", err, js)
+	}
 }
 
 // showsIDs checks that out shows every id of ids in full, in a cell of

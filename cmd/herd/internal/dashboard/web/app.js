@@ -154,7 +154,8 @@
       ]);
       var row = el('tr', { 'data-process-id': p.processId, 'data-age-ms': p.ageMs, className: p.role === 'master' ? 'is-master' : '' }, [
         cell('process', [p.processId], 'mono'),
-        cell('role', [el('span', { className: 'role role-' + p.role, text: p.role })]),
+        cell('role', [el('span', { className: 'role role-' + p.role, text: p.role })].concat(
+          p.priority ? [el('span', { className: 'prio mono', title: 'priority (Config.Priority): higher is preferred as master', text: 'priority ' + p.priority })] : [])),
         cell('identifier', [p.identifier || '-']),
         cell('capabilities', [capabilities(p.capabilities)]),
         cell('metadata', [metadata(p.metadata)], 'mono'),
