@@ -17,6 +17,7 @@ type lease struct {
 	err      error     // guarded by mu; set once
 	done     chan struct{}
 	timer    *time.Timer
+	running  bool // its handler runs (guarded by the Worker's mu)
 }
 
 // newLease returns a lease live until deadline.

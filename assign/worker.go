@@ -34,6 +34,9 @@ type Worker struct {
 	started  bool
 	leases   map[string]*lease // guarded by mu: the items owned, by their ctx
 	released []string          // guarded by mu: items whose ctx ended, to give up on Redis
+	// ending holds the items whose ctx ended while their handler still
+	// runs: given up on Redis when it returns (guarded by mu).
+	ending map[string]*lease
 
 	kick       chan struct{}
 	stop       chan struct{}
@@ -61,15 +64,17 @@ func NewWorker(client redis.UniversalClient, e *masterelection.MasterElection, c
 	cfg = cfg.withDefaults(e.LockTTL())
 	return &Worker{
 		client: client, e: e, keys: keys.Assign(cfg.Set), id: id, cfg: cfg,
-		leases: map[string]*lease{}, kick: make(chan struct{}, 1),
+		leases: map[string]*lease{}, ending: map[string]*lease{}, kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), loopDone: make(chan struct{}), listenDone: make(chan struct{}),
 	}, nil
 }
 
 // OnAssigned sets the handler run, in a goroutine of its own, each time
 // this Worker comes to own an item. Its ctx ends when the item is no longer
-// this Worker's: revoked by a new plan (the next owner starts only after
-// this ctx ended and the Worker gave the item up), the ownership expired
+// this Worker's: revoked by a new plan (the Worker gives the item up only
+// once the handler returned, so the next owner starts after it, or once
+// the ownership expired on Redis, at most LeaseTTL after the last
+// renewal, if it never returns), the ownership expired
 // because the Worker could not renew it (the ctx ends at the Worker's own
 // deadline, Margin before the ownership on Redis can pass to another), or
 // Stop. Check ctx.Err() right before acting on the item. The handler's
@@ -233,6 +238,9 @@ func (w *Worker) sync(ctx context.Context) error {
 		if l := w.leases[item]; l != nil && l.extend(deadline) {
 			continue
 		}
+		if w.ending[item] != nil {
+			continue // its last handler still runs: taken again once it returned
+		}
 		w.leases[item] = newLease(deadline)
 		w.claimed.Add(1)
 		start = append(start, item)
@@ -246,6 +254,10 @@ func (w *Worker) sync(ctx context.Context) error {
 			}
 			l.end(context.Canceled)
 			delete(w.leases, item)
+			if l.running {
+				w.ending[item] = l // given up when the handler returns
+				continue
+			}
 			w.released = append(w.released, item)
 			ended = true
 		}
@@ -263,8 +275,10 @@ func (w *Worker) run(l *lease, item string) {
 	}
 	fn := w.fn
 	w.handlers.Add(1)
+	l.running = true
 	go func() {
 		defer w.handlers.Done()
+		defer w.returned(l, item)
 		defer func() {
 			if r := recover(); r != nil {
 				w.cfg.report(fmt.Errorf("assign: OnAssigned handler for item %q panicked: %v\n%s", item, r, debug.Stack()))
@@ -272,6 +286,22 @@ func (w *Worker) run(l *lease, item string) {
 		}()
 		fn(l, item)
 	}()
+}
+
+// returned records that the handler of item under l returned: an item
+// whose ctx ended meanwhile is given up on Redis now.
+func (w *Worker) returned(l *lease, item string) {
+	w.mu.Lock()
+	l.running = false
+	release := w.ending[item] == l
+	if release {
+		delete(w.ending, item)
+		w.released = append(w.released, item)
+	}
+	w.mu.Unlock()
+	if release {
+		w.poke()
+	}
 }
 
 // Set returns the name of the Worker's item set (Config.Set).

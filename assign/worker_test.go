@@ -570,3 +570,51 @@ func TestTwinTakesNoItemOfTheOther(t *testing.T) {
 		t.Fatalf("overlaps:\n%v", o)
 	}
 }
+
+// TestNextOwnerStartsAfterTheHandlerReturned: a handler that goes on after
+// its ctx ended (flushing its last state, say) holds the item until it
+// returns: the next owner's handler starts after that.
+func TestNextOwnerStartsAfterTheHandlerReturned(t *testing.T) {
+	f := newFixture(t)
+	f.plan(t, "a", []string{"x"})
+	var returned, started atomic.Int64
+	wa := f.worker(t, "a", newSpans())
+	c := f.inst.Client(t)
+	slow, err := assign.NewWorker(c, f.election(t, c, "slow"), f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = slow.OnAssigned(func(ctx context.Context, item string) {
+		<-ctx.Done()
+		time.Sleep(300 * time.Millisecond) // the last write after the end
+		returned.Store(time.Now().UnixNano())
+	})
+	if err := wa.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.plan(t, "slow", []string{"x"})
+	if err := slow.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slow.Stop(context.Background()) })
+	waitOwned(t, slow, []string{"x"}, 5*time.Second)
+
+	c2 := f.inst.Client(t)
+	next, err := assign.NewWorker(c2, f.election(t, c2, "next"), f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = next.OnAssigned(func(ctx context.Context, item string) {
+		started.CompareAndSwap(0, time.Now().UnixNano())
+		<-ctx.Done()
+	})
+	if err := next.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Stop(context.Background()) })
+	f.plan(t, "next", []string{"x"})
+	waitOwned(t, next, []string{"x"}, 5*time.Second)
+	if r, s := returned.Load(), started.Load(); r == 0 || s < r {
+		t.Fatalf("the next owner started %v before the last handler returned", time.Duration(r-s))
+	}
+}

@@ -27,7 +27,7 @@
 //	router, _ := durable.NewRouter(client, election, nil, durable.Config{})
 //	stop := router.Maintain(election, nil) // sweeps while this process is master
 //	defer stop()
-//	c, _ := durable.NewConsumer(client, election.NodeID(), durable.Config{Terms: election})
+//	c, _ := durable.NewConsumer(client, election.NodeID(), durable.Config{Terms: election, Holds: election.HoldsNodeID})
 //	c.Handle("assign-camera", func(ctx context.Context, d durable.Delivery) error {
 //		// d.ID is the message id, d.Deliveries how many times it was delivered
 //		return nil // acknowledges; an error retries it, up to Config.MaxDeliveries

@@ -166,7 +166,7 @@ func run(ctx context.Context, newClient func() *redis.Client, o options, out io.
 			_ = c.Close()
 			return s, err
 		}
-		con, err := durable.NewConsumer(c, id, durable.Config{Terms: m, Block: 100 * time.Millisecond, RetryDelay: 100 * time.Millisecond})
+		con, err := durable.NewConsumer(c, id, durable.Config{Terms: m, Holds: m.HoldsNodeID, Block: 100 * time.Millisecond, RetryDelay: 100 * time.Millisecond})
 		if err != nil {
 			_ = c.Close()
 			return s, err

@@ -558,8 +558,9 @@ type probedCtx struct {
 	serial int64 // per process, written as the records' Seq
 	ctx    context.Context
 	stop   func()
-	seen   bool        // seen live at least once
-	last   observation // the last observation that saw it live
+	seen   bool          // seen live at least once
+	last   observation   // the last observation that saw it live
+	judged chan struct{} // an item's: closed once its end is recorded (or nothing was to record)
 }
 
 // track puts ctx, handed out for mastership term, under probe.
@@ -584,13 +585,19 @@ func (p *probedCtx) kinds() (live, done faults.Kind) {
 }
 
 // trackItem puts ctx, the OnAssigned ctx of an assign item, under probe.
-func (p *ctxProbe) trackItem(item string, ctx context.Context) {
-	pc := &probedCtx{item: true, which: item, ctx: ctx, stop: func() {}}
+// The channel returned closes once the poller recorded its end: the
+// handler returns only then, and the Worker gives the item up only after
+// its handler returned, so the record of the end precedes the next owner's
+// start, as the end itself does (a kill in between leaves no gap in which
+// the checker must guess).
+func (p *ctxProbe) trackItem(item string, ctx context.Context) <-chan struct{} {
+	pc := &probedCtx{item: true, which: item, ctx: ctx, stop: func() {}, judged: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.serial++
 	pc.serial = p.serial
 	p.pending = append(p.pending, pc)
+	return pc.judged
 }
 
 // take appends the ctxs tracked since the last call to probed.
@@ -629,6 +636,9 @@ func judgeCtxs(probed []*probedCtx, live []bool, ob observation, out *recorder) 
 		// Done. A ctx never seen live was never acted on: nothing to judge.
 		if p.seen {
 			out.write(faults.Record{Kind: doneKind, Term: p.term, Seq: p.serial, Detail: p.which, T: p.last.end, Begin: p.last.begin, Seen: ob.begin})
+		}
+		if p.judged != nil {
+			close(p.judged)
 		}
 		p.stop()
 	}
@@ -901,7 +911,7 @@ func (dc *durableCtl) burst(ctx context.Context, m *masterelection.MasterElectio
 // startDurable starts the node's Consumer of its inbox and, for when it is
 // master, a durable Router that reassigns removed slaves' inboxes.
 func startDurable(ctx context.Context, client *redis.Client, m *masterelection.MasterElection, o options, out *recorder) (*durable.Router, *durable.Consumer, error) {
-	cfg := durable.Config{LockName: o.lock, Terms: m, Block: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
+	cfg := durable.Config{LockName: o.lock, Terms: m, Holds: m.HoldsNodeID, Block: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
 		OnStale: func(stale *pubsub.StaleTermError) {
 			out.write(faults.Record{Kind: faults.KindDurableRejected, Peer: stale.From, Term: stale.Term, Highest: stale.Highest, Detail: stale.ID})
 		},
@@ -1086,8 +1096,12 @@ func startAssign(ctx context.Context, client *redis.Client, m *masterelection.Ma
 		return nil, err
 	}
 	_ = w.OnAssigned(func(ctx context.Context, item string) {
-		probe.trackItem(item, ctx)
+		judged := probe.trackItem(item, ctx)
 		<-ctx.Done()
+		select { // bounded: a poller that stopped holds no Stop up
+		case <-judged:
+		case <-time.After(time.Second):
+		}
 	})
 	items := make([]string, o.assign)
 	for i := range items {

@@ -394,15 +394,18 @@ func hostileDuplicateNodeID(t *testing.T, inst *redistest.Instance) {
 	}
 	b := newMember(t, inst.Client(t), hostileConfig("twin"))
 	w := overlap.Start([]*member{a, b})
-	if err := startWithin(b, 5*time.Second); err != nil {
-		t.Fatal(err)
+	// Refused: Start names the id, and the process steps aside.
+	if err := startWithin(b, 5*time.Second); !errors.Is(err, masterelection.ErrDuplicateNodeID) || !strings.Contains(err.Error(), `"twin"`) {
+		t.Fatalf("second process's Start = %v, want ErrDuplicateNodeID naming the id", err)
 	}
-	if !waitFor(3*fastTiming.ttl, func() bool {
-		return b.anyError(func(err error) bool { return errors.Is(err, masterelection.ErrDuplicateNodeID) }) != nil
-	}) {
-		t.Errorf("second process did not report ErrDuplicateNodeID; events: %v", b.errors())
+	if !errors.Is(b.SteppedAside(), masterelection.ErrDuplicateNodeID) ||
+		b.anyError(func(err error) bool { return errors.Is(err, masterelection.ErrDuplicateNodeID) }) == nil {
+		t.Errorf("second process: SteppedAside %v; events: %v", b.SteppedAside(), b.errors())
 	}
 	time.Sleep(fastTiming.ttl)
+	if !a.IsMaster() || !a.HoldsNodeID() {
+		t.Errorf("first process: master %v, holds its id %v", a.IsMaster(), a.HoldsNodeID())
+	}
 	w.Check(t)
 }
 
