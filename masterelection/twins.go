@@ -71,8 +71,12 @@ func (m *MasterElection) SteppedAside() error {
 // HoldsNodeID reports whether this process holds its NodeID: its first
 // registration succeeded (Start waits for it) and it has not stepped aside
 // for a twin. Work bound to the NodeID that does not go through the
-// election (a durable Consumer, say) can wait for it.
+// election (a durable Consumer, say) can wait for it. In standalone mode,
+// which has no registry, it is always true.
 func (m *MasterElection) HoldsNodeID() bool {
+	if m.cfg.Standalone {
+		return true
+	}
 	select {
 	case <-m.registered:
 		return m.SteppedAside() == nil

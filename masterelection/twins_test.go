@@ -128,3 +128,15 @@ func TestTwinNeverContendsOnTheWay(t *testing.T) {
 		t.Fatalf("the twin took the free lock on its way: lock exists %v, events %v", holder, twin.rec.roleEvents())
 	}
 }
+
+// TestHoldsNodeIDInStandaloneMode: without a registry there is nothing to
+// hold the id against: work gated on HoldsNodeID runs.
+func TestHoldsNodeIDInStandaloneMode(t *testing.T) {
+	m, err := New(nil, Config{Standalone: true, NodeID: "solo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.HoldsNodeID() {
+		t.Fatal("HoldsNodeID false in standalone mode")
+	}
+}
