@@ -43,9 +43,10 @@
 // pod name, a host name) to come back: new items and balance involve only
 // the live slaves meanwhile, and the process that returns finds its items
 // in the plan and claims them at once, so a rolling restart moves nothing.
-// The grace counts from when the Planner learned the slave left (a Stop:
-// its registry entry was fresh), or from its last heartbeat (a crash: the
-// master removed it after SlaveTimeout), so a crashed slave's items wait
+// The grace counts from the slave-removed event of a slave that
+// unregistered (a Stop: the event's Reason is registry.LeftUnregistered),
+// or from its last heartbeat listed (a crash: the master removed it after
+// SlaveTimeout, Reason LeftStale), so a crashed slave's items wait
 // little beyond its removal; a slave the Planner never listed (a master
 // elected after it left) gets none. Its items have no owner meanwhile:
 // that is the grace's cost when the slave does not return. After it, the

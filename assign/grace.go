@@ -4,6 +4,8 @@ import (
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/herdkit/herd/registry"
 )
 
 // departures is the Planner's memory of the slaves it listed, from which it
@@ -15,7 +17,7 @@ type departures struct {
 	slaveTimeout time.Duration // the election's: older heartbeats mean a removal for silence
 
 	mu      sync.Mutex
-	removed map[string]time.Time // guarded by mu: when a slave-removed event named each slave
+	removed map[string]removal // guarded by mu: the slave-removed event that named each slave
 
 	seen map[string]time.Time // the newest LastSeen listed for each slave
 	ends map[string]time.Time // departed slaves: when their grace ends (zero: none)
@@ -23,14 +25,20 @@ type departures struct {
 
 func newDepartures(grace, slaveTimeout time.Duration) *departures {
 	return &departures{grace: grace, slaveTimeout: slaveTimeout,
-		removed: map[string]time.Time{}, seen: map[string]time.Time{}, ends: map[string]time.Time{}}
+		removed: map[string]removal{}, seen: map[string]time.Time{}, ends: map[string]time.Time{}}
 }
 
-// removedAt records that a slave-removed event named id at t.
-func (d *departures) removedAt(id string, t time.Time) {
+// removal is a slave-removed event: when it came and why the slave left.
+type removal struct {
+	at  time.Time
+	why registry.LeaveReason
+}
+
+// removedAt records that a slave-removed event named id at t, for why.
+func (d *departures) removedAt(id string, t time.Time, why registry.LeaveReason) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.removed[id] = t
+	d.removed[id] = removal{at: t, why: why}
 }
 
 // update takes the plan's view at now: live maps each live slave to its
@@ -66,31 +74,36 @@ func (d *departures) update(now time.Time, live map[string]time.Time, owners map
 	maps.DeleteFunc(d.seen, func(id string, _ time.Time) bool { return forget(id) })
 	maps.DeleteFunc(d.ends, func(id string, _ time.Time) bool { return forget(id) })
 	d.mu.Lock()
-	maps.DeleteFunc(d.removed, func(id string, t time.Time) bool {
+	maps.DeleteFunc(d.removed, func(id string, r removal) bool {
 		_, seen := d.seen[id]
-		return !seen || live[id].After(t) // unknown, or back since
+		return !seen || live[id].After(r.at) // unknown, or back since
 	})
 	d.mu.Unlock()
 	return waiting
 }
 
 // end returns when the grace of id, found departed at now, ends: Grace
-// after it left. It left when the Planner learned it (its slave-removed
-// event, else now) if the last heartbeat listed was at most SlaveTimeout
-// older (it unregistered: a Stop), else at that heartbeat (the master
-// removed it for silence: a crash). The zero time (no grace) for a slave
-// never listed, or with the grace off.
-func (d *departures) end(id string, now time.Time, removed map[string]time.Time) time.Time {
+// after it left. The slave-removed event says why: unregistered (a Stop),
+// it left when the event came; removed for silence (a crash) or otherwise
+// gone, it left at its last heartbeat listed. Without an event it left when
+// the Planner found it gone, unless its last heartbeat listed was then more
+// than SlaveTimeout old (then at that heartbeat). The zero time (no grace)
+// for a slave never listed, or with the grace off.
+func (d *departures) end(id string, now time.Time, removed map[string]removal) time.Time {
 	lastSeen, ok := d.seen[id]
 	if !ok || d.grace < 0 {
 		return time.Time{}
 	}
 	left := now
-	if r, ok := removed[id]; ok && r.After(lastSeen) && r.Before(now) {
-		left = r
+	r, heard := removed[id]
+	if heard && r.at.After(lastSeen) && r.at.Before(now) {
+		left = r.at
 	}
-	if left.Sub(lastSeen) > d.slaveTimeout {
-		left = lastSeen
+	switch {
+	case heard && r.why == registry.LeftUnregistered:
+		// It stopped: from when it left, however old the last listing.
+	case heard && r.why != "", left.Sub(lastSeen) > d.slaveTimeout:
+		left = lastSeen // silent (or no longer a slave): from its last heartbeat
 	}
 	return left.Add(d.grace)
 }

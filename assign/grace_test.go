@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/herdkit/herd/registry"
 )
 
 // TestDepartureGrace: a departed slave's grace counts from the moment the
@@ -19,14 +21,18 @@ func TestDepartureGrace(t *testing.T) {
 		grace    time.Duration
 		lastSeen time.Duration // before now; 0: never listed
 		removed  time.Duration // the slave-removed event, before now; 0: none heard
+		why      registry.LeaveReason
 		want     time.Duration // the grace's end, after now; 0: no wait
 	}{
-		{"stop: from the removal event", grace, 900 * time.Millisecond, 200 * time.Millisecond, grace - 200*time.Millisecond},
-		{"stop, no event heard: from the plan", grace, 900 * time.Millisecond, 0, grace},
-		{"crash: from the last heartbeat", grace, 3500 * time.Millisecond, 100 * time.Millisecond, grace - 3500*time.Millisecond},
-		{"crash long ago: no wait", grace, 5 * time.Second, 100 * time.Millisecond, 0},
-		{"never listed: no wait", grace, 0, 100 * time.Millisecond, 0},
-		{"grace off", -1, 900 * time.Millisecond, 200 * time.Millisecond, 0},
+		{"stop: from the removal event", grace, 900 * time.Millisecond, 200 * time.Millisecond, registry.LeftUnregistered, grace - 200*time.Millisecond},
+		{"stop after an old listing: from the removal event", grace, 3500 * time.Millisecond, 100 * time.Millisecond, registry.LeftUnregistered, grace - 100*time.Millisecond},
+		{"stop, no event heard: from the plan", grace, 900 * time.Millisecond, 0, "", grace},
+		{"crash: from the last heartbeat", grace, 3500 * time.Millisecond, 100 * time.Millisecond, registry.LeftStale, grace - 3500*time.Millisecond},
+		{"crash soon after a listing: from the last heartbeat", grace, 900 * time.Millisecond, 100 * time.Millisecond, registry.LeftStale, grace - 900*time.Millisecond},
+		{"no event, last heartbeat old: from it", grace, 3500 * time.Millisecond, 0, "", grace - 3500*time.Millisecond},
+		{"crash long ago: no wait", grace, 5 * time.Second, 100 * time.Millisecond, registry.LeftStale, 0},
+		{"never listed: no wait", grace, 0, 100 * time.Millisecond, registry.LeftUnregistered, 0},
+		{"grace off", -1, 900 * time.Millisecond, 200 * time.Millisecond, registry.LeftUnregistered, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,7 +42,7 @@ func TestDepartureGrace(t *testing.T) {
 				d.update(now.Add(-tt.lastSeen), map[string]time.Time{"a": now.Add(-tt.lastSeen), "b": now}, owners, "m")
 			}
 			if tt.removed > 0 {
-				d.removedAt("a", now.Add(-tt.removed))
+				d.removedAt("a", now.Add(-tt.removed), tt.why)
 			}
 			got := d.update(now, map[string]time.Time{"b": now}, owners, "m")
 			want := map[string]time.Time{}

@@ -278,9 +278,11 @@ func (p *Planner) Run(ctx context.Context) error {
 			}
 		}),
 		p.e.OnSlaveRegistered(func(registry.SlaveNode) { p.Kick() }),
-		p.e.OnSlaveRemoved(func(id string) {
-			p.gone.removedAt(id, time.Now())
-			p.Kick()
+		p.e.OnEvent(func(e masterelection.Event) {
+			if e.Kind == masterelection.EventSlaveRemoved {
+				p.gone.removedAt(e.NodeID, time.Now(), e.Reason)
+				p.Kick()
+			}
 		}),
 	} {
 		defer unsubscribe()

@@ -38,6 +38,10 @@ type Event struct {
 	Slave registry.SlaveNode
 	// NodeID is the slave that left (slave-removed).
 	NodeID string
+	// Reason is why it left (slave-removed): registry.LeftUnregistered (a
+	// Stop), LeftStale (silent for SlaveTimeout: a crash, a pause, a cut),
+	// LeftVanished or LeftMaster.
+	Reason registry.LeaveReason
 	// Err is the error (error).
 	Err error
 }
@@ -77,6 +81,7 @@ type payload struct {
 	isMaster bool
 	slave    registry.SlaveNode
 	nodeID   string
+	reason   registry.LeaveReason
 	err      error
 }
 

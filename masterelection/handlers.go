@@ -91,7 +91,7 @@ func (m *MasterElection) OnError(fn func(error)) (unsubscribe func()) {
 // handlers").
 func (m *MasterElection) OnEvent(fn func(Event)) (unsubscribe func()) {
 	return m.bus.subscribe(topicAll, func(p payload) {
-		fn(Event{Kind: EventKind(p.topic), Term: p.term, IsMaster: p.isMaster, Slave: p.slave, NodeID: p.nodeID, Err: p.err})
+		fn(Event{Kind: EventKind(p.topic), Term: p.term, IsMaster: p.isMaster, Slave: p.slave, NodeID: p.nodeID, Reason: p.reason, Err: p.err})
 	})
 }
 

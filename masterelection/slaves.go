@@ -73,8 +73,8 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 			}
 			back.join(s)
 		},
-		OnLeave: func(id string) {
-			m.slaveEvent(l, topicSlaveRemoved, payload{nodeID: id})
+		OnLeave: func(id string, why registry.LeaveReason) {
+			m.slaveEvent(l, topicSlaveRemoved, payload{nodeID: id, reason: why})
 			if next.leave(id) {
 				publish()
 			}

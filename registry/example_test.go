@@ -84,7 +84,7 @@ func ExampleSlaveTracker() {
 	tracker, err := registry.NewSlaveTracker(reg, registry.TrackerConfig{
 		Self:    "m0", // the master's own process id
 		OnJoin:  func(s registry.SlaveNode) { events <- "joined " + s.NodeID },
-		OnLeave: func(id string) { events <- "left " + id },
+		OnLeave: func(id string, why registry.LeaveReason) { events <- "left " + id + " (" + string(why) + ")" },
 	})
 	if err != nil {
 		panic(err)
@@ -122,5 +122,5 @@ func ExampleSlaveTracker() {
 	// Output:
 	// joined s1
 	// joined s2
-	// left s1
+	// left s1 (unregistered)
 }

@@ -420,9 +420,9 @@ func (l *eventLog) add(id string, join bool) {
 	l.evs = append(l.evs, event{id, join, time.Now()})
 }
 
-func (l *eventLog) join(n SlaveNode) { l.add(n.NodeID, true) }
-func (l *eventLog) leave(id string)  { l.add(id, false) }
-func (l *eventLog) fail(error)       { l.errors.Add(1) }
+func (l *eventLog) join(n SlaveNode)               { l.add(n.NodeID, true) }
+func (l *eventLog) leave(id string, _ LeaveReason) { l.add(id, false) }
+func (l *eventLog) fail(error)                     { l.errors.Add(1) }
 
 // present returns the slaves joined and not left, sorted.
 func (l *eventLog) present() []string {

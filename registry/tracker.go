@@ -26,6 +26,25 @@ const noticeQueue = 1024
 // confirmBatch is the largest number of notices one registry read confirms.
 const confirmBatch = 512
 
+// LeaveReason tells why a SlaveTracker reported a slave gone
+// (TrackerConfig.OnLeave).
+type LeaveReason string
+
+// The reasons a slave leaves.
+const (
+	// LeftUnregistered: it unregistered (a Stop), or another master removed
+	// its entry; a notice said so and a read confirmed it.
+	LeftUnregistered LeaveReason = "unregistered"
+	// LeftStale: its lastSeen got older than SlaveTimeout; the master
+	// removed its entry (it crashed, or was paused or cut off).
+	LeftStale LeaveReason = "stale"
+	// LeftVanished: its entry vanished without a notice (it expired, or
+	// Redis lost its data) and it was not seen for SlaveTimeout.
+	LeftVanished LeaveReason = "vanished"
+	// LeftMaster: it became master.
+	LeftMaster LeaveReason = "master"
+)
+
 // TrackerConfig configure a SlaveTracker. The zero value is usable.
 type TrackerConfig struct {
 	// SlaveTimeout is how old a slave's lastSeen may get before the master
@@ -52,8 +71,8 @@ type TrackerConfig struct {
 	//     removes its entry;
 	//   - when its entry vanished without a notice (it expired, or Redis lost
 	//     its data) and the last lastSeen read is older than SlaveTimeout.
-	// Default: nil.
-	OnLeave func(nodeID string)
+	// why tells which. Default: nil.
+	OnLeave func(nodeID string, why LeaveReason)
 	// OnError receives the errors of sweeps and of the reads that confirm
 	// notices, malformed notices, and notices the registry contradicts
 	// (wrapping ErrUnconfirmedNotice, once per notice); the tracker goes on.
@@ -320,7 +339,7 @@ func (s *trackerState) notices(ctx context.Context, payloads [][]byte) {
 				// A read reflects this write already. One thing may be left
 				// to learn: that a slave the read found gone unregistered.
 				if h.unregistered && s.absent[id] {
-					s.leave(ctx, id)
+					s.leave(ctx, id, LeftUnregistered)
 				}
 				continue
 			}
@@ -381,9 +400,9 @@ func (s *trackerState) confirm(ctx context.Context, ids []string, hints map[stri
 			// Stale: the sweep removes it and reports it, as for any slave
 			// that stopped heartbeating.
 		case present:
-			s.leave(ctx, id) // it became master
+			s.leave(ctx, id, LeftMaster)
 		case left:
-			s.leave(ctx, id)
+			s.leave(ctx, id, LeftUnregistered)
 		default:
 			s.vanished(ctx, id, now)
 		}
@@ -403,7 +422,7 @@ func (s *trackerState) vanished(ctx context.Context, id string, now time.Time) {
 	}
 	s.absent[id] = true
 	if now.Sub(node.LastSeen) > s.t.opts.SlaveTimeout {
-		s.leave(ctx, id)
+		s.leave(ctx, id, LeftVanished)
 	}
 }
 
@@ -441,6 +460,7 @@ func (s *trackerState) sweep(ctx context.Context) {
 	now := t.reg.clock.Now()
 	present := map[string]ProcessInfo{}
 	masters := map[string]bool{}
+	stale := map[string]bool{} // removed by this sweep
 	for i, p := range snap.infos {
 		id := p.ProcessID
 		if id == t.opts.Self {
@@ -467,6 +487,7 @@ func (s *trackerState) sweep(ctx context.Context) {
 			continue
 		}
 		s.saw(id, removed)
+		stale[id] = true
 		t.reg.cfg.Logger.Info().Str("process", id).Time("lastSeen", p.LastSeen).
 			Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
 	}
@@ -485,7 +506,11 @@ func (s *trackerState) sweep(ctx context.Context) {
 			continue
 		}
 		if masters[id] {
-			s.leave(ctx, id) // it became master
+			s.leave(ctx, id, LeftMaster)
+			continue
+		}
+		if stale[id] {
+			s.leave(ctx, id, LeftStale)
 			continue
 		}
 		s.vanished(ctx, id, now)
@@ -507,8 +532,8 @@ func (s *trackerState) join(ctx context.Context, p ProcessInfo) {
 	}
 }
 
-// leave reports id if it is known.
-func (s *trackerState) leave(ctx context.Context, id string) {
+// leave reports id if it is known, for why.
+func (s *trackerState) leave(ctx context.Context, id string, why LeaveReason) {
 	node, ok := s.known[id]
 	if !ok || ctx.Err() != nil {
 		return
@@ -516,7 +541,7 @@ func (s *trackerState) leave(ctx context.Context, id string) {
 	delete(s.known, id)
 	delete(s.absent, id)
 	if s.t.opts.OnLeave != nil {
-		s.t.opts.OnLeave(node.NodeID)
+		s.t.opts.OnLeave(node.NodeID, why)
 	}
 }
 

@@ -194,7 +194,7 @@ func runModel(t *testing.T, seed uint64, forge bool) (failure string) {
 	tr, err := NewSlaveTracker(m.reg, TrackerConfig{
 		SlaveTimeout: modelTimeout, SweepInterval: time.Hour, Self: modelSelf,
 		OnJoin:  func(n SlaveNode) { m.events = append(m.events, "join:"+n.NodeID) },
-		OnLeave: func(id string) { m.events = append(m.events, "leave:"+id) },
+		OnLeave: func(id string, _ LeaveReason) { m.events = append(m.events, "leave:"+id) },
 		OnError: func(err error) { m.errs = append(m.errs, err) },
 	})
 	if err != nil {

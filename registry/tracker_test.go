@@ -28,6 +28,7 @@ type trackerEnv struct {
 	got    chan string // "join:<id>", "leave:<id>", "error"
 	sweeps chan struct{}
 	joined chan SlaveNode
+	left   chan string // "<id>:<why>" for each leave
 	errs   chan error
 	cancel context.CancelFunc
 	done   chan error
@@ -60,7 +61,7 @@ func startTracker(t *testing.T, e *env, opts TrackerConfig, feed bool) *trackerE
 
 func newTracker(t *testing.T, e *env, opts TrackerConfig) *trackerEnv {
 	t.Helper()
-	te := &trackerEnv{env: e, got: make(chan string, 4096), sweeps: make(chan struct{}, 64), joined: make(chan SlaveNode, 4096), errs: make(chan error, 4096)}
+	te := &trackerEnv{env: e, got: make(chan string, 4096), sweeps: make(chan struct{}, 64), joined: make(chan SlaveNode, 4096), left: make(chan string, 4096), errs: make(chan error, 4096)}
 	if opts.SlaveTimeout == 0 {
 		opts.SlaveTimeout = testSlaveTimeout
 	}
@@ -68,7 +69,7 @@ func newTracker(t *testing.T, e *env, opts TrackerConfig) *trackerEnv {
 		opts.SweepInterval = testSweepInterval
 	}
 	opts.OnJoin = func(n SlaveNode) { te.joined <- n; te.got <- "join:" + n.NodeID }
-	opts.OnLeave = func(id string) { te.got <- "leave:" + id }
+	opts.OnLeave = func(id string, why LeaveReason) { te.left <- id + ":" + string(why); te.got <- "leave:" + id }
 	opts.OnError = func(err error) { te.errs <- err; te.got <- "error" }
 	tr, err := NewSlaveTracker(e.reg, opts)
 	if err != nil {
@@ -173,6 +174,9 @@ func TestTracker(t *testing.T) {
 				t.Fatal(err)
 			}
 			te.expect(t, "leave:s1")
+			if why := <-te.left; why != "s1:unregistered" {
+				t.Errorf("s1 left as %q, want unregistered", why)
+			}
 			te.sweep(t)
 			te.settle(t)
 
@@ -187,6 +191,9 @@ func TestTracker(t *testing.T) {
 			e.heartbeat("s3")
 			te.sweep(t) // 20s after s2's last heartbeat
 			te.expect(t, "leave:s2")
+			if why := <-te.left; why != "s2:stale" {
+				t.Errorf("s2 left as %q, want stale", why)
+			}
 			if _, err := e.reg.Process(e.ctx, "s2"); !isNotFound(err) {
 				t.Errorf("the stale slave is still registered: %v", err)
 			}
@@ -201,6 +208,9 @@ func TestTracker(t *testing.T) {
 			e.holdLock("s3", 2)
 			e.register(ProcessInfo{ProcessID: "s3", Role: RoleMaster, Term: 2})
 			te.expect(t, "leave:s3")
+			if why := <-te.left; why != "s3:master" {
+				t.Errorf("s3 left as %q, want master", why)
+			}
 			te.sweep(t)
 			te.settle(t)
 			if te.tr.Dropped() != 0 {
