@@ -82,6 +82,12 @@ func run(ctx context.Context, o options, in io.Reader, out io.Writer) error {
 func (n *node) run(ctx context.Context, in io.Reader) error {
 	defer n.close()
 	if err := n.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Ctrl+C while joining: Start stopped the election (a lock it
+			// took is released); that is no failure.
+			n.log.Printf("stopped while joining")
+			return nil
+		}
 		return err
 	}
 	go n.commands(ctx, in)

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 func TestDemo(t *testing.T) {
 	mr := miniredis.RunT(t)
 	mr.ClockTTL(true)
-	o := options{Redis: mr.Addr(), Items: 12, LockTTL: 2 * time.Second, Down: 500 * time.Millisecond}
+	o := options{Redis: mr.Addr(), Items: 12, LockTTL: 4 * time.Second, Down: 500 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out strings.Builder
