@@ -13,7 +13,12 @@ import (
 
 // Start begins taking part in the election. It returns once the first
 // election has resolved: this process is master (master-acquired and
-// election-completed(true) were emitted) or slave (election-completed(false)).
+// election-completed(true) were emitted) or slave (election-completed(false)),
+// and its first registration made its NodeID its own. Under the NodeID of
+// another live process (a twin) it fails with an error wrapping
+// ErrDuplicateNodeID that names the id; after a crash of the process that
+// had the NodeID it waits until that process's entry has gone SlaveTimeout
+// without a write (docs/safety.md, "Twins and restarts").
 // While Redis is unreachable or refuses the election's commands it keeps
 // trying until ctx ends; it then stops the election and returns an error
 // that wraps ctx's error and names the last error the attempts ran into
