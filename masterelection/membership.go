@@ -106,14 +106,7 @@ func (m *MasterElection) checkBeat(ctx context.Context) (scripts.MasterState, er
 //
 // It closes firstRegistered at its first registration.
 func (m *MasterElection) membership(ctx context.Context, firstRegistered chan<- struct{}) {
-	var (
-		role       registry.Role
-		term       int64
-		pending    bool // the current role is not registered yet
-		registered bool // a registration succeeded: the start is over
-		retry      backoff
-		quiet      quietWait // the wait for another incarnation's entry to go quiet (twins.go)
-	)
+	r := &member{m: m, firstRegistered: firstRegistered}
 	timer := m.clock.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -122,76 +115,124 @@ func (m *MasterElection) membership(ctx context.Context, firstRegistered chan<- 
 		case <-ctx.Done():
 			return
 		case rc := <-m.roles:
-			role, term, pending = rc.role, rc.term, true
+			r.role, r.term, r.pending = rc.role, rc.term, true
 		case <-m.infoChanged:
-			pending = role != ""
+			r.pending = r.role != ""
 		case <-timer.C():
-			if standIn := m.cfg.CheckInterval + m.cfg.CheckInterval/2; m.beats.ride.Load() {
-				if since := m.beats.since(m.clock.Now()); since < standIn {
-					timer.Reset(standIn - since) // the follow loop's checks carry the heartbeat
-					continue
-				}
+			if wait := m.heartbeatRides(); wait > 0 {
+				timer.Reset(wait) // the follow loop's checks carry the heartbeat
+				continue
 			}
 		}
 		m.beats.ride.Store(false)
-		limit := m.opTimeout()
-		if !registered {
-			limit = m.startTimeout()
-		}
-		rctx, cancel := context.WithTimeout(ctx, limit)
-		var err error
-		if pending {
-			info := m.processInfo(role)
-			info.Term = term
-			if err = m.reg.Register(rctx, info); err != nil {
-				err = fmt.Errorf("register process as %s: %w", role, err)
-			}
-		} else if role != "" {
-			if err = m.reg.Heartbeat(rctx, m.cfg.NodeID); err != nil {
-				err = fmt.Errorf("heartbeat process: %w", err)
-			}
-		}
-		cancel()
-		if inUse := (*registry.InUseError)(nil); errors.As(err, &inUse) && ctx.Err() == nil {
-			wait, twin := m.inUse(&quiet, registered, inUse)
-			if twin {
-				m.stepAside(inUse)
-				return
-			}
-			timer.Reset(wait) // pending stays set: register again then
-			continue
-		}
-		if errors.Is(err, registry.ErrNotMaster) {
-			// Redis refused the master entry: this process no longer holds
-			// the lock under term (a pause outlived it, say), and the entry
-			// was written as a slave's. That is reported; the loop ends the
-			// mastership and hands over the slave role shortly.
-			m.emitError(err)
-			role, term, err = registry.RoleSlave, 0, nil
-		}
-		next := m.cfg.CheckInterval
-		if role == registry.RoleMaster {
-			next = m.cfg.HeartbeatInterval
-		}
-		switch {
-		case ctx.Err() != nil:
+		next, done := r.after(ctx, r.write(ctx))
+		if done {
 			return
-		case err != nil:
-			m.emitError(err)
-			next = retry.next(m.cfg)
-		default:
-			if !registered && pending {
-				close(firstRegistered)
-			}
-			registered = registered || pending
-			pending = false
-			retry.reset()
-			if role != "" {
-				m.beats.wrote(m.clock.Now())
-			}
 		}
-		m.beats.ride.Store(role == registry.RoleSlave && registered && !pending)
 		timer.Reset(next)
+	}
+}
+
+// member is the membership loop's state. Only that loop touches it.
+type member struct {
+	m               *MasterElection
+	firstRegistered chan<- struct{}
+	role            registry.Role
+	term            int64
+	pending         bool // the current role is not registered yet
+	registered      bool // a registration succeeded: the start is over
+	retry           backoff
+	quiet           quietWait // the wait for another incarnation's entry to go quiet (twins.go)
+}
+
+// heartbeatRides returns how long until the membership loop must stand in
+// for the follow loop's checks, which carry a slave's heartbeat while they
+// may (slaveBeats); 0 when it must write now.
+func (m *MasterElection) heartbeatRides() time.Duration {
+	standIn := m.cfg.CheckInterval + m.cfg.CheckInterval/2
+	if !m.beats.ride.Load() {
+		return 0
+	}
+	if since := m.beats.since(m.clock.Now()); since < standIn {
+		return standIn - since
+	}
+	return 0
+}
+
+// write registers the current role when it is pending, else heartbeats the
+// entry (nothing before the election gave a role).
+func (r *member) write(ctx context.Context) error {
+	m := r.m
+	limit := m.opTimeout()
+	if !r.registered {
+		limit = m.startTimeout()
+	}
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	switch {
+	case r.pending:
+		info := m.processInfo(r.role)
+		info.Term = r.term
+		if err := m.reg.Register(rctx, info); err != nil {
+			return fmt.Errorf("register process as %s: %w", r.role, err)
+		}
+	case r.role != "":
+		if err := m.reg.Heartbeat(rctx, m.cfg.NodeID); err != nil {
+			return fmt.Errorf("heartbeat process: %w", err)
+		}
+	}
+	return nil
+}
+
+// after handles the outcome of a write: it returns when to write next, or
+// done when the loop ends (ctx ended, or the process steps aside for a
+// twin).
+func (r *member) after(ctx context.Context, err error) (next time.Duration, done bool) {
+	m := r.m
+	if inUse := (*registry.InUseError)(nil); errors.As(err, &inUse) && ctx.Err() == nil {
+		wait, twin := m.inUse(&r.quiet, r.registered, inUse)
+		if twin {
+			m.stepAside(inUse)
+			return 0, true
+		}
+		return wait, false // pending stays set: register again then
+	}
+	if errors.Is(err, registry.ErrNotMaster) {
+		// Redis refused the master entry: this process no longer holds the
+		// lock under term (a pause outlived it, say), and the entry was
+		// written as a slave's. That is reported; the loop ends the
+		// mastership and hands over the slave role shortly.
+		m.emitError(err)
+		r.role, r.term, err = registry.RoleSlave, 0, nil
+	}
+	next = m.cfg.CheckInterval
+	if r.role == registry.RoleMaster {
+		next = m.cfg.HeartbeatInterval
+	}
+	switch {
+	case ctx.Err() != nil:
+		return 0, true
+	case err != nil:
+		m.emitError(err)
+		next = r.retry.next(m.cfg)
+	default:
+		r.wrote()
+	}
+	m.beats.ride.Store(r.role == registry.RoleSlave && r.registered && !r.pending)
+	return next, false
+}
+
+// wrote records a successful write: the first registration closes
+// firstRegistered.
+func (r *member) wrote() {
+	if !r.registered && r.pending {
+		close(r.firstRegistered)
+	}
+	r.registered = r.registered || r.pending
+	r.pending = false
+	r.retry.reset()
+	if r.role != "" {
+		r.m.beats.wrote(r.m.clock.Now())
 	}
 }
 
