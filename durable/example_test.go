@@ -14,7 +14,7 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// holder is a pubsub.Leader and SlaveLister for the example: in an
+// holder is a pubsub.Mastership and SlaveLister for the example: in an
 // application, pass the *masterelection.MasterElection.
 type holder struct {
 	term   int64

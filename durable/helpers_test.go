@@ -54,7 +54,7 @@ func fast() durable.Config {
 	return durable.Config{Block: 50 * time.Millisecond, RetryDelay: 20 * time.Millisecond}
 }
 
-// fakeLeader is a Leader whose answers the test sets; newMaster makes one
+// fakeLeader is a Mastership whose answers the test sets; newMaster makes one
 // that holds the lock in Redis for real.
 type fakeLeader struct {
 	id     string
@@ -146,7 +146,7 @@ func (s *slaveList) Slaves(context.Context) ([]registry.SlaveNode, error) {
 	return out, nil
 }
 
-func newRouter(t testing.TB, c redis.UniversalClient, l pubsub.Leader, slaves pubsub.SlaveLister, cfg durable.Config) *durable.Router {
+func newRouter(t testing.TB, c redis.UniversalClient, l pubsub.Mastership, slaves pubsub.SlaveLister, cfg durable.Config) *durable.Router {
 	t.Helper()
 	r, err := durable.NewRouter(c, l, slaves, cfg)
 	if err != nil {

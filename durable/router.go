@@ -29,7 +29,7 @@ const (
 // connection of its own; it is safe for concurrent use.
 type Router struct {
 	client redis.UniversalClient
-	leader pubsub.Leader
+	leader pubsub.Mastership
 	slaves pubsub.SlaveLister
 	cfg    Config
 	keys   scripts.Keys
@@ -44,8 +44,8 @@ type Router struct {
 // slaves for Reassign (when nil and leader is a pubsub.SlaveLister, as
 // *masterelection.MasterElection is, leader is used), and when leader is a
 // pubsub.KeySource the inbox names come from it.
-func NewRouter(client redis.UniversalClient, leader pubsub.Leader, slaves pubsub.SlaveLister, cfg Config) (*Router, error) {
-	if err := route.CheckLeader("durable: NewRouter", client, leader); err != nil {
+func NewRouter(client redis.UniversalClient, leader pubsub.Mastership, slaves pubsub.SlaveLister, cfg Config) (*Router, error) {
+	if err := route.CheckMastership("durable: NewRouter", client, leader); err != nil {
 		return nil, err
 	}
 	cfg, err := cfg.withDefaults(client, leader)

@@ -50,7 +50,7 @@ func (m *MasterElection) seenForAcquire(ls *loopState) int64 {
 
 // contend runs the acquire script once. It returns the new mastership, or
 // nil and the delay before the next check.
-func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadership, time.Duration) {
+func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*mastership, time.Duration) {
 	if !m.contends() {
 		return nil, 0 // no longer a candidate since the attempt was set: look at the lock instead
 	}
@@ -125,12 +125,12 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*leadershi
 		return nil, m.untilExpiry(res.TTL)
 	}
 
-	l := m.newLeadership(ctx, res.Term, m.deadlineAfter(sent))
+	l := m.newMastership(ctx, res.Term, m.deadlineAfter(sent))
 	ls.tookLock(res.Term)
 	m.noteTerm(res.Term)
-	m.lead.Store(l)
+	m.mastership.Store(l)
 	m.log.Info().Int64("term", res.Term).Msg("became master")
-	m.bus.emit(topicMasterAcquired, payload{term: res.Term, lead: l})
+	m.bus.emit(topicMasterAcquired, payload{term: res.Term, mastership: l})
 	// The handlers' runners, waiting on their emitter channels, were made
 	// runnable on this goroutine's processor, where they would wait until
 	// this loop blocks or another processor wakes up to take them, behind

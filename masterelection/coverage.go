@@ -14,7 +14,7 @@ import (
 // 500 ms at random) and its vote.
 const clusterPromotion = time.Second
 
-// coverageRead is what readCoverage found on the Cluster node that holds
+// coverageRead is what readFullCoverage found on the Cluster node that holds
 // the election's keys: its cluster-require-full-coverage and
 // cluster-node-timeout, or why they were not read.
 type coverageRead struct {
@@ -32,10 +32,10 @@ var aclConfigGet = redis.NewScript(`if not redis.acl_check_cmd then return 1 end
 if redis.acl_check_cmd('config', 'get', 'cluster-node-timeout') then return 1 end
 return 0`)
 
-// readCoverage reads, on a Redis Cluster, the node that holds the
+// readFullCoverage reads, on a Redis Cluster, the node that holds the
 // election's keys' cluster-require-full-coverage and cluster-node-timeout,
 // when the user may read them (two round trips, at Start only).
-func (m *MasterElection) readCoverage(ctx context.Context) coverageRead {
+func (m *MasterElection) readFullCoverage(ctx context.Context) coverageRead {
 	cl, ok := m.client.(*redis.ClusterClient)
 	if !ok {
 		return coverageRead{}

@@ -29,13 +29,13 @@ type MasterElection struct {
 	cfg    Config
 	keys   scripts.Keys
 	clock  clock.Clock
-	base   time.Time // origin of the monotonic deadlines kept in leadership
+	base   time.Time // origin of the monotonic deadlines kept in mastership
 	log    zerolog.Logger
 	bus    *bus
 
 	incarnation string // names this run of the process in its registry entry (Incarnation)
 
-	lead         atomic.Pointer[leadership] // the current mastership; nil while slave
+	mastership   atomic.Pointer[mastership] // the current mastership; nil while slave
 	observedTerm atomic.Int64               // highest term seen on this lock name
 	candidate    atomic.Bool
 	// awaitingID: Start found this node id's registry entry written lately
@@ -163,7 +163,7 @@ func (m *MasterElection) IsMaster() bool { return m.Term() != 0 }
 // write or message the master sends, so receivers can refuse those of a
 // master that has been replaced: terms only grow.
 func (m *MasterElection) Term() int64 {
-	l := m.lead.Load()
+	l := m.mastership.Load()
 	if l == nil || !m.holds(l, m.clock.Now()) {
 		return 0
 	}

@@ -75,14 +75,14 @@ const listenerCap = 64
 // payload is what travels on the bus, as the one argument of an emitter
 // event; which fields are set depends on the topic.
 type payload struct {
-	topic    string // set by emit: the event's own topic, also for topicAll subscribers
-	term     int64
-	lead     *leadership // master-acquired: the mastership, for its ctx and handler count
-	isMaster bool
-	slave    registry.SlaveNode
-	nodeID   string
-	reason   registry.LeaveReason
-	err      error
+	topic      string // set by emit: the event's own topic, also for topicAll subscribers
+	term       int64
+	mastership *mastership // master-acquired: the mastership, for its ctx and handler count
+	isMaster   bool
+	slave      registry.SlaveNode
+	nodeID     string
+	reason     registry.LeaveReason
+	err        error
 }
 
 // bus is the election's typed event bus, a layer over an emitter.Emitter
@@ -211,8 +211,8 @@ func (b *bus) admit(s *subscriber) func(*emitter.Event) {
 			ev.Flags |= emitter.FlagVoid
 			return
 		}
-		if p.lead != nil {
-			p.lead.handlers.Add(1)
+		if p.mastership != nil {
+			p.mastership.handlers.Add(1)
 		}
 		if p.err != nil {
 			s.errs.Add(1)
@@ -318,8 +318,8 @@ func (b *bus) call(s *subscriber, p payload) {
 // handlerDone tells the mastership that one master-acquired handler has returned
 // (or will never get the event).
 func (p payload) handlerDone() {
-	if p.lead != nil {
-		p.lead.handlers.Done()
+	if p.mastership != nil {
+		p.mastership.handlers.Done()
 	}
 }
 
@@ -330,13 +330,13 @@ func (b *bus) emit(topic string, p payload) {
 	defer b.emitMu.Unlock()
 	b.obs.event(topic, p)
 	p.topic = topic
-	if p.lead != nil {
+	if p.mastership != nil {
 		// admit counts each master-acquired handler as it admits the
 		// event; this count, held until every subscriber has been
 		// admitted, keeps the total from passing through zero while an
 		// early handler returns, so Stop cannot stop waiting too soon.
-		p.lead.handlers.Add(1)
-		defer p.lead.handlers.Done()
+		p.mastership.handlers.Add(1)
+		defer p.mastership.handlers.Done()
 	}
 	b.em.Emit(topic, p)
 }

@@ -303,8 +303,8 @@ func TestBusCountsMasterAcquiredHandlers(t *testing.T) {
 	}
 	b.subscribe(topicAll, func(payload) { <-release; ran.Add(1) })
 	b.subscribe(topicMasterLost, func(payload) { t.Error("master-lost handler got master-acquired") })
-	l := &leadership{term: 7}
-	b.emit(topicMasterAcquired, payload{term: 7, lead: l})
+	l := &mastership{term: 7}
+	b.emit(topicMasterAcquired, payload{term: 7, mastership: l})
 	waited := make(chan struct{})
 	go func() { l.handlers.Wait(); close(waited) }()
 	select {
@@ -375,16 +375,16 @@ func TestBusUnsubscribeDropsQueuedAndCountsThemDone(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan int64, 2)
 	unsubscribe := b.subscribe(topicMasterAcquired, func(p payload) { entered <- p.term; <-release })
-	l1, l2 := &leadership{term: 1}, &leadership{term: 2}
-	b.emit(topicMasterAcquired, payload{term: 1, lead: l1})
+	l1, l2 := &mastership{term: 1}, &mastership{term: 2}
+	b.emit(topicMasterAcquired, payload{term: 1, mastership: l1})
 	if term := <-entered; term != 1 {
 		t.Fatalf("handler got term %d first", term)
 	}
-	b.emit(topicMasterAcquired, payload{term: 2, lead: l2}) // queued behind the blocked call
+	b.emit(topicMasterAcquired, payload{term: 2, mastership: l2}) // queued behind the blocked call
 	unsubscribe()
-	b.emit(topicMasterAcquired, payload{term: 3, lead: l2}) // after unsubscribe: not delivered, not counted
+	b.emit(topicMasterAcquired, payload{term: 3, mastership: l2}) // after unsubscribe: not delivered, not counted
 	close(release)
-	for _, l := range []*leadership{l1, l2} {
+	for _, l := range []*mastership{l1, l2} {
 		waited := make(chan struct{})
 		go func() { l.handlers.Wait(); close(waited) }()
 		select {
@@ -420,8 +420,8 @@ func TestBusCloseRunsQueuedAndIsBoundedByCtx(t *testing.T) {
 		t.Fatalf("close with a blocked handler = %v, want a deadline error", err)
 	}
 	b.subscribe(topicSlaveRegistered, func(payload) { t.Error("subscribed after close") })
-	l := &leadership{}
-	b.emit(topicSlaveRegistered, payload{lead: l}) // after close: reaches no handler, counted off
+	l := &mastership{}
+	b.emit(topicSlaveRegistered, payload{mastership: l}) // after close: reaches no handler, counted off
 	l.handlers.Wait()
 	close(release)
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
@@ -528,11 +528,11 @@ func TestBusUnsubscribeDropsOverflowAndCountsItDone(t *testing.T) {
 		}
 		<-release
 	})
-	l := &leadership{term: 1}
-	b.emit(topicMasterAcquired, payload{term: 1, lead: l})
+	l := &mastership{term: 1}
+	b.emit(topicMasterAcquired, payload{term: 1, mastership: l})
 	<-entered
 	for range 2 * listenerCap {
-		b.emit(topicMasterAcquired, payload{term: 1, lead: l})
+		b.emit(topicMasterAcquired, payload{term: 1, mastership: l})
 	}
 	unsubscribe()
 	close(release)

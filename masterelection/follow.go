@@ -10,7 +10,7 @@ import (
 // followLoop is the slave role: check the lock every CheckInterval and when it
 // would expire, contend when it is free (in its turn: contendDelay). It
 // returns the new mastership, or nil when ctx ends.
-func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *leadership {
+func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *mastership {
 	f := &follower{m: m, ls: ls, timer: m.clock.NewTimer(0)}
 	f.contend = ls.unresolved && m.contends() // Start's first attempt goes straight to the lock
 	defer f.timer.Stop()
@@ -144,7 +144,7 @@ func (f *follower) notice(n notice) {
 
 // fire runs what the timer was set for, an attempt at the lock or a
 // check, and arms it again. It returns the new mastership, if any.
-func (f *follower) fire(ctx context.Context) *leadership {
+func (f *follower) fire(ctx context.Context) *mastership {
 	ls := f.ls
 	if ls.unresolved && ls.feedConfirmed != nil {
 		select {

@@ -7,21 +7,21 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// garbageLock returns an error wrapping ErrGarbage when the lock key holds
+// foreignLock returns an error wrapping ErrGarbage when the lock key holds
 // something other than a string: no process can take such a lock (the
 // acquire script's SET NX fails on it) while the key exists, so an election
 // on it cannot work. So does a term key that holds something other than a
 // term below scripts.MaxTerm, over which the acquire script writes nothing. It returns nil when the lock is free or a node id.
 // answered is false when Redis did not answer (the election reports that
 // itself; Start asks again once Redis answers the registry).
-func (m *MasterElection) garbageLock(ctx context.Context) (garbage error, answered bool) {
+func (m *MasterElection) foreignLock(ctx context.Context) (garbage error, answered bool) {
 	ctx, cancel := context.WithTimeout(ctx, m.opTimeout())
 	defer cancel()
 	st, err := scripts.Check(ctx, m.client, m.keys)
 	return m.garbageIn(ctx, st, err)
 }
 
-// garbageIn is garbageLock's verdict on a check's answer (st, err), which
+// garbageIn is foreignLock's verdict on a check's answer (st, err), which
 // Start's first round trip may have read already.
 func (m *MasterElection) garbageIn(ctx context.Context, st scripts.MasterState, err error) (garbage error, answered bool) {
 	if err != nil {

@@ -32,7 +32,7 @@ import (
 // state under mu; run ends with the mastership.
 type handBack struct {
 	m      *MasterElection
-	l      *leadership
+	l      *mastership
 	key    string // the succession's rendezvous key, for ties
 	window time.Duration
 
@@ -51,7 +51,7 @@ type preferred struct {
 
 // newHandBack returns the watch of mastership l, or nil when hand-backs
 // are off (a negative HandBackWindow).
-func (m *MasterElection) newHandBack(l *leadership, key string) *handBack {
+func (m *MasterElection) newHandBack(l *mastership, key string) *handBack {
 	if m.cfg.HandBackWindow <= 0 {
 		return nil
 	}

@@ -16,7 +16,7 @@ import (
 // handler, fn runs on a goroutine of its own, never on the election's loop
 // (see the package documentation, "Event handlers").
 func (m *MasterElection) OnMasterAcquired(fn func(ctx context.Context, term int64)) (unsubscribe func()) {
-	return m.bus.subscribe(topicMasterAcquired, func(p payload) { fn(p.lead.ctx, p.term) })
+	return m.bus.subscribe(topicMasterAcquired, func(p payload) { fn(p.mastership.ctx, p.term) })
 }
 
 // OnMasterLost registers fn for master-lost: this process is no longer

@@ -61,7 +61,7 @@ func (ls *loopState) lockNotOurs() {
 
 // run is the election's single loop: it owns the role, the timers and every
 // Redis call of the election, alternating between followLoop (slave) and
-// leadLoop (master) until ctx ends. feed is the notice feed Start opened (nil in
+// masterLoop (master) until ctx ends. feed is the notice feed Start opened (nil in
 // standalone mode); run closes it.
 func (m *MasterElection) run(ctx context.Context, feed *noticeFeed) {
 	defer m.closeDone()
@@ -96,10 +96,10 @@ func (m *MasterElection) run(ctx context.Context, feed *noticeFeed) {
 	defer ls.renewAttempts.Wait()
 	for ctx.Err() == nil && !ls.stopRequested {
 		if l := m.followLoop(ctx, ls); l != nil {
-			m.leadLoop(ctx, ls, l)
+			m.masterLoop(ctx, ls, l)
 		}
 	}
-	if ls.heldTerm != 0 && m.lead.Load() == nil {
+	if ls.heldTerm != 0 && m.mastership.Load() == nil {
 		// Stop came while a lock of ours outlived its mastership: release
 		// it, pinned to its term, so the others need not wait out its TTL.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opTimeout())
@@ -114,10 +114,10 @@ func (m *MasterElection) run(ctx context.Context, feed *noticeFeed) {
 func (m *MasterElection) runStandalone(ctx context.Context) {
 	m.bus.emit(topicElectionStarted, payload{})
 	term := m.clock.Now().UnixMilli()
-	l := m.newLeadership(ctx, term, time.Duration(^uint64(0)>>1)) // never: nothing can take it away
+	l := m.newMastership(ctx, term, time.Duration(^uint64(0)>>1)) // never: nothing can take it away
 	m.noteTerm(term)
-	m.lead.Store(l)
-	m.bus.emit(topicMasterAcquired, payload{term: term, lead: l})
+	m.mastership.Store(l)
+	m.bus.emit(topicMasterAcquired, payload{term: term, mastership: l})
 	m.bus.emit(topicElectionCompleted, payload{isMaster: true})
 	close(m.resolved)
 	<-ctx.Done()

@@ -61,9 +61,9 @@ func TestDeadlineCountsFromTheSendOfTheRenewal(t *testing.T) {
 	a := w.node(testConfig("a"))
 	w.start(a)
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
-	l := a.lead.Load()
+	l := a.mastership.Load()
 	want := a.cfg.HeartbeatInterval + a.cfg.LockTTL - a.cfg.StepDownMargin
-	// The lead loop arms its renew timer just after the election completes:
+	// The master loop arms its renew timer just after the election completes:
 	// let it, or a timer armed after the step below would not fire in it.
 	for quiet := false; !quiet; {
 		select {
@@ -288,7 +288,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 func TestDeadlineLatches(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	m := &MasterElection{clock: clk, base: clk.Now()}
-	l := &leadership{}
+	l := &mastership{}
 	l.deadline.Store(int64(time.Second))
 
 	if !m.extend(l, 3*time.Second) || !m.holds(l, clk.Now().Add(2*time.Second)) {

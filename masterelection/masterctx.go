@@ -15,7 +15,7 @@ import (
 //     it answers non-nil from the instant IsMaster answers false, even when
 //     no goroutine of herd has run since (after a pause of the process);
 //   - Done is closed by whichever comes first of: the mastership's end
-//     (endLeadership, resign), the parent's end, a timer armed at the
+//     (endMastership, resign), the parent's end, a timer armed at the
 //     deadline (re-armed while renewals move it), or a call of Done or Err
 //     that finds the deadline passed.
 //
@@ -24,7 +24,7 @@ import (
 type masterCtx struct {
 	parent context.Context
 	m      *MasterElection
-	l      *leadership
+	l      *mastership
 
 	done  chan struct{}
 	ended atomic.Bool // set before done closes; read without the lock
@@ -37,7 +37,7 @@ type masterCtx struct {
 // newMasterCtx returns a context of mastership l, done also when parent is.
 // The mastership's own ctx (l.ctx) also runs the deadline timer; a RunIfMaster
 // ctx ends with l.ctx instead.
-func (m *MasterElection) newMasterCtx(parent context.Context, l *leadership) *masterCtx {
+func (m *MasterElection) newMasterCtx(parent context.Context, l *mastership) *masterCtx {
 	c := &masterCtx{parent: parent, m: m, l: l, done: make(chan struct{})}
 	own := l.ctx == nil
 	if own {

@@ -44,7 +44,7 @@ func TestMasterCtxEndsWithIsMaster(t *testing.T) {
 	w.mr.SetError("LOADING simulated outage") // every renewal now fails
 	a.clk.Advance(a.cfg.HeartbeatInterval)
 	waitFor(t, "a failed renewal reported", func() bool { return len(a.rec.errors()) > 0 })
-	a.trackMu.Lock() // the loop cannot finish endLeadership
+	a.trackMu.Lock() // the loop cannot finish endMastership
 	defer a.trackMu.Unlock()
 	a.clk.Advance(a.cfg.LockTTL - a.cfg.StepDownMargin - a.cfg.HeartbeatInterval)
 	if a.IsMaster() {
@@ -74,7 +74,7 @@ func TestMasterCtxDoneByTimer(t *testing.T) {
 	a := w.node(testConfig("a"))
 	w.start(a)
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
-	l := a.lead.Load()
+	l := a.mastership.Load()
 	done := l.ctx.done // the channel itself: reading it does not poll
 	w.mr.SetError("LOADING simulated outage")
 	a.trackMu.Lock()

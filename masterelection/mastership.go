@@ -12,19 +12,19 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// leadership is one mastership: from a successful acquire until the lock is
+// mastership is one mastership: from a successful acquire until the lock is
 // lost, the self-fencing deadline passes, or Stop releases it.
-type leadership struct {
+type mastership struct {
 	term     int64
 	ctx      *masterCtx     // given to OnMasterAcquired handlers; done when the mastership ends (masterctx.go)
 	deadline atomic.Int64   // self-fencing deadline, nanoseconds after MasterElection.base
 	handlers sync.WaitGroup // OnMasterAcquired handlers not yet returned
 }
 
-// newLeadership returns mastership term, whose self-fencing deadline is
+// newMastership returns mastership term, whose self-fencing deadline is
 // deadline (an offset from m.base) and whose ctx is also done when parent is.
-func (m *MasterElection) newLeadership(parent context.Context, term int64, deadline time.Duration) *leadership {
-	l := &leadership{term: term}
+func (m *MasterElection) newMastership(parent context.Context, term int64, deadline time.Duration) *mastership {
+	l := &mastership{term: term}
 	l.deadline.Store(int64(deadline))
 	m.newMasterCtx(parent, l)
 	return l
@@ -32,10 +32,10 @@ func (m *MasterElection) newLeadership(parent context.Context, term int64, deadl
 
 // endCtx marks mastership l over for its ctx (and every RunIfMaster ctx of
 // it) at once; it never blocks.
-func (l *leadership) endCtx() { l.ctx.cancel() }
+func (l *mastership) endCtx() { l.ctx.cancel() }
 
 // holds reports whether mastership l is still certain at now.
-func (m *MasterElection) holds(l *leadership, now time.Time) bool {
+func (m *MasterElection) holds(l *mastership, now time.Time) bool {
 	at := now.Sub(m.base)
 	for {
 		cur := l.deadline.Load()
@@ -55,7 +55,7 @@ func (m *MasterElection) holds(l *leadership, now time.Time) bool {
 // The check and the move are one atomic step against holds, which latches
 // a passed deadline at zero, so IsMaster never turns true again once it has
 // said false.
-func (m *MasterElection) extend(l *leadership, d time.Duration) bool {
+func (m *MasterElection) extend(l *mastership, d time.Duration) bool {
 	for {
 		cur := l.deadline.Load()
 		if m.clock.Now().Sub(m.base) >= time.Duration(cur) {
@@ -74,7 +74,7 @@ func (m *MasterElection) deadlineAfter(sent time.Time) time.Duration {
 	return sent.Sub(m.base) + m.cfg.LockTTL - m.cfg.StepDownMargin
 }
 
-func (m *MasterElection) remaining(l *leadership, now time.Time) time.Duration {
+func (m *MasterElection) remaining(l *mastership, now time.Time) time.Duration {
 	return time.Duration(l.deadline.Load()) - now.Sub(m.base)
 }
 
@@ -86,7 +86,7 @@ func (m *MasterElection) remaining(l *leadership, now time.Time) time.Duration {
 //
 // A successor, when not "", gets the released lock reserved for window
 // (see Transfer).
-func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait time.Duration, reason, successor string, window time.Duration) (released bool, err error) {
+func (m *MasterElection) resign(ctx context.Context, l *mastership, handlerWait time.Duration, reason, successor string, window time.Duration) (released bool, err error) {
 	l.endCtx()
 	var errs []error
 	wctx, cancel := ctx, context.CancelFunc(func() {})
@@ -120,14 +120,14 @@ func (m *MasterElection) resign(ctx context.Context, l *leadership, handlerWait 
 		}
 		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrHandlersRunning, what, running))
 	}
-	m.endLeadership(l, reason)
+	m.endMastership(l, reason)
 	return released, errors.Join(errs...)
 }
 
-// endLeadership ends mastership l: IsMaster turns false, l's ctx is
+// endMastership ends mastership l: IsMaster turns false, l's ctx is
 // cancelled, master-lost is emitted. It does nothing if l already ended.
-func (m *MasterElection) endLeadership(l *leadership, reason string) {
-	if !m.lead.CompareAndSwap(l, nil) {
+func (m *MasterElection) endMastership(l *mastership, reason string) {
+	if !m.mastership.CompareAndSwap(l, nil) {
 		return
 	}
 	// The ctx ends before anything that can wait (trackMu is held by slave
@@ -149,7 +149,7 @@ func (m *MasterElection) endLeadership(l *leadership, reason string) {
 // writes. When this process is not master, fn is not called and RunIfMaster
 // returns false and ErrNotMaster.
 func (m *MasterElection) RunIfMaster(ctx context.Context, fn func(ctx context.Context, term int64) error) (ran bool, err error) {
-	l := m.lead.Load()
+	l := m.mastership.Load()
 	if l == nil || !m.holds(l, m.clock.Now()) {
 		return false, ErrNotMaster
 	}

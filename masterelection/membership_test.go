@@ -193,7 +193,7 @@ func TestNoSlaveEventAfterTheDeadline(t *testing.T) {
 	// Now a's renewals fail until its deadline passes and the loop ends the
 	// mastership (it too waits for the lock).
 	renewals.set(faultFail, -1)
-	w.until(func() bool { return a.lead.Load() == nil }, 5*time.Second, 100*time.Millisecond, "a's mastership ended", a)
+	w.until(func() bool { return a.mastership.Load() == nil }, 5*time.Second, 100*time.Millisecond, "a's mastership ended", a)
 	if a.IsMaster() {
 		t.Fatal("a master after its mastership ended")
 	}
@@ -226,11 +226,11 @@ func TestSlaveEventNeedsTheMastership(t *testing.T) {
 			n := w.node(testConfig("a"))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			l := n.newLeadership(ctx, 7, n.clk.Now().Sub(n.base)+tt.deadline)
+			l := n.newMastership(ctx, 7, n.clk.Now().Sub(n.base)+tt.deadline)
 			defer l.endCtx()
 			if tt.current {
-				n.lead.Store(l)
-				defer n.lead.Store(nil)
+				n.mastership.Store(l)
+				defer n.mastership.Store(nil)
 			}
 			if tt.cancel {
 				l.endCtx()

@@ -230,11 +230,11 @@ func (m *MasterElection) followHint(ls *loopState, n notice) noticeHint {
 	return hintNone
 }
 
-// leadHint reads notice n, arrived at now, on the lead loop of mastership
+// masterHint reads notice n, arrived at now, on the master loop of mastership
 // l. Another node's claim of a higher term is kept for Redis to confirm,
 // and suggests a renewal now: it either extends this mastership or, the
 // lock gone, ends it.
-func (m *MasterElection) leadHint(ls *loopState, l *leadership, n notice, now time.Time) noticeHint {
+func (m *MasterElection) masterHint(ls *loopState, l *mastership, n notice, now time.Time) noticeHint {
 	if n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
 		ls.noteClaim(n, now)
 		return hintAsk

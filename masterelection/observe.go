@@ -223,7 +223,7 @@ func (m *MasterElection) observeRenew(ctx context.Context, term int64, sent time
 }
 
 // observeStepDown reports the end of mastership term for reason, the
-// words endLeadership was given.
+// words endMastership was given.
 func (m *MasterElection) observeStepDown(term int64, reason string) {
 	set := m.bus.obs.set.Load()
 	if set == nil {
@@ -237,7 +237,7 @@ func (m *MasterElection) observeStepDown(term int64, reason string) {
 	}
 }
 
-// stepDownReason classifies the words the loop gives endLeadership (lead.go,
+// stepDownReason classifies the words the loop gives endMastership (master.go,
 // stop.go, transfer.go). TestStepDownReasons drives every path.
 func stepDownReason(detail string) StepDownReason {
 	switch {

@@ -195,7 +195,7 @@ func TestElectionDurationFollowsTheClock(t *testing.T) {
 	obs.event(topicElectionCompleted, payload{isMaster: true})
 }
 
-// The words the loop gives endLeadership map to their reasons.
+// The words the loop gives endMastership map to their reasons.
 func TestStepDownReasons(t *testing.T) {
 	tests := []struct {
 		detail string

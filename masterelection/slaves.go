@@ -17,7 +17,7 @@ import (
 // trackSlaves runs the slave tracker for mastership l until it ends. Its
 // slave events go through slaveEvent, so none is emitted by a process that
 // is not master at that instant, and none follows the master-lost of l.
-func (m *MasterElection) trackSlaves(l *leadership) {
+func (m *MasterElection) trackSlaves(l *mastership) {
 	defer m.bg.Done()
 	next := newSuccession(l.term)
 	back := m.newHandBack(l, next.key)
@@ -112,13 +112,13 @@ func (m *MasterElection) trackSlaves(l *leadership) {
 // tracker may reach an event after the deadline before the loop has ended
 // l (a process resumed after a pause runs both at once), and a process that
 // IsMaster calls slave must not report slaves. It runs under trackMu, which
-// endLeadership holds to emit master-lost, so no slave event of l follows it.
+// endMastership holds to emit master-lost, so no slave event of l follows it.
 // An event not emitted is not reported later: the next mastership starts
 // from every slave registered.
-func (m *MasterElection) slaveEvent(l *leadership, topic string, p payload) {
+func (m *MasterElection) slaveEvent(l *mastership, topic string, p payload) {
 	m.trackMu.Lock()
 	defer m.trackMu.Unlock()
-	if l.ctx.Err() != nil || m.lead.Load() != l || !m.holds(l, m.clock.Now()) {
+	if l.ctx.Err() != nil || m.mastership.Load() != l || !m.holds(l, m.clock.Now()) {
 		m.log.Debug().Str("event", topic).Int64("term", l.term).Msg("slave event dropped: no longer master")
 		return
 	}
@@ -211,7 +211,7 @@ func (s *succession) rank(id string) bool {
 // when the write should be sent again: Redis did not answer (or refused
 // the script), and l goes on. Until then the slaves contend as without a
 // succession: a failed write costs speed only.
-func (m *MasterElection) publishSuccession(l *leadership, order []string) (done bool) {
+func (m *MasterElection) publishSuccession(l *mastership, order []string) (done bool) {
 	if l.ctx.Err() != nil || !m.holds(l, m.clock.Now()) {
 		return true
 	}

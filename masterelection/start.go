@@ -192,10 +192,10 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, erro
 		eviction = m.readEviction(openCtx)
 	}
 	m.reportEviction(eviction)
-	m.reportCoverage(m.readCoverage(openCtx))
+	m.reportCoverage(m.readFullCoverage(openCtx))
 	garbage, answered := first.garbage, first.checked
 	if !answered {
-		garbage, _ = m.garbageLock(openCtx)
+		garbage, _ = m.foreignLock(openCtx)
 	}
 	if garbage != nil { // no election can work on this lock
 		feed.close()
@@ -209,7 +209,7 @@ type answers struct {
 	probed   *registry.Probed // the registry's backend probe; nil when it failed
 	probeErr error            // why it failed
 	eviction evictionRead
-	garbage  error // the lock check's verdict (garbageLock), when checked
+	garbage  error // the lock check's verdict (foreignLock), when checked
 	checked  bool  // the lock check was answered
 	refused  error // the user cannot work at all (refusal), wrapping ErrPermission
 }

@@ -41,7 +41,7 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 
 	var errs []error
 	if wasStarted {
-		if m.lead.Load() != nil && !m.cfg.Standalone { // standalone: nothing to release
+		if m.mastership.Load() != nil && !m.cfg.Standalone { // standalone: nothing to release
 			errs = append(errs, m.resignFirst(ctx))
 		}
 		m.cancel()
@@ -50,7 +50,7 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
 		}
-		if l := m.lead.Load(); l != nil {
+		if l := m.mastership.Load(); l != nil {
 			_, err := m.resign(ctx, l, 0, "stopped", "", 0)
 			errs = append(errs, err)
 		}
@@ -116,10 +116,10 @@ func (m *MasterElection) resignFirst(ctx context.Context) error {
 	return req.err
 }
 
-// stopAsMaster handles Stop's request on the lead loop: it stops the
+// stopAsMaster handles Stop's request on the master loop: it stops the
 // membership loop, resigns mastership l, releasing the lock, and tells run
 // to return.
-func (m *MasterElection) stopAsMaster(ls *loopState, l *leadership, req *stopRequest) {
+func (m *MasterElection) stopAsMaster(ls *loopState, l *mastership, req *stopRequest) {
 	// No registry write may follow the release: one as master would be
 	// refused and written as a slave, one as slave (the role change) would
 	// tell the new master that a slave joined just before Stop unregisters

@@ -9,7 +9,7 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// transferRequest asks the lead loop to hand over to a successor ("" for
+// transferRequest asks the master loop to hand over to a successor ("" for
 // none).
 type transferRequest struct {
 	to     string
@@ -84,7 +84,7 @@ func (m *MasterElection) Transfer(ctx context.Context, to string) error {
 
 // transferOut ends mastership l for a transfer request: as handOver, with
 // the released lock reserved for req.to. The answer goes to req.
-func (m *MasterElection) transferOut(ctx context.Context, ls *loopState, l *leadership, req transferRequest) {
+func (m *MasterElection) transferOut(ctx context.Context, ls *loopState, l *mastership, req transferRequest) {
 	window := m.cfg.TransferWindow
 	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
 	reason := "transferred: stepped down"

@@ -53,7 +53,7 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// fakeLeader is a Leader whose answers the test sets. It holds no lock of
+// fakeLeader is a Mastership whose answers the test sets. It holds no lock of
 // its own: since the route script publishes only for the holder of the lock
 // under its term, a fakeLeader whose Router sends is made by newMaster, which
 // takes the lock in Redis for real. newLeader alone serves where nothing is
@@ -270,7 +270,7 @@ func mustSend(t testing.TB, r *pubsub.Router, slave, typ string, payload any) {
 	}
 }
 
-func newRouter(t testing.TB, c redis.UniversalClient, l pubsub.Leader, slaves pubsub.SlaveLister, cfg pubsub.Config) *pubsub.Router {
+func newRouter(t testing.TB, c redis.UniversalClient, l pubsub.Mastership, slaves pubsub.SlaveLister, cfg pubsub.Config) *pubsub.Router {
 	t.Helper()
 	r, err := pubsub.NewRouter(c, l, slaves, cfg)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // concurrent use.
 type Inbox struct {
 	channel string
-	leader  Leader
+	leader  Mastership
 	mux     route.Mux[Message] // its Stacks set: a panic is reported with its stack
 	recv    receiver
 	dropped atomic.Uint64
@@ -29,7 +29,7 @@ type Inbox struct {
 // NewInbox returns an Inbox gated by leader; a nil leader delivers every
 // report (for a process that only watches). It does not touch Redis until
 // Start.
-func NewInbox(client redis.UniversalClient, leader Leader, cfg Config) (*Inbox, error) {
+func NewInbox(client redis.UniversalClient, leader Mastership, cfg Config) (*Inbox, error) {
 	if err := route.CheckClient("pubsub: NewInbox", client); err != nil {
 		return nil, err
 	}

@@ -241,12 +241,12 @@ func BenchmarkSend(b *testing.B) {
 
 // The real election and registry satisfy the interfaces the package asks for.
 var (
-	_ pubsub.Leader      = (*masterelection.MasterElection)(nil)
+	_ pubsub.Mastership      = (*masterelection.MasterElection)(nil)
 	_ pubsub.TermSource  = (*masterelection.MasterElection)(nil)
 	_ pubsub.SlaveLister = (*registry.Registry)(nil)
 )
 
-// TestIntegrationWithElection routes with real elections as Leader: the
+// TestIntegrationWithElection routes with real elections as Mastership: the
 // master's messages carry its term; after it stops, its Router refuses to
 // send, and the new master's messages carry a higher term.
 func TestIntegrationWithElection(t *testing.T) {

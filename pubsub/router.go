@@ -12,10 +12,10 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// Leader is what the Router needs to know about this process's mastership.
+// Mastership is what the Router needs to know about this process's mastership.
 // *masterelection.MasterElection implements it. Implementations must be safe
 // for concurrent use.
-type Leader interface {
+type Mastership interface {
 	// NodeID is this process's node id; it is the envelope's "from".
 	NodeID() string
 	// IsMaster reports whether this process holds the master lock.
@@ -36,7 +36,7 @@ type SlaveLister interface {
 // no connection of its own; it is safe for concurrent use.
 type Router struct {
 	client redis.UniversalClient
-	leader Leader
+	leader Mastership
 	slaves SlaveLister
 	cfg    Config
 	keys   scripts.Keys // cfg.keys(), built once, not on every Send
@@ -48,8 +48,8 @@ type Router struct {
 // SlaveLister (as *masterelection.MasterElection is), leader is used. When
 // leader is a KeySource (the election is), the channel names come from it:
 // NewRouter(client, election, nil, pubsub.Config{}) is all it takes.
-func NewRouter(client redis.UniversalClient, leader Leader, slaves SlaveLister, cfg Config) (*Router, error) {
-	if err := route.CheckLeader("pubsub: NewRouter", client, leader); err != nil {
+func NewRouter(client redis.UniversalClient, leader Mastership, slaves SlaveLister, cfg Config) (*Router, error) {
+	if err := route.CheckMastership("pubsub: NewRouter", client, leader); err != nil {
 		return nil, err
 	}
 	cfg, err := cfg.withDefaults(client, leader)

@@ -161,7 +161,7 @@ func TestNewRouterErrors(t *testing.T) {
 	tests := []struct {
 		name   string
 		client redis.UniversalClient
-		leader pubsub.Leader
+		leader pubsub.Mastership
 		cfg    pubsub.Config
 		errHas string
 	}{

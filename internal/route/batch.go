@@ -107,7 +107,7 @@ func (b *Batch) Add(slaveID, msgType string, payload any) {
 // marked with an error matching ErrNotSent and the reason; those of the failed
 // call too when it was fenced or never made, and otherwise get the call's
 // error (their outcome is unknown).
-func (b *Batch) Send(ctx context.Context, l Leader, now time.Time, call Call) error {
+func (b *Batch) Send(ctx context.Context, l Mastership, now time.Time, call Call) error {
 	items := make([]Item, len(b.msgs))
 	valid := 0
 	for i, m := range b.msgs {
@@ -147,7 +147,7 @@ func (b *Batch) Send(ctx context.Context, l Leader, now time.Time, call Call) er
 // the message, an ErrInvalidName error for such an id, or what Send gives a
 // message. The error is what Send returns, naming slaves instead of
 // messages; nil without a call when no id is valid.
-func Fanout(ctx context.Context, l Leader, env Envelope, slaveIDs []string, call Call) (*Batch, error) {
+func Fanout(ctx context.Context, l Mastership, env Envelope, slaveIDs []string, call Call) (*Batch, error) {
 	b := NewBatch(len(slaveIDs))
 	b.Term = env.Term
 	items := make([]Item, len(slaveIDs))
@@ -167,7 +167,7 @@ func Fanout(ctx context.Context, l Leader, env Envelope, slaveIDs []string, call
 // run hands the stamped items (those with Data) to call in chunks (split),
 // in order, under b.Term, as Send describes; what names the operation and
 // unit the items in its errors.
-func (b *Batch) run(ctx context.Context, l Leader, items []Item, call Call, what, unit string) error {
+func (b *Batch) run(ctx context.Context, l Mastership, items []Item, call Call, what, unit string) error {
 	term := b.Term
 	chunks := split(items)
 	for c, ch := range chunks {

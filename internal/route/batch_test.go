@@ -15,7 +15,7 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// leader is a route.Leader whose answers the test sets; terms, when set,
+// leader is a route.Mastership whose answers the test sets; terms, when set,
 // gives Term's answer at each call in turn (the last one repeats).
 type leader struct {
 	master bool

@@ -16,10 +16,10 @@ import (
 // (pubsub.MaxPayloadSize).
 const MaxPayloadSize = 1 << 20
 
-// Leader is what a sender needs of this process's mastership
-// (pubsub.Leader, implemented by *masterelection.MasterElection). It must
+// Mastership is what a sender needs of this process's mastership
+// (pubsub.Mastership, implemented by *masterelection.MasterElection). It must
 // be safe for concurrent use.
-type Leader interface {
+type Mastership interface {
 	NodeID() string
 	IsMaster() bool
 	Term() int64
@@ -27,7 +27,7 @@ type Leader interface {
 
 // LiveTerm returns l's term when l is master under a positive term, and
 // ErrNotMaster otherwise.
-func LiveTerm(l Leader) (int64, error) {
+func LiveTerm(l Mastership) (int64, error) {
 	if !l.IsMaster() {
 		return 0, ErrNotMaster
 	}
@@ -51,7 +51,7 @@ type Envelope struct {
 // Stamp validates msgType and payload, reads l's live term once
 // (ErrNotMaster without one) and encodes the envelope of one message from
 // l, sent at now, with a fresh id.
-func Stamp(l Leader, msgType string, payload any, now time.Time) (Envelope, error) {
+func Stamp(l Mastership, msgType string, payload any, now time.Time) (Envelope, error) {
 	if err := CheckName("message type", msgType); err != nil {
 		return Envelope{}, err
 	}

@@ -44,10 +44,10 @@ func CheckNode(fn string, client redis.UniversalClient, processID string) error 
 	return CheckName("process id", processID)
 }
 
-// CheckLeader refuses what a Router cannot be built from: a nil client or
+// CheckMastership refuses what a Router cannot be built from: a nil client or
 // leader, or a leader whose NodeID cannot be a name (fn as for
 // CheckClient).
-func CheckLeader(fn string, client redis.UniversalClient, leader Leader) error {
+func CheckMastership(fn string, client redis.UniversalClient, leader Mastership) error {
 	if err := CheckClient(fn, client); err != nil {
 		return err
 	}

@@ -9,10 +9,10 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// leadLoop is the master role: renew until the self-fencing deadline, else
+// masterLoop is the master role: renew until the self-fencing deadline, else
 // step down. It returns when the mastership has ended or ctx ends (Stop then
 // resigns). The renewal attempts and their timers are renewals' business.
-func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leadership) {
+func (m *MasterElection) masterLoop(ctx context.Context, ls *loopState, l *mastership) {
 	rn := m.newRenewals(ctx, ls, l)
 	defer rn.stop()
 	for {
@@ -38,30 +38,30 @@ func (m *MasterElection) leadLoop(ctx context.Context, ls *loopState, l *leaders
 			m.stopAsMaster(ls, l, req)
 			return
 		case n := <-m.notices:
-			if now := m.clock.Now(); m.leadHint(ls, l, n, now) == hintAsk {
+			if now := m.clock.Now(); m.masterHint(ls, l, n, now) == hintAsk {
 				rn.attempt(now)
 			}
 		}
 		if ended != "" {
-			m.endLeadership(l, ended)
+			m.endMastership(l, ended)
 			return
 		}
 	}
 }
 
 // renewals renews one mastership. Each renew attempt runs on a goroutine of
-// its own, so that the lead loop never waits on one: an attempt that has no
+// its own, so that the master loop never waits on one: an attempt that has no
 // answer after renewRetry (HeartbeatInterval/2) is joined by another, which
 // go-redis sends on another connection, while the first stays in flight,
 // since a slow link may still answer it. An attempt that fails is retried
 // after a short backoff. The first success moves the deadline to its own
 // send time + LockTTL - StepDownMargin; every attempt ends by the deadline in
 // force when it was sent, and by maxRenewAttempts × renewRetry, so at most
-// maxRenewAttempts are in flight. Only the lead loop's goroutine uses it.
+// maxRenewAttempts are in flight. Only the master loop's goroutine uses it.
 type renewals struct {
 	m        *MasterElection
 	ls       *loopState
-	l        *leadership
+	l        *mastership
 	ctx      context.Context // the attempts' ctx, ended by stop
 	cancel   context.CancelFunc
 	results  chan renewOutcome // never full: at most maxRenewAttempts unread
@@ -72,7 +72,7 @@ type renewals struct {
 	pending  bool // a renewal is due and no attempt of it has succeeded
 }
 
-func (m *MasterElection) newRenewals(ctx context.Context, ls *loopState, l *leadership) *renewals {
+func (m *MasterElection) newRenewals(ctx context.Context, ls *loopState, l *mastership) *renewals {
 	actx, cancel := context.WithCancel(ctx)
 	return &renewals{
 		m: m, ls: ls, l: l, ctx: actx, cancel: cancel,
@@ -214,7 +214,7 @@ func (m *MasterElection) renew(ctx context.Context, term int64) (bool, error) {
 // handOver ends mastership l gracefully while the election goes on (the
 // process stopped being a candidate): the handlers get until the next
 // renewal would be due to return, then the lock is released.
-func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *leadership) {
+func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *mastership) {
 	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
 	released, err := m.resign(ctx, l, wait, "no longer a candidate: handed over", "", 0)
 	if err != nil {
