@@ -45,6 +45,13 @@
 // items it owns (Worker), each OnAssigned ctx probed as the mastership's
 // are (faults.KindItemLive, faults.KindItemDone).
 //
+// A node started under the node id of another live process (a twin: the
+// suite's FaultTwin) has its Start refused with
+// masterelection.ErrDuplicateNodeID: it records faults.KindTwinRefused and
+// exits. A node that steps aside after Start returned, because another
+// process took its node id while it was silent, records
+// faults.KindSteppedAside and stops gracefully.
+//
 // -unsafe-ctx-delay (or HERD_NODE_UNSAFE_CTX_DELAY) is for the suite's own
 // tests only: it makes the node read, instead of each ctx, a copy that ends
 // that much after it, so that the checkers can be shown to catch a ctx that
@@ -278,7 +285,11 @@ func run(ctx context.Context, o options, out *recorder) error {
 	if err != nil {
 		return err
 	}
-	er := &eventRecorder{out: out, m: m}
+	// A node that steps aside for a twin stops, as a program should: its
+	// election has stopped, and the harness starts its slot's next process.
+	ctx, leave := context.WithCancel(ctx)
+	defer leave()
+	er := &eventRecorder{out: out, m: m, aside: leave}
 	m.OnEvent(er.record)
 	// A hand-back (a Transfer to a process of higher priority) is recorded
 	// so that the checkers tell it from a mastership ended by a fault.
@@ -362,6 +373,11 @@ func run(ctx context.Context, o options, out *recorder) error {
 	defer sub.Close()
 
 	if err := m.Start(ctx); err != nil {
+		if errors.Is(err, masterelection.ErrDuplicateNodeID) {
+			// A twin: another live process runs under this node id.
+			out.write(faults.Record{Kind: faults.KindTwinRefused, Detail: err.Error()})
+			return nil
+		}
 		if ctx.Err() != nil {
 			return nil // stopped before the first election resolved
 		}
@@ -372,6 +388,8 @@ func run(ctx context.Context, o options, out *recorder) error {
 		role = "master"
 	}
 	out.write(faults.Record{Kind: faults.KindReady, Detail: role})
+	er.started.Store(true)
+	er.checkAside()
 
 	if o.assign > 0 {
 		stopAssign, err := startAssign(ctx, client, m, o, probe, out)
@@ -489,6 +507,28 @@ type eventRecorder struct {
 	out  *recorder
 	m    *masterelection.MasterElection
 	term int64 // of the mastership in progress in event order; owned by the OnEvent goroutine
+
+	// aside is called once the election stepped aside for a twin after
+	// Start returned (before, Start's error says so: KindTwinRefused);
+	// started is set once Start returned nil.
+	aside     func()
+	started   atomic.Bool
+	asideOnce sync.Once
+}
+
+// checkAside records a step-aside for a twin once, if the election stepped
+// aside after Start returned, and calls aside. The OnEvent goroutine calls
+// it on an error event, and run once Start returned, so a step-aside right
+// after Start is not missed.
+func (er *eventRecorder) checkAside() {
+	err := er.m.SteppedAside()
+	if err == nil || !er.started.Load() {
+		return
+	}
+	er.asideOnce.Do(func() {
+		er.out.write(faults.Record{Kind: faults.KindSteppedAside, Detail: err.Error()})
+		er.aside()
+	})
 }
 
 func (er *eventRecorder) record(e masterelection.Event) {
@@ -501,6 +541,8 @@ func (er *eventRecorder) record(e masterelection.Event) {
 	switch e.Kind {
 	case masterelection.EventError:
 		er.out.write(faults.Record{Kind: faults.KindError, Detail: "election: " + e.Err.Error()})
+		// A step-aside's error event comes after SteppedAside is set.
+		er.checkAside()
 	case masterelection.EventSlaveRegistered, masterelection.EventSlaveRemoved:
 		r := faults.Record{Kind: faults.KindSlaveJoined, Peer: e.Slave.NodeID, Term: er.term}
 		if e.Kind == masterelection.EventSlaveRemoved {

@@ -114,6 +114,18 @@ type Overlap struct {
 // not forbidden.
 func (o Overlap) Excused() bool { return o.DataLoss && o.SawTerm == 0 }
 
+// TwinBound is the longest a twin's Start may take to be refused, counted
+// from its spawn (masterelection/twins.go): the process starts and reads
+// its id's entry (a round trip), its first registration is refused, it
+// waits until that entry would have gone SlaveTimeout without a write
+// (less its age, plus SlaveTimeout/20), registers again and is refused;
+// the membership loop may take a CheckInterval to come round to each of
+// the two registrations; Slack for the start of a process and the
+// scheduling of a busy machine.
+func (p Params) TwinBound() time.Duration {
+	return p.SlaveTimeout + p.SlaveTimeout/20 + 2*p.CheckInterval + p.Slack
+}
+
 // Failover is the time from a fault that left the election without a
 // working master to the next mastership.
 type Failover struct {
@@ -178,6 +190,8 @@ type Report struct {
 	Transfers []Failover
 	// Durable counts durable routing (nodes run with -durable).
 	Durable DurableCounts
+	// Twins counts the twins (FaultTwin) and their outcomes.
+	Twins TwinCounts
 }
 
 // OK reports whether the history broke no property.
@@ -283,6 +297,12 @@ const (
 	// moment it has sent them (Variant "after") or in the middle of them
 	// ("during"). The fault record is written just before the signal.
 	FaultBurstKillMaster = "burst-kill-master"
+	// FaultTwin: a process is started under the node id of a live one, its
+	// peer (Peer; Variant says whether the master or a slave), with the
+	// same flags, under a label of its own (its KindSpawn's Detail begins
+	// with TwinOf); it is stopped when the fault heals, if still running.
+	// Its Start must be refused (see checker.twins).
+	FaultTwin = "twin"
 )
 
 // The variants of FaultTransfer: the Variant of its record is one of them,
@@ -309,7 +329,7 @@ var FaultKinds = []string{
 	FaultStopMaster, FaultRestartSlave, FaultRedisRestart, FaultRedisPause,
 	FaultLatency, FaultBlackhole, FaultResetPeer, FaultHandoverLoss,
 	FaultForger, FaultTransfer, FaultConsumerBlip, FaultBurstKillMaster,
-	FaultRankedPause,
+	FaultRankedPause, FaultTwin,
 }
 
 // composites are the fault kinds played as other kinds together; their
@@ -347,6 +367,10 @@ var composites = map[string]bool{FaultHandoverLoss: true, FaultRankedPause: true
 //     its data in between (the ownership hash with it); its liveness half
 //     ("owners": every item owned again within a bound after the cluster
 //     settles) is judged by the harness as it runs;
+//   - twin (FaultTwin; see checker.twins): a twin's Start is refused
+//     within TwinBound, it works nothing, and its peer is unaffected,
+//     unless a fault held the peer or Redis meanwhile; at no instant do two
+//     processes under one node id have item ctxs live;
 //   - membership: each master reports each slave's join and leave once,
 //     a slave paused past SlaveTimeout is reported removed once and
 //     registered again once, and the leave of each ended process is
@@ -371,6 +395,7 @@ func Check(records []Record, p Params) Report {
 	c.listing()
 	c.durable()
 	c.ownership()
+	c.twins()
 	return c.rep
 }
 
@@ -788,7 +813,7 @@ func (c *checker) heldTime(a, b int64, crashed string, lives map[string]*life, s
 	held := func(t int64) bool {
 		others := 0
 		for label, l := range lives {
-			if label == crashed || !l.candidate || !l.spawned || l.spawn > t || l.dead != 0 && l.dead <= t {
+			if label == crashed || !l.candidate || l.twin || !l.spawned || l.spawn > t || l.dead != 0 && l.dead <= t {
 				continue
 			}
 			others++
@@ -922,12 +947,20 @@ func (c *checker) membership() {
 		slave  string
 	}
 	last := map[pair]Kind{}
-	ended := map[string]int64{} // node id -> when its process ended
+	ended := map[string]int64{} // node id -> when its last process ended
+	running := map[string]int{} // node id -> its processes spawned and not reaped (a twin's included)
 	for _, r := range c.recs {
 		switch r.Kind {
+		case KindSpawn:
+			if r.Node != "" {
+				running[r.Node]++
+			}
 		case KindDead:
 			if r.Node != "" {
-				ended[r.Node] = r.T
+				running[r.Node] = max(running[r.Node]-1, 0)
+				if running[r.Node] == 0 {
+					ended[r.Node] = r.T
+				}
 			}
 		case KindSlaveJoined, KindSlaveLeft:
 			if r.Kind == KindSlaveJoined {

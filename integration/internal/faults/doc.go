@@ -4,14 +4,16 @@
 // slave, Redis restarted without data or paused, latency, blackholes and
 // resets between one node and Redis through toxiproxy, replies to one
 // slave's Consumer lost, a burst of durable messages just before the
-// master is killed, graceful stops and restarts; a fault may stay in force
+// master is killed, graceful stops and restarts, a twin started under the
+// node id of a live process; a fault may stay in force
 // while others are played, and composites such as FaultHandoverLoss play a
 // fixed overlap), collects every
 // process's records into one history on the system-wide CLOCK_MONOTONIC, and
 // checks the history (Check): no two masters act at the same instant, no ctx
 // handed out for a mastership outlives it, a crashed master is replaced
 // within its bound, terms only grow, stale messages are rejected,
-// membership changes are reported once, and every message stored by durable
+// membership changes are reported once, a twin is refused and works
+// nothing, and every message stored by durable
 // routing is handled, none under a stale term (duplicates counted). Before
 // its final accounting each schedule stops the durable sends and drains the
 // inboxes (bounded), so a message still in an inbox at the end is lost.

@@ -91,7 +91,7 @@ func TestFaults(t *testing.T) {
 	t.Logf("forgeries %d (forged messages handled %d); routed messages due / not handled: with the forger alone %d / %d, without faults %d / %d; transfers %v; judged %v",
 		rep.Forgeries, rep.ForgedAccepted, rep.ForgerDue, rep.ForgerLost, rep.QuietDue, rep.QuietLost, rep.Transfers, rep.Judged)
 	d := rep.Durable
-	t.Logf("durable: %s", d)
+	t.Logf("durable: %s; twins: %s", d, rep.Twins)
 	// The tour must have exercised what it is for.
 	if durableArgs() != nil && d.Handled == 0 {
 		t.Error("no durable message was handled")

@@ -174,7 +174,9 @@ type slot struct {
 
 // process is one node process.
 type process struct {
-	label     string // also its node id
+	label     string // also its node id, but for a twin's
+	node      string // its node id: label, or a twin's peer's
+	twin      bool   // started under the node id of a live process (FaultTwin), outside its slot
 	slot      *slot
 	candidate bool
 	stdin     io.WriteCloser // the node's commands (see integration/node)
@@ -237,15 +239,15 @@ func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Ra
 	return c
 }
 
-// close kills every process still running and stops the watcher and the
-// proxies.
+// close kills every process still running (twins too) and stops the
+// watcher and the proxies.
 func (c *cluster) close() {
 	c.requests.Wait()
 	if c.watcher != nil {
 		c.watcher.close()
 	}
-	for _, sl := range c.slots {
-		if p := sl.cur; p != nil && p.alive() {
+	for _, p := range c.procs {
+		if p.alive() {
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.done
 		}
@@ -283,8 +285,28 @@ func (c *cluster) records() []Record {
 func (c *cluster) spawn(sl *slot) *process {
 	c.t.Helper()
 	sl.inc++
-	p := &process{label: fmt.Sprintf("n%d.%d", sl.idx+1, sl.inc), slot: sl, done: make(chan struct{}), candidate: sl != c.nonCandidate}
-	args := append([]string{"-redis", sl.proxy.Listen, "-lock", c.lock, "-id", p.label, "-proc", p.label}, c.tm.args()...)
+	label := fmt.Sprintf("n%d.%d", sl.idx+1, sl.inc)
+	p := c.start(&process{label: label, node: label, slot: sl, done: make(chan struct{}), candidate: sl != c.nonCandidate}, "")
+	sl.cur = p
+	return p
+}
+
+// spawnTwin starts a twin of peer: a process with peer's node id and flags,
+// through the proxy of peer's slot, labelled <peer>-twin<seq>. It is not
+// its slot's process: the harness stops it when its fault heals.
+func (c *cluster) spawnTwin(peer *process, seq int64) *process {
+	c.t.Helper()
+	p := &process{label: fmt.Sprintf("%s-twin%d", peer.label, seq), node: peer.node, twin: true, slot: peer.slot,
+		done: make(chan struct{}), candidate: peer.candidate}
+	return c.start(p, TwinOf+peer.label)
+}
+
+// start starts process p (label, node id, slot and candidacy set) with the
+// flags of its slot, and records its spawn with detail.
+func (c *cluster) start(p *process, detail string) *process {
+	c.t.Helper()
+	sl := p.slot
+	args := append([]string{"-redis", sl.proxy.Listen, "-lock", c.lock, "-id", p.node, "-proc", p.label}, c.tm.args()...)
 	if !p.candidate {
 		args = append(args, "-candidate=false")
 	}
@@ -305,8 +327,7 @@ func (c *cluster) spawn(sl *slot) *process {
 	if err := p.cmd.Start(); err != nil {
 		c.t.Fatalf("spawn %s: %v", p.label, err)
 	}
-	c.add(Record{Kind: KindSpawn, Peer: p.label, Node: p.label, Pid: p.cmd.Process.Pid})
-	sl.cur = p
+	c.add(Record{Kind: KindSpawn, Peer: p.label, Node: p.node, Pid: p.cmd.Process.Pid, Detail: detail})
 	c.procs = append(c.procs, p)
 	go c.collect(p, stdout)
 	return p
@@ -360,7 +381,7 @@ func (c *cluster) collect(p *process, stdout interface{ Read([]byte) (int, error
 	if err != nil {
 		how = err.Error()
 	}
-	c.add(Record{Kind: KindDead, Peer: p.label, Node: p.label, Detail: how})
+	c.add(Record{Kind: KindDead, Peer: p.label, Node: p.node, Detail: how})
 }
 
 // live returns the running processes.
@@ -503,7 +524,7 @@ func (c *cluster) otherCandidates(m *process) []*process {
 // kill sends SIGKILL and waits until the process is reaped.
 func (c *cluster) kill(p *process) {
 	if p.cmd.Process.Signal(syscall.SIGKILL) == nil {
-		c.add(Record{Kind: KindKilled, Peer: p.label, Node: p.label})
+		c.add(Record{Kind: KindKilled, Peer: p.label, Node: p.node})
 	}
 	<-p.done
 }

@@ -76,7 +76,7 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 				target = first
 			}
 		}
-	case FaultLatency, FaultBlackhole, FaultResetPeer:
+	case FaultLatency, FaultBlackhole, FaultResetPeer, FaultTwin:
 		if f.target == "master" {
 			target = master
 		} else {
@@ -149,6 +149,25 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 		c.add(rec)
 		c.pause(target)
 		return func() { c.resume(target); healed() }
+	case FaultTwin:
+		rec.Variant = f.target
+		c.add(rec)
+		twin := c.spawnTwin(target, seq)
+		c.add(Record{Kind: KindNote, Seq: seq, Peer: twin.label, Detail: fmt.Sprintf("%s: %s started under the node id of %s (the %s)", f.kind, twin.label, target.label, f.target)})
+		return func() {
+			if twin.alive() {
+				c.add(Record{Kind: KindNote, Seq: seq, Peer: twin.label, Detail: "twin still running at the heal: stopped"})
+				c.terminate(twin)
+			}
+			if !target.alive() {
+				// It stepped aside for the twin (a fault held it past
+				// SlaveTimeout meanwhile) and stopped: the slot gets its
+				// next process, as after a restart.
+				c.add(Record{Kind: KindNote, Seq: seq, Peer: target.label, Detail: "twin's peer ended while the twin ran: its slot respawned"})
+				c.spawn(sl)
+			}
+			healed()
+		}
 	case FaultRedisRestart:
 		c.add(rec)
 		c.add(Record{Kind: KindRedisDown, Seq: seq})

@@ -118,6 +118,15 @@ type ledgerCounts struct {
 	DurableDupAdopted     int `json:"durableDupAdopted,omitempty"`
 	DurableDupMoved       int `json:"durableDupMoved,omitempty"`
 	DurableLateFirst      int `json:"durableLateFirst,omitempty"`
+	// Twins (Report.Twins): started, refused, stopped before their
+	// refusal was due, run while a fault held their peer or Redis (judged
+	// leniently), peers that stepped aside; the longest refusal, in ms.
+	Twins            int   `json:"twins,omitempty"`
+	TwinsRefused     int   `json:"twinsRefused,omitempty"`
+	TwinsStopped     int   `json:"twinsStopped,omitempty"`
+	TwinsLenient     int   `json:"twinsLenient,omitempty"`
+	TwinsPeerAside   int   `json:"twinsPeerAside,omitempty"`
+	TwinRefusalMaxMs int64 `json:"twinRefusalMaxMs,omitempty"`
 }
 
 // durableRuleHandled is the DurableRule of the lines judged by the rule
@@ -150,6 +159,8 @@ func newLedgerLine(run, rev string, s schedule, rep Report, ok bool, d time.Dura
 		QuietDue: rep.QuietDue, QuietLost: rep.QuietLost,
 		DurableStored: rep.Durable.Stored, DurableLost: rep.Durable.Lost, DurableDataLost: rep.Durable.LostToDataLoss,
 		DurableStale: rep.Durable.Stale, DurableDuplicates: rep.Durable.Duplicates,
+		Twins: rep.Twins.Started, TwinsRefused: rep.Twins.Refused, TwinsStopped: rep.Twins.Stopped,
+		TwinsLenient: rep.Twins.Lenient, TwinsPeerAside: rep.Twins.PeerAside, TwinRefusalMaxMs: rep.Twins.MaxRefusal.Milliseconds(),
 	}
 	if dc := rep.Durable; dc.Stored > 0 || dc.Handled > 0 {
 		l.N.DurableRule = durableRuleHandled
@@ -260,6 +271,7 @@ type tally struct {
 	rejected, late, stale           int
 	joins, leaves, lost             int
 	forgeries, forgedAccepted       int
+	twins                           ledgerCounts // only its Twin* fields
 	durable                         ledgerCounts // only its Durable* fields, of lines of rule 0
 	durableHandled                  ledgerCounts // the same, of lines of durableRuleHandled
 	durableSchedules                int          // lines of durableRuleHandled
@@ -318,6 +330,12 @@ func newTally(lines []ledgerLine) *tally {
 		t.joins += l.N.Joins
 		t.leaves += l.N.Leaves
 		t.lost += l.N.Lost
+		t.twins.Twins += l.N.Twins
+		t.twins.TwinsRefused += l.N.TwinsRefused
+		t.twins.TwinsStopped += l.N.TwinsStopped
+		t.twins.TwinsLenient += l.N.TwinsLenient
+		t.twins.TwinsPeerAside += l.N.TwinsPeerAside
+		t.twins.TwinRefusalMaxMs = max(t.twins.TwinRefusalMaxMs, l.N.TwinRefusalMaxMs)
 		t.forgeries += l.N.Forgeries
 		t.forgedAccepted += l.N.ForgedAccepted
 		t.forgerDue += l.N.ForgerDue
@@ -393,7 +411,7 @@ func streak(lines []ledgerLine) string {
 // checkers lists the checkers in the order the summary shows them: those
 // of Check, then the harness's own.
 var checkers = []string{"overlap", "ctx", "self-fencing", "terms", "failover", "fencing", "membership",
-	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop", "durable", "ownership", "owners"}
+	"forgery", "delivery", "transfer", "role", "slave-events", "listing", "liveness", "stop", "durable", "ownership", "owners", "twin"}
 
 // summarize returns the summary of a ledger: the running total and the
 // latest run (the lines of the last run) side by side, as a Markdown table
@@ -515,6 +533,15 @@ func summarize(lines []ledgerLine, ttl time.Duration) string {
 	row("routed messages due / not handled, without any fault", func(t *tally) string {
 		return fmt.Sprintf("%d / %d", t.quietDue, t.quietLost)
 	})
+	if all.twins.Twins > 0 {
+		row("twins started / refused / stopped before their refusal was due / run while a fault held their peer or Redis (peers that stepped aside)", func(t *tally) string {
+			w := t.twins
+			return fmt.Sprintf("%d / %d / %d / %d (%d)", w.Twins, w.TwinsRefused, w.TwinsStopped, w.TwinsLenient, w.TwinsPeerAside)
+		})
+		row("&nbsp;&nbsp;longest from a twin's start to its refusal", func(t *tally) string {
+			return fmt.Sprint(time.Duration(t.twins.TwinRefusalMaxMs) * time.Millisecond)
+		})
+	}
 	row("transfers judged", func(t *tally) string { return fmt.Sprint(t.transfers) })
 	for _, v := range []string{TransferLive, TransferDead, TransferNonCandidate} {
 		if _, ok := all.maxTransfer[v]; ok {

@@ -20,6 +20,10 @@ type life struct {
 	dead         int64 // reaped; 0: ran to the end of the history
 	stopping     int64 // got SIGTERM; 0: never
 	candidate    bool
+	// twin is set for a process started under the node id of another
+	// (FaultTwin): it is refused, so it is never listed and can take
+	// over from no one.
+	twin bool
 }
 
 // span is one fault in force: from its record to its heal (or the end of
@@ -47,6 +51,7 @@ func (c *checker) lives() map[string]*life {
 		case KindSpawn:
 			l := get(r.Peer)
 			l.spawned, l.spawn = true, r.T
+			l.twin = strings.HasPrefix(r.Detail, TwinOf)
 		case KindReady:
 			get(r.Proc).ready = r.T
 		case KindDead:
@@ -105,10 +110,11 @@ func (c *checker) end() int64 {
 // redisFault reports whether s stops or restarts Redis.
 func (s span) redisFault() bool { return s.kind == FaultRedisRestart || s.kind == FaultRedisPause }
 
-// neutral reports whether s disturbs no process by itself: the forger, and
-// the transfer record (its kills are recorded as faults of their own).
+// neutral reports whether s disturbs no process by itself: the forger, the
+// transfer record (its kills are recorded as faults of their own), and a
+// twin (its peer must run on undisturbed: the checkers judge it so).
 func (s span) neutral() bool {
-	return s.kind == FaultForger || s.kind == FaultTransfer || s.kind == FaultHandoverLoss
+	return s.kind == FaultForger || s.kind == FaultTransfer || s.kind == FaultHandoverLoss || s.kind == FaultTwin
 }
 
 // disturbed reports whether a fault that holds one of procs (or Redis) was
@@ -526,6 +532,18 @@ func (c *checker) targetDisturbed(node string, from, to int64) bool {
 	return false
 }
 
+// mastershipOfNode returns the mastership under term of the process
+// labelled node, or of a process running under node id node (a twin that
+// kept the id: a notice names the node id, not the process).
+func (c *checker) mastershipOfNode(node string, term int64) (Mastership, bool) {
+	for _, m := range c.rep.Masterships {
+		if m.Term == term && (m.Proc == node || m.Node == node) {
+			return m, true
+		}
+	}
+	return Mastership{}, false
+}
+
 // mastershipByTerm returns the mastership of term.
 func (c *checker) mastershipByTerm(term int64) (Mastership, bool) {
 	for _, m := range c.rep.Masterships {
@@ -610,7 +628,7 @@ func (c *checker) roles() {
 			}
 		}
 		allow := int64(c.p.RoundTrip + latencyOn(spans, w.node, sent-int64(c.p.Slack), w.at))
-		m, ok := c.mastership(w.node, w.term)
+		m, ok := c.mastershipOfNode(w.node, w.term)
 		if !ok {
 			if l := lives[w.node]; l != nil && l.dead != 0 && l.dead <= w.at+int64(c.p.Slack) {
 				continue // killed between its election and its first observation
@@ -745,7 +763,7 @@ func (c *checker) slaveEvents() {
 			continue
 		}
 		for label, s := range lives {
-			if label == st.Peer || s.ready == 0 || s.ready > st.T || s.dead != 0 && s.dead <= check ||
+			if label == st.Peer || s.twin || s.ready == 0 || s.ready > st.T || s.dead != 0 && s.dead <= check ||
 				s.stopping != 0 && s.stopping <= check || disturbed(spans, st.T-int64(c.p.Slack), check, label) {
 				continue
 			}
@@ -809,7 +827,7 @@ func (c *checker) listing() {
 			case listed[label] && l.dead != 0 && r.Begin > l.dead+gone+int64(latencyOn(spans, label, l.dead-ttl, l.dead)):
 				c.fail("listing", r.T, "%s, reaped at %s, was still listed %v later (bound %v)", label, c.at(l.dead), time.Duration(r.Begin-l.dead), time.Duration(gone))
 			case listed[label]:
-			case !l.spawned || l.spawn > r.Begin-ttl || l.dead != 0 && l.dead <= r.T || l.stopping != 0 && l.stopping <= r.T:
+			case !l.spawned || l.twin || l.spawn > r.Begin-ttl || l.dead != 0 && l.dead <= r.T || l.stopping != 0 && l.stopping <= r.T:
 			case disturbed(spans, r.Begin-ttl, r.T, label) || c.stalled(r.Begin-ttl, r.T, c.p.CheckInterval, label):
 			default:
 				c.rep.Judged["listing"]++

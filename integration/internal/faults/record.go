@@ -147,6 +147,15 @@ const (
 	// Seen mean the same; Seq numbers the ctx within the process).
 	KindItemLive Kind = "item-live"
 	KindItemDone Kind = "item-done"
+	// KindTwinRefused: the election's Start failed with
+	// masterelection.ErrDuplicateNodeID (another live process runs under
+	// the node's id); Detail is the error. The node exits right after.
+	KindTwinRefused Kind = "twin-refused"
+	// KindSteppedAside: after Start returned, the election stepped aside
+	// because another process took the node's id while this one was silent
+	// (masterelection.MasterElection.SteppedAside); Detail is the error.
+	// The node stops gracefully right after.
+	KindSteppedAside Kind = "stepped-aside"
 )
 
 // KillLatency bounds how long a process may still run after the call that
@@ -170,7 +179,10 @@ const (
 
 // Records written by the harness (Node is HarnessNode).
 const (
-	// KindSpawn: process Proc (node id Peer) was started with Pid.
+	// KindSpawn: process Peer (node id Node) was started with Pid. A twin
+	// (FaultTwin), started under the node id of a live process, has its
+	// own label in Peer, that process's node id in Node, and a Detail that
+	// begins with TwinOf.
 	KindSpawn Kind = "spawn"
 	// KindDead: process Proc has exited and been reaped; Detail is how.
 	KindDead Kind = "dead"
@@ -217,6 +229,10 @@ const (
 	// before; Detail says how. For the timeline only.
 	KindRegChange Kind = "reg-change"
 )
+
+// TwinOf begins the Detail of a twin's KindSpawn: "twin of <label>", the
+// label of the live process whose node id it was started under.
+const TwinOf = "twin of "
 
 // HarnessNode is the Node of the records the harness writes.
 const HarnessNode = "harness"

@@ -51,8 +51,11 @@ func (f fault) String() string {
 	if f.as != "" {
 		s = f.as + ": " + s
 	}
-	if f.target != "" {
+	switch {
+	case len(f.streams) > 0:
 		s += fmt.Sprintf(" target=%s streams=%s", f.target, strings.Join(f.streams, "+"))
+	case f.target != "":
+		s += " target=" + f.target
 	}
 	if f.latency > 0 {
 		s += fmt.Sprintf(" latency=%v", f.latency.Round(time.Millisecond))
@@ -98,7 +101,7 @@ var spanning = map[string]bool{
 	FaultKillMaster: true, FaultKillSlave: true, FaultPauseMaster: true, FaultPauseSlave: true,
 	FaultStopMaster: true, FaultRestartSlave: true,
 	FaultLatency: true, FaultBlackhole: true, FaultResetPeer: true,
-	FaultForger: true, FaultConsumerBlip: true, FaultBurstKillMaster: true,
+	FaultForger: true, FaultConsumerBlip: true, FaultBurstKillMaster: true, FaultTwin: true,
 }
 
 // between returns a random duration in [lo, hi].
@@ -149,6 +152,12 @@ func newFault(rng *rand.Rand, kind string, tm timing) fault {
 		f.variant = []string{BurstAfter, BurstDuring}[rng.IntN(2)]
 		f.count = int(between(rng, 1, burstSize/2))
 		f.hold = between(rng, tm.ttl/2, tm.ttl+tm.slaveTimeout+500*time.Millisecond)
+	case FaultTwin:
+		// Most twins live past their refusal (SlaveTimeout and a few round
+		// trips after they start); the others are stopped while they wait
+		// to see whether the entry under their id is still written.
+		f.target = []string{"master", "slave"}[rng.IntN(2)]
+		f.hold = between(rng, tm.slaveTimeout/2, 2*tm.slaveTimeout+tm.ttl)
 	case FaultTransfer:
 		f.variant = []string{TransferLive, TransferLive, TransferDead, TransferNonCandidate, TransferRaceTarget, TransferRaceMaster}[rng.IntN(6)]
 		f.via = []string{"stdin", "control"}[rng.IntN(2)]
