@@ -95,6 +95,13 @@ type Config struct {
 	// is also a KeySource (the election is), the Subscriber's channel names
 	// come from it. Used by Subscriber only. Default: nil.
 	Terms TermSource
+	// Holds, when set, is asked by a Subscriber for each routed message:
+	// while it returns false the message is dropped unhandled and counted
+	// (Subscriber.NotHeld). Pass the election's HoldsNodeID, so that a
+	// process refused as a twin of a live one, or one that stepped aside,
+	// handles nothing sent to the NodeID (docs/safety.md, "Twins and
+	// restarts"). Used by Subscriber only. Default: nil, always handle.
+	Holds func() bool
 }
 
 // TermSource tells the highest master term this process has observed by

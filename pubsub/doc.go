@@ -35,7 +35,8 @@
 // Slave side:
 //
 //	sub, _ := pubsub.NewSubscriber(client, election.NodeID(), pubsub.Config{
-//		Terms:   election, // the terms the election sees fence messages too
+//		Terms:   election,             // the terms the election sees fence messages too
+//		Holds:   election.HoldsNodeID, // a twin refused handles nothing
 //		OnError: logErr,
 //	})
 //	sub.Handle("assign-camera", func(ctx context.Context, m pubsub.Message) error { ... })

@@ -241,7 +241,7 @@ func BenchmarkSend(b *testing.B) {
 
 // The real election and registry satisfy the interfaces the package asks for.
 var (
-	_ pubsub.Mastership      = (*masterelection.MasterElection)(nil)
+	_ pubsub.Mastership  = (*masterelection.MasterElection)(nil)
 	_ pubsub.TermSource  = (*masterelection.MasterElection)(nil)
 	_ pubsub.SlaveLister = (*registry.Registry)(nil)
 )

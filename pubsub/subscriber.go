@@ -38,6 +38,7 @@ type Subscriber struct {
 	fence      *route.Fence  // the highest term seen, and its verification
 	rejected   atomic.Uint64 // messages rejected for a stale term
 	unverified atomic.Uint64 // messages and notices refused for an unverified term
+	notHeld    atomic.Uint64 // messages dropped while Config.Holds said no
 }
 
 // NewSubscriber returns a Subscriber for the process processID (its node id),
@@ -112,6 +113,10 @@ func (s *Subscriber) Rejected() uint64 { return s.rejected.Load() }
 // Unverified returns how many messages and notices were refused because
 // Redis did not confirm their term (reported as *UnverifiedTermError).
 func (s *Subscriber) Unverified() uint64 { return s.unverified.Load() }
+
+// NotHeld returns how many routed messages were dropped unhandled because
+// Config.Holds said this process does not hold its NodeID.
+func (s *Subscriber) NotHeld() uint64 { return s.notHeld.Load() }
 
 // ReportToMaster publishes a report of type msgType to the master inbox
 // (cfg.MasterInbox()), from this process with term 0. It returns an error
@@ -191,6 +196,10 @@ func (s *Subscriber) onNotice(ctx context.Context, payload string) {
 // above the fence is verified first; a term below it is rejected as stale
 // without asking Redis.
 func (s *Subscriber) onRouted(ctx context.Context, payload string) {
+	if s.cfg.Holds != nil && !s.cfg.Holds() {
+		s.notHeld.Add(1) // not this process's NodeID (yet, or any more)
+		return
+	}
 	m, err := ParseMessage([]byte(payload))
 	if err != nil {
 		s.recv.report(&MessageError{Channel: s.channel, Err: err})

@@ -369,3 +369,30 @@ func TestSubscriberTermSource(t *testing.T) {
 		t.Errorf("HighestTerm %d, Rejected %d", s.HighestTerm(), s.Rejected())
 	}
 }
+
+// TestSubscriberHandlesOnlyWhileItHoldsItsID: with Config.Holds, routed
+// messages that arrive while Holds says no (a twin refused, a process that
+// stepped aside) are dropped unhandled and counted; once it says yes they
+// are handled again.
+func TestSubscriberHandlesOnlyWhileItHoldsItsID(t *testing.T) {
+	_, c := newMini(t)
+	master := newMaster(t, c, "m", pubsub.Config{})
+	r := newRouter(t, c, master, nil, pubsub.Config{})
+	var holds atomic.Bool
+	s, got, _ := startSubscriber(t, c, "s1", pubsub.Config{Holds: holds.Load})
+	mustSend(t, r, "s1", "seq", 1)
+	mustSend(t, r, "s1", "seq", 2)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.NotHeld() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("NotHeld = %d, want 2", s.NotHeld())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	holds.Store(true)
+	mustSend(t, r, "s1", "seq", 3)
+	var v int
+	if err := receive(t, got).Decode(&v); err != nil || v != 3 {
+		t.Fatalf("first message handled: %d, %v; want 3 (1 and 2 dropped)", v, err)
+	}
+}

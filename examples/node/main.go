@@ -151,7 +151,7 @@ func newNode(o options, out io.Writer) (*node, error) {
 		return nil, err
 	}
 	// The election gives the routing its names (lock, channels) and terms.
-	scfg := pubsub.Config{Terms: n.m, OnError: func(err error) { n.log.Printf("routing: %v", err) }}
+	scfg := pubsub.Config{Terms: n.m, Holds: n.m.HoldsNodeID, OnError: func(err error) { n.log.Printf("routing: %v", err) }}
 	if n.sub, err = pubsub.NewSubscriber(n.client, o.ID, scfg); err != nil {
 		_ = n.client.Close()
 		return nil, err

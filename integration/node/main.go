@@ -310,6 +310,7 @@ func run(ctx context.Context, o options, out *recorder) error {
 		LockName:     o.lock,
 		PingInterval: o.ping,
 		Terms:        m,
+		Holds:        m.HoldsNodeID,
 		OnError: func(err error) {
 			var stale *pubsub.StaleTermError
 			if errors.As(err, &stale) {
