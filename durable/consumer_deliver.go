@@ -16,53 +16,11 @@ import (
 // deliver judges and handles one entry; count is its delivery count in this
 // inbox, this delivery included.
 func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
-	raw, ok := e.Values[scripts.InboxFieldMessage].(string)
-	if !ok {
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, scripts.InboxFieldMessage)})
-		c.ack(ctx, e.ID)
-		return
-	}
-	m, err := pubsub.ParseMessage([]byte(raw))
-	if err != nil {
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
-		c.ack(ctx, e.ID)
-		return
-	}
-	term, err := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldTerm]), 10, 64)
-	if err != nil || term <= 0 {
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
-			Err: fmt.Errorf("%w: entry %s has no positive term", pubsub.ErrMalformedEnvelope, e.ID)})
-		c.ack(ctx, e.ID)
+	m, term, ok := c.parseEntry(ctx, e)
+	if !ok || !c.admit(ctx, e.ID, m, term) {
 		return
 	}
 	prior, _ := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldDeliveries]), 10, 64)
-	c.fence.Poll()
-	if ok, stored, err := c.fence.Verify(ctx, term); !ok {
-		refused := &pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err}
-		if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
-			c.redisFailed(opVerify, refused)
-			c.failed.Add(1)
-			return // left pending: Redis could not be asked, ask again later
-		}
-		c.unverified.Add(1)
-		c.cfg.report(refused)
-		c.ack(ctx, e.ID)
-		return
-	}
-	c.succeeded(opVerify)
-	if h, ok := c.fence.Admit(term); !ok {
-		// Not this master's order: leave it for the master to adopt (or
-		// drop). Acknowledged, so no pass delivers it again; not deleted.
-		// Expected at every master change: no error.
-		c.rejected.Add(1)
-		c.log.Debug().Str("inbox", c.inbox).Str("entry", e.ID).Str("id", m.ID).Str("from", m.From).Int64("term", term).Int64("highest", h).
-			Msg("entry of an older term left for the new master to adopt")
-		if c.cfg.OnStale != nil {
-			c.cfg.OnStale(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
-		}
-		c.leave(ctx, e.ID)
-		return
-	}
 	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + c.lost.delivered(e.ID, count)}
 	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries > limit {
 		// Delivered that often with no outcome: the process stopped in its
@@ -74,21 +32,89 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 		c.redelivered.Add(1)
 	}
 	if err := c.mux.Dispatch(ctx, d.Type, d); err != nil {
-		c.failed.Add(1)
-		failed := &pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From, Err: err}
-		if ctx.Err() != nil {
-			// Close cut the handler short: no fault, the entry comes again.
-			c.log.Debug().Err(failed).Msg("handler stopped by Close; the entry stays pending")
-		} else {
-			c.cfg.report(failed)
-		}
-		if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit && ctx.Err() == nil {
-			c.bury(ctx, e, d, err) // not when Close cut the handler short
-		}
+		c.handlerFailed(ctx, e, d, err)
 		return // left pending: delivered again after its backoff
 	}
 	if c.ack(ctx, e.ID) {
 		c.handled.Add(1)
+	}
+}
+
+// parseEntry reads the envelope and the term of entry e. A malformed entry is
+// reported and acknowledged (deleted), and ok is false.
+func (c *Consumer) parseEntry(ctx context.Context, e redis.XMessage) (m pubsub.Message, term int64, ok bool) {
+	raw, ok := e.Values[scripts.InboxFieldMessage].(string)
+	if !ok {
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, scripts.InboxFieldMessage)})
+		c.ack(ctx, e.ID)
+		return m, 0, false
+	}
+	m, err := pubsub.ParseMessage([]byte(raw))
+	if err != nil {
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
+		c.ack(ctx, e.ID)
+		return m, 0, false
+	}
+	term, err = strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldTerm]), 10, 64)
+	if err != nil || term <= 0 {
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
+			Err: fmt.Errorf("%w: entry %s has no positive term", pubsub.ErrMalformedEnvelope, e.ID)})
+		c.ack(ctx, e.ID)
+		return m, 0, false
+	}
+	return m, term, true
+}
+
+// admit judges the term of entry id against the fence and reports whether
+// it may be handled. An entry whose term Redis does not confirm is refused
+// (acknowledged, deleted), or left pending when Redis could not be asked;
+// one of an older term is left, acknowledged but not deleted, for the new
+// master to adopt.
+func (c *Consumer) admit(ctx context.Context, id string, m pubsub.Message, term int64) bool {
+	c.fence.Poll()
+	if ok, stored, err := c.fence.Verify(ctx, term); !ok {
+		refused := &pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err}
+		if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
+			c.redisFailed(opVerify, refused)
+			c.failed.Add(1)
+			return false // left pending: Redis could not be asked, ask again later
+		}
+		c.unverified.Add(1)
+		c.cfg.report(refused)
+		c.ack(ctx, id)
+		return false
+	}
+	c.succeeded(opVerify)
+	if h, ok := c.fence.Admit(term); !ok {
+		// Not this master's order: leave it for the master to adopt (or
+		// drop). Acknowledged, so no pass delivers it again; not deleted.
+		// Expected at every master change: no error.
+		c.rejected.Add(1)
+		c.log.Debug().Str("inbox", c.inbox).Str("entry", id).Str("id", m.ID).Str("from", m.From).Int64("term", term).Int64("highest", h).
+			Msg("entry of an older term left for the new master to adopt")
+		if c.cfg.OnStale != nil {
+			c.cfg.OnStale(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
+		}
+		c.leave(ctx, id)
+		return false
+	}
+	return true
+}
+
+// handlerFailed counts and reports a handler's error on delivery d of
+// entry e, and buries the entry when that was its last delivery. When
+// Close cut the handler short (ctx ended) it is no fault: logged at debug
+// level only, and the entry stays pending to come again.
+func (c *Consumer) handlerFailed(ctx context.Context, e redis.XMessage, d Delivery, err error) {
+	c.failed.Add(1)
+	failed := &pubsub.MessageError{Channel: c.inbox, ID: d.ID, Type: d.Type, From: d.From, Err: err}
+	if ctx.Err() != nil {
+		c.log.Debug().Err(failed).Msg("handler stopped by Close; the entry stays pending")
+		return
+	}
+	c.cfg.report(failed)
+	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit && ctx.Err() == nil {
+		c.bury(ctx, e, d, err) // not when Close came meanwhile
 	}
 }
 
