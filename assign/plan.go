@@ -94,14 +94,31 @@ func Assign(items []string, slaves []Slave) (Plan, error) {
 // Reassign(p, items, slaves) returns p itself when p came from the same
 // items and slaves.
 func Reassign(prev Plan, items []string, slaves []Slave) (Plan, error) {
+	eligible, err := eligibleSlaves(slaves)
+	if err != nil {
+		return Plan{}, err
+	}
+	sorted, err := sortedItems(items)
+	if err != nil {
+		return Plan{}, err
+	}
+	p := newPlacement(eligible, len(sorted))
+	p.keep(prev, sorted)
+	p.fill(sorted)
+	return p.plan, nil
+}
+
+// eligibleSlaves returns the slaves of Weight above 0, sorted by id, or an
+// error for an empty or duplicate id.
+func eligibleSlaves(slaves []Slave) ([]Slave, error) {
 	seen := make(map[string]bool, len(slaves))
 	var eligible []Slave
 	for _, s := range slaves {
 		if s.ID == "" {
-			return Plan{}, fmt.Errorf("%w: a slave has an empty id", ErrInvalidInput)
+			return nil, fmt.Errorf("%w: a slave has an empty id", ErrInvalidInput)
 		}
 		if seen[s.ID] {
-			return Plan{}, fmt.Errorf("%w: slave id %q is listed twice", ErrInvalidInput, s.ID)
+			return nil, fmt.Errorf("%w: slave id %q is listed twice", ErrInvalidInput, s.ID)
 		}
 		seen[s.ID] = true
 		if Weight(s.Capabilities) > 0 {
@@ -109,33 +126,72 @@ func Reassign(prev Plan, items []string, slaves []Slave) (Plan, error) {
 		}
 	}
 	slices.SortFunc(eligible, func(a, b Slave) int { return strings.Compare(a.ID, b.ID) })
+	return eligible, nil
+}
+
+// sortedItems returns a sorted copy of items, or an error for an empty or
+// duplicate item.
+func sortedItems(items []string) ([]string, error) {
 	sorted := slices.Clone(items)
 	slices.Sort(sorted)
 	for i, item := range sorted {
 		if item == "" {
-			return Plan{}, fmt.Errorf("%w: an item is empty", ErrInvalidInput)
+			return nil, fmt.Errorf("%w: an item is empty", ErrInvalidInput)
 		}
 		if i > 0 && sorted[i-1] == item {
-			return Plan{}, fmt.Errorf("%w: item %q is listed twice", ErrInvalidInput, item)
+			return nil, fmt.Errorf("%w: item %q is listed twice", ErrInvalidInput, item)
 		}
 	}
-	weights := make([]float64, len(eligible))
+	return sorted, nil
+}
+
+// placement is a plan being built by Reassign: the eligible slaves, sorted
+// by id, with their weights and quotas.
+type placement struct {
+	eligible []Slave
+	weights  []float64
+	q        quotas
+	plan     Plan
+}
+
+// newPlacement sets the quotas of n items over the eligible slaves, with an
+// empty plan.
+func newPlacement(eligible []Slave, n int) *placement {
+	p := &placement{eligible: eligible, weights: make([]float64, len(eligible))}
 	caps := make([]int, len(eligible))
-	index := make(map[string]int, len(eligible))
 	for i, s := range eligible {
-		weights[i] = Weight(s.Capabilities)
+		p.weights[i] = Weight(s.Capabilities)
 		caps[i] = s.Capabilities.MaxSubscriptions
 		if s.Capabilities == (registry.Capabilities{}) {
-			caps[i] = len(sorted) // no cap
+			caps[i] = n // no cap
 		}
+	}
+	p.q = newQuotas(n, p.weights, caps)
+	p.plan = Plan{Owner: make(map[string]string, n)}
+	return p
+}
+
+// score is how highly slave i ranks item.
+func (p *placement) score(i int, item string) float64 {
+	return rendezvous.Score(item, p.eligible[i].ID, p.weights[i])
+}
+
+// give assigns item to slave i, counting it against its quota.
+func (p *placement) give(i int, item string) {
+	p.q.take(i)
+	p.plan.Owner[item] = p.eligible[i].ID
+}
+
+// keep lets each eligible owner in prev keep the items it ranks highest,
+// up to its lower quota, then one more where a rounding allows: the
+// roundings up go to the slaves whose best surplus item they rank highest,
+// so a plan that already holds them keeps them.
+func (p *placement) keep(prev Plan, sorted []string) {
+	index := make(map[string]int, len(p.eligible))
+	for i, s := range p.eligible {
 		index[s.ID] = i
 	}
-	q := newQuotas(len(sorted), weights, caps)
-	plan := Plan{Owner: make(map[string]string, len(sorted))}
-
-	// Keep: each eligible owner keeps the items of prev it ranks highest,
-	// up to its lower quota, then one more where a rounding allows.
-	kept := make([][]string, len(eligible))
+	kept := make([][]string, len(p.eligible))
 	for _, item := range sorted {
 		if i, ok := index[prev.Owner[item]]; ok {
 			kept[i] = append(kept[i], item)
@@ -148,51 +204,54 @@ func Reassign(prev Plan, items []string, slaves []Slave) (Plan, error) {
 	}
 	var extra []surplus
 	for i, own := range kept {
-		score := func(item string) float64 { return rendezvous.Score(item, eligible[i].ID, weights[i]) }
-		slices.SortFunc(own, func(a, b string) int { return cmpScore(score(a), score(b), a, b) })
-		n := min(len(own), q.lo[i])
+		slices.SortFunc(own, func(a, b string) int { return cmpScore(p.score(i, a), p.score(i, b), a, b) })
+		n := min(len(own), p.q.lo[i])
 		for _, item := range own[:n] {
-			plan.Owner[item] = eligible[i].ID
+			p.plan.Owner[item] = p.eligible[i].ID
 		}
-		q.count[i] = n
-		if n < len(own) && q.lo[i] < q.hi[i] {
-			extra = append(extra, surplus{i, own[n], score(own[n])})
+		p.q.count[i] = n
+		if n < len(own) && p.q.lo[i] < p.q.hi[i] {
+			extra = append(extra, surplus{i, own[n], p.score(i, own[n])})
 		}
 	}
-	// The roundings up go to the slaves whose best surplus item they rank
-	// highest, so a plan that already holds them keeps them.
 	slices.SortFunc(extra, func(a, b surplus) int { return cmpScore(a.score, b.score, a.item, b.item) })
 	for _, x := range extra {
-		if q.room(x.slave) {
-			q.take(x.slave)
-			plan.Owner[x.item] = eligible[x.slave].ID
+		if p.q.room(x.slave) {
+			p.give(x.slave, x.item)
 		}
 	}
+}
 
-	// Fill: every other item goes to the slave under quota that ranks it
-	// highest, in the items' order.
+// fill gives every item not kept to the slave under quota that ranks it
+// highest, in the items' order; an item no slave has room for is
+// unassigned.
+func (p *placement) fill(sorted []string) {
 	for _, item := range sorted {
-		if _, ok := plan.Owner[item]; ok {
+		if _, ok := p.plan.Owner[item]; ok {
 			continue
 		}
-		best := -1
-		var bestScore float64
-		for i, s := range eligible {
-			if !q.room(i) {
-				continue
-			}
-			if sc := rendezvous.Score(item, s.ID, weights[i]); best < 0 || sc > bestScore {
-				best, bestScore = i, sc
-			}
+		if best := p.best(item); best >= 0 {
+			p.give(best, item)
+		} else {
+			p.plan.Unassigned = append(p.plan.Unassigned, item)
 		}
-		if best < 0 {
-			plan.Unassigned = append(plan.Unassigned, item)
-			continue
-		}
-		q.take(best)
-		plan.Owner[item] = eligible[best].ID
 	}
-	return plan, nil
+}
+
+// best returns the slave under quota that ranks item highest, -1 when none
+// has room.
+func (p *placement) best(item string) int {
+	best := -1
+	var bestScore float64
+	for i := range p.eligible {
+		if !p.q.room(i) {
+			continue
+		}
+		if sc := p.score(i, item); best < 0 || sc > bestScore {
+			best, bestScore = i, sc
+		}
+	}
+	return best
 }
 
 // cmpScore orders by score, highest first, then by name.
@@ -224,8 +283,15 @@ func newQuotas(n int, weights []float64, caps []int) quotas {
 		room += min(c, n)
 	}
 	total := min(n, room)
-	// Water-filling: the slaves whose cap is below their share, in the
-	// order of cap per weight, hold their cap; the rest share by weight.
+	q.extra = total - q.share(total, weights, caps)
+	q.meetTotal(caps)
+	return q
+}
+
+// share sets lo and hi by water-filling total items over the slaves and
+// returns the sum of lo: the slaves whose cap is below their share, in the
+// order of cap per weight, hold their cap; the rest share by weight.
+func (q *quotas) share(total int, weights []float64, caps []int) int {
 	order := make([]int, len(weights))
 	var w float64
 	for i := range order {
@@ -253,24 +319,34 @@ func newQuotas(n int, weights []float64, caps []int) quotas {
 			continue
 		}
 		for _, j := range order[k:] {
-			share := float64(left) * weights[j] / w
-			lo := int(math.Floor(share))
-			integral := false
-			if r := math.Round(share); math.Abs(share-r) < 1e-9*max(1, share) {
-				lo, integral = int(r), true // an integer share, up to the rounding of floats
-			}
-			lo = min(max(lo, 0), caps[j])
-			q.lo[j], q.hi[j] = lo, lo
-			if !integral && lo < caps[j] {
-				q.hi[j] = lo + 1
-			}
-			sum += lo
+			sum += q.round(j, float64(left)*weights[j]/w, caps[j])
 		}
 		break
 	}
-	q.extra = total - sum
-	// Floats may put the quotas a unit off the total: lower or raise
-	// roundings, in the slaves' order, until they meet it.
+	return sum
+}
+
+// round sets slave j's lo to its share rounded down (to the share itself
+// when that is an integer up to the rounding of floats), within 0..limit,
+// and its hi one above where the share has a fraction and the limit
+// allows. It returns lo.
+func (q *quotas) round(j int, share float64, limit int) int {
+	lo := int(math.Floor(share))
+	integral := false
+	if r := math.Round(share); math.Abs(share-r) < 1e-9*max(1, share) {
+		lo, integral = int(r), true
+	}
+	lo = min(max(lo, 0), limit)
+	q.lo[j], q.hi[j] = lo, lo
+	if !integral && lo < limit {
+		q.hi[j] = lo + 1
+	}
+	return lo
+}
+
+// meetTotal corrects the quotas when floats put them a unit off the total:
+// it lowers or raises roundings, in the slaves' order, until they meet it.
+func (q *quotas) meetTotal(caps []int) {
 	for i := 0; q.extra < 0 && i < len(q.lo); i++ {
 		if q.lo[i] > 0 && q.lo[i] == q.hi[i] {
 			q.lo[i]--
@@ -289,7 +365,6 @@ func newQuotas(n int, weights []float64, caps []int) quotas {
 			open++
 		}
 	}
-	return q
 }
 
 // room reports whether slave i may take one more item.

@@ -1,12 +1,9 @@
 package masterelection
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -301,154 +298,6 @@ func (c Config) withDefaults() Config {
 		c.HandBackWindow = max(ttl, c.minHandBackWindow())
 	}
 	return c
-}
-
-// Validate reports every problem of c, with its defaults filled in as New
-// would, at once: the error wraps ErrInvalidConfig and names the values
-// involved in each problem. A value the caller left to its default is shown
-// with the formula that derived it ("HeartbeatInterval (333µs, its default
-// LockTTL / 3)"), so the message names the field the caller set. An empty
-// NodeID is valid: New fills in a UUID.
-func (c Config) Validate() error {
-	u := c.rescaledToLockTTL() // as the caller set it: zero where a default applies
-	c = u.withDefaults()
-	var errs []error
-	if err := scripts.ValidateName("LockName", c.LockName); err != nil {
-		errs = append(errs, err)
-	}
-	if c.SlavePrefix != "" {
-		if err := scripts.ValidateName("SlavePrefix", c.SlavePrefix); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.NodeID != "" {
-		if err := scripts.ValidateName("NodeID", c.NodeID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	// A duration longer than MaxDuration is reported alone: the rules
-	// between the timings would compute with it.
-	tooLong := false
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{"LockTTL", u.LockTTL}, {"HeartbeatInterval", u.HeartbeatInterval}, {"CheckInterval", u.CheckInterval},
-		{"ElectionJitter", u.ElectionJitter}, {"StepDownMargin", u.StepDownMargin}, {"ProcessTTL", u.ProcessTTL},
-		{"SlaveTimeout", u.SlaveTimeout}, {"WaitTimeout", u.WaitTimeout}, {"TransferWindow", u.TransferWindow},
-		{"HandBackWindow", u.HandBackWindow},
-	} {
-		if f.d > MaxDuration {
-			errs = append(errs, fmt.Errorf("%s (%v) must be at most %v (MaxDuration)", f.name, f.d, MaxDuration))
-			tooLong = true
-		}
-	}
-	if tooLong {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
-	}
-	// show names a timing with its value, and with the formula of its
-	// default when the caller left it to the default.
-	show := func(name string, v, set time.Duration) string {
-		if f := derivedFrom[name]; set == 0 && f != "" {
-			return fmt.Sprintf("%s (%v, its default %s)", name, v, f)
-		}
-		return fmt.Sprintf("%s (%v)", name, v)
-	}
-	hb, check, jitter := show("HeartbeatInterval", c.HeartbeatInterval, u.HeartbeatInterval), show("CheckInterval", c.CheckInterval, u.CheckInterval), show("ElectionJitter", c.ElectionJitter, u.ElectionJitter)
-	positive := []struct {
-		name string
-		d    time.Duration
-	}{
-		{"LockTTL", c.LockTTL},
-		{"HeartbeatInterval", c.HeartbeatInterval},
-		{"CheckInterval", c.CheckInterval},
-	}
-	for _, p := range positive {
-		if p.d <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive, got %v", p.name, p.d))
-		}
-	}
-	if c.LockTTL > 0 && c.LockTTL < time.Millisecond {
-		errs = append(errs, fmt.Errorf("LockTTL (%v) must be at least 1ms, the resolution of Redis expiry", c.LockTTL))
-	}
-	if c.HeartbeatInterval > 0 && c.HeartbeatInterval < MinHeartbeatInterval {
-		errs = append(errs, fmt.Errorf("%s must be at least %v: it bounds every Redis call of the election", hb, MinHeartbeatInterval))
-	}
-	if c.WaitReplicas < 0 {
-		errs = append(errs, fmt.Errorf("WaitReplicas must not be negative, got %d", c.WaitReplicas))
-	}
-	if c.WaitTimeout < 0 {
-		errs = append(errs, fmt.Errorf("WaitTimeout must not be negative, got %v", c.WaitTimeout))
-	}
-	if c.WaitTimeout > 0 && c.HeartbeatInterval > 0 && c.WaitTimeout >= c.HeartbeatInterval {
-		errs = append(errs, fmt.Errorf("%s must be less than %s", show("WaitTimeout", c.WaitTimeout, u.WaitTimeout), hb))
-	}
-	if c.TransferWindow < 0 {
-		errs = append(errs, fmt.Errorf("TransferWindow must not be negative, got %v", c.TransferWindow))
-	}
-	if c.LockTTL > 0 && c.TransferWindow >= c.LockTTL {
-		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v)", show("TransferWindow", c.TransferWindow, u.TransferWindow), c.LockTTL))
-	}
-	if least := c.minHandBackWindow(); c.HandBackWindow > 0 && c.HandBackWindow < least {
-		errs = append(errs, fmt.Errorf("%s must be at least SlaveTimeout (%v) + CheckInterval (%v), %v: a slave that crashed would still count as ready",
-			show("HandBackWindow", c.HandBackWindow, u.HandBackWindow), c.SlaveTimeout, c.CheckInterval, least))
-	}
-	if c.StepDownMargin < 0 {
-		errs = append(errs, fmt.Errorf("StepDownMargin must not be negative, got %v", c.StepDownMargin))
-	}
-	// HeartbeatInterval > LockTTL/3 is HeartbeatInterval*3 > LockTTL in
-	// integers, without the multiplication that could overflow.
-	if c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.HeartbeatInterval > c.LockTTL/3 {
-		errs = append(errs, fmt.Errorf("%s times 3 must not exceed LockTTL (%v)", hb, c.LockTTL))
-	}
-	if c.LockTTL > 0 && c.CheckInterval >= c.LockTTL {
-		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v)", check, c.LockTTL))
-	}
-	if c.LockTTL > 0 && c.ElectionJitter >= c.LockTTL {
-		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v)", jitter, c.LockTTL))
-	}
-	if c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.StepDownMargin > 0 && c.StepDownMargin >= c.LockTTL-c.HeartbeatInterval {
-		errs = append(errs, fmt.Errorf("%s must be less than LockTTL (%v) minus %s",
-			show("StepDownMargin", c.StepDownMargin, u.StepDownMargin), c.LockTTL, hb))
-	}
-	if c.HeartbeatInterval > 0 && c.CheckInterval > 0 {
-		if err := registry.ValidateTimings(c.ProcessTTL, max(c.HeartbeatInterval, c.CheckInterval), c.SlaveTimeout); err != nil {
-			var derived []string
-			for _, f := range []struct {
-				name   string
-				v, set time.Duration
-			}{
-				{"ProcessTTL", c.ProcessTTL, u.ProcessTTL}, {"SlaveTimeout", c.SlaveTimeout, u.SlaveTimeout},
-				{"HeartbeatInterval", c.HeartbeatInterval, u.HeartbeatInterval}, {"CheckInterval", c.CheckInterval, u.CheckInterval},
-			} {
-				if f.set == 0 {
-					derived = append(derived, show(f.name, f.v, f.set))
-				}
-			}
-			if len(derived) > 0 {
-				err = fmt.Errorf("%w; left to their defaults: %s", err, strings.Join(derived, ", "))
-			}
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
-}
-
-// derivedFrom is the formula of each timing's default, for Validate's
-// messages; withDefaults computes them.
-var derivedFrom = map[string]string{
-	"HeartbeatInterval": "LockTTL / 3",
-	"CheckInterval":     "LockTTL / 6",
-	"ElectionJitter":    "LockTTL / 15",
-	"StepDownMargin":    "LockTTL / 10",
-	"ProcessTTL":        "LockTTL * 3/2",
-	"SlaveTimeout":      "LockTTL / 2",
-	"WaitTimeout":       "HeartbeatInterval / 4",
-	"TransferWindow":    "LockTTL / 10, at least 1ms",
-	"HandBackWindow":    "LockTTL, at least SlaveTimeout + CheckInterval",
 }
 
 // minHandBackWindow is the shortest HandBackWindow: a slave that stops

@@ -330,82 +330,121 @@ func (h *hub) holders(name string) []*Subscription {
 // ends, and hands what it reads to the subscriptions.
 func (h *hub) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	var ps *redis.PubSub
-	delay := time.Duration(0)
-	pinged := false
-	backoff := func(err error, retry time.Duration) bool {
-		h.fail(ps, err)
-		ps = nil
-		delay = min(max(2*delay, minRetryDelay), retry)
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
+	r := reader{h: h}
 	for ctx.Err() == nil {
 		ping, retry := h.timing()
-		if ps == nil {
-			var err error
-			ps, err = h.connect(ctx)
-			if ctx.Err() != nil || (ps == nil && err == nil) {
+		if r.ps == nil {
+			if !r.connect(ctx, retry) {
 				return
 			}
-			if err != nil {
-				if !backoff(fmt.Errorf("connect: %w", err), retry) {
-					return
-				}
-				continue
+			if r.ps == nil {
+				continue // it failed and waited: again
 			}
-			pinged = false
 		}
-		v, err := ps.ReceiveTimeout(ctx, ping)
+		v, err := r.ps.ReceiveTimeout(ctx, ping)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			if isTimeout(err) {
-				if pinged {
-					h.fail(ps, fmt.Errorf("no reply to PING within %s; reconnecting", ping))
-					ps = nil
-					continue
-				}
-				if err = ps.Ping(ctx); err == nil {
-					pinged = true
-					continue
-				}
-				err = fmt.Errorf("ping: %w", err)
-			} else if rerr := redis.Error(nil); errors.As(err, &rerr) {
-				delay, pinged = 0, false
-				h.refused(fmt.Errorf("the server refused a command: %w", err))
-				continue
-			} else {
-				err = fmt.Errorf("receive: %w", err)
-			}
-			if !backoff(err, retry) {
+			if !r.readFailed(ctx, err, ping, retry) {
 				return
 			}
 			continue
 		}
-		delay, pinged = 0, false
-		switch v := v.(type) {
-		case *redis.Message:
-			for _, s := range h.holders(v.Channel) {
-				s.deliver(event{msg: v})
-			}
-		case *redis.Subscription:
-			if v.Kind == "subscribe" {
-				for _, s := range h.confirm(v.Channel) {
-					s.deliver(event{subscribed: v.Channel})
-				}
+		r.delay, r.pinged = 0, false
+		h.dispatch(v)
+	}
+}
+
+// reader is the state of run's loop, owned by its goroutine.
+type reader struct {
+	h      *hub
+	ps     *redis.PubSub // the connection; nil while there is none
+	delay  time.Duration // the last wait before a reconnect; 0 after a read
+	pinged bool          // a PING on ps is unanswered
+}
+
+// connect opens a connection, and on an error tells the subscriptions and
+// waits (backoff), leaving r.ps nil. It reports false when the reader is to
+// stop: ctx ended or the hub was shut down.
+func (r *reader) connect(ctx context.Context, retry time.Duration) bool {
+	ps, err := r.h.connect(ctx)
+	if ctx.Err() != nil || (ps == nil && err == nil) {
+		return false
+	}
+	if err != nil {
+		return r.backoff(ctx, fmt.Errorf("connect: %w", err), retry)
+	}
+	r.ps, r.pinged = ps, false
+	return true
+}
+
+// readFailed handles an error of a read. A timeout sends a PING, or drops
+// the connection when the last PING is still unanswered; an error reply is
+// a command the server refused, on a connection that is fine; any other
+// error, or a PING that cannot be sent, drops the connection and waits
+// (backoff). It reports false when ctx ended during the wait.
+func (r *reader) readFailed(ctx context.Context, err error, ping, retry time.Duration) bool {
+	var rerr redis.Error
+	switch {
+	case isTimeout(err):
+		if r.pinged {
+			r.h.fail(r.ps, fmt.Errorf("no reply to PING within %s; reconnecting", ping))
+			r.ps = nil
+			return true
+		}
+		if err = r.ps.Ping(ctx); err == nil {
+			r.pinged = true
+			return true
+		}
+		err = fmt.Errorf("ping: %w", err)
+	case errors.As(err, &rerr):
+		r.delay, r.pinged = 0, false
+		r.h.refused(fmt.Errorf("the server refused a command: %w", err))
+		return true
+	default:
+		err = fmt.Errorf("receive: %w", err)
+	}
+	return r.backoff(ctx, err, retry)
+}
+
+// backoff drops the connection after err, tells the subscriptions, and
+// waits twice as long as last time (at least minRetryDelay, at most retry).
+// It reports false when ctx ended during the wait.
+func (r *reader) backoff(ctx context.Context, err error, retry time.Duration) bool {
+	r.h.fail(r.ps, err)
+	r.ps = nil
+	r.delay = min(max(2*r.delay, minRetryDelay), retry)
+	t := time.NewTimer(r.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// dispatch hands what the reader read to the subscriptions: a message to
+// the holders of its channel, a confirmation of a channel to the running
+// subscriptions that were resubscribed to it (confirm).
+func (h *hub) dispatch(v any) {
+	switch v := v.(type) {
+	case *redis.Message:
+		for _, s := range h.holders(v.Channel) {
+			s.deliver(event{msg: v})
+		}
+	case *redis.Subscription:
+		if v.Kind == "subscribe" {
+			for _, s := range h.confirm(v.Channel) {
+				s.deliver(event{subscribed: v.Channel})
 			}
 		}
 	}
 }
 
+// isTimeout reports whether err is a network timeout: a read that got
+// nothing within its deadline.
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()

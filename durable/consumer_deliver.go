@@ -1,0 +1,206 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/scripts"
+)
+
+// deliver judges and handles one entry; count is its delivery count in this
+// inbox, this delivery included.
+func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
+	m, term, ok := c.parseEntry(ctx, e)
+	if !ok || !c.admit(ctx, e.ID, m, term) {
+		return
+	}
+	prior, _ := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldDeliveries]), 10, 64)
+	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + c.lost.delivered(e.ID, count)}
+	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries > limit {
+		// Delivered that often with no outcome: the process stopped in its
+		// handler each time, or the replies were lost.
+		c.bury(ctx, e, d, fmt.Errorf("delivered %d times without an outcome (the process stopped during its handler?)", d.Deliveries-1))
+		return
+	}
+	if d.Deliveries > 1 {
+		c.redelivered.Add(1)
+	}
+	if err := c.mux.Dispatch(ctx, d.Type, d); err != nil {
+		c.handlerFailed(ctx, e, d, err)
+		return // left pending: delivered again after its backoff
+	}
+	if c.ack(ctx, e.ID) {
+		c.handled.Add(1)
+	}
+}
+
+// parseEntry reads the envelope and the term of entry e. A malformed entry is
+// reported and acknowledged (deleted), and ok is false.
+func (c *Consumer) parseEntry(ctx context.Context, e redis.XMessage) (m pubsub.Message, term int64, ok bool) {
+	raw, ok := e.Values[scripts.InboxFieldMessage].(string)
+	if !ok {
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, scripts.InboxFieldMessage)})
+		c.ack(ctx, e.ID)
+		return m, 0, false
+	}
+	m, err := pubsub.ParseMessage([]byte(raw))
+	if err != nil {
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
+		c.ack(ctx, e.ID)
+		return m, 0, false
+	}
+	term, err = strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldTerm]), 10, 64)
+	if err != nil || term <= 0 {
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
+			Err: fmt.Errorf("%w: entry %s has no positive term", pubsub.ErrMalformedEnvelope, e.ID)})
+		c.ack(ctx, e.ID)
+		return m, 0, false
+	}
+	return m, term, true
+}
+
+// admit judges the term of entry id against the fence and reports whether
+// it may be handled. An entry whose term Redis does not confirm is refused
+// (acknowledged, deleted), or left pending when Redis could not be asked;
+// one of an older term is left, acknowledged but not deleted, for the new
+// master to adopt.
+func (c *Consumer) admit(ctx context.Context, id string, m pubsub.Message, term int64) bool {
+	c.fence.Poll()
+	if ok, stored, err := c.fence.Verify(ctx, term); !ok {
+		refused := &pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err}
+		if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
+			c.redisFailed(opVerify, refused)
+			c.failed.Add(1)
+			return false // left pending: Redis could not be asked, ask again later
+		}
+		c.unverified.Add(1)
+		c.cfg.report(refused)
+		c.ack(ctx, id)
+		return false
+	}
+	c.succeeded(opVerify)
+	if h, ok := c.fence.Admit(term); !ok {
+		// Not this master's order: leave it for the master to adopt (or
+		// drop). Acknowledged, so no pass delivers it again; not deleted.
+		// Expected at every master change: no error.
+		c.rejected.Add(1)
+		c.log.Debug().Str("inbox", c.inbox).Str("entry", id).Str("id", m.ID).Str("from", m.From).Int64("term", term).Int64("highest", h).
+			Msg("entry of an older term left for the new master to adopt")
+		if c.cfg.OnStale != nil {
+			c.cfg.OnStale(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
+		}
+		c.leave(ctx, id)
+		return false
+	}
+	return true
+}
+
+// handlerFailed counts and reports a handler's error on delivery d of
+// entry e, and buries the entry when that was its last delivery. When
+// Close cut the handler short (ctx ended) it is no fault: logged at debug
+// level only, and the entry stays pending to come again.
+func (c *Consumer) handlerFailed(ctx context.Context, e redis.XMessage, d Delivery, err error) {
+	c.failed.Add(1)
+	failed := &pubsub.MessageError{Channel: c.inbox, ID: d.ID, Type: d.Type, From: d.From, Err: err}
+	if ctx.Err() != nil {
+		c.log.Debug().Err(failed).Msg("handler stopped by Close; the entry stays pending")
+		return
+	}
+	c.cfg.report(failed)
+	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit && ctx.Err() == nil {
+		c.bury(ctx, e, d, err) // not when Close came meanwhile
+	}
+}
+
+// bury moves an entry to the dead-letter stream with its last error; when
+// that fails, the entry stays pending and is tried again.
+func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last error) {
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	defer cancel()
+	id, err := scripts.InboxDead(opCtx, c.client, c.keys, scripts.InboxGroup, c.inbox, e.ID, c.processID, d.Deliveries, last.Error())
+	if err != nil {
+		c.redisFailed(opBury, fmt.Errorf("durable: move entry %s of %q to the dead letters: %w: %w", e.ID, c.inbox, pubsub.ErrConnection, err))
+		return // left pending: tried again at its next delivery
+	}
+	c.succeeded(opBury)
+	if id == "" {
+		return // moved or acknowledged meanwhile
+	}
+	c.dead.Add(1)
+	if c.cfg.OnDead != nil {
+		raw, _ := e.Values[scripts.InboxFieldMessage].(string)
+		c.cfg.OnDead(DeadLetter{ID: id, Message: d.Message, Raw: raw, Term: d.Term, Inbox: c.processID, Process: c.processID,
+			Deliveries: d.Deliveries, Error: last.Error(), At: time.Now()})
+	}
+}
+
+// leave acknowledges an entry without deleting it: no pass delivers it
+// again, and the master's sweep finds it.
+func (c *Consumer) leave(ctx context.Context, id string) {
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	defer cancel()
+	if err := c.client.XAck(opCtx, c.inbox, scripts.InboxGroup, id).Err(); err != nil {
+		c.failed.Add(1)
+		c.redisFailed(opAck, fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
+		return
+	}
+	c.succeeded(opAck)
+}
+
+// ack acknowledges and deletes one entry in one round trip (MULTI), even
+// when ctx was just cancelled, and reports whether it did. An ack that fails
+// leaves the entry pending: it will be delivered again (the duplicate
+// docs/routing.md describes).
+func (c *Consumer) ack(ctx context.Context, id string) bool {
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
+	defer cancel()
+	_, err := c.client.TxPipelined(opCtx, func(p redis.Pipeliner) error {
+		p.XAck(opCtx, c.inbox, scripts.InboxGroup, id)
+		p.XDel(opCtx, c.inbox, id)
+		return nil
+	})
+	if err != nil {
+		c.failed.Add(1)
+		c.redisFailed(opAck, fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
+		return false
+	}
+	c.succeeded(opAck)
+	return true
+}
+
+// The kinds of Redis calls of the loop whose failures are counted apart:
+// reads (XREADGROUP, and the pending pass's XPENDING and XCLAIM),
+// acknowledgements, term verifications, moves to the dead letters.
+const (
+	opRead   = "read"
+	opAck    = "acknowledge"
+	opVerify = "verify"
+	opBury   = "bury"
+)
+
+// redisFailed handles a failed Redis call of kind op. A failure whose
+// previous call of that kind succeeded is logged at debug level only: a
+// lost reply or a reconnection, healed by the retry it leads to (the entry
+// is delivered again). A second failure in a row is a fault that does not
+// heal, and goes to OnError, as does every further one.
+func (c *Consumer) redisFailed(op string, err error) {
+	c.failing[op]++
+	if c.failing[op] < 2 {
+		c.log.Debug().Err(err).Str("inbox", c.inbox).Str("call", op).Msg("redis call failed; trying again")
+		return
+	}
+	c.cfg.report(err)
+}
+
+// succeeded records that a Redis call of kind op went through.
+func (c *Consumer) succeeded(op string) {
+	if c.failing[op] != 0 {
+		delete(c.failing, op)
+	}
+}

@@ -1,0 +1,174 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/pubsub"
+	"github.com/herdkit/herd/scripts"
+)
+
+// read runs one XREADGROUP of new entries (">"), waiting up to block.
+func (c *Consumer) read(ctx context.Context, block time.Duration) ([]redis.XMessage, error) {
+	streams, err := c.client.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: scripts.InboxGroup, Consumer: c.processID, Streams: []string{c.inbox, ">"},
+		Count: c.cfg.ReadCount, Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(streams) == 0 {
+		return nil, nil
+	}
+	return streams[0].Messages, nil
+}
+
+// lostReplies tells, for the entries pending for this Consumer, how many
+// of the deliveries Redis counted never reached it: a pending pass whose
+// XCLAIM reply was lost (a connection cut mid-reply) still made Redis count
+// a delivery of every entry claimed. Such deliveries saw no handler, so
+// they count neither toward Config.MaxDeliveries nor in
+// Delivery.Deliveries: a connection that keeps cutting replies must not
+// move healthy entries to the dead letters. Deliveries before this process
+// started count in full (a process that died in its handler is what
+// MaxDeliveries is for), as does an XREADGROUP reply lost (once per entry).
+// Only the loop goroutine uses it.
+type lostReplies struct {
+	counted map[string]int64 // entry id → Redis's delivery count as this process last knew it
+	lost    map[string]int64 // entry id → deliveries counted that never reached this process
+}
+
+// saw records that XPENDING shows entry id delivered n times: any count
+// above the one this process knew is a delivery whose reply was lost.
+func (l *lostReplies) saw(id string, n int64) {
+	if l.counted == nil {
+		l.counted, l.lost = map[string]int64{}, map[string]int64{}
+	}
+	if known, ok := l.counted[id]; ok && n > known {
+		l.lost[id] += n - known
+	}
+	l.counted[id] = n
+}
+
+// delivered records that this process received entry id at its n-th
+// delivery, and returns the deliveries that reached it: n less the lost.
+func (l *lostReplies) delivered(id string, n int64) int64 {
+	if l.counted == nil {
+		l.counted, l.lost = map[string]int64{}, map[string]int64{}
+	}
+	l.counted[id] = n
+	return n - l.lost[id]
+}
+
+// forget drops entry id, which is no longer pending for this process.
+func (l *lostReplies) forget(id string) {
+	delete(l.counted, id)
+	delete(l.lost, id)
+}
+
+// keep drops every entry not in pending, the whole pending list.
+func (l *lostReplies) keep(pending map[string]bool) {
+	for id := range l.counted {
+		if !pending[id] {
+			l.forget(id)
+		}
+	}
+}
+
+// pendingPass hands the due entries of this consumer's pending list to
+// deliver: all of them when all is set (at Start: nothing is in flight),
+// otherwise those idle for at least their backoff (backoff). It lists them
+// with XPENDING, which changes nothing, and takes the due ones with XCLAIM,
+// which counts a delivery.
+func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
+	start := "-"
+	listed := map[string]bool{} // the whole pending list, once the pass reaches its end
+	for ctx.Err() == nil {
+		opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+		pend, err := c.client.XPendingExt(opCtx, &redis.XPendingExtArgs{
+			Stream: c.inbox, Group: scripts.InboxGroup, Start: start, End: "+", Count: c.cfg.ReadCount, Consumer: c.processID,
+		}).Result()
+		cancel()
+		if err != nil {
+			return err
+		}
+		var due []string
+		counts := make(map[string]int64, len(pend))
+		for _, p := range pend {
+			c.lost.saw(p.ID, p.RetryCount)
+			listed[p.ID] = true
+			if all || p.Idle >= c.backoff(p.RetryCount) {
+				due = append(due, p.ID)
+				counts[p.ID] = p.RetryCount + 1
+			}
+		}
+		if len(due) > 0 {
+			opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+			entries, err := c.client.XClaim(opCtx, &redis.XClaimArgs{
+				Stream: c.inbox, Group: scripts.InboxGroup, Consumer: c.processID, Messages: due,
+			}).Result()
+			cancel()
+			if err != nil {
+				return err
+			}
+			for _, e := range entries {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if len(e.Values) == 0 {
+					if e.ID != "" {
+						c.ack(ctx, e.ID) // deleted by a move while pending here (servers that still return it)
+					}
+					continue
+				}
+				c.deliver(ctx, e, counts[e.ID])
+			}
+		}
+		if int64(len(pend)) < c.cfg.ReadCount {
+			c.lost.keep(listed)
+			return nil
+		}
+		start = "(" + pend[len(pend)-1].ID
+	}
+	return nil
+}
+
+// backoff is how long an entry delivered n times in this inbox waits in the
+// pending list before its next delivery: RetryDelay, doubled for each
+// delivery after the first, at most MaxRetryDelay.
+func (c *Consumer) backoff(n int64) time.Duration {
+	d := c.cfg.RetryDelay
+	for i := int64(1); i < n && d < c.cfg.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.cfg.MaxRetryDelay)
+}
+
+// readFailed reports a read error and waits before the next attempt; a
+// missing group (the inbox was deleted by a move while this process was
+// thought gone) is created again at once.
+func (c *Consumer) readFailed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		if err := c.createGroup(ctx); err == nil {
+			return
+		}
+	}
+	c.redisFailed(opRead, fmt.Errorf("durable: read %q: %w: %w", c.inbox, pubsub.ErrConnection, err))
+	t := time.NewTimer(c.cfg.RetryDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
