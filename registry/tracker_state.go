@@ -57,35 +57,65 @@ type hint struct {
 // the joins and leaves that read shows, in process id order, then the
 // malformed notices.
 func (s *trackerState) notices(ctx context.Context, payloads [][]byte) {
+	hints, bad := s.hints(payloads)
+	ids := s.unread(ctx, hints)
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), confirmBatch)]
+		ids = ids[len(chunk):]
+		s.confirm(ctx, chunk, hints)
+	}
+	for _, err := range bad {
+		s.fail(ctx, err)
+	}
+}
+
+// hints reads payloads: what they say, by process id, and the errors of
+// the malformed ones.
+func (s *trackerState) hints(payloads [][]byte) (map[string][]hint, []error) {
 	var bad []error
 	hints := map[string][]hint{}
 	for _, payload := range payloads {
-		n, err := scripts.ParseNotice(payload)
-		if err != nil {
-			bad = append(bad, fmt.Errorf("registry events: %w", err))
-			continue
-		}
+		id, h, err := s.hintOf(payload)
 		switch {
-		case n.Event != scripts.NoticeRegistered && n.Event != scripts.NoticeUnregistered:
-			continue // a lock notice, or one of another program
-		case scripts.ValidateName("node id", n.NodeID) != nil:
-			bad = append(bad, fmt.Errorf("%s notice %q: %w: no valid nodeId", n.Event, wire.Truncate(string(payload)), ErrUnconfirmedNotice))
-			continue
-		case n.NodeID == s.t.opts.Self:
-			continue
-		case n.Event == scripts.NoticeUnregistered && n.Reason == scripts.ReasonExpired:
-			// An emulated read removed an expired entry. The native backends
-			// announce no expiry, so the sweep decides for all three alike.
-			continue
-		case n.Event == scripts.NoticeRegistered:
-			if _, err := decodeProcess(n.NodeID, string(n.Process)); err != nil {
-				bad = append(bad, fmt.Errorf("registered notice for %q: %w: %w", wire.Truncate(n.NodeID), ErrCorruptEntry, err))
-				continue
-			}
+		case err != nil:
+			bad = append(bad, err)
+		case id != "":
+			hints[id] = append(hints[id], h)
 		}
-		hints[n.NodeID] = append(hints[n.NodeID], hint{unregistered: n.Event == scripts.NoticeUnregistered, version: n.Version})
 	}
+	return hints, bad
+}
 
+// hintOf reads one notice: the process it names and what it says of it.
+// id is "" for a notice the tracker ignores (no valid node id is empty);
+// err says what is wrong with a malformed one.
+func (s *trackerState) hintOf(payload []byte) (id string, h hint, err error) {
+	n, err := scripts.ParseNotice(payload)
+	if err != nil {
+		return "", hint{}, fmt.Errorf("registry events: %w", err)
+	}
+	switch {
+	case n.Event != scripts.NoticeRegistered && n.Event != scripts.NoticeUnregistered:
+		return "", hint{}, nil // a lock notice, or one of another program
+	case scripts.ValidateName("node id", n.NodeID) != nil:
+		return "", hint{}, fmt.Errorf("%s notice %q: %w: no valid nodeId", n.Event, wire.Truncate(string(payload)), ErrUnconfirmedNotice)
+	case n.NodeID == s.t.opts.Self:
+		return "", hint{}, nil
+	case n.Event == scripts.NoticeUnregistered && n.Reason == scripts.ReasonExpired:
+		// An emulated read removed an expired entry. The native backends
+		// announce no expiry, so the sweep decides for all three alike.
+		return "", hint{}, nil
+	case n.Event == scripts.NoticeRegistered:
+		if _, err := decodeProcess(n.NodeID, string(n.Process)); err != nil {
+			return "", hint{}, fmt.Errorf("registered notice for %q: %w: %w", wire.Truncate(n.NodeID), ErrCorruptEntry, err)
+		}
+	}
+	return n.NodeID, hint{unregistered: n.Event == scripts.NoticeUnregistered, version: n.Version}, nil
+}
+
+// unread drops from hints every hint whose write a read reflects already,
+// and returns, sorted, the ids left with hints to confirm.
+func (s *trackerState) unread(ctx context.Context, hints map[string][]hint) []string {
 	var ids []string
 	for _, id := range sortedKeys(hints) {
 		fresh := hints[id][:0]
@@ -104,14 +134,14 @@ func (s *trackerState) notices(ctx context.Context, payloads [][]byte) {
 			ids = append(ids, id)
 		}
 	}
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), confirmBatch)]
-		ids = ids[len(chunk):]
-		s.confirm(ctx, chunk, hints)
-	}
-	for _, err := range bad {
-		s.fail(ctx, err)
-	}
+	return ids
+}
+
+// entryRead is what a confirming read showed of one process.
+type entryRead struct {
+	p       ProcessInfo
+	present bool // the entry is in the registry
+	live    bool // present, with a lastSeen at most SlaveTimeout old
 }
 
 // confirm reads the entries of ids and applies what the read shows; each
@@ -130,54 +160,66 @@ func (s *trackerState) confirm(ctx context.Context, ids []string, hints map[stri
 	now := t.reg.clock.Now()
 	for _, id := range ids {
 		p, present := entries[id]
-		live := present && now.Sub(p.LastSeen) <= t.opts.SlaveTimeout
-		left := false // a notice that it unregistered is consistent with the read
-		for _, h := range hints[id] {
-			future := version > 0 && h.version > version
-			switch {
-			case live && h.unregistered && !(h.version > 0 && h.version < p.Version):
-				s.fail(ctx, s.contradicted(id, h, p))
-			case future || (!present && h.version == 0 && !h.unregistered):
-				s.fail(ctx, s.unfounded(id, h, version))
-			case !present && h.unregistered:
-				left = true
-			}
-		}
-		switch {
-		case live && p.Role == RoleSlave:
-			delete(s.absent, id)
-			if _, ok := s.known[id]; ok {
-				s.known[id] = p.Slave() // keep its lastSeen current
-			} else {
-				s.join(ctx, p)
-			}
-		case present && p.Role == RoleSlave:
-			// Stale: the sweep removes it and reports it, as for any slave
-			// that stopped heartbeating.
-		case present:
-			s.leave(ctx, id, LeftMaster)
-		case left:
-			s.leave(ctx, id, LeftUnregistered)
-		default:
-			s.vanished(ctx, id, now)
-		}
+		e := entryRead{p: p, present: present, live: present && now.Sub(p.LastSeen) <= t.opts.SlaveTimeout}
+		left := s.check(ctx, id, hints[id], e, version)
+		s.apply(ctx, id, e, left, now)
 		s.saw(id, version)
 	}
 }
 
-// vanished handles a known slave that a read found absent without a
-// confirmed reason: expired, or lost with the data. It leaves when it has
-// not been seen for SlaveTimeout, as a stale slave does; until then a
-// heartbeat may bring it back unreported, and a notice that it unregistered
-// makes it leave at once.
-func (s *trackerState) vanished(ctx context.Context, id string, now time.Time) {
-	node, ok := s.known[id]
-	if !ok {
-		return
+// check holds the hints about id against e, read at the registry's
+// version, reporting each the read contradicts. It returns whether a hint
+// that id unregistered is consistent with the read.
+func (s *trackerState) check(ctx context.Context, id string, hints []hint, e entryRead, version int64) (left bool) {
+	for _, h := range hints {
+		switch {
+		case h.contradictedBy(e):
+			s.fail(ctx, s.contradicted(id, h, e.p))
+		case h.unfoundedBy(e, version):
+			s.fail(ctx, s.unfounded(id, h, version))
+		case !e.present && h.unregistered:
+			left = true
+		}
 	}
-	s.absent[id] = true
-	if now.Sub(node.LastSeen) > s.t.opts.SlaveTimeout {
-		s.leave(ctx, id, LeftVanished)
+	return left
+}
+
+// contradictedBy reports whether e contradicts h: h says the process
+// unregistered, but its entry is live and not newer than h.
+func (h hint) contradictedBy(e entryRead) bool {
+	return e.live && h.unregistered && !(h.version > 0 && h.version < e.p.Version)
+}
+
+// unfoundedBy reports whether the registry, read at version and showing e,
+// cannot have sent h: its version is above every version minted yet, or it
+// is a registration without a version for an entry the read does not show.
+func (h hint) unfoundedBy(e entryRead, version int64) bool {
+	future := version > 0 && h.version > version
+	return future || (!e.present && h.version == 0 && !h.unregistered)
+}
+
+// apply reports what the confirming read e shows of id: a live slave
+// joins (or stays, its lastSeen brought up to date), a process that is no
+// longer a slave leaves, and so does one that left (a hint that it
+// unregistered is consistent with the read) or vanished.
+func (s *trackerState) apply(ctx context.Context, id string, e entryRead, left bool, now time.Time) {
+	switch {
+	case e.live && e.p.Role == RoleSlave:
+		delete(s.absent, id)
+		if _, ok := s.known[id]; ok {
+			s.known[id] = e.p.Slave() // keep its lastSeen current
+		} else {
+			s.join(ctx, e.p)
+		}
+	case e.present && e.p.Role == RoleSlave:
+		// Stale: the sweep removes it and reports it, as for any slave
+		// that stopped heartbeating.
+	case e.present:
+		s.leave(ctx, id, LeftMaster)
+	case left:
+		s.leave(ctx, id, LeftUnregistered)
+	default:
+		s.vanished(ctx, id, now)
 	}
 }
 
@@ -206,72 +248,114 @@ func (s *trackerState) unfounded(id string, h hint, version int64) error {
 // sweep reads the registry, removes the stale slaves and reconciles known
 // with what is left: leaves first, then joins, each in process id order.
 func (s *trackerState) sweep(ctx context.Context) {
-	t := s.t
-	snap, err := t.reg.load(ctx, true)
+	snap, err := s.t.reg.load(ctx, true)
 	if err != nil {
 		s.fail(ctx, fmt.Errorf("sweep slaves: %w", err))
 		return
 	}
-	now := t.reg.clock.Now()
-	present := map[string]ProcessInfo{}
-	masters := map[string]bool{}
-	stale := map[string]bool{} // removed by this sweep
+	now := s.t.reg.clock.Now()
+	r := s.classify(ctx, snap, now)
+	s.sweptAt(snap.version)
+	s.reconcile(ctx, r, now)
+}
+
+// sweepRead is what a sweep found, by process id.
+type sweepRead struct {
+	present map[string]ProcessInfo // the live slaves, and the stale ones it could not remove that are known
+	masters map[string]bool        // the processes that are not slaves
+	stale   map[string]bool        // the stale slaves this sweep removed
+}
+
+// classify sorts the entries of snap, read at now, into a sweepRead, removing
+// the stale slaves on the way. The tracker's own process is left out.
+func (s *trackerState) classify(ctx context.Context, snap snapshot, now time.Time) sweepRead {
+	r := sweepRead{present: map[string]ProcessInfo{}, masters: map[string]bool{}, stale: map[string]bool{}}
 	for i, p := range snap.infos {
 		id := p.ProcessID
-		if id == t.opts.Self {
-			continue
-		}
-		if p.Role != RoleSlave {
-			masters[id] = true
-			continue
-		}
-		if now.Sub(p.LastSeen) <= t.opts.SlaveTimeout {
-			present[id] = p
-			continue
-		}
-		removed, err := t.reg.removeStale(ctx, id, snap.raws[i])
-		if err != nil {
-			s.fail(ctx, err)
-		}
-		if removed == 0 {
+		switch {
+		case id == s.t.opts.Self:
+		case p.Role != RoleSlave:
+			r.masters[id] = true
+		case now.Sub(p.LastSeen) <= s.t.opts.SlaveTimeout:
+			r.present[id] = p
+		case s.removeStale(ctx, p, snap.raws[i]):
+			r.stale[id] = true
+		default:
 			// Not removed (an error), or rewritten or removed by someone else
 			// since the read: keep it as it is; the next sweep decides.
 			if _, ok := s.known[id]; ok {
-				present[id] = p
+				r.present[id] = p
 			}
-			continue
 		}
-		s.saw(id, removed)
-		stale[id] = true
-		t.reg.cfg.Logger.Info().Str("process", id).Time("lastSeen", p.LastSeen).
-			Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
 	}
-	// Every write up to the snapshot's version is reflected now; the
-	// versions seen before are not needed any more.
-	s.swept = max(s.swept, snap.version)
+	return r
+}
+
+// removeStale removes the entry of the stale slave p if it still holds
+// raw, the value the sweep read, and reports whether it did.
+func (s *trackerState) removeStale(ctx context.Context, p ProcessInfo, raw string) bool {
+	t := s.t
+	removed, err := t.reg.removeStale(ctx, p.ProcessID, raw)
+	if err != nil {
+		s.fail(ctx, err)
+	}
+	if removed == 0 {
+		return false
+	}
+	s.saw(p.ProcessID, removed)
+	t.reg.cfg.Logger.Info().Str("process", p.ProcessID).Time("lastSeen", p.LastSeen).
+		Dur("slaveTimeout", t.opts.SlaveTimeout).Msg("removed a stale slave")
+	return true
+}
+
+// sweptAt records that every write up to version, the registry's version
+// as of a sweep's read, is reflected now; the versions seen before are not
+// needed any more.
+func (s *trackerState) sweptAt(version int64) {
+	s.swept = max(s.swept, version)
 	for id, v := range s.seen {
 		if v <= s.swept {
 			delete(s.seen, id)
 		}
 	}
+}
+
+// reconcile reports what the sweep r, read at now, shows: first the known
+// slaves that left, then the slaves that joined, each in process id order.
+func (s *trackerState) reconcile(ctx context.Context, r sweepRead, now time.Time) {
 	for _, id := range sortedKeys(s.known) {
-		if p, ok := present[id]; ok {
+		if p, ok := r.present[id]; ok {
 			s.known[id] = p.Slave() // keep its lastSeen current
 			delete(s.absent, id)
 			continue
 		}
-		if masters[id] {
+		switch {
+		case r.masters[id]:
 			s.leave(ctx, id, LeftMaster)
-			continue
-		}
-		if stale[id] {
+		case r.stale[id]:
 			s.leave(ctx, id, LeftStale)
-			continue
+		default:
+			s.vanished(ctx, id, now)
 		}
-		s.vanished(ctx, id, now)
 	}
-	for _, id := range sortedKeys(present) {
-		s.join(ctx, present[id])
+	for _, id := range sortedKeys(r.present) {
+		s.join(ctx, r.present[id])
+	}
+}
+
+// vanished handles a known slave that a read found absent without a
+// confirmed reason: expired, or lost with the data. It leaves when it has
+// not been seen for SlaveTimeout, as a stale slave does; until then a
+// heartbeat may bring it back unreported, and a notice that it unregistered
+// makes it leave at once.
+func (s *trackerState) vanished(ctx context.Context, id string, now time.Time) {
+	node, ok := s.known[id]
+	if !ok {
+		return
+	}
+	s.absent[id] = true
+	if now.Sub(node.LastSeen) > s.t.opts.SlaveTimeout {
+		s.leave(ctx, id, LeftVanished)
 	}
 }
 
