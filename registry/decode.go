@@ -212,49 +212,44 @@ func (d *scanner) time() (time.Time, bool) {
 	}
 	year, month, day := digits(s[0:4]), digits(s[5:7]), digits(s[8:10])
 	hour, minute, sec, ms := digits(s[11:13]), digits(s[14:16]), digits(s[17:19]), digits(s[20:23])
-	if !validDate(year, month, day) || !validClock(hour, minute, sec) {
+	if !validDate(year, month, day) || !validClock(hour, minute, sec, ms) {
 		return time.Time{}, false
 	}
 	return time.Date(year, time.Month(month), day, hour, minute, sec, ms*int(time.Millisecond), time.UTC), true
 }
 
-// timeShaped reports whether s has the shape of wire.TimeLayout: a digit
-// wherever the layout has one, and the layout's other bytes as they are.
+// timeShaped reports whether s is as long as wire.TimeLayout and has the
+// layout's separators in their places; digits reads the digits between.
 func timeShaped(s string) bool {
-	if len(s) != len(wire.TimeLayout) {
-		return false
-	}
-	for i := range len(s) {
-		l, c := wire.TimeLayout[i], s[i]
-		if isDigit(l) != isDigit(c) || !isDigit(l) && l != c {
-			return false
-		}
-	}
-	return true
+	return len(s) == len(wire.TimeLayout) &&
+		s[4] == '-' && s[7] == '-' && s[10] == 'T' && s[13] == ':' && s[16] == ':' && s[19] == '.' && s[23] == 'Z'
 }
 
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-// digits reads s, decimal digits only (timeShaped checked them).
+// digits reads s as a decimal number; -1 when s holds a byte that is not a
+// digit.
 func digits(s string) int {
 	n := 0
 	for i := range len(s) {
-		n = n*10 + int(s[i]-'0')
+		c := s[i]
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
 	}
 	return n
 }
 
-// validDate reports whether year, month and day name a day of the
-// proleptic Gregorian calendar (year is at most four digits, never
-// negative).
+// validDate reports whether year, month and day, each -1 when it was not
+// digits, name a day of the proleptic Gregorian calendar.
 func validDate(year, month, day int) bool {
-	return month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month)
+	return year >= 0 && month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month)
 }
 
-// validClock reports whether hour, minute and sec (never negative) name a
-// time of day; a leap second is not one.
-func validClock(hour, minute, sec int) bool {
-	return hour <= 23 && minute <= 59 && sec <= 59
+// validClock reports whether hour, minute, sec and ms, each -1 when it was
+// not digits, name a time of day to the millisecond; a leap second is not
+// one.
+func validClock(hour, minute, sec, ms int) bool {
+	return hour >= 0 && hour <= 23 && minute >= 0 && minute <= 59 && sec >= 0 && sec <= 59 && ms >= 0
 }
 
 func daysIn(year, month int) int {
