@@ -26,44 +26,65 @@ import (
 // entries (docs/performance.md, row 7).
 func herdsForm(value string) (w ProcessInfo, ok bool) {
 	d := scanner{s: value}
+	ok = d.head(&w) && d.capabilities(&w.Capabilities) && d.optionals(&w) &&
+		d.lit(`}`) && d.i == len(d.s)
+	return w, ok
+}
+
+// head reads the opening brace and the members before capabilities:
+// processId, nodeId, role and lastSeen.
+func (d *scanner) head(w *ProcessInfo) bool {
+	var ok bool
 	if !d.lit(`{"processId":`) {
-		return w, false
+		return false
 	}
 	if w.ProcessID, ok = d.str(); !ok || !d.lit(`,"nodeId":`) {
-		return w, false
+		return false
 	}
 	if w.NodeID, ok = d.str(); !ok || !d.lit(`,"role":`) {
-		return w, false
+		return false
 	}
 	var role string
 	if role, ok = d.str(); !ok || !d.lit(`,"lastSeen":`) {
-		return w, false
+		return false
 	}
 	w.Role = internRole(role)
-	if w.LastSeen, ok = d.time(); !ok || !d.lit(`,"capabilities":{"canProcessDetections":`) {
-		return w, false
+	w.LastSeen, ok = d.time()
+	return ok
+}
+
+// capabilities reads the capabilities member, its name included, with its
+// three members in their order.
+func (d *scanner) capabilities(c *Capabilities) bool {
+	var ok bool
+	if !d.lit(`,"capabilities":{"canProcessDetections":`) {
+		return false
 	}
-	if w.Capabilities.CanProcessDetections, ok = d.boolean(); !ok || !d.lit(`,"maxSubscriptions":`) {
-		return w, false
+	if c.CanProcessDetections, ok = d.boolean(); !ok || !d.lit(`,"maxSubscriptions":`) {
+		return false
 	}
 	var n int64
 	if n, ok = d.int(); !ok || !d.lit(`,"preferredWorkload":`) {
-		return w, false
+		return false
 	}
-	w.Capabilities.MaxSubscriptions = int(n)
+	c.MaxSubscriptions = int(n)
 	if n, ok = d.int(); !ok || !d.lit(`}`) {
-		return w, false
+		return false
 	}
-	w.Capabilities.PreferredWorkload = int(n)
-	ok = optional(&d, `,"identifier":`, &w.Identifier, (*scanner).str) &&
-		optional(&d, `,"registeredAt":`, &w.RegisteredAt, (*scanner).time) &&
-		optional(&d, `,"metadata":`, &w.Metadata, (*scanner).metadata) &&
-		optional(&d, `,"nonCandidate":`, &w.NonCandidate, (*scanner).boolean) &&
-		optional(&d, `,"priority":`, &w.Priority, (*scanner).priority) &&
-		optional(&d, `,"term":`, &w.Term, (*scanner).int) &&
-		optional(&d, `,"incarnation":`, &w.Incarnation, (*scanner).str) &&
-		optional(&d, `,"version":`, &w.Version, (*scanner).int)
-	return w, ok && d.lit(`}`) && d.i == len(d.s)
+	c.PreferredWorkload = int(n)
+	return true
+}
+
+// optionals reads the optional members that come next, each in its place.
+func (d *scanner) optionals(w *ProcessInfo) bool {
+	return optional(d, `,"identifier":`, &w.Identifier, (*scanner).str) &&
+		optional(d, `,"registeredAt":`, &w.RegisteredAt, (*scanner).time) &&
+		optional(d, `,"metadata":`, &w.Metadata, (*scanner).metadata) &&
+		optional(d, `,"nonCandidate":`, &w.NonCandidate, (*scanner).boolean) &&
+		optional(d, `,"priority":`, &w.Priority, (*scanner).priority) &&
+		optional(d, `,"term":`, &w.Term, (*scanner).int) &&
+		optional(d, `,"incarnation":`, &w.Incarnation, (*scanner).str) &&
+		optional(d, `,"version":`, &w.Version, (*scanner).int)
 }
 
 // optional reads the optional member whose name and colon are key, when
@@ -181,32 +202,54 @@ func (d *scanner) boolean() (bool, bool) {
 // are encoding/json's work.
 func (d *scanner) time() (time.Time, bool) {
 	s, ok := d.str()
-	if ok && s == "" {
+	switch {
+	case !ok:
+		return time.Time{}, false
+	case s == "":
 		return time.Time{}, true // the zero time, as MarshalJSON writes it
-	}
-	if !ok || len(s) != len(wire.TimeLayout) {
+	case !timeShaped(s):
 		return time.Time{}, false
 	}
-	if s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != '.' || s[23] != 'Z' {
-		return time.Time{}, false
-	}
-	num := func(from, to int) int {
-		n := 0
-		for _, c := range []byte(s[from:to]) {
-			if c < '0' || c > '9' {
-				return -1
-			}
-			n = n*10 + int(c-'0')
-		}
-		return n
-	}
-	year, month, day := num(0, 4), num(5, 7), num(8, 10)
-	hour, minute, sec, ms := num(11, 13), num(14, 16), num(17, 19), num(20, 23)
-	if year < 0 || month < 1 || month > 12 || day < 1 || day > daysIn(year, month) ||
-		hour < 0 || hour > 23 || minute < 0 || minute > 59 || sec < 0 || sec > 59 || ms < 0 {
+	year, month, day := digits(s[0:4]), digits(s[5:7]), digits(s[8:10])
+	hour, minute, sec, ms := digits(s[11:13]), digits(s[14:16]), digits(s[17:19]), digits(s[20:23])
+	if !validDate(year, month, day) || !validClock(hour, minute, sec, ms) {
 		return time.Time{}, false
 	}
 	return time.Date(year, time.Month(month), day, hour, minute, sec, ms*int(time.Millisecond), time.UTC), true
+}
+
+// timeShaped reports whether s is as long as wire.TimeLayout and has the
+// layout's separators in their places; digits reads the digits between.
+func timeShaped(s string) bool {
+	return len(s) == len(wire.TimeLayout) &&
+		s[4] == '-' && s[7] == '-' && s[10] == 'T' && s[13] == ':' && s[16] == ':' && s[19] == '.' && s[23] == 'Z'
+}
+
+// digits reads s as a decimal number; -1 when s holds a byte that is not a
+// digit.
+func digits(s string) int {
+	n := 0
+	for i := range len(s) {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// validDate reports whether year, month and day, each -1 when it was not
+// digits, name a day of the proleptic Gregorian calendar.
+func validDate(year, month, day int) bool {
+	return year >= 0 && month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month)
+}
+
+// validClock reports whether hour, minute, sec and ms, each -1 when it was
+// not digits, name a time of day to the millisecond; a leap second is not
+// one.
+func validClock(hour, minute, sec, ms int) bool {
+	return hour >= 0 && hour <= 23 && minute >= 0 && minute <= 59 && sec >= 0 && sec <= 59 && ms >= 0
 }
 
 func daysIn(year, month int) int {

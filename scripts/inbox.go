@@ -246,11 +246,17 @@ func InboxAdopt(ctx context.Context, c redis.Scripter, k Keys, nodeID string, te
 	if v, ok := reply.(int64); ok && v == -1 {
 		return nil, fmt.Errorf("inbox adopt of %d inboxes as %q with term %d: %w", len(ids), nodeID, term, ErrFenced)
 	}
+	return parseAdopted(reply, len(ids))
+}
+
+// parseAdopted reads the reply of inbox_adopt.lua that was not fenced:
+// four integers per inbox, for n inboxes.
+func parseAdopted(reply any, n int) ([]InboxState, error) {
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 4*len(ids) {
+	if !ok || len(arr) != 4*n {
 		return nil, unexpected("inbox adopt", reply)
 	}
-	out := make([]InboxState, len(ids))
+	out := make([]InboxState, n)
 	for i := range out {
 		var v [4]int64
 		for j := range v {

@@ -230,14 +230,23 @@ func ValidateName(what, s string) error {
 		return fmt.Errorf("%s is %d bytes long, the limit is %d", what, len(s), MaxNameLen)
 	}
 	for _, r := range s {
-		switch {
-		case r == '*' || r == '?' || r == '[' || r == ']':
-			return fmt.Errorf("%s %q contains the glob character %q", what, s, r)
-		case r == '"' || r == '\\':
-			return fmt.Errorf("%s %q contains the character %q, which JSON notices would have to escape", what, s, r)
-		case r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 || r == 0x2028 || r == 0x2029:
-			return fmt.Errorf("%s %q contains whitespace or a control character", what, s)
+		if err := checkNameRune(what, s, r); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// checkNameRune returns the error of ValidateName for the name s of what
+// when r, one of its runes, may not be in a name; nil when it may.
+func checkNameRune(what, s string, r rune) error {
+	switch {
+	case r == '*' || r == '?' || r == '[' || r == ']':
+		return fmt.Errorf("%s %q contains the glob character %q", what, s, r)
+	case r == '"' || r == '\\':
+		return fmt.Errorf("%s %q contains the character %q, which JSON notices would have to escape", what, s, r)
+	case r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 || r == 0x2028 || r == 0x2029:
+		return fmt.Errorf("%s %q contains whitespace or a control character", what, s)
 	}
 	return nil
 }

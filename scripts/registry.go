@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,7 +23,8 @@ var (
 )
 
 // The process registry scripts. Their contracts are in the headers of the
-// .lua files; the typed functions below are the only callers in herd.
+// .lua files; the typed functions of this package are the only callers in
+// herd.
 var (
 	// registryProbeScript is registry_probe.lua: which per-entry TTL commands
 	// the server runs inside scripts.
@@ -204,20 +203,8 @@ func RegistryPut(ctx context.Context, c redis.Scripter, k Keys, p Put) (Stored, 
 // putCall checks p and returns the keys and arguments of registry_put.lua
 // for it.
 func putCall(k Keys, p Put) (keys []string, args []any, err error) {
-	switch {
-	case p.Mode != TTLNative && p.Mode != TTLHPExpire && p.Mode != TTLEmulated:
-		return nil, nil, fmt.Errorf("registry put: unknown TTL mode %q", p.Mode)
-	case p.TTL < time.Millisecond:
-		return nil, nil, fmt.Errorf("registry put: TTL %s is shorter than one millisecond", p.TTL)
-	case !isObject(p.Value):
-		return nil, nil, fmt.Errorf("registry put: process info is not a JSON object")
-	case p.Role != "master" && p.Role != "slave":
-		return nil, nil, fmt.Errorf("registry put: role %q is neither master nor slave", p.Role)
-	case p.Role == "master" && !isObject(p.Fallback):
-		return nil, nil, fmt.Errorf("registry put: the fallback of a master write is not a JSON object")
-	}
-	if err := ValidateName("process id", p.ID); err != nil {
-		return nil, nil, fmt.Errorf("registry put: %w", err)
+	if err := checkPut(p); err != nil {
+		return nil, nil, err
 	}
 	node := p.Node
 	if node == "" {
@@ -237,6 +224,27 @@ func putCall(k Keys, p Put) (keys []string, args []any, err error) {
 		nil
 }
 
+// checkPut returns what makes p a write registry_put.lua must not be sent,
+// or nil.
+func checkPut(p Put) error {
+	switch {
+	case p.Mode != TTLNative && p.Mode != TTLHPExpire && p.Mode != TTLEmulated:
+		return fmt.Errorf("registry put: unknown TTL mode %q", p.Mode)
+	case p.TTL < time.Millisecond:
+		return fmt.Errorf("registry put: TTL %s is shorter than one millisecond", p.TTL)
+	case !isObject(p.Value):
+		return fmt.Errorf("registry put: process info is not a JSON object")
+	case p.Role != "master" && p.Role != "slave":
+		return fmt.Errorf("registry put: role %q is neither master nor slave", p.Role)
+	case p.Role == "master" && !isObject(p.Fallback):
+		return fmt.Errorf("registry put: the fallback of a master write is not a JSON object")
+	}
+	if err := ValidateName("process id", p.ID); err != nil {
+		return fmt.Errorf("registry put: %w", err)
+	}
+	return nil
+}
+
 // quietArg is registry_put.lua's ARGV[12]: Quiet in whole milliseconds,
 // rounded up so that a positive Quiet never becomes 0; 0 without an
 // incarnation.
@@ -247,34 +255,59 @@ func quietArg(incarnation string, quiet time.Duration) int64 {
 	return int64((quiet + time.Millisecond - 1) / time.Millisecond)
 }
 
-// parsePut reads the reply of registry_put.lua.
+// parsePut reads the reply of registry_put.lua: {"in use", incarnation,
+// age, identifier} when Put.Quiet refused the write, {created, version,
+// fenced, holder, term} when it was done.
 func parsePut(reply any) (Stored, error) {
-	arr, ok := reply.([]any)
-	if ok && len(arr) == 4 && arr[0] == "in use" {
-		inc, ok1 := arr[1].(string)
-		age, ok2 := arr[2].(int64)
-		who, ok3 := arr[3].(string)
-		if !ok1 || !ok2 || !ok3 || inc == "" {
-			return Stored{}, unexpected("registry put", reply)
-		}
-		return Stored{InUse: &InUse{Incarnation: inc, Age: time.Duration(max(age, 0)) * time.Millisecond, Identifier: who}}, nil
+	arr, _ := reply.([]any)
+	var st Stored
+	ok := false
+	switch {
+	case len(arr) == 4 && arr[0] == "in use":
+		st, ok = storedInUse(arr[1:])
+	case len(arr) == 5:
+		st, ok = storedWrite(arr)
 	}
-	if !ok || len(arr) != 5 {
+	if !ok {
 		return Stored{}, unexpected("registry put", reply)
 	}
-	created, ok1 := arr[0].(int64)
+	return st, nil
+}
+
+// storedInUse reads the rest of an {"in use", incarnation, age, identifier}
+// reply.
+func storedInUse(rest []any) (Stored, bool) {
+	inc, ok1 := rest[0].(string)
+	age, ok2 := rest[1].(int64)
+	who, ok3 := rest[2].(string)
+	if !ok1 || !ok2 || !ok3 || inc == "" {
+		return Stored{}, false
+	}
+	return Stored{InUse: &InUse{Incarnation: inc, Age: time.Duration(max(age, 0)) * time.Millisecond, Identifier: who}}, true
+}
+
+// storedWrite reads a {created, version, fenced, holder, term} reply.
+func storedWrite(arr []any) (Stored, bool) {
+	created, ok1 := flag(arr[0])
 	version, ok2 := arr[1].(int64)
-	fenced, ok3 := arr[2].(int64)
+	fenced, ok3 := flag(arr[2])
 	holder, ok4 := arr[3].(string)
 	term, ok5 := arr[4].(string)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || created < 0 || created > 1 || version <= 0 || fenced < 0 || fenced > 1 {
-		return Stored{}, unexpected("registry put", reply)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || version <= 0 {
+		return Stored{}, false
 	}
-	st := Stored{Created: created == 1, Version: version, Fenced: fenced == 1}
+	st := Stored{Created: created, Version: version, Fenced: fenced}
 	if st.Fenced {
 		st.Holder, st.HolderTerm = holder, term
 	}
-	return st, nil
+	return st, true
+}
+
+// flag reads a reply element that is the integer 0 or 1; ok is false for
+// anything else.
+func flag(v any) (set, ok bool) {
+	n, ok := v.(int64)
+	return n == 1, ok && (n == 0 || n == 1)
 }
 
 // isObject reports whether b looks like a JSON object with at least one
@@ -323,134 +356,4 @@ func registryRemove(ctx context.Context, c redis.Scripter, k Keys, id, guarded, 
 		return 0, unexpected("registry remove", reply)
 	}
 	return v, nil
-}
-
-// RegistryView is what RegistryRead read, in one atomic step.
-type RegistryView struct {
-	// Entries are the live entries read: process id -> ProcessInfo JSON.
-	Entries map[string]string
-	// Removed are the ids the emulated expiry deleted before the read.
-	Removed []string
-	// Version is the registry's version counter as of the read: every
-	// write with a version up to it is reflected in Entries, none after.
-	// 0 when the counter is missing (nothing written since Redis lost its
-	// data) or not a version (not a decimal below MaxTerm: the scripts count
-	// it as none too).
-	Version int64
-	// Master is the node id holding the master lock (Keys.Master) at the
-	// read, "" when none: a new master's entry still says slave until its
-	// first write as master, and readers that list slaves leave it out.
-	Master string
-}
-
-// RegistryRead reads the live entries of ids (every entry when ids is
-// empty), the version counter and the lock's holder in one MULTI/EXEC, one
-// round trip, so the entries are exactly those of Version. With expire (the emulated backend)
-// registry_expire.lua runs first in the same transaction, so the read sees
-// no expired entry.
-func RegistryRead(ctx context.Context, c redis.Cmdable, k Keys, expire bool, ids ...string) (RegistryView, error) {
-	const name = "registry read"
-	for cached := true; ; cached = false {
-		pipe := c.TxPipeline()
-		var gone *redis.Cmd
-		if expire {
-			if cached {
-				gone = pipe.EvalSha(ctx, registryExpireScript.Hash(), registryKeys(k), k.RegistryEvents)
-			} else {
-				gone = pipe.Eval(ctx, withWrites(registryExpireSrc), registryKeys(k), k.RegistryEvents)
-			}
-		}
-		var all *redis.MapStringStringCmd
-		var some *redis.SliceCmd
-		var read redis.Cmder
-		if len(ids) == 0 {
-			all = pipe.HGetAll(ctx, k.Processes)
-			read = all
-		} else {
-			some = pipe.HMGet(ctx, k.Processes, ids...)
-			read = some
-		}
-		version := pipe.Get(ctx, k.ProcessesVersion)
-		holder := pipe.Get(ctx, k.Master)
-		_, _ = pipe.Exec(ctx) // errors are read per command
-		var view RegistryView
-		if gone != nil {
-			if err := gone.Err(); err != nil {
-				if strings.HasPrefix(err.Error(), "EXECABORT") && read.Err() != nil && !errors.Is(read.Err(), redis.Nil) &&
-					!strings.HasPrefix(read.Err().Error(), "EXECABORT") {
-					// Redis refused to queue the read (an ACL without HGETALL, say):
-					// that is the cause, not the aborted transaction.
-					err = read.Err()
-					return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
-				}
-				if cached && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-					continue // the server has not cached the script: send it whole
-				}
-				return RegistryView{}, fmt.Errorf("%s: expiry script: %w%s", name, err, aclHint(name, err))
-			}
-			removed, ok := gone.Val().([]any)
-			if !ok {
-				return RegistryView{}, unexpected(name, gone.Val())
-			}
-			for _, g := range removed {
-				s, ok := g.(string)
-				if !ok {
-					return RegistryView{}, unexpected(name, gone.Val())
-				}
-				view.Removed = append(view.Removed, s)
-			}
-		}
-		if all != nil {
-			entries, err := all.Result()
-			if err != nil {
-				return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
-			}
-			view.Entries = entries
-		} else {
-			vals, err := some.Result()
-			if err != nil {
-				return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
-			}
-			view.Entries = make(map[string]string, len(ids))
-			for i, v := range vals {
-				if s, ok := v.(string); ok && i < len(ids) {
-					view.Entries[ids[i]] = s
-				}
-			}
-		}
-		if v, err := version.Result(); err == nil {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 && n < MaxTerm {
-				view.Version = n
-			}
-		} else if !errors.Is(err, redis.Nil) && !strings.Contains(err.Error(), "WRONGTYPE") {
-			return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
-		}
-		var err error
-		if view.Master, err = readHolder(holder); err != nil {
-			return RegistryView{}, fmt.Errorf("%s: %w%s", name, err, aclHint(name, err))
-		}
-		return view, nil
-	}
-}
-
-// QueueHolder queues the read of the lock's holder (Keys.Master) on pipe,
-// for reads that must leave the master out; ReadHolder reads its answer.
-func QueueHolder(ctx context.Context, pipe redis.Pipeliner, k Keys) *redis.StringCmd {
-	return pipe.Get(ctx, k.Master)
-}
-
-// ReadHolder returns the node id a queued QueueHolder read, "" when the
-// lock is free or its key holds something that is not a string (garbage
-// names no holder).
-func ReadHolder(cmd *redis.StringCmd) (string, error) { return readHolder(cmd) }
-
-func readHolder(cmd *redis.StringCmd) (string, error) {
-	v, err := cmd.Result()
-	switch {
-	case err == nil:
-		return v, nil
-	case errors.Is(err, redis.Nil), strings.Contains(err.Error(), "WRONGTYPE"):
-		return "", nil
-	}
-	return "", err
 }

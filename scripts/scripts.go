@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -49,7 +48,8 @@ var (
 func withWrites(src string) string { return writesSrc + src }
 
 // The lock scripts. Their contracts (KEYS, ARGV, reply) are in the headers of
-// the .lua files; the typed functions below are the only callers in herd.
+// the .lua files; the typed functions of this package (Acquire, Renew,
+// ReleaseTo, Check, Route, RouteBatch) are the only callers in herd.
 var (
 	// acquireScript is acquire.lua: SET master NX PX, mint the term, store the
 	// heartbeat and master_process, publish an "acquired" notice.
@@ -158,6 +158,8 @@ func acquireArgs(k Keys, nodeID string, ttl time.Duration, info []byte, seen int
 	return []any{nodeID, ttl.Milliseconds(), info, k.Events, termArg(seen)}
 }
 
+// parseAcquired reads the reply of acquire.lua on the keys k: one of the
+// shapes its header lists, told apart by the first element and the length.
 func parseAcquired(k Keys, reply any) (Acquired, error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) < 1 || len(arr) > 4 {
@@ -167,51 +169,76 @@ func parseAcquired(k Keys, reply any) (Acquired, error) {
 	if !ok {
 		return Acquired{}, unexpected("acquire", reply)
 	}
-	if (len(arr) == 2 || len(arr) == 3) && term == -3 {
-		what, ok := arr[1].(string)
+	var a Acquired
+	valid := false
+	switch {
+	case len(arr) == 1: // {term}
+		a, valid = Acquired{Term: term}, term > 0
+	case term == -3 && len(arr) <= 3: // {-3, what} or {-3, what, why}
+		a, valid = acquiredTermGarbage(k, arr[1:])
+	case term == -1 && len(arr) == 2: // {-1, term}
+		a, valid = acquiredDataLoss(arr[1])
+	case len(arr) == 4: // {0, holder, pttl, term} or {-2, successor, pttl, term}
+		a, valid = acquiredHeld(k, term, arr[1:])
+	}
+	if !valid {
+		return Acquired{}, unexpected("acquire", reply)
+	}
+	return a, nil
+}
+
+// acquiredTermGarbage reads the rest of a {-3, what} or {-3, what, why}
+// reply: the lock is free but the term key holds garbage.
+func acquiredTermGarbage(k Keys, rest []any) (Acquired, bool) {
+	what, ok := rest[0].(string)
+	if !ok {
+		return Acquired{}, false
+	}
+	if !strings.HasPrefix(what, "a ") {
+		what = strconv.Quote(what)
+	}
+	if len(rest) == 2 {
+		why, ok := rest[1].(string)
 		if !ok {
-			return Acquired{}, unexpected("acquire", reply)
+			return Acquired{}, false
 		}
-		if !strings.HasPrefix(what, "a ") {
-			what = strconv.Quote(what)
-		}
-		if len(arr) == 3 {
-			why, ok := arr[2].(string)
-			if !ok {
-				return Acquired{}, unexpected("acquire", reply)
-			}
-			what += " (" + why + ")"
-		}
-		return Acquired{TermGarbage: true, TTL: -1, Garbage: fmt.Sprintf(
-			"key %q holds %s, not a term: herd writes nothing to this lock until an operator who knows it is no other program's data deletes it (DEL %s)",
-			k.Term, what, k.Term)}, nil
+		what += " (" + why + ")"
 	}
-	if len(arr) == 3 {
-		return Acquired{}, unexpected("acquire", reply)
+	return Acquired{TermGarbage: true, TTL: -1, Garbage: fmt.Sprintf(
+		"key %q holds %s, not a term: herd writes nothing to this lock until an operator who knows it is no other program's data deletes it (DEL %s)",
+		k.Term, what, k.Term)}, true
+}
+
+// acquiredDataLoss reads the rest of a {-1, term} reply: the lock is free
+// but Redis lost data the caller had seen.
+func acquiredDataLoss(prev any) (Acquired, bool) {
+	term, ok := prev.(int64)
+	if !ok || term < 0 {
+		return Acquired{}, false
 	}
-	if len(arr) == 2 {
-		prev, ok := arr[1].(int64)
-		if term != -1 || !ok || prev < 0 {
-			return Acquired{}, unexpected("acquire", reply)
-		}
-		return Acquired{DataLoss: true, HolderTerm: prev, TTL: -1}, nil
+	return Acquired{DataLoss: true, HolderTerm: term, TTL: -1}, true
+}
+
+// acquiredHeld reads the rest of a {0, holder, pttl, term} reply (the lock
+// is held) or of a {-2, successor, pttl, term} one (the free lock is
+// reserved for successor, never "").
+func acquiredHeld(k Keys, code int64, rest []any) (Acquired, bool) {
+	holder, ok1 := rest[0].(string)
+	pttl, ok2 := rest[1].(int64)
+	holderTerm, ok3 := rest[2].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return Acquired{}, false
 	}
-	if len(arr) == 1 {
-		if term <= 0 {
-			return Acquired{}, unexpected("acquire", reply)
-		}
-		return Acquired{Term: term}, nil
+	a := Acquired{Holder: holder, TTL: pttlDuration(pttl), HolderTerm: holderTerm}
+	switch {
+	case code == -2 && holder != "":
+		a.Reserved = true
+		return a, true
+	case code == 0:
+		a.Garbage = lockGarbage(k, holder, pttl)
+		return a, true
 	}
-	holder, ok1 := arr[1].(string)
-	pttl, ok2 := arr[2].(int64)
-	holderTerm, ok3 := arr[3].(int64)
-	if term == -2 && ok1 && ok2 && ok3 && holder != "" {
-		return Acquired{Holder: holder, TTL: pttlDuration(pttl), HolderTerm: holderTerm, Reserved: true}, nil
-	}
-	if term != 0 || !ok1 || !ok2 || !ok3 {
-		return Acquired{}, unexpected("acquire", reply)
-	}
-	return Acquired{Holder: holder, TTL: pttlDuration(pttl), HolderTerm: holderTerm, Garbage: lockGarbage(k, holder, pttl)}, nil
+	return Acquired{}, false
 }
 
 // SplitMasterProcess is the inverse of what acquire.lua stores in
@@ -263,189 +290,6 @@ func ReleaseTo(ctx context.Context, c redis.Scripter, k Keys, nodeID string, ter
 	return oneOrZero("release", reply)
 }
 
-// MasterState is the outcome of Check.
-type MasterState struct {
-	// Exists is false when no process holds the lock.
-	Exists bool
-	// NodeID is the master's node id; "" with Exists when the lock key holds
-	// something that is not a string (see Garbage).
-	NodeID string
-	// Term is the last minted term, the current master's when it was elected
-	// by herd; 0 when the term key is missing or unreadable.
-	Term int64
-	// TTL is the lock's remaining time; negative when the key has no expiry.
-	TTL time.Duration
-	// Garbage names what is wrong when a key holds a value herd never writes
-	// (a non-string lock, a term that is not an integer, a lock without TTL);
-	// "" when all is well.
-	Garbage string
-	// TermGarbage is true when the term key holds something that is not a
-	// term (see Garbage).
-	TermGarbage bool
-	// TermMissing is true when the term key does not exist. The key has no
-	// TTL and is never deleted, so once a term was minted on the lock name,
-	// its absence means Redis lost its data (a restart without persistence, a
-	// fail-over to a replica that had not received it, a FLUSHALL).
-	TermMissing bool
-	// Next is the succession the master of Term published (Keys.Next);
-	// zero when there is none for Term (missing, of another term, or not a
-	// succession).
-	Next Succession
-}
-
-// Check runs check.lua.
-func Check(ctx context.Context, c redis.Scripter, k Keys) (MasterState, error) {
-	reply, err := run(ctx, c, checkScript, "check", []string{k.Master, k.Term, k.Next})
-	if err != nil {
-		return MasterState{}, err
-	}
-	return parseCheck(k, reply)
-}
-
-// CheckCall is the check script queued in a pipeline by QueueCheck; its
-// Result is readable once the pipeline has run.
-type CheckCall struct {
-	k   Keys
-	cmd *redis.Cmd
-}
-
-// QueueCheck queues check.lua in pipe, so that a caller can send the check
-// together with commands of its own in one round trip (masterelection's
-// Start does). It queues EVAL with the script's source, as
-// QueueRegistryProbe does, so the round trip needs no NOSCRIPT fallback.
-func QueueCheck(ctx context.Context, pipe redis.Pipeliner, k Keys) *CheckCall {
-	return &CheckCall{k: k, cmd: pipe.Eval(ctx, checkSrc, []string{k.Master, k.Term, k.Next})}
-}
-
-// Result is what Check would have returned: the reply of the queued check,
-// read after the pipeline ran, with its errors wrapped alike.
-func (c *CheckCall) Result() (MasterState, error) {
-	reply, err := c.cmd.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return MasterState{}, unexpected("check", nil)
-	case err != nil:
-		return MasterState{}, fmt.Errorf("check script: %w%s", err, aclHint("check", err))
-	}
-	return parseCheck(c.k, reply)
-}
-
-// parseCheck reads the reply of check.lua on the keys k.
-func parseCheck(k Keys, reply any) (MasterState, error) {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 4 {
-		return MasterState{}, unexpected("check", reply)
-	}
-	holder, ok1 := arr[0].(string)
-	rawTerm, ok2 := arr[1].(string)
-	pttl, ok3 := arr[2].(int64)
-	rawNext, ok4 := arr[3].(string)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return MasterState{}, unexpected("check", reply)
-	}
-	st := MasterState{TermMissing: rawTerm == ""}
-	if pttl != -2 {
-		st.Exists, st.NodeID, st.TTL, st.Garbage = true, holder, pttlDuration(pttl), lockGarbage(k, holder, pttl)
-	}
-	if rawTerm != "" {
-		t, err := strconv.ParseInt(rawTerm, 10, 64)
-		if err != nil || t < 0 || t > MaxTerm {
-			st.TermGarbage = true
-			shown := rawTerm
-			if len(shown) > 64 { // garbage of any length: quote its start
-				shown = shown[:64] + "…"
-			}
-			what := strconv.Quote(shown)
-			if typ, ok := strings.CutPrefix(rawTerm, "!"); ok {
-				what = "a " + typ
-			} else if err == nil && t > MaxTerm || errors.Is(err, strconv.ErrRange) {
-				what += " (above 2^53 - 1, the largest term herd can mint exactly)"
-			}
-			if st.Garbage == "" {
-				st.Garbage = fmt.Sprintf("key %q holds %s, not a term", k.Term, what)
-			}
-		} else {
-			st.Term = t
-		}
-	}
-	if next, ok := parseSuccession(rawNext); ok && st.Term != 0 && next.Term == st.Term {
-		st.Next = next
-	}
-	return st, nil
-}
-
-// Route runs route.lua: it publishes msg to every channel if nodeID still
-// holds the lock under term, and returns the number of receivers of each
-// channel, in order. It returns ErrFenced, and publishes nothing, otherwise.
-func Route(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, msg []byte, channels ...string) ([]int64, error) {
-	args := make([]any, 0, 3+len(channels))
-	args = append(args, nodeID, termArg(term), msg)
-	for _, ch := range channels {
-		args = append(args, ch)
-	}
-	reply, err := run(ctx, c, routeScript, "route", []string{k.Master, k.Term}, args...)
-	if err != nil {
-		return nil, err
-	}
-	return routeCounts("route", reply, len(channels), func() string { return fmt.Sprintf("route as %q with term %d", nodeID, term) })
-}
-
-// routeCounts reads the reply of route.lua or route_batch.lua: n receiver
-// counts, or -1 when the sender was fenced (an error wrapping ErrFenced,
-// prefixed with what fenced returns: it is formatted only then, not on
-// every message).
-func routeCounts(name string, reply any, n int, fenced func() string) ([]int64, error) {
-	if v, ok := reply.(int64); ok && v == -1 {
-		return nil, fmt.Errorf("%s: %w", fenced(), ErrFenced)
-	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != n {
-		return nil, unexpected(name, reply)
-	}
-	counts := make([]int64, len(arr))
-	for i, v := range arr {
-		if counts[i], ok = v.(int64); !ok || counts[i] < 0 {
-			return nil, unexpected(name, reply)
-		}
-	}
-	return counts, nil
-}
-
-// Routed is one message of RouteBatch: the bytes to publish and the channel
-// to publish them to.
-type Routed struct {
-	// Channel is the channel to PUBLISH to (worker:slave:<id>).
-	Channel string
-	// Message is what to publish: the JSON envelope.
-	Message []byte
-}
-
-// RouteBatch runs route_batch.lua: if nodeID still holds the lock under
-// term, it publishes every message to its channel, in order, in one atomic
-// step, and returns the number of receivers of each message, in order. It
-// returns ErrFenced, and publishes nothing, otherwise. An empty msgs makes no
-// call and returns nil counts and a nil error.
-//
-// The whole batch travels in one command: callers bound its size (pubsub
-// splits batches into calls of at most pubsub.MaxBatchChunk messages).
-func RouteBatch(ctx context.Context, c redis.Scripter, k Keys, nodeID string, term int64, msgs []Routed) ([]int64, error) {
-	if len(msgs) == 0 {
-		return nil, nil
-	}
-	args := make([]any, 0, 2+2*len(msgs))
-	args = append(args, nodeID, termArg(term))
-	for _, m := range msgs {
-		args = append(args, m.Channel, m.Message)
-	}
-	reply, err := run(ctx, c, routeBatchScript, "route batch", []string{k.Master, k.Term}, args...)
-	if err != nil {
-		return nil, err
-	}
-	return routeCounts("route batch", reply, len(msgs), func() string {
-		return fmt.Sprintf("route batch of %d messages as %q with term %d", len(msgs), nodeID, term)
-	})
-}
-
 // lockGarbage describes what is wrong with a held lock, or returns "".
 func lockGarbage(k Keys, holder string, pttl int64) string {
 	switch {
@@ -455,81 +299,4 @@ func lockGarbage(k Keys, holder string, pttl int64) string {
 		return fmt.Sprintf("key %q has no expiry, so its holder would be master forever", k.Master)
 	}
 	return ""
-}
-
-// run is the one place that calls a script: EVALSHA with EVAL fallback, and
-// errors wrapped with the script's name. redis.Nil never leaves it.
-func run(ctx context.Context, c redis.Scripter, s *redis.Script, name string, keys []string, args ...any) (any, error) {
-	reply, err := s.Run(ctx, c, keys, args...).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, unexpected(name, nil)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s script: %w%s", name, err, aclHint(name, err))
-	}
-	return reply, nil
-}
-
-// scriptCommands are the commands each script runs, for ACL errors: Redis
-// 7.0 does not name the command a script was refused.
-var scriptCommands = map[string]string{
-	"acquire":         "GET, SET, PTTL, TIME, PUBLISH",
-	"renew":           "GET, TIME, PEXPIRE, SET",
-	"release":         "GET, DEL, SET, PUBLISH",
-	"check":           "GET, PTTL",
-	"check beat":      "GET, PTTL, and those of registry put",
-	"route":           "GET, PUBLISH",
-	"next":            "GET, SET",
-	"hand back":       "GET, SET, PTTL",
-	"route batch":     "GET, PUBLISH",
-	"inbox send":      "GET, HEXISTS, ZSCORE, TIME, SADD, XLEN, XADD",
-	"assign plan":     "GET, HGET, HSET, HDEL, SADD, SREM",
-	"assign sync":     "TIME, HGET, HSET, HDEL, SMEMBERS, SADD, SREM",
-	"inbox move":      "GET, XRANGE, XPENDING, XADD, SADD, XACK, XDEL, XLEN, DEL, SREM",
-	"inbox adopt":     "GET, TIME, HEXISTS, ZSCORE, EXISTS, XRANGE, XPENDING, XADD, XACK, XDEL, XLEN, DEL, SREM",
-	"inbox dead":      "XRANGE, XADD, XACK, XDEL",
-	"dead retry":      "XRANGE, HEXISTS, ZSCORE, TIME, GET, XADD, SADD, XDEL",
-	"registry probe":  "TYPE, HSETEX, HPEXPIRE, HSET, HDEL",
-	"registry put":    "GET, HEXISTS, TIME, SET, HSETEX or HSET + HPEXPIRE or ZSCORE + ZADD, PUBLISH",
-	"registry remove": "HGET, ZSCORE, TIME, GET, HDEL, ZREM, SET, PUBLISH",
-	"registry read":   "TIME, ZRANGEBYSCORE, GET, ZREM, HDEL, SET, PUBLISH, and around it MULTI, EXEC, HGETALL or HMGET, GET",
-}
-
-// aclHint adds, to an error that is a refusal by Redis's ACL, the commands
-// the script needs, so the message names what to grant.
-func aclHint(name string, err error) string {
-	msg := err.Error()
-	// NOPERM outside scripts; inside, Redis 7.0 says "can't run this
-	// command" and Redis 8 / Valkey 9 "ACL failure in script".
-	if !strings.Contains(msg, "NOPERM") && !strings.Contains(msg, "can't run this command") &&
-		!strings.Contains(msg, "ACL failure in script") {
-		return ""
-	}
-	return fmt.Sprintf(" (permission denied by the ACL: the Redis user needs EVALSHA, EVAL and the commands the %s script runs: %s; see docs/topologies.md)", name, scriptCommands[name])
-}
-
-func oneOrZero(name string, reply any) (bool, error) {
-	n, ok := reply.(int64)
-	if !ok || (n != 0 && n != 1) {
-		return false, unexpected(name, reply)
-	}
-	return n == 1, nil
-}
-
-func unexpected(name string, reply any) error {
-	return fmt.Errorf("%s script: %w %#v", name, ErrUnexpectedReply, reply)
-}
-
-func termArg(term int64) string {
-	if term <= 0 {
-		return ""
-	}
-	return strconv.FormatInt(term, 10)
-}
-
-func pttlDuration(ms int64) time.Duration {
-	if ms < 0 {
-		return -1
-	}
-	return time.Duration(ms) * time.Millisecond
 }

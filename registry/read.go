@@ -1,0 +1,311 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/wire"
+	"github.com/herdkit/herd/scripts"
+)
+
+// Processes returns every live entry, sorted by process id; the
+// specification's getAllProcesses. Corrupt entries are skipped and reported
+// to Config.OnError.
+func (r *Registry) Processes(ctx context.Context) ([]ProcessInfo, error) {
+	snap, err := r.load(ctx, false)
+	return snap.infos, err
+}
+
+// Process returns the live entry of processID, ErrNotFound when there is
+// none, or an error wrapping ErrCorruptEntry when it cannot be read.
+func (r *Registry) Process(ctx context.Context, processID string) (ProcessInfo, error) {
+	p, _, err := r.entry(ctx, processID)
+	return p, err
+}
+
+// entry reads the live entry of processID and, in the same round trip, the
+// node id of the lock's holder ("" when none): the read of Process and
+// Slave, with their errors.
+func (r *Registry) entry(ctx context.Context, processID string) (_ ProcessInfo, master string, _ error) {
+	if err := scripts.ValidateName("process id", processID); err != nil {
+		return ProcessInfo{}, "", fmt.Errorf("%w: %w", ErrInvalidProcess, err)
+	}
+	view, err := r.be.read(ctx, []string{processID}, false)
+	if err != nil {
+		return ProcessInfo{}, "", fmt.Errorf("read process %q: %w", processID, err)
+	}
+	raw, ok := view.Entries[processID]
+	if !ok {
+		return ProcessInfo{}, "", fmt.Errorf("process %q: %w", processID, ErrNotFound)
+	}
+	p, err := decodeProcess(processID, raw)
+	if err != nil {
+		return ProcessInfo{}, "", r.corrupt(processID, err)
+	}
+	return p, view.Master, nil
+}
+
+// ProcessesByRole returns the live entries whose role is role, sorted by
+// process id; the specification's getProcessesByRole. RoleSlave leaves out
+// the process that holds the master lock at the read (read in the same
+// round trip), whatever its entry says: a new master's entry still says
+// slave until its first write as master, and a process is never its own
+// slave.
+func (r *Registry) ProcessesByRole(ctx context.Context, role Role) ([]ProcessInfo, error) {
+	if role != RoleMaster && role != RoleSlave {
+		return nil, fmt.Errorf("%w: role %q is neither %q nor %q", ErrInvalidProcess, role, RoleMaster, RoleSlave)
+	}
+	snap, err := r.load(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	out := snap.infos[:0]
+	for _, p := range snap.infos {
+		if p.Role == role && !(role == RoleSlave && p.holds(snap.master)) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// MasterProcess returns the master's info from Keys.MasterProcess, written
+// by the lock scripts with the lock's TTL and a "term" member; the
+// specification's getMasterProcess. It returns ErrNotFound when there is no
+// master, and an error wrapping ErrCorruptEntry naming the key when the
+// value is not a ProcessInfo.
+func (r *Registry) MasterProcess(ctx context.Context) (ProcessInfo, error) {
+	v, err := r.c.Get(ctx, r.keys.MasterProcess).Result()
+	if errors.Is(err, redis.Nil) {
+		return ProcessInfo{}, fmt.Errorf("master process: %w", ErrNotFound)
+	}
+	if err != nil {
+		return ProcessInfo{}, fmt.Errorf("read master process: %w", err)
+	}
+	p, err := decodeProcess("", v)
+	if err != nil {
+		return ProcessInfo{}, fmt.Errorf("%w: key %q: %w", ErrCorruptEntry, r.keys.MasterProcess, err)
+	}
+	return p, nil
+}
+
+// Slaves returns every live slave, sorted by node id, the lock's holder
+// left out as in ProcessesByRole; the specification's getSlaves.
+func (r *Registry) Slaves(ctx context.Context) ([]SlaveNode, error) {
+	ps, err := r.ProcessesByRole(ctx, RoleSlave)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SlaveNode, len(ps))
+	for i, p := range ps {
+		out[i] = p.Slave()
+	}
+	return out, nil
+}
+
+// Slave returns the live slave nodeID, or ErrNotFound when there is no live
+// entry for it or it is not a slave (its entry says master, or it holds the
+// lock); the specification's getSlave.
+func (r *Registry) Slave(ctx context.Context, nodeID string) (SlaveNode, error) {
+	p, master, err := r.entry(ctx, nodeID)
+	if err != nil {
+		return SlaveNode{}, err
+	}
+	switch {
+	case p.Role != RoleSlave:
+		return SlaveNode{}, fmt.Errorf("slave %q: it is the %s: %w", nodeID, p.Role, ErrNotFound)
+	case p.holds(master):
+		return SlaveNode{}, fmt.Errorf("slave %q: it holds the master lock: %w", nodeID, ErrNotFound)
+	}
+	return p.Slave(), nil
+}
+
+// SlaveCount returns the number of live slaves; the specification's
+// getSlaveCount. It reads the whole registry.
+func (r *Registry) SlaveCount(ctx context.Context) (int, error) {
+	ps, err := r.ProcessesByRole(ctx, RoleSlave)
+	return len(ps), err
+}
+
+// ProcessChannel returns the routing channel of the live process processID,
+// "worker:slave:<processID>", or ErrNotFound when it is not registered.
+func (r *Registry) ProcessChannel(ctx context.Context, processID string) (string, error) {
+	p, err := r.Process(ctx, processID)
+	if err != nil {
+		return "", err
+	}
+	return r.keys.SlaveChannel(p.ProcessID), nil
+}
+
+// snapshot is what load read: the decoded entries, sorted by process id,
+// the raw value each was decoded from (raws[i] is infos[i]'s), and the
+// registry's version as of the read (when asked for).
+type snapshot struct {
+	infos   []ProcessInfo
+	raws    []string
+	version int64
+	master  string // the lock's holder at the read
+}
+
+// load reads every live entry, sorted by process id, skipping and reporting
+// corrupt ones. With versioned, the snapshot's version is the registry's
+// version as of the read.
+func (r *Registry) load(ctx context.Context, versioned bool) (snapshot, error) {
+	view, err := r.be.read(ctx, nil, versioned)
+	if err != nil {
+		return snapshot{}, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
+	}
+	if len(view.Removed) > 0 {
+		r.cfg.Logger.Debug().Strs("processes", view.Removed).Msg("removed expired registry entries")
+	}
+	return r.snapshotOf(view), nil
+}
+
+// snapshotOf decodes the entries of view, sorted by process id, skipping
+// and reporting corrupt ones: load's work after the read.
+//
+// The ids of a registry change far less often than it is read (a process
+// joins or leaves; every read in between sees the same ids), so the sorted
+// ids of the last snapshot are kept and tried first: when every one of them
+// is in view and there are as many, they are exactly view's ids, in order,
+// and no sort is needed.
+func (r *Registry) snapshotOf(view scripts.RegistryView) snapshot {
+	m := view.Entries
+	snap := snapshot{infos: make([]ProcessInfo, len(m)), raws: make([]string, len(m)), version: view.Version, master: view.Master}
+	errs := make([]error, len(m))
+	r.mu.Lock()
+	fields := r.order
+	r.mu.Unlock()
+	if len(fields) != len(m) || !decodeAll(m, fields, snap.raws, snap.infos, errs) {
+		fields = make([]string, 0, len(m))
+		for f := range m {
+			fields = append(fields, f)
+		}
+		slices.Sort(fields)
+		decodeAll(m, fields, snap.raws, snap.infos, errs)
+		r.mu.Lock()
+		r.order = fields // never written again: snapshots may share it
+		r.mu.Unlock()
+	}
+
+	// Drop the corrupt entries, reporting each.
+	n := 0
+	var bad map[string]uint64
+	for i, field := range fields {
+		if errs[i] != nil {
+			if bad == nil {
+				bad = map[string]uint64{}
+			}
+			bad[field] = hashOf(snap.raws[i])
+			r.reportOnce(field, bad[field], errs[i])
+			continue
+		}
+		snap.infos[n], snap.raws[n] = snap.infos[i], snap.raws[i]
+		n++
+	}
+	clear(snap.infos[n:]) // no references kept past the end
+	snap.infos, snap.raws = snap.infos[:n], snap.raws[:n]
+	r.mu.Lock()
+	for f := range r.reported {
+		if _, ok := bad[f]; !ok {
+			delete(r.reported, f)
+		}
+	}
+	r.mu.Unlock()
+	return snap
+}
+
+// decodeChunk is the least number of entries worth a goroutine of their own
+// when decoding a large registry.
+const decodeChunk = 1024
+
+// decodeAll decodes m[fields[i]] into out[i] or errs[i], keeping the value
+// in raws[i]. It returns false, early and with the outputs in an undefined
+// state, when a field is not in m. A large registry is decoded on up to
+// GOMAXPROCS goroutines, which it waits for.
+func decodeAll(m map[string]string, fields, raws []string, out []ProcessInfo, errs []error) bool {
+	var missing atomic.Bool
+	decode := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			raw, ok := m[fields[i]]
+			if !ok {
+				missing.Store(true)
+				return
+			}
+			if i&63 == 0 && missing.Load() {
+				return
+			}
+			raws[i] = raw
+			out[i], errs[i] = decodeProcess(fields[i], raw)
+		}
+	}
+	parts := min(runtime.GOMAXPROCS(0), len(fields)/decodeChunk)
+	if parts < 2 {
+		decode(0, len(fields))
+		return !missing.Load()
+	}
+	var wg sync.WaitGroup
+	size := (len(fields) + parts - 1) / parts
+	for lo := size; lo < len(fields); lo += size {
+		wg.Go(func() { decode(lo, min(lo+size, len(fields))) })
+	}
+	decode(0, size)
+	wg.Wait()
+	return !missing.Load()
+}
+
+// reportOnce hands the corrupt field to OnError unless the same value of
+// the same field has been reported already.
+func (r *Registry) reportOnce(field string, h uint64, err error) {
+	r.mu.Lock()
+	seen, ok := r.reported[field]
+	r.reported[field] = h
+	r.mu.Unlock()
+	if ok && seen == h {
+		return
+	}
+	cerr := r.corrupt(field, err)
+	r.cfg.Logger.Warn().Err(cerr).Msg("skipped a corrupt registry entry")
+	if r.cfg.OnError != nil {
+		r.cfg.OnError(cerr)
+	}
+}
+
+func (r *Registry) corrupt(field string, err error) error {
+	return fmt.Errorf("%w: field %q of %q: %w", ErrCorruptEntry, wire.Truncate(field), r.keys.Processes, err)
+}
+
+// entries reads the live entries of ids and the registry's version as of
+// the read, atomically, in one round trip. Corrupt entries are left out and
+// reported to Config.OnError.
+func (r *Registry) entries(ctx context.Context, ids []string) (map[string]ProcessInfo, int64, error) {
+	view, err := r.be.read(ctx, ids, true)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read registry %q: %w", r.keys.Processes, err)
+	}
+	out := make(map[string]ProcessInfo, len(view.Entries))
+	for id, raw := range view.Entries {
+		p, err := decodeProcess(id, raw)
+		if err != nil {
+			r.reportOnce(id, hashOf(raw), err)
+			continue
+		}
+		out[id] = p
+	}
+	return out, view.Version, nil
+}
+
+// hashOf is the FNV-1a hash of s, by which reportOnce knows a corrupt value
+// it has reported already.
+func hashOf(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
