@@ -97,6 +97,15 @@ func (c *cluster) begin(seq int64, f fault) (heal func()) {
 		c.add(Record{Kind: KindNote, Seq: seq, Detail: fmt.Sprintf("fault %s skipped: no %s to target", f.kind, f.target)})
 		return func() {}
 	}
+	if held := c.currentMaster(); takesOut[f.kind] && target != nil && target.candidate && held != nil && held != target && held.slot.faulted {
+		if others := c.otherCandidates(held); len(others) == 1 && others[0] == target {
+			// The master is held by a fault and this is the last candidate
+			// that could take over: no one could within the failover bound,
+			// so the fault would test nothing but the wait.
+			c.add(Record{Kind: KindNote, Seq: seq, Detail: fmt.Sprintf("fault %s skipped: it would take out the last candidate while the master is held", f.kind)})
+			return func() {}
+		}
+	}
 	crash := masterLeaves[f.kind] || target == master && (f.kind == FaultBlackhole || f.kind == FaultResetPeer)
 	if crash && target == master && len(c.otherCandidates(master)) == 0 {
 		// With no other candidate no one could take over within the
@@ -362,4 +371,11 @@ func (c *cluster) firstRanked(master *process) *process {
 		}
 	}
 	return nil
+}
+
+// takesOut lists the faults that leave their target unable to take the lock
+// for a while.
+var takesOut = map[string]bool{
+	FaultKillSlave: true, FaultPauseSlave: true, FaultRestartSlave: true,
+	FaultBlackhole: true, FaultResetPeer: true,
 }
