@@ -12,14 +12,11 @@ func (m *MasterElection) SetCandidate(candidate bool) {
 		return
 	}
 	select {
-	case m.candidacy <- struct{}{}:
+	case m.core.candidacy <- struct{}{}:
 	default: // a change is already pending; the loop reads the latest value
 	}
 	select {
-	case m.infoChanged <- struct{}{}: // the registry entry says whether it contends
+	case m.members.infoChanged <- struct{}{}: // the registry entry says whether it contends
 	default:
 	}
 }
-
-// Candidate reports whether this process contends for mastership.
-func (m *MasterElection) Candidate() bool { return m.candidate.Load() }

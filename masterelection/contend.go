@@ -3,7 +3,6 @@ package masterelection
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"time"
 
@@ -11,71 +10,34 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
-// maxLostInfos bounds lostAcquires.infos.
-const maxLostInfos = 16
-
-// lostAcquires is what followLoop knows about the acquires whose reply was lost
-// since maybeHeld was set, to tell a lock they may have taken from a twin's
-// (another process running with the same NodeID).
-type lostAcquires struct {
-	infos   [][]byte // the master_process values they sent, without the term
-	unknown bool     // one sent none, or more were lost than infos keeps
-	// The lock last found under our node id while maybeHeld: its term, the
-	// latest instant (local clock) at which it can expire unless renewed,
-	// and when that was seen.
-	term          int64
-	expiry, since time.Time
-	infoChecked   bool // master_process was compared for term (it changes only with the term)
-}
-
-// add records an acquire whose reply was lost, with the info it sent.
-func (la *lostAcquires) add(info []byte) {
-	if info == nil || len(la.infos) == maxLostInfos {
-		la.unknown = true
-		return
-	}
-	la.infos = append(la.infos, info)
-}
-
-// seenForAcquire is the seen-term argument of the acquire script: the
-// observed term, or 0 once this process has waited out the data loss it saw
-// last (its wait has passed, and no newer term was seen since it began).
-func (m *MasterElection) seenForAcquire(ls *loopState) int64 {
-	seen := m.ObservedTerm()
-	if !ls.lossWait.IsZero() && ls.lossTerm == seen && !m.clock.Now().Before(ls.lossWait) {
-		return 0
-	}
-	return seen
-}
-
 // contend runs the acquire script once. It returns the new mastership, or
 // nil and the delay before the next check.
-func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*mastership, time.Duration) {
-	if !m.contends() {
+func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Duration) {
+	if !c.contends() {
 		return nil, 0 // no longer a candidate since the attempt was set: look at the lock instead
 	}
-	if rest := ls.holdOff.Sub(m.clock.Now()); rest > 0 {
+	if rest := ls.holdOff.Sub(c.clock.Now()); rest > 0 {
 		return nil, rest // this process just handed the lock over
 	}
 	if !ls.inElection {
 		ls.inElection = true
-		m.bus.emit(topicElectionStarted, payload{})
+		c.bus.emit(topicElectionStarted, payload{})
 	}
-	info, err := m.masterInfoJSON()
+	info, err := c.masterInfoJSON()
 	if err != nil {
-		m.emitError(err)
+		c.emitError(err)
 		info = nil
 	}
-	sent := m.clock.Now()
-	limit := m.opTimeout()
+	sent := c.clock.Now()
+	limit := c.opTimeout()
 	if ls.unresolved {
 		// Start's: a slow reply is safe (the deadline counts from sent),
 		// and in a fleet starting at once it is slow; but one that comes
 		// after the deadline would give a mastership already over.
-		limit = min(m.startTimeout(), m.cfg.LockTTL-m.cfg.StepDownMargin)
+		limit = min(c.startTimeout(), c.cfg.LockTTL-c.cfg.StepDownMargin)
 	}
 	actx, cancel := context.WithTimeout(ctx, limit)
-	res, err := m.acquire(actx, info, m.seenForAcquire(ls))
+	res, err := c.acquire(actx, info, c.seenForAcquire(ls))
 	cancel()
 	if err != nil {
 		if res.Term != 0 {
@@ -85,31 +47,31 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*mastershi
 			ls.lostAcquires.add(info)
 		}
 		if ctx.Err() == nil {
-			m.emitError(fmt.Errorf("acquire master lock: %w", err))
+			c.emitError(fmt.Errorf("acquire master lock: %w", err))
 		}
-		return nil, ls.retry.next(m.cfg)
+		return nil, ls.retry.next(c.cfg)
 	}
 	ls.retry.reset()
 	if res.DataLoss {
 		// The lock is free, but Redis lost a term this process had seen:
 		// wait, whichever path brought this attempt (see dataLossWait).
-		return nil, max(m.dataLossWait(ls, true), m.cfg.retryInterval())
+		return nil, max(c.dataLossWait(ls, true), c.cfg.retryInterval())
 	}
 	if res.TermGarbage {
 		// Someone else's data in the term key: herd writes nothing over it.
-		m.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
-		return nil, m.cfg.CheckInterval
+		c.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
+		return nil, c.cfg.CheckInterval
 	}
 	if res.Reserved {
 		// A Transfer reserved the free lock for another node: look again
 		// when the reservation ends, unless that node took it.
-		m.noteTerm(res.HolderTerm)
-		m.complete(ls, false)
-		return nil, m.untilExpiry(res.TTL)
+		c.noteTerm(res.HolderTerm)
+		c.complete(ls, false)
+		return nil, c.untilExpiry(res.TTL)
 	}
 	if res.Term == 0 {
-		m.noteTerm(res.HolderTerm)
-		if res.Holder == m.cfg.NodeID {
+		c.noteTerm(res.HolderTerm)
+		if res.Holder == c.cfg.NodeID {
 			// Ours from an attempt whose reply was lost: an earlier one, or
 			// this very call, which go-redis sent again after losing its reply
 			// (MaxRetries) and which then found its own lock. Or a twin's.
@@ -119,18 +81,18 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*mastershi
 			return nil, 0
 		}
 		if res.Garbage != "" {
-			m.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
+			c.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
 		}
-		m.complete(ls, false)
-		return nil, m.untilExpiry(res.TTL)
+		c.complete(ls, false)
+		return nil, c.untilExpiry(res.TTL)
 	}
 
-	l := m.newMastership(ctx, res.Term, m.deadlineAfter(sent))
+	l := c.newMastership(ctx, res.Term, c.deadlineAfter(sent))
 	ls.tookLock(res.Term)
-	m.noteTerm(res.Term)
-	m.mastership.Store(l)
-	m.log.Info().Int64("term", res.Term).Msg("became master")
-	m.bus.emit(topicMasterAcquired, payload{term: res.Term, mastership: l})
+	c.noteTerm(res.Term)
+	c.mastership.Store(l)
+	c.log.Info().Int64("term", res.Term).Msg("became master")
+	c.bus.emit(topicMasterAcquired, payload{term: res.Term, mastership: l})
 	// The handlers' runners, waiting on their emitter channels, were made
 	// runnable on this goroutine's processor, where they would wait until
 	// this loop blocks or another processor wakes up to take them, behind
@@ -141,10 +103,10 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*mastershi
 	// holds this loop for a scheduler time slice at worst, until another
 	// processor takes the loop or the handler is preempted.
 	runtime.Gosched()
-	m.complete(ls, true)
-	m.setRole(registry.RoleMaster, res.Term)
-	m.bg.Add(1)
-	go m.trackSlaves(l)
+	c.complete(ls, true)
+	c.members.setRole(registry.RoleMaster, res.Term)
+	c.members.bg.Add(1)
+	go c.members.trackSlaves(l)
 	return l, 0
 }
 
@@ -153,70 +115,16 @@ func (m *MasterElection) contend(ctx context.Context, ls *loopState) (*mastershi
 // to its term) and reported as an error wrapping ErrReplicas; when that
 // release fails, the error comes with the term, so the loop knows the lock
 // that may still be its own.
-func (m *MasterElection) acquire(ctx context.Context, info []byte, seen int64) (scripts.Acquired, error) {
-	if m.cfg.WaitReplicas <= 0 {
-		return scripts.Acquire(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, seen)
+func (c *core) acquire(ctx context.Context, info []byte, seen int64) (scripts.Acquired, error) {
+	if c.cfg.WaitReplicas <= 0 {
+		return scripts.Acquire(ctx, c.client, c.keys, c.cfg.NodeID, c.cfg.LockTTL, info, seen)
 	}
-	res, acked, err := scripts.AcquireReplicated(ctx, m.client, m.keys, m.cfg.NodeID, m.cfg.LockTTL, info, seen, m.cfg.replication())
-	if err != nil || res.Term == 0 || acked >= int64(m.cfg.WaitReplicas) {
+	res, acked, err := scripts.AcquireReplicated(ctx, c.client, c.keys, c.cfg.NodeID, c.cfg.LockTTL, info, seen, c.cfg.replication())
+	if err != nil || res.Term == 0 || acked >= int64(c.cfg.WaitReplicas) {
 		return res, err
 	}
-	if _, rerr := scripts.Release(ctx, m.client, m.keys, m.cfg.NodeID, res.Term); rerr != nil {
-		return scripts.Acquired{Term: res.Term}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term, rerr)
+	if _, rerr := scripts.Release(ctx, c.client, c.keys, c.cfg.NodeID, res.Term); rerr != nil {
+		return scripts.Acquired{Term: res.Term}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, c.cfg.WaitReplicas, res.Term, rerr)
 	}
-	return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, released", ErrReplicas, acked, m.cfg.WaitReplicas, res.Term)
-}
-
-// noticeCheckDelay is a random wait in [0, CheckInterval/noticeCheckSpread]
-// before the check that an acquired notice sets off on a slave. Routing
-// verifies a new term itself (pubsub), and a slave that contends gives way
-// at the notice. One exception: a slave waiting out a data loss
-// (ls.lossWait) checks at once. A master elected since the loss must be
-// known before Redis loses its data again, or this slave would contend at
-// the end of a wait that did not cover that master (a soak schedule with
-// two restarts 6 ms apart had two masters for 25 ms).
-func (m *MasterElection) noticeCheckDelay(ls *loopState) time.Duration {
-	if !ls.lossWait.IsZero() {
-		return 0
-	}
-	return rand.N(m.cfg.CheckInterval/noticeCheckSpread + 1)
-}
-
-func (m *MasterElection) jitter() time.Duration {
-	if m.cfg.ElectionJitter <= 0 {
-		return 0
-	}
-	return rand.N(m.cfg.ElectionJitter + 1)
-}
-
-// contendDelay is how long this process waits before contending for the
-// lock of term, found free: released (a notice) or expired (a check). The
-// master of term published its succession (ls.next, read by the last
-// check): the slave it ranks i-th waits i steps of ElectionJitter /
-// (maxSuccession + 1), and a slave it does not rank waits past them all
-// plus a jitter, all within ElectionJitter, so failover is no slower than
-// before. In a settled herd one acquire is sent, the first-ranked's, and
-// the others give way when its acquired notice comes (followLoop); a
-// dead or paused first-ranked slave costs one step. Without a succession
-// for term, a released lock is contended at once and an expired one after
-// a jitter, by every slave.
-func (m *MasterElection) contendDelay(ls *loopState, term int64, released bool) time.Duration {
-	if ls.next.Term == 0 || ls.next.Term != term || len(ls.next.Order) == 0 {
-		if released {
-			return 0
-		}
-		return m.jitter()
-	}
-	// Only the first maxSuccession places count, whatever the key holds
-	// (anyone who may write it could list thousands): every wait stays
-	// within ElectionJitter.
-	step := m.cfg.ElectionJitter / (maxSuccession + 1)
-	if i := ls.next.Rank(m.cfg.NodeID); i >= 0 && i < maxSuccession {
-		return time.Duration(i) * step
-	}
-	first := time.Duration(min(len(ls.next.Order), maxSuccession)) * step
-	if rest := m.cfg.ElectionJitter - first; rest > 0 {
-		return first + rand.N(rest+1)
-	}
-	return first
+	return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, released", ErrReplicas, acked, c.cfg.WaitReplicas, res.Term)
 }

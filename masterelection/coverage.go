@@ -35,16 +35,16 @@ return 0`)
 // readFullCoverage reads, on a Redis Cluster, the node that holds the
 // election's keys' cluster-require-full-coverage and cluster-node-timeout,
 // when the user may read them (two round trips, at Start only).
-func (m *MasterElection) readFullCoverage(ctx context.Context) coverageRead {
-	cl, ok := m.client.(*redis.ClusterClient)
+func (n *node) readFullCoverage(ctx context.Context) coverageRead {
+	cl, ok := n.client.(*redis.ClusterClient)
 	if !ok {
 		return coverageRead{}
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+	ctx, cancel := context.WithTimeout(ctx, n.opTimeout())
 	defer cancel()
-	node, err := cl.MasterForKey(ctx, m.keys.Master)
+	node, err := cl.MasterForKey(ctx, n.keys.Master)
 	if err != nil {
-		return coverageRead{cluster: true, err: fmt.Errorf("find the cluster node of %s: %w", m.keys.Master, err)}
+		return coverageRead{cluster: true, err: fmt.Errorf("find the cluster node of %s: %w", n.keys.Master, err)}
 	}
 	r := coverageRead{cluster: true, addr: node.Options().Addr}
 	allowed, err := aclConfigGet.Run(ctx, node, nil).Int()
@@ -77,16 +77,16 @@ func (m *MasterElection) readFullCoverage(ctx context.Context) coverageRead {
 // failed (about cluster-node-timeout after the failure) until a replica is
 // promoted; the check compares cluster-node-timeout + clusterPromotion, a
 // margin above that, with LockTTL - StepDownMargin. It never fails Start.
-func (m *MasterElection) reportCoverage(r coverageRead) {
+func (n *node) reportCoverage(r coverageRead) {
 	if !r.cluster {
 		return
 	}
-	log := m.log.With().Str("redis", r.addr).Logger()
+	log := n.log.With().Str("redis", r.addr).Logger()
 	if r.err != nil {
 		log.Info().Err(r.err).Msg("cluster-require-full-coverage not checked: with yes, a failover of any master can make the lock's slot refuse commands (docs/topologies.md)")
 		return
 	}
-	window := m.cfg.LockTTL - m.cfg.StepDownMargin
+	window := n.cfg.LockTTL - n.cfg.StepDownMargin
 	down := r.nodeTimeout + clusterPromotion
 	if !r.full || window > down {
 		return
@@ -95,8 +95,8 @@ func (m *MasterElection) reportCoverage(r coverageRead) {
 		"from when the cluster marks it failed until a replica is promoted (the replica waits 0.5 to 1 s, more by its rank, before it asks for votes; with no replica, until the master returns), "+
 		"and a refusal longer than LockTTL - StepDownMargin = %v makes the master step down although its own node is healthy; "+
 		"set cluster-require-full-coverage no on every node and persist it (CONFIG REWRITE or the config file), or LockTTL above %v (cluster-node-timeout + 1s + StepDownMargin) (docs/topologies.md)",
-		ErrClusterCoverage, r.addr, r.nodeTimeout, window, down+m.cfg.StepDownMargin)
+		ErrClusterCoverage, r.addr, r.nodeTimeout, window, down+n.cfg.StepDownMargin)
 	log.Warn().Err(err).Msg("a failover elsewhere in the cluster can end the mastership")
 	// Not emitError: like the eviction warning, no failed attempt.
-	m.bus.emit(topicError, payload{err: err})
+	n.bus.emit(topicError, payload{err: err})
 }

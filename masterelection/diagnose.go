@@ -46,11 +46,11 @@ func dialCause(ctx context.Context, client redis.UniversalClient) error {
 
 // withDialCause adds the cause dialCause finds to err when err says no more
 // than that a deadline passed.
-func (m *MasterElection) withDialCause(ctx context.Context, err error, last error) error {
+func (n *node) withDialCause(ctx context.Context, err error, last error) error {
 	if last != nil && !errors.Is(last, context.DeadlineExceeded) && !errors.Is(last, context.Canceled) {
 		return err // the last error already says why
 	}
-	if cause := dialCause(ctx, m.client); cause != nil {
+	if cause := dialCause(ctx, n.client); cause != nil {
 		return fmt.Errorf("%w (cannot reach redis: %w)", err, cause)
 	}
 	return err

@@ -2,18 +2,13 @@ package masterelection
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
-	"github.com/herdkit/herd/internal/atomicmax"
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/registry"
@@ -24,51 +19,22 @@ import (
 // (when a candidate), renews it while master, watches it while slave, and
 // reports every change as an event. Create it with New, then Start it; all
 // methods are safe for concurrent use.
+//
+// It is the specification's facade over two parts that run beside each
+// other: the election core (core.go), which owns the lock, the term,
+// self-fencing and the notices, and membership (membership.go), which owns
+// the registry entry, the slave tracker and the succession ranking and sees
+// the core only through the view the core hands it.
 type MasterElection struct {
-	client redis.UniversalClient
-	cfg    Config
-	keys   scripts.Keys
-	clock  clock.Clock
-	base   time.Time // origin of the monotonic deadlines kept in mastership
-	log    zerolog.Logger
-	bus    *bus
+	*node
+	core    *core
+	members *membership
 
-	incarnation string // names this run of the process in its registry entry (Incarnation)
-
-	mastership   atomic.Pointer[mastership] // the current mastership; nil while slave
-	observedTerm atomic.Int64               // highest term seen on this lock name
-	candidate    atomic.Bool
-	// awaitingID: Start found this node id's registry entry written lately
-	// by another incarnation, so the process does not contend before its
-	// first registration makes the id its own (twins.go).
-	awaitingID atomic.Bool
-
-	notices     chan notice          // lock notices from the events channel, read by run
-	transfers   chan transferRequest // Transfer and control-channel requests, read by run
-	candidacy   chan struct{}        // signals run that Candidate changed
-	roles       chan roleChange      // the latest role, for the membership loop
-	infoChanged chan struct{}        // metadata changed: the membership loop registers again
-
-	reg     *registry.Registry // set by Start before run; nil in standalone mode (read under mu)
-	beats   slaveBeats         // a slave's heartbeat riding its checks (membership.go)
-	trackMu sync.Mutex         // orders slave events before master-lost
-	bg      sync.WaitGroup     // membership and slave tracking goroutines
-
-	mu       sync.Mutex
-	metadata map[string]any
-	state    lifecycle
-	cancel   context.CancelFunc // ends run; set by Start
-	stops    chan *stopRequest  // Stop's request that run resign first (stop.go); made by Start
-	resolved chan struct{}      // closed when the first election has resolved
-	// registered is closed by the membership loop at the first
-	// registration: this process holds its node id in the registry.
-	registered chan struct{}
-	aside      error         // set once when the process stepped aside for a twin (twins.go)
-	done       chan struct{} // closed when run has returned (or will never run)
-	doneOnce   sync.Once
-	stopped    chan struct{} // closed when Stop has finished
-	stopErr    error         // Stop's result; written before stopped closes
-	lastErr    error         // the latest error event, for Start's error
+	mu      sync.Mutex
+	state   lifecycle
+	cancel  context.CancelFunc // ends the loops; set by Start
+	stopped chan struct{}      // closed when Stop has finished
+	stopErr error              // Stop's result; written before stopped closes
 }
 
 type lifecycle int
@@ -110,26 +76,21 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 		cfg.NodeID = uuid.NewString()
 	}
 	_, cluster := client.(*redis.ClusterClient)
-	m := &MasterElection{
+	n := &node{
 		client:      client,
 		cfg:         cfg,
 		keys:        scripts.NewKeys(cfg.LockName, cluster).WithSlavePrefix(cfg.SlavePrefix),
 		clock:       clk,
 		base:        clk.Now(),
 		log:         cfg.logger().With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
-		notices:     make(chan notice, 64),
-		transfers:   make(chan transferRequest, 1),
-		candidacy:   make(chan struct{}, 1),
-		roles:       make(chan roleChange, 1),
-		infoChanged: make(chan struct{}, 1),
-		resolved:    make(chan struct{}),
-		registered:  make(chan struct{}),
 		incarnation: newIncarnation(),
-		done:        make(chan struct{}),
-		stopped:     make(chan struct{}),
 	}
-	m.candidate.Store(!cfg.NonCandidate)
-	m.bus = newBus(m.handlerPanicked)
+	n.candidate.Store(!cfg.NonCandidate)
+	n.bus = newBus(n.handlerPanicked)
+	m := &MasterElection{node: n, stopped: make(chan struct{})}
+	m.core = newCore(n)
+	m.members = newMembership(n, m.core.view())
+	m.core.members = m.members
 	if cfg.Standalone {
 		m.log.Warn().Msg("standalone mode: always master, no coordination with any other process")
 	}
@@ -163,11 +124,7 @@ func (m *MasterElection) IsMaster() bool { return m.Term() != 0 }
 // write or message the master sends, so receivers can refuse those of a
 // master that has been replaced: terms only grow.
 func (m *MasterElection) Term() int64 {
-	l := m.mastership.Load()
-	if l == nil || !m.holds(l, m.clock.Now()) {
-		return 0
-	}
-	return l.term
+	return m.core.term()
 }
 
 // ObservedTerm returns the highest term this process has seen on its lock
@@ -236,59 +193,70 @@ func (m *MasterElection) SetMetadata(md map[string]any) error {
 	if err := info.Validate(); err != nil {
 		return fmt.Errorf("masterelection: set metadata: %w", err)
 	}
-	m.mu.Lock()
-	m.metadata = maps.Clone(md)
-	m.mu.Unlock()
-	select {
-	case m.infoChanged <- struct{}{}:
-	default: // a refresh is already pending
-	}
+	m.setMetadata(md)
+	m.members.infoChangedNow()
 	return nil
 }
 
 // Metadata returns a copy of this process's metadata.
-func (m *MasterElection) Metadata() map[string]any {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return maps.Clone(m.metadata)
+func (m *MasterElection) Metadata() map[string]any { return m.metadataCopy() }
+
+// RunIfMaster runs fn if this process is master, and reports whether it
+// did. fn's ctx is done when ctx ends or the mastership ends, whichever
+// comes first, and never later than IsMaster turns false (its Err reads the
+// self-fencing deadline itself); term is the mastership's fencing term, to stamp on what fn
+// writes. When this process is not master, fn is not called and RunIfMaster
+// returns false and ErrNotMaster.
+func (m *MasterElection) RunIfMaster(ctx context.Context, fn func(ctx context.Context, term int64) error) (ran bool, err error) {
+	l := m.core.mastership.Load()
+	if l == nil || !l.holds(m.clock.Now()) {
+		return false, ErrNotMaster
+	}
+	fctx := newMasterCtx(ctx, l)
+	defer fctx.cancel()
+	if err := fn(fctx, l.term); err != nil {
+		return true, fmt.Errorf("masterelection: run as master (term %d): %w", l.term, err)
+	}
+	return true, nil
 }
 
-// processInfo is this process's registry entry as of now.
-func (m *MasterElection) processInfo(role registry.Role) registry.ProcessInfo {
-	now := m.clock.Now()
-	return registry.ProcessInfo{
-		ProcessID:    m.cfg.NodeID,
-		NodeID:       m.cfg.NodeID,
-		Role:         role,
-		LastSeen:     now,
-		Capabilities: m.cfg.Capabilities,
-		Identifier:   m.cfg.Identifier,
-		RegisteredAt: m.base,
-		Metadata:     m.Metadata(),
-		NonCandidate: !m.candidate.Load(),
-		Incarnation:  m.incarnation,
-		Priority:     m.cfg.Priority,
+// SteppedAside returns the error, wrapping ErrDuplicateNodeID, with which
+// this process stepped aside because another live process runs under its
+// NodeID, or nil. Once it is set the election is stopping or stopped, and
+// package assign's Worker gives its items up and claims none.
+func (m *MasterElection) SteppedAside() error {
+	return m.members.steppedAside()
+}
+
+// Registry returns the process registry of the election, or nil before
+// Start and in standalone mode.
+func (m *MasterElection) Registry() *registry.Registry {
+	return m.node.registry()
+}
+
+// Candidate reports whether this process contends for mastership.
+func (m *MasterElection) Candidate() bool { return m.candidate.Load() }
+
+// Incarnation returns the name of this run of the process, drawn at New and
+// written in its registry entry (registry.ProcessInfo.Incarnation): two
+// processes with one NodeID differ in it. Package assign writes it in the
+// items' ownership, so a process never takes over items that another
+// process under its NodeID still owns.
+func (m *MasterElection) Incarnation() string { return m.incarnation }
+
+// HoldsNodeID reports whether this process holds its NodeID: its first
+// registration succeeded (Start waits for it) and it has not stepped aside
+// for a twin. Work bound to the NodeID that does not go through the
+// election (a durable Consumer, say) can wait for it. In standalone mode,
+// which has no registry, it is always true.
+func (m *MasterElection) HoldsNodeID() bool {
+	if m.cfg.Standalone {
+		return true
+	}
+	select {
+	case <-m.members.registered:
+		return m.SteppedAside() == nil
+	default:
+		return false
 	}
 }
-
-// masterInfoJSON is the master_process value given to the acquire script.
-func (m *MasterElection) masterInfoJSON() ([]byte, error) {
-	b, err := json.Marshal(m.processInfo(registry.RoleMaster))
-	if err != nil {
-		return nil, fmt.Errorf("encode master process info: %w", err)
-	}
-	return b, nil
-}
-
-// opTimeout bounds one Redis call of the loops.
-func (m *MasterElection) opTimeout() time.Duration { return m.cfg.HeartbeatInterval }
-
-// startTimeout bounds one Redis call of Start and of the calls that follow
-// it until the first election resolved: the first pipeline, the notice
-// feed's subscription, the registry's opening, the first check or acquire
-// and the first registration. A start is not a heartbeat: a fleet starting at once
-// queues at Redis (and at its listen backlog) for longer than a
-// HeartbeatInterval, and a call cut off there is only sent again.
-func (m *MasterElection) startTimeout() time.Duration { return m.cfg.LockTTL }
-
-func (m *MasterElection) noteTerm(t int64) { atomicmax.Raise(&m.observedTerm, t) }

@@ -155,12 +155,12 @@ func TestEveryLostFollowsAcquired(t *testing.T) {
 	// Three nodes, repeated graceful handovers: per node, acquired and lost
 	// alternate, and each acquisition completes its election.
 	w := newWorld(t)
-	nodes := []*node{w.node(testConfig("a")), w.node(testConfig("b")), w.node(testConfig("c"))}
+	nodes := []*peer{w.node(testConfig("a")), w.node(testConfig("b")), w.node(testConfig("c"))}
 	for _, n := range nodes {
 		w.start(n)
 	}
 	for round := 0; round < 2; round++ {
-		var master *node
+		var master *peer
 		waitFor(t, "a master", func() bool {
 			for _, n := range nodes {
 				if n.IsMaster() {
@@ -175,7 +175,7 @@ func TestEveryLostFollowsAcquired(t *testing.T) {
 			t.Fatal(err)
 		}
 		cancel()
-		var rest []*node
+		var rest []*peer
 		for _, n := range nodes {
 			if n != master {
 				rest = append(rest, n)
@@ -189,7 +189,7 @@ func TestEveryLostFollowsAcquired(t *testing.T) {
 		evs := nodes[0].rec.roleEvents()
 		return nodes[0].IsMaster() && len(evs) > 0 && evs[len(evs)-1] == "completed:master"
 	})
-	for _, n := range []*node{nodes[0]} {
+	for _, n := range []*peer{nodes[0]} {
 		evs := n.rec.roleEvents()
 		holding := false
 		for i, e := range evs {

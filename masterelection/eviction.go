@@ -45,10 +45,10 @@ func (r evictionRead) refused() bool {
 // (with volatile-lru as their default policy, as on ElastiCache) and
 // least-privileged ACL users, whom CONFIG GET would let read every setting,
 // passwords included (docs/topologies.md grants +info instead).
-func (m *MasterElection) readEviction(ctx context.Context) evictionRead {
-	ctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+func (n *node) readEviction(ctx context.Context) evictionRead {
+	ctx, cancel := context.WithTimeout(ctx, n.opTimeout())
 	defer cancel()
-	addr, mp, err := readMemoryPolicy(ctx, m.client, m.keys.Master)
+	addr, mp, err := readMemoryPolicy(ctx, n.client, n.keys.Master)
 	return evictionRead{addr: addr, mp: mp, err: err}
 }
 
@@ -56,9 +56,9 @@ func (m *MasterElection) readEviction(ctx context.Context) evictionRead {
 // ErrEvictionPolicy and a warning when the server may evict the election's
 // keys, a log line when the server does not tell. It never fails Start.
 // It needs the registry (the emulated backend has a key more).
-func (m *MasterElection) reportEviction(r evictionRead) {
+func (n *node) reportEviction(r evictionRead) {
 	addr, mp, err := r.addr, r.mp, r.err
-	log := m.log
+	log := n.log
 	if addr != "" {
 		log = log.With().Str("redis", addr).Logger()
 	}
@@ -81,7 +81,7 @@ func (m *MasterElection) reportEviction(r evictionRead) {
 			" evicts nothing while maxmemory is 0 (no limit): safe while maxmemory stays 0")
 		return
 	}
-	keys, effect := evictionRisk(mp.policy, m.keys, emulated(m.Registry()))
+	keys, effect := evictionRisk(mp.policy, n.keys, emulated(n.registry()))
 	where := "on the server that holds the lock"
 	if addr != "" {
 		where = "on " + addr
@@ -93,7 +93,7 @@ func (m *MasterElection) reportEviction(r evictionRead) {
 	// "last error" that Start names when the first election does not resolve.
 	log.Warn().Str("policy", mp.policy).Int64("maxmemory", mp.maxmemory).Strs("evictable", keys).Err(err).
 		Msg("redis may evict the election's keys")
-	m.bus.emit(topicError, payload{err: err})
+	n.bus.emit(topicError, payload{err: err})
 }
 
 // readMemoryPolicy reads the eviction settings of the server that holds key

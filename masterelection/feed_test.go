@@ -46,7 +46,7 @@ func TestFeedSharesAndReconnects(t *testing.T) {
 	// Each feed's channels, and the tracker's, on one connection.
 	subscribed := func() bool {
 		k := a.Keys()
-		channels := append(a.feedChannels(), b.feedChannels()...)
+		channels := append(a.core.feedChannels(), b.core.feedChannels()...)
 		channels = append(channels, k.RegistryEvents)
 		n, err := admin.PubSubNumSub(t.Context(), channels...).Result()
 		if err != nil {

@@ -10,21 +10,21 @@ import (
 // followLoop is the slave role: check the lock every CheckInterval and when it
 // would expire, contend when it is free (in its turn: contendDelay). It
 // returns the new mastership, or nil when ctx ends.
-func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *mastership {
-	f := &follower{m: m, ls: ls, timer: m.clock.NewTimer(0)}
-	f.contend = ls.unresolved && m.contends() // Start's first attempt goes straight to the lock
+func (c *core) followLoop(ctx context.Context, ls *loopState) *mastership {
+	f := &follower{c: c, ls: ls, timer: c.clock.NewTimer(0)}
+	f.contend = ls.unresolved && c.contends() // Start's first attempt goes straight to the lock
 	defer f.timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-m.candidacy:
+		case <-c.candidacy:
 			f.candidacyChanged()
 		case <-ls.awaitID:
 			f.holdsID()
-		case req := <-m.transfers:
+		case req := <-c.transfers:
 			req.reply(ErrNotMaster)
-		case req := <-m.stops:
+		case req := <-c.stops:
 			ls.stopRequested = true // no mastership to end: Stop stops the loop
 			close(req.done)
 			return nil
@@ -35,7 +35,7 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *masters
 			if !f.contend {
 				f.arm(0)
 			}
-		case n := <-m.notices:
+		case n := <-c.notices:
 			f.notice(n)
 		case <-f.timer.C():
 			if l := f.fire(ctx); l != nil {
@@ -48,7 +48,7 @@ func (m *MasterElection) followLoop(ctx context.Context, ls *loopState) *masters
 // follower is followLoop's state: whether an attempt at the lock is pending
 // and when its timer fires. Only followLoop's goroutine touches it.
 type follower struct {
-	m       *MasterElection
+	c       *core
 	ls      *loopState
 	contend bool      // the timer fires an attempt at the lock, not a check
 	due     time.Time // when the timer fires
@@ -57,7 +57,7 @@ type follower struct {
 
 // arm sets the timer to fire after d.
 func (f *follower) arm(d time.Duration) {
-	f.due = f.m.clock.Now().Add(d)
+	f.due = f.c.clock.Now().Add(d)
 	f.timer.Reset(d)
 }
 
@@ -66,7 +66,7 @@ func (f *follower) arm(d time.Duration) {
 // notice at once; spread, their N−1 checks neither reach Redis at once nor
 // wake at once in a process that runs many elections.
 func (f *follower) askSoon() {
-	if d := f.m.noticeCheckDelay(f.ls); f.m.clock.Now().Add(d).Before(f.due) {
+	if d := f.c.noticeCheckDelay(f.ls); f.c.clock.Now().Add(d).Before(f.due) {
 		f.arm(d)
 	}
 }
@@ -75,7 +75,7 @@ func (f *follower) askSoon() {
 // candidate looks at the lock now and contends if it is free.
 func (f *follower) candidacyChanged() {
 	f.contend = false
-	if f.m.contends() {
+	if f.c.contends() {
 		f.arm(0)
 	}
 }
@@ -84,8 +84,8 @@ func (f *follower) candidacyChanged() {
 // (twins.go): it may contend from now on.
 func (f *follower) holdsID() {
 	f.ls.awaitID = nil
-	f.m.awaitingID.Store(false)
-	if f.m.contends() && !f.contend {
+	f.c.awaitingID.Store(false)
+	if f.c.contends() && !f.contend {
 		f.arm(0)
 	}
 }
@@ -113,16 +113,16 @@ func (f *follower) feedConfirmed() {
 // notice acts on a lock notice: contend in this process's turn, or ask
 // Redis who holds the lock now.
 func (f *follower) notice(n notice) {
-	m, ls := f.m, f.ls
-	switch m.followHint(ls, n) {
+	c, ls := f.c, f.ls
+	switch c.followHint(ls, n) {
 	case hintContend:
 		wait := time.Duration(0)
-		if n.To != m.cfg.NodeID {
-			wait = m.contendDelay(ls, n.Term, true)
+		if n.To != c.cfg.NodeID {
+			wait = c.contendDelay(ls, n.Term, true)
 		}
 		// A notice never postpones an attempt already due: a stream of
 		// forged ones would hold it back for good.
-		if !f.contend || m.clock.Now().Add(wait).Before(f.due) {
+		if !f.contend || c.clock.Now().Add(wait).Before(f.due) {
 			f.contend = true
 			f.arm(wait)
 		}
@@ -137,7 +137,7 @@ func (f *follower) notice(n notice) {
 			// per free lock, so that forged notices cannot hold this
 			// process back for good.
 			ls.yielded, f.contend = true, false
-			f.arm(m.noticeCheckDelay(ls)) // in place of the pending attempt
+			f.arm(c.noticeCheckDelay(ls)) // in place of the pending attempt
 		}
 	}
 }
@@ -159,18 +159,14 @@ func (f *follower) fire(ctx context.Context) *mastership {
 	}
 	var next time.Duration
 	if f.contend {
-		l, wait := f.m.contend(ctx, ls)
+		l, wait := f.c.contend(ctx, ls)
 		if l != nil {
 			return l
 		}
 		f.contend, next = false, wait
 	} else {
-		f.contend, next = f.m.check(ctx, ls)
+		f.contend, next = f.c.check(ctx, ls)
 	}
 	f.arm(next)
 	return nil
 }
-
-// noticeCheckSpread bounds, as a fraction of CheckInterval, the wait
-// before the check that an acquired notice sets off (noticeCheckDelay).
-const noticeCheckSpread = 4

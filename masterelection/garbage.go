@@ -14,31 +14,31 @@ import (
 // term below scripts.MaxTerm, over which the acquire script writes nothing. It returns nil when the lock is free or a node id.
 // answered is false when Redis did not answer (the election reports that
 // itself; Start asks again once Redis answers the registry).
-func (m *MasterElection) foreignLock(ctx context.Context) (garbage error, answered bool) {
-	ctx, cancel := context.WithTimeout(ctx, m.opTimeout())
+func (n *node) foreignLock(ctx context.Context) (garbage error, answered bool) {
+	ctx, cancel := context.WithTimeout(ctx, n.opTimeout())
 	defer cancel()
-	st, err := scripts.Check(ctx, m.client, m.keys)
-	return m.garbageIn(ctx, st, err)
+	st, err := scripts.Check(ctx, n.client, n.keys)
+	return n.garbageIn(ctx, st, err)
 }
 
 // garbageIn is foreignLock's verdict on a check's answer (st, err), which
 // Start's first round trip may have read already.
-func (m *MasterElection) garbageIn(ctx context.Context, st scripts.MasterState, err error) (garbage error, answered bool) {
+func (n *node) garbageIn(ctx context.Context, st scripts.MasterState, err error) (garbage error, answered bool) {
 	if err != nil {
 		return nil, false
 	}
 	if st.Exists && st.NodeID == "" {
-		return m.lockHolds(ctx), true
+		return n.lockHolds(ctx), true
 	}
 	if st.TermGarbage || st.Term >= scripts.MaxTerm {
 		// The acquire script writes nothing over it: once the lock is
 		// free, no process can become master until an operator deletes it.
 		what := st.Garbage
 		if !st.TermGarbage {
-			what = fmt.Sprintf("key %q holds %d (2^53 - 1): no term above it can be minted exactly", m.keys.Term, st.Term)
+			what = fmt.Sprintf("key %q holds %d (2^53 - 1): no term above it can be minted exactly", n.keys.Term, st.Term)
 		}
 		return fmt.Errorf("%w: %s: no process can become master while it does; "+
-			"an operator who knows it is no other program's data deletes it (DEL %s)", ErrGarbage, what, m.keys.Term), true
+			"an operator who knows it is no other program's data deletes it (DEL %s)", ErrGarbage, what, n.keys.Term), true
 	}
 	return nil, true
 }
@@ -46,11 +46,11 @@ func (m *MasterElection) garbageIn(ctx context.Context, st scripts.MasterState, 
 // lockHolds describes the lock key when it does not hold a node id: the
 // key, what it holds (its type, read with TYPE), and how an operator clears
 // it.
-func (m *MasterElection) lockHolds(ctx context.Context) error {
+func (n *node) lockHolds(ctx context.Context) error {
 	what := "something that is not a node id"
-	if typ, err := m.client.Type(ctx, m.keys.Master).Result(); err == nil && typ != "none" && typ != "string" {
+	if typ, err := n.client.Type(ctx, n.keys.Master).Result(); err == nil && typ != "none" && typ != "string" {
 		what = fmt.Sprintf("a %s, not a node id", typ)
 	}
 	return fmt.Errorf("%w: key %q holds %s: no process can become master while it does; "+
-		"an operator who knows it is no other program's data deletes it (DEL %s)", ErrGarbage, m.keys.Master, what, m.keys.Master)
+		"an operator who knows it is no other program's data deletes it (DEL %s)", ErrGarbage, n.keys.Master, what, n.keys.Master)
 }

@@ -31,7 +31,7 @@ import (
 // The tracker's callbacks (join, leave) and run's goroutine share the
 // state under mu; run ends with the mastership.
 type handBack struct {
-	m      *MasterElection
+	mb     *membership
 	l      *mastership
 	key    string // the succession's rendezvous key, for ties
 	window time.Duration
@@ -51,22 +51,22 @@ type preferred struct {
 
 // newHandBack returns the watch of mastership l, or nil when hand-backs
 // are off (a negative HandBackWindow).
-func (m *MasterElection) newHandBack(l *mastership, key string) *handBack {
-	if m.cfg.HandBackWindow <= 0 {
+func (mb *membership) newHandBack(l *mastership, key string) *handBack {
+	if mb.cfg.HandBackWindow <= 0 {
 		return nil
 	}
-	return &handBack{m: m, l: l, key: key, window: m.cfg.HandBackWindow,
+	return &handBack{mb: mb, l: l, key: key, window: mb.cfg.HandBackWindow,
 		ready: map[string]preferred{}, poke: make(chan struct{}, 1)}
 }
 
 // join records a slave the tracker reports joined, when it is a candidate
 // of higher priority than this master.
 func (h *handBack) join(s registry.SlaveNode) {
-	if h == nil || s.NonCandidate || s.Priority <= h.m.cfg.Priority {
+	if h == nil || s.NonCandidate || s.Priority <= h.mb.cfg.Priority {
 		return
 	}
 	h.mu.Lock()
-	h.ready[s.NodeID] = preferred{priority: s.Priority, registeredAt: s.RegisteredAt, incarnation: s.Incarnation, since: h.m.clock.Now()}
+	h.ready[s.NodeID] = preferred{priority: s.Priority, registeredAt: s.RegisteredAt, incarnation: s.Incarnation, since: h.mb.clock.Now()}
 	h.mu.Unlock()
 	h.wake()
 }
@@ -132,17 +132,17 @@ func (h *handBack) drop(id string) {
 // run hands over once a slave is ready, until the mastership ends (the
 // hand-back itself ends it).
 func (h *handBack) run() {
-	m, l := h.m, h.l
-	defer m.bg.Done()
+	mb, l := h.mb, h.l
+	defer mb.bg.Done()
 	for {
-		to, p, wait := h.next(m.clock.Now())
+		to, p, wait := h.next(mb.clock.Now())
 		if to != "" {
 			wait = h.try(to, p)
 		}
 		var due <-chan time.Time
 		stop := func() bool { return false }
 		if wait > 0 {
-			t := m.clock.NewTimer(wait)
+			t := mb.clock.NewTimer(wait)
 			due, stop = t.C(), t.Stop
 		}
 		select {
@@ -160,17 +160,17 @@ func (h *handBack) run() {
 // back; it returns how long to wait before looking again (0: at the next
 // join or leave, or at once when the state changed).
 func (h *handBack) try(to string, p preferred) time.Duration {
-	m, l := h.m, h.l
+	mb, l := h.mb, h.l
 	// No hand-back while another hand-over is coming: a step-down
 	// (SetCandidate(false)), Stop, or a mastership that is ending.
-	if l.ctx.Err() != nil || m.Term() != l.term || !m.candidate.Load() {
-		return m.cfg.CheckInterval
+	if !mb.core.current(l) || !mb.candidate.Load() {
+		return mb.cfg.CheckInterval
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, m.opTimeout())
+	ctx, cancel := context.WithTimeout(l.ctx, mb.opTimeout())
 	defer cancel()
-	reg := m.Registry()
+	reg := mb.registry()
 	if reg == nil {
-		return m.cfg.CheckInterval
+		return mb.cfg.CheckInterval
 	}
 	info, err := reg.Process(ctx, to)
 	switch {
@@ -178,39 +178,37 @@ func (h *handBack) try(to string, p preferred) time.Duration {
 		h.drop(to) // gone: the tracker reports its leave, or its join when it is back
 		return 0
 	case err != nil:
-		m.log.Debug().Err(err).Str("to", to).Msg("hand-back: the registry could not be read: trying again at the next CheckInterval")
-		return m.cfg.CheckInterval
+		mb.log.Debug().Err(err).Str("to", to).Msg("hand-back: the registry could not be read: trying again at the next CheckInterval")
+		return mb.cfg.CheckInterval
 	case !info.RegisteredAt.Equal(p.registeredAt) || info.Incarnation != p.incarnation:
 		// Another process under the id (a restart the tracker saw no
 		// leave of): it has to be ready for a whole window itself.
-		h.restarted(to, info, m.clock.Now())
+		h.restarted(to, info, mb.clock.Now())
 		return 0
-	case info.Role != registry.RoleSlave || info.NonCandidate || info.Priority <= m.cfg.Priority:
+	case info.Role != registry.RoleSlave || info.NonCandidate || info.Priority <= mb.cfg.Priority:
 		h.drop(to)
 		return 0
 	}
-	taken, err := scripts.TakeHandBack(ctx, m.client, m.keys, m.cfg.NodeID, l.term, h.window)
+	taken, err := scripts.TakeHandBack(ctx, mb.client, mb.keys, mb.cfg.NodeID, l.term, h.window)
 	switch {
 	case err != nil:
-		m.log.Debug().Err(err).Str("to", to).Msg("hand-back: no answer from Redis: trying again at the next CheckInterval")
-		return m.cfg.CheckInterval
+		mb.log.Debug().Err(err).Str("to", to).Msg("hand-back: no answer from Redis: trying again at the next CheckInterval")
+		return mb.cfg.CheckInterval
 	case taken.NotMaster:
-		return m.cfg.CheckInterval // the mastership is ending: run returns with it
+		return mb.cfg.CheckInterval // the mastership is ending: run returns with it
 	case taken.Wait < 0:
-		m.emitError(fmt.Errorf("hand back to %q: %w: %s has no TTL, so no master hands back while it exists: delete it",
-			to, ErrGarbage, m.keys.HandBack))
+		mb.emitError(fmt.Errorf("hand back to %q: %w: %s has no TTL, so no master hands back while it exists: delete it",
+			to, ErrGarbage, mb.keys.HandBack))
 		return h.window
 	case !taken.Taken:
 		// Another master handed back within the window.
 		return max(taken.Wait, time.Millisecond)
 	}
-	req := transferRequest{to: to, reason: fmt.Sprintf("transferred to %s: handed back (its priority %d above %d)", to, info.Priority, m.cfg.Priority)}
-	select {
-	case m.transfers <- req:
-		m.log.Info().Str("to", to).Int("priority", info.Priority).Int64("term", l.term).Msg("handing back to a process of higher priority")
-	default:
-		// A Transfer is pending: it hands over; this window's hand-back
-		// is spent.
+	req := transferRequest{to: to, reason: fmt.Sprintf("transferred to %s: handed back (its priority %d above %d)", to, info.Priority, mb.cfg.Priority)}
+	// When a Transfer is pending, it hands over; this window's hand-back
+	// is spent.
+	if mb.core.offer(req) {
+		mb.log.Info().Str("to", to).Int("priority", info.Priority).Int64("term", l.term).Msg("handing back to a process of higher priority")
 	}
-	return m.cfg.CheckInterval
+	return mb.cfg.CheckInterval
 }

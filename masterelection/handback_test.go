@@ -17,7 +17,7 @@ type handBacks struct {
 	n  int
 }
 
-func (h *handBacks) observe(n *node) {
+func (h *handBacks) observe(n *peer) {
 	n.Observe(Observer{SteppedDown: func(s StepDown) {
 		if strings.Contains(s.Detail, "handed back") {
 			h.mu.Lock()
@@ -34,13 +34,13 @@ func (h *handBacks) count() int {
 }
 
 // acquiredCount is how many master-acquired events n emitted.
-func acquiredCount(n *node) int {
+func acquiredCount(n *peer) int {
 	return strings.Count(strings.Join(n.rec.roleEvents(), " "), "acquired")
 }
 
 // waitJoined waits (real time) until master reported slave id joined
 // count times.
-func waitJoined(t *testing.T, master *node, id string, count int) {
+func waitJoined(t *testing.T, master *peer, id string, count int) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%s reports %s joined %d times", master.NodeID(), id, count), func() bool {
 		n := 0
@@ -101,7 +101,7 @@ func TestPreferredTakesMastershipBackOnce(t *testing.T) {
 	// The preferred process restarts in a loop, every window/2: stopped
 	// (as master the first time: Stop hands over, it is no hand-back), then
 	// started again under the same NodeID.
-	running := []*node{low, other, pref}
+	running := []*peer{low, other, pref}
 	restarts, loop := 0, 4*window
 	for moved := time.Duration(0); moved < loop; moved += window / 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -110,7 +110,7 @@ func TestPreferredTakesMastershipBackOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		cancel()
-		running = slices.DeleteFunc(running, func(n *node) bool { return n == pref })
+		running = slices.DeleteFunc(running, func(n *peer) bool { return n == pref })
 		waitFor(t, "a master after the preferred process stopped", func() bool { return masterOf(running) != nil })
 		pref = w.node(prefCfg)
 		backs.observe(pref)

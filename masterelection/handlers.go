@@ -2,7 +2,7 @@ package masterelection
 
 import (
 	"context"
-	"fmt"
+	"sync"
 
 	"github.com/herdkit/herd/registry"
 )
@@ -99,17 +99,12 @@ func (m *MasterElection) OnEvent(fn func(Event)) (unsubscribe func()) {
 // handler had 1,024 of them waiting.
 func (m *MasterElection) DroppedErrors() uint64 { return m.bus.droppedErrors() }
 
-func (m *MasterElection) emitError(err error) {
-	m.log.Warn().Err(err).Msg("election error")
-	m.mu.Lock()
-	m.lastErr = err
-	m.mu.Unlock()
-	m.bus.emit(topicError, payload{err: err})
-}
-
-func (m *MasterElection) handlerPanicked(topic string, v any, stack []byte) {
-	m.log.Error().Str("event", topic).Interface("panic", v).Bytes("stack", stack).Msg("event handler panicked")
-	if topic != topicError {
-		m.bus.emit(topicError, payload{err: fmt.Errorf("%w: %s handler: %v", ErrHandlerPanic, topic, v)})
-	}
+// Observe adds o to the election's observers and returns the function that
+// removes it. It may be called at any time, before or after Start; what
+// happened before it was called is not reported.
+func (m *MasterElection) Observe(o Observer) (remove func()) {
+	p := &o
+	m.bus.obs.add(p, m.clock.Now)
+	var once sync.Once
+	return func() { once.Do(func() { m.bus.obs.remove(p) }) }
 }

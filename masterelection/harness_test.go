@@ -53,20 +53,20 @@ func testConfig(id string) Config {
 	return cfg
 }
 
-// node is an election with its own fake clock and an event recorder.
-type node struct {
+// peer is an election with its own fake clock and an event recorder.
+type peer struct {
 	*MasterElection
 	clk *clock.Fake
 	rec *recorder
 }
 
-func (w *world) node(cfg Config) *node {
+func (w *world) node(cfg Config) *peer {
 	w.t.Helper()
 	return w.nodeWith(cfg)
 }
 
 // nodeWith is node with faults injected into its client's script calls.
-func (w *world) nodeWith(cfg Config, faults ...*scriptFault) *node {
+func (w *world) nodeWith(cfg Config, faults ...*scriptFault) *peer {
 	w.t.Helper()
 	clk := clock.NewFake(w.redisClock.Now())
 	c := w.client()
@@ -77,7 +77,7 @@ func (w *world) nodeWith(cfg Config, faults ...*scriptFault) *node {
 	if err != nil {
 		w.t.Fatalf("new election: %v", err)
 	}
-	n := &node{MasterElection: m, clk: clk, rec: record(m)}
+	n := &peer{MasterElection: m, clk: clk, rec: record(m)}
 	w.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -89,7 +89,7 @@ func (w *world) nodeWith(cfg Config, faults ...*scriptFault) *node {
 	return n
 }
 
-func (w *world) start(n *node) {
+func (w *world) start(n *peer) {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -100,7 +100,7 @@ func (w *world) start(n *node) {
 
 // advance moves Redis time and the clocks of nodes by d, in steps of at most
 // step, giving the loops real time to react after each step.
-func (w *world) advance(d, step time.Duration, nodes ...*node) {
+func (w *world) advance(d, step time.Duration, nodes ...*peer) {
 	for d > 0 {
 		s := min(step, d)
 		d -= s
@@ -115,7 +115,7 @@ func (w *world) advance(d, step time.Duration, nodes ...*node) {
 
 // settle waits until every node's loop has gone idle: its clock saw no timer
 // change for a few milliseconds of real time.
-func settle(nodes ...*node) {
+func settle(nodes ...*peer) {
 	for _, n := range nodes {
 		for {
 			select {
@@ -129,7 +129,7 @@ func settle(nodes ...*node) {
 }
 
 // until advances time in steps until cond holds, failing after max.
-func (w *world) until(cond func() bool, max, step time.Duration, what string, nodes ...*node) time.Duration {
+func (w *world) until(cond func() bool, max, step time.Duration, what string, nodes ...*peer) time.Duration {
 	w.t.Helper()
 	var elapsed time.Duration
 	for !cond() {

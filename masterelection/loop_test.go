@@ -61,7 +61,7 @@ func TestDeadlineCountsFromTheSendOfTheRenewal(t *testing.T) {
 	a := w.node(testConfig("a"))
 	w.start(a)
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
-	l := a.mastership.Load()
+	l := a.core.mastership.Load()
 	want := a.cfg.HeartbeatInterval + a.cfg.LockTTL - a.cfg.StepDownMargin
 	// The master loop arms its renew timer just after the election completes:
 	// let it, or a timer armed after the step below would not fire in it.
@@ -130,12 +130,12 @@ func TestFailingRenewalsStepDownAtTheDeadline(t *testing.T) {
 func TestStartErrorNamesTheCause(t *testing.T) {
 	tests := []struct {
 		name  string
-		fault func(w *world) *node
+		fault func(w *world) *peer
 		want  string
 	}{
 		{
 			name: "acquire refused",
-			fault: func(w *world) *node {
+			fault: func(w *world) *peer {
 				acquires := newScriptFault(scripts.AcquireSHA, errors.New("NOPERM this user has no permissions to run the 'publish' command"))
 				acquires.set(faultFail, -1)
 				return w.nodeWith(testConfig("a"), acquires)
@@ -144,7 +144,7 @@ func TestStartErrorNamesTheCause(t *testing.T) {
 		},
 		{
 			name: "redis loading",
-			fault: func(w *world) *node {
+			fault: func(w *world) *peer {
 				w.mr.SetError("LOADING simulated outage")
 				return w.node(testConfig("a"))
 			},
@@ -179,7 +179,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 	tests := []struct {
 		name string
 		// twin runs a master with our NodeID and returns it, or nil.
-		twin func(w *world) *node
+		twin func(w *world) *peer
 		// want is what the duplicate report must say; "" for none.
 		want string
 		// mode is how the first acquire's reply is lost.
@@ -197,7 +197,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 		},
 		{
 			name: "twin elected earlier",
-			twin: func(w *world) *node {
+			twin: func(w *world) *peer {
 				x := w.node(testConfig("a"))
 				w.start(x)
 				w.advance(300*time.Millisecond, 50*time.Millisecond, x) // our info will differ from its
@@ -208,7 +208,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 		},
 		{
 			name: "twin with the same info",
-			twin: func(w *world) *node {
+			twin: func(w *world) *peer {
 				x := w.node(testConfig("a"))
 				w.start(x) // at the same clock reading as ours: same master_process
 				return x
@@ -220,14 +220,14 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
-			var x *node
+			var x *peer
 			if tt.twin != nil {
 				x = tt.twin(w)
 			}
 			acquires := newScriptFault(scripts.AcquireSHA, errors.New("injected: connection reset by peer"))
 			acquires.set(tt.mode, 1) // the first acquire runs; its reply is lost
 			y := w.nodeWith(testConfig("a"), acquires)
-			nodes := []*node{y}
+			nodes := []*peer{y}
 			if x != nil {
 				// A twin the registry cannot tell apart (one incarnation,
 				// as a program that copies it would have): only the lock
@@ -287,24 +287,23 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 // that a renewal only ever moves the deadline forward.
 func TestDeadlineLatches(t *testing.T) {
 	clk := clock.NewFake(epoch)
-	m := &MasterElection{clock: clk, base: clk.Now()}
-	l := &mastership{}
+	l := &mastership{clock: clk, base: clk.Now()}
 	l.deadline.Store(int64(time.Second))
 
-	if !m.extend(l, 3*time.Second) || !m.holds(l, clk.Now().Add(2*time.Second)) {
+	if !l.extend(3*time.Second) || !l.holds(clk.Now().Add(2*time.Second)) {
 		t.Fatal("a renewal before the deadline did not extend it")
 	}
-	if !m.extend(l, 2*time.Second) || m.remaining(l, clk.Now()) != 3*time.Second {
-		t.Fatalf("an older renewal moved the deadline back to %v", m.remaining(l, clk.Now()))
+	if !l.extend(2*time.Second) || l.remaining(clk.Now()) != 3*time.Second {
+		t.Fatalf("an older renewal moved the deadline back to %v", l.remaining(clk.Now()))
 	}
 	clk.Advance(3 * time.Second)
-	if m.holds(l, clk.Now()) {
+	if l.holds(clk.Now()) {
 		t.Fatal("holds at the deadline")
 	}
-	if m.extend(l, 10*time.Second) {
+	if l.extend(10 * time.Second) {
 		t.Fatal("a renewal after holds said false extended the mastership")
 	}
-	if m.holds(l, clk.Now()) || m.holds(l, epoch) {
+	if l.holds(clk.Now()) || l.holds(epoch) {
 		t.Fatal("the mastership came back after it was reported over")
 	}
 }
@@ -319,16 +318,16 @@ func TestDataLossWaitPerLoss(t *testing.T) {
 	ttl := n.cfg.LockTTL
 	ls := &loopState{}
 	n.noteTerm(7)
-	if d := n.dataLossWait(ls, true); d <= 0 {
+	if d := n.core.dataLossWait(ls, true); d <= 0 {
 		t.Fatalf("first sight of a loss: wait %v, want up to LockTTL", d)
 	}
 	n.clk.Advance(ttl)
-	if d := n.dataLossWait(ls, true); d != 0 {
+	if d := n.core.dataLossWait(ls, true); d != 0 {
 		t.Fatalf("LockTTL after the loss: wait %v, want 0 (contend)", d)
 	}
 	n.noteTerm(9) // elected after the loss, learnt from its notice
 	n.clk.Advance(time.Millisecond)
-	if d := n.dataLossWait(ls, true); d <= 0 {
+	if d := n.core.dataLossWait(ls, true); d <= 0 {
 		t.Fatalf("a second loss after term 9 was elected: wait %v, want a new wait", d)
 	}
 	losses := func() int {
@@ -395,16 +394,16 @@ func TestNoticeCheckDuringLossWaitIsImmediate(t *testing.T) {
 	spread := n.cfg.CheckInterval / noticeCheckSpread
 	ls := &loopState{}
 	for range 100 {
-		if d := n.noticeCheckDelay(ls); d < 0 || d > spread {
+		if d := n.core.noticeCheckDelay(ls); d < 0 || d > spread {
 			t.Fatalf("delay %v, want within [0, %v]", d, spread)
 		}
 	}
 	n.noteTerm(7)
-	if d := n.dataLossWait(ls, true); d <= 0 {
+	if d := n.core.dataLossWait(ls, true); d <= 0 {
 		t.Fatalf("a loss: wait %v, want one", d)
 	}
 	for range 100 {
-		if d := n.noticeCheckDelay(ls); d != 0 {
+		if d := n.core.noticeCheckDelay(ls); d != 0 {
 			t.Fatalf("while waiting out a data loss: delay %v, want 0", d)
 		}
 	}

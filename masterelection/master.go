@@ -12,8 +12,8 @@ import (
 // masterLoop is the master role: renew until the self-fencing deadline, else
 // step down. It returns when the mastership has ended or ctx ends (Stop then
 // resigns). The renewal attempts and their timers are renewals' business.
-func (m *MasterElection) masterLoop(ctx context.Context, ls *loopState, l *mastership) {
-	rn := m.newRenewals(ctx, ls, l)
+func (c *core) masterLoop(ctx context.Context, ls *loopState, l *mastership) {
+	rn := c.newRenewals(ctx, ls, l)
 	defer rn.stop()
 	for {
 		var ended string
@@ -26,24 +26,24 @@ func (m *MasterElection) masterLoop(ctx context.Context, ls *loopState, l *maste
 			ended = rn.renewDue()
 		case r := <-rn.results:
 			ended = rn.outcome(r)
-		case <-m.candidacy:
-			if !m.candidate.Load() {
-				m.handOver(ctx, ls, l)
+		case <-c.candidacy:
+			if !c.candidate.Load() {
+				c.handOver(ctx, ls, l)
 				return
 			}
-		case req := <-m.transfers:
-			m.transferOut(ctx, ls, l, req)
+		case req := <-c.transfers:
+			c.transferOut(ctx, ls, l, req)
 			return
-		case req := <-m.stops:
-			m.stopAsMaster(ls, l, req)
+		case req := <-c.stops:
+			c.stopAsMaster(ls, l, req)
 			return
-		case n := <-m.notices:
-			if now := m.clock.Now(); m.masterHint(ls, l, n, now) == hintAsk {
+		case n := <-c.notices:
+			if now := c.clock.Now(); c.masterHint(ls, l, n, now) == hintAsk {
 				rn.attempt(now)
 			}
 		}
 		if ended != "" {
-			m.endMastership(l, ended)
+			c.endMastership(l, ended)
 			return
 		}
 	}
@@ -59,7 +59,7 @@ func (m *MasterElection) masterLoop(ctx context.Context, ls *loopState, l *maste
 // force when it was sent, and by maxRenewAttempts × renewRetry, so at most
 // maxRenewAttempts are in flight. Only the master loop's goroutine uses it.
 type renewals struct {
-	m        *MasterElection
+	c        *core
 	ls       *loopState
 	l        *mastership
 	ctx      context.Context // the attempts' ctx, ended by stop
@@ -72,13 +72,13 @@ type renewals struct {
 	pending  bool // a renewal is due and no attempt of it has succeeded
 }
 
-func (m *MasterElection) newRenewals(ctx context.Context, ls *loopState, l *mastership) *renewals {
+func (c *core) newRenewals(ctx context.Context, ls *loopState, l *mastership) *renewals {
 	actx, cancel := context.WithCancel(ctx)
 	return &renewals{
-		m: m, ls: ls, l: l, ctx: actx, cancel: cancel,
+		c: c, ls: ls, l: l, ctx: actx, cancel: cancel,
 		results:  make(chan renewOutcome, maxRenewAttempts),
-		due:      m.clock.NewTimer(m.cfg.HeartbeatInterval),
-		deadline: m.clock.NewTimer(m.remaining(l, m.clock.Now())),
+		due:      c.clock.NewTimer(c.cfg.HeartbeatInterval),
+		deadline: c.clock.NewTimer(l.remaining(c.clock.Now())),
 	}
 }
 
@@ -92,7 +92,7 @@ func (rn *renewals) stop() {
 // deadlinePassed handles the deadline timer: the reason the mastership
 // ends, or "" when a renewal moved the deadline since the timer was set.
 func (rn *renewals) deadlinePassed() string {
-	if rest := rn.m.remaining(rn.l, rn.m.clock.Now()); rest > 0 {
+	if rest := rn.l.remaining(rn.c.clock.Now()); rest > 0 {
 		rn.deadline.Reset(rest)
 		return ""
 	}
@@ -102,22 +102,22 @@ func (rn *renewals) deadlinePassed() string {
 // renewDue handles the renewal timer: a renewal is due, or the one due has
 // no answer yet, and another attempt joins it.
 func (rn *renewals) renewDue() string {
-	now := rn.m.clock.Now()
-	rest := rn.m.remaining(rn.l, now)
+	now := rn.c.clock.Now()
+	rest := rn.l.remaining(now)
 	if rest <= 0 {
 		return "self-fencing deadline passed without a successful renewal"
 	}
 	rn.pending = true
 	rn.attempt(now)
-	rn.due.Reset(min(rn.m.renewRetry(), rest))
+	rn.due.Reset(min(rn.c.renewRetry(), rest))
 	return ""
 }
 
 // attempt starts a renew attempt sent now, unless maxRenewAttempts are in
 // flight or the deadline has passed.
 func (rn *renewals) attempt(now time.Time) {
-	m := rn.m
-	rest := m.remaining(rn.l, now)
+	c := rn.c
+	rest := rn.l.remaining(now)
 	if rn.inFlight >= maxRenewAttempts || rest <= 0 {
 		return
 	}
@@ -125,10 +125,10 @@ func (rn *renewals) attempt(now time.Time) {
 	rn.ls.renewAttempts.Add(1)
 	go func() {
 		defer rn.ls.renewAttempts.Done()
-		rctx, cancel := context.WithTimeout(rn.ctx, min(rest, maxRenewAttempts*m.renewRetry()))
-		ok, err := m.renew(rctx, rn.l.term)
+		rctx, cancel := context.WithTimeout(rn.ctx, min(rest, maxRenewAttempts*c.renewRetry()))
+		ok, err := c.renew(rctx, rn.l.term)
 		cancel()
-		m.observeRenew(rn.ctx, rn.l.term, now, ok, err)
+		c.observeRenew(rn.ctx, rn.l.term, now, ok, err)
 		rn.results <- renewOutcome{sent: now, ok: ok, err: err}
 	}()
 }
@@ -136,22 +136,22 @@ func (rn *renewals) attempt(now time.Time) {
 // outcome applies the outcome of one attempt, and returns the reason the
 // mastership ends, or "".
 func (rn *renewals) outcome(r renewOutcome) string {
-	m, ls, l := rn.m, rn.ls, rn.l
+	c, ls, l := rn.c, rn.ls, rn.l
 	rn.inFlight--
-	now := m.clock.Now()
+	now := c.clock.Now()
 	switch {
 	case rn.ctx.Err() != nil:
 		return ""
 	case r.err != nil && !rn.pending:
 		// A straggler of a renewal that another attempt already made:
 		// nothing is wrong with the mastership.
-		m.log.Debug().Err(r.err).Int64("term", l.term).Msg("a renew attempt failed after another one succeeded")
+		c.log.Debug().Err(r.err).Int64("term", l.term).Msg("a renew attempt failed after another one succeeded")
 		return ""
 	case r.err != nil:
-		m.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, r.err))
+		c.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, r.err))
 		if rn.inFlight == 0 {
 			// Nothing else in flight: retry soon, not after renewRetry.
-			rn.due.Reset(min(ls.retry.next(m.cfg), m.renewRetry(), max(m.remaining(l, now), 0)))
+			rn.due.Reset(min(ls.retry.next(c.cfg), c.renewRetry(), max(l.remaining(now), 0)))
 		}
 		return ""
 	case !r.ok:
@@ -160,7 +160,7 @@ func (rn *renewals) outcome(r renewOutcome) string {
 		ls.lockGone()
 		ls.claim = notice{}
 		return "lock no longer held by this node and term"
-	case !m.extend(l, m.deadlineAfter(r.sent)):
+	case !l.extend(c.deadlineAfter(r.sent)):
 		// Too late: IsMaster has said false since the deadline, and a
 		// mastership never comes back. The lock, renewed, is ours under
 		// heldTerm: followLoop releases it.
@@ -168,12 +168,12 @@ func (rn *renewals) outcome(r renewOutcome) string {
 	}
 	ls.retry.reset()
 	if !r.sent.Before(ls.claimAt) {
-		m.confirmClaim(ls, m.cfg.NodeID, l.term)
+		c.confirmClaim(ls, c.cfg.NodeID, l.term)
 	}
-	rn.deadline.Reset(m.remaining(l, m.clock.Now()))
+	rn.deadline.Reset(l.remaining(c.clock.Now()))
 	if rn.pending {
 		rn.pending = false
-		rn.due.Reset(max(m.cfg.HeartbeatInterval-now.Sub(r.sent), 0))
+		rn.due.Reset(max(c.cfg.HeartbeatInterval-now.Sub(r.sent), 0))
 	}
 	return ""
 }
@@ -193,34 +193,20 @@ type renewOutcome struct {
 // one is sent: HeartbeatInterval/2, so that at least one more attempt fits
 // before the self-fencing deadline (at least 2 × HeartbeatInterval −
 // StepDownMargin after the renewal was due).
-func (m *MasterElection) renewRetry() time.Duration {
-	return max(m.cfg.HeartbeatInterval/2, time.Millisecond)
+func (c *core) renewRetry() time.Duration {
+	return max(c.cfg.HeartbeatInterval/2, time.Millisecond)
 }
 
 // renew runs the renew script, waiting for replicas when configured; too
 // few acknowledgements make it an error wrapping ErrReplicas, so the
 // self-fencing deadline is not extended.
-func (m *MasterElection) renew(ctx context.Context, term int64) (bool, error) {
-	if m.cfg.WaitReplicas <= 0 {
-		return scripts.Renew(ctx, m.client, m.keys, m.cfg.NodeID, term, m.cfg.LockTTL)
+func (c *core) renew(ctx context.Context, term int64) (bool, error) {
+	if c.cfg.WaitReplicas <= 0 {
+		return scripts.Renew(ctx, c.client, c.keys, c.cfg.NodeID, term, c.cfg.LockTTL)
 	}
-	ok, acked, err := scripts.RenewReplicated(ctx, m.client, m.keys, m.cfg.NodeID, term, m.cfg.LockTTL, m.cfg.replication())
-	if err == nil && ok && acked < int64(m.cfg.WaitReplicas) {
-		return false, fmt.Errorf("%w: %d of %d acknowledged the renewal", ErrReplicas, acked, m.cfg.WaitReplicas)
+	ok, acked, err := scripts.RenewReplicated(ctx, c.client, c.keys, c.cfg.NodeID, term, c.cfg.LockTTL, c.cfg.replication())
+	if err == nil && ok && acked < int64(c.cfg.WaitReplicas) {
+		return false, fmt.Errorf("%w: %d of %d acknowledged the renewal", ErrReplicas, acked, c.cfg.WaitReplicas)
 	}
 	return ok, err
-}
-
-// handOver ends mastership l gracefully while the election goes on (the
-// process stopped being a candidate): the handlers get until the next
-// renewal would be due to return, then the lock is released.
-func (m *MasterElection) handOver(ctx context.Context, ls *loopState, l *mastership) {
-	wait := min(m.cfg.HeartbeatInterval, max(m.remaining(l, m.clock.Now()), time.Millisecond))
-	released, err := m.resign(ctx, l, wait, "no longer a candidate: handed over", "", 0)
-	if err != nil {
-		m.emitError(fmt.Errorf("hand over: %w", err))
-	}
-	if released {
-		ls.lockGone()
-	}
 }

@@ -44,8 +44,8 @@ func TestMasterCtxEndsWithIsMaster(t *testing.T) {
 	w.mr.SetError("LOADING simulated outage") // every renewal now fails
 	a.clk.Advance(a.cfg.HeartbeatInterval)
 	waitFor(t, "a failed renewal reported", func() bool { return len(a.rec.errors()) > 0 })
-	a.trackMu.Lock() // the loop cannot finish endMastership
-	defer a.trackMu.Unlock()
+	a.members.trackMu.Lock() // the loop cannot finish endMastership
+	defer a.members.trackMu.Unlock()
 	a.clk.Advance(a.cfg.LockTTL - a.cfg.StepDownMargin - a.cfg.HeartbeatInterval)
 	if a.IsMaster() {
 		t.Fatal("still master at the self-fencing deadline")
@@ -74,11 +74,11 @@ func TestMasterCtxDoneByTimer(t *testing.T) {
 	a := w.node(testConfig("a"))
 	w.start(a)
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
-	l := a.mastership.Load()
+	l := a.core.mastership.Load()
 	done := l.ctx.done // the channel itself: reading it does not poll
 	w.mr.SetError("LOADING simulated outage")
-	a.trackMu.Lock()
-	defer a.trackMu.Unlock()
+	a.members.trackMu.Lock()
+	defer a.members.trackMu.Unlock()
 	a.clk.Advance(a.cfg.HeartbeatInterval)
 	a.clk.Advance(a.cfg.LockTTL - a.cfg.StepDownMargin - a.cfg.HeartbeatInterval)
 	select {

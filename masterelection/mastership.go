@@ -2,14 +2,11 @@ package masterelection
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/clock"
 )
 
 // mastership is one mastership: from a successful acquire until the lock is
@@ -17,17 +14,11 @@ import (
 type mastership struct {
 	term     int64
 	ctx      *masterCtx     // given to OnMasterAcquired handlers; done when the mastership ends (masterctx.go)
-	deadline atomic.Int64   // self-fencing deadline, nanoseconds after MasterElection.base
+	deadline atomic.Int64   // self-fencing deadline, nanoseconds after base
 	handlers sync.WaitGroup // OnMasterAcquired handlers not yet returned
-}
 
-// newMastership returns mastership term, whose self-fencing deadline is
-// deadline (an offset from m.base) and whose ctx is also done when parent is.
-func (m *MasterElection) newMastership(parent context.Context, term int64, deadline time.Duration) *mastership {
-	l := &mastership{term: term}
-	l.deadline.Store(int64(deadline))
-	m.newMasterCtx(parent, l)
-	return l
+	clock clock.Clock // the election's
+	base  time.Time   // the election's origin of monotonic deadlines (node.base)
 }
 
 // endCtx marks mastership l over for its ctx (and every RunIfMaster ctx of
@@ -35,8 +26,8 @@ func (m *MasterElection) newMastership(parent context.Context, term int64, deadl
 func (l *mastership) endCtx() { l.ctx.cancel() }
 
 // holds reports whether mastership l is still certain at now.
-func (m *MasterElection) holds(l *mastership, now time.Time) bool {
-	at := now.Sub(m.base)
+func (l *mastership) holds(now time.Time) bool {
+	at := now.Sub(l.base)
 	for {
 		cur := l.deadline.Load()
 		if at < time.Duration(cur) {
@@ -55,10 +46,10 @@ func (m *MasterElection) holds(l *mastership, now time.Time) bool {
 // The check and the move are one atomic step against holds, which latches
 // a passed deadline at zero, so IsMaster never turns true again once it has
 // said false.
-func (m *MasterElection) extend(l *mastership, d time.Duration) bool {
+func (l *mastership) extend(d time.Duration) bool {
 	for {
 		cur := l.deadline.Load()
-		if m.clock.Now().Sub(m.base) >= time.Duration(cur) {
+		if l.clock.Now().Sub(l.base) >= time.Duration(cur) {
 			l.deadline.CompareAndSwap(cur, 0)
 			return false
 		}
@@ -68,95 +59,149 @@ func (m *MasterElection) extend(l *mastership, d time.Duration) bool {
 	}
 }
 
-// deadlineAfter is the self-fencing deadline of a lock (re)written by a call
-// sent at sent, as an offset from m.base.
-func (m *MasterElection) deadlineAfter(sent time.Time) time.Duration {
-	return sent.Sub(m.base) + m.cfg.LockTTL - m.cfg.StepDownMargin
+func (l *mastership) remaining(now time.Time) time.Duration {
+	return time.Duration(l.deadline.Load()) - now.Sub(l.base)
 }
 
-func (m *MasterElection) remaining(l *mastership, now time.Time) time.Duration {
-	return time.Duration(l.deadline.Load()) - now.Sub(m.base)
-}
-
-// resign ends mastership l gracefully: it cancels the ctx of l's
-// OnMasterAcquired handlers, waits for them to return (bounded by ctx and,
-// when positive, by handlerWait), releases the lock (the release is
-// announced, so a slave takes over at once; not in standalone mode) and
-// emits master-lost. released tells whether the lock was released.
+// masterCtx is a context handed out for one mastership: the ctx of the
+// OnMasterAcquired handlers, and the fn ctx of RunIfMaster. It is done no
+// later than IsMaster turns false, without waiting for any loop, lock or
+// Redis call:
+//   - Err reads the self-fencing deadline on the clock, as IsMaster does, so
+//     it answers non-nil from the instant IsMaster answers false, even when
+//     no goroutine of herd has run since (after a pause of the process);
+//   - Done is closed by whichever comes first of: the mastership's end
+//     (endMastership, resign), the parent's end, a timer armed at the
+//     deadline (re-armed while renewals move it), or a call of Done or Err
+//     that finds the deadline passed.
 //
-// A successor, when not "", gets the released lock reserved for window
-// (see Transfer).
-func (m *MasterElection) resign(ctx context.Context, l *mastership, handlerWait time.Duration, reason, successor string, window time.Duration) (released bool, err error) {
-	l.endCtx()
-	var errs []error
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if handlerWait > 0 {
-		wctx, cancel = context.WithTimeout(ctx, handlerWait)
-	}
-	handlersDone := make(chan struct{})
-	go func() { l.handlers.Wait(); close(handlersDone) }()
-	var running error // the handlers had not returned when the wait ended
-	select {
-	case <-handlersDone:
-	case <-wctx.Done():
-		running = wctx.Err()
-	}
-	cancel()
-	// IsMaster turns false before the release: the release notice wakes
-	// the slaves, and one of them may be master a round trip later.
-	l.deadline.Store(0)
-	if !m.cfg.Standalone {
-		rctx, cancel := m.cleanupContext(ctx)
-		released, err = scripts.ReleaseTo(rctx, m.client, m.keys, m.cfg.NodeID, l.term, successor, window)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("release master lock: %w", err))
-		}
-	}
-	if running != nil {
-		what := "the lock was released while an OnMasterAcquired handler still ran: another process may be master before it returns"
-		if !released {
-			what = "an OnMasterAcquired handler still ran when the wait for it ended"
-		}
-		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrHandlersRunning, what, running))
-	}
-	m.endMastership(l, reason)
-	return released, errors.Join(errs...)
+// Contexts derived from it (context.WithCancel and the like) end when Done
+// closes; only the masterCtx itself also answers from the clock.
+type masterCtx struct {
+	parent context.Context
+	l      *mastership
+
+	done  chan struct{}
+	ended atomic.Bool // set before done closes; read without the lock
+
+	mu      sync.Mutex
+	closed  bool          // done is closed
+	unlinks []func() bool // undo the AfterFuncs registered by cancelWith
 }
 
-// endMastership ends mastership l: IsMaster turns false, l's ctx is
-// cancelled, master-lost is emitted. It does nothing if l already ended.
-func (m *MasterElection) endMastership(l *mastership, reason string) {
-	if !m.mastership.CompareAndSwap(l, nil) {
+// newMasterCtx returns a context of mastership l, done also when parent is.
+// The mastership's own ctx (l.ctx) also runs the deadline timer; a RunIfMaster
+// ctx ends with l.ctx instead.
+func newMasterCtx(parent context.Context, l *mastership) *masterCtx {
+	c := &masterCtx{parent: parent, l: l, done: make(chan struct{})}
+	own := l.ctx == nil
+	if own {
+		l.ctx = c
+	}
+	c.cancelWith(parent)
+	if own {
+		go c.watchDeadline()
+	} else {
+		c.cancelWith(l.ctx)
+	}
+	c.poll()
+	return c
+}
+
+// cancelWith ends c when ctx ends.
+func (c *masterCtx) cancelWith(ctx context.Context) {
+	unlink := context.AfterFunc(ctx, c.cancel)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		unlink()
 		return
 	}
-	// The ctx ends before anything that can wait (trackMu is held by slave
-	// events, which may be queued behind a slow handler's): nothing may keep
-	// it live once the mastership is over.
-	l.endCtx()
-	m.trackMu.Lock()
-	m.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
-	m.observeStepDown(l.term, reason)
-	m.bus.emit(topicMasterLost, payload{term: l.term})
-	m.trackMu.Unlock()
-	m.setRole(registry.RoleSlave, 0)
+	c.unlinks = append(c.unlinks, unlink)
+	c.mu.Unlock()
 }
 
-// RunIfMaster runs fn if this process is master, and reports whether it
-// did. fn's ctx is done when ctx ends or the mastership ends, whichever
-// comes first, and never later than IsMaster turns false (its Err reads the
-// self-fencing deadline itself); term is the mastership's fencing term, to stamp on what fn
-// writes. When this process is not master, fn is not called and RunIfMaster
-// returns false and ErrNotMaster.
-func (m *MasterElection) RunIfMaster(ctx context.Context, fn func(ctx context.Context, term int64) error) (ran bool, err error) {
-	l := m.mastership.Load()
-	if l == nil || !m.holds(l, m.clock.Now()) {
-		return false, ErrNotMaster
+// watchDeadline closes Done when the self-fencing deadline passes. The
+// deadline only moves forward while the mastership lasts (and to zero when
+// it ends), so a timer that fires early is simply armed again.
+func (c *masterCtx) watchDeadline() {
+	t := c.l.clock.NewTimer(max(c.l.remaining(c.l.clock.Now()), 0))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C():
+			if c.expired() {
+				c.cancel()
+				return
+			}
+			t.Reset(max(c.l.remaining(c.l.clock.Now()), time.Millisecond))
+		}
 	}
-	fctx := m.newMasterCtx(ctx, l)
-	defer fctx.cancel()
-	if err := fn(fctx, l.term); err != nil {
-		return true, fmt.Errorf("masterelection: run as master (term %d): %w", l.term, err)
-	}
-	return true, nil
 }
+
+// expired reports whether the mastership this ctx belongs to is over, or
+// the parent has ended.
+func (c *masterCtx) expired() bool {
+	return c.ended.Load() || c.l.ctx.ended.Load() || c.parent.Err() != nil || !c.l.holds(c.l.clock.Now())
+}
+
+// cancel ends the ctx: Err turns non-nil and Done closes. It never blocks.
+func (c *masterCtx) cancel() {
+	c.ended.Store(true)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	close(c.done)
+	unlinks := c.unlinks
+	c.unlinks = nil
+	c.mu.Unlock()
+	for _, unlink := range unlinks {
+		unlink()
+	}
+}
+
+// poll ends the ctx if its mastership is over, and reports whether it has ended.
+func (c *masterCtx) poll() bool {
+	if c.ended.Load() {
+		return true
+	}
+	if c.expired() {
+		c.cancel()
+		return true
+	}
+	return false
+}
+
+// Deadline returns the parent's deadline: the self-fencing deadline moves
+// with every renewal, which a context's Deadline must not do.
+func (c *masterCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+// Done returns a channel closed when the mastership has ended.
+func (c *masterCtx) Done() <-chan struct{} {
+	c.poll()
+	return c.done
+}
+
+// Err returns context.Canceled once the mastership has ended (IsMaster
+// turned false, or it was ended or resigned) or the parent has ended, and
+// nil before.
+func (c *masterCtx) Err() error {
+	if c.poll() {
+		if err := c.parent.Err(); err != nil {
+			return err
+		}
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value returns the parent's value for key.
+func (c *masterCtx) Value(key any) any { return c.parent.Value(key) }
+
+// String names the ctx in panics and logs, as the context package's do.
+func (c *masterCtx) String() string { return "masterelection.mastershipContext" }

@@ -175,12 +175,12 @@ func TestNoSlaveEventAfterTheDeadline(t *testing.T) {
 
 	// The test holds the lock slave events are emitted under: the tracker's
 	// leave of b waits for it first, then the loop's end of the mastership.
-	a.trackMu.Lock()
+	a.members.trackMu.Lock()
 	unlocked := false
 	unlock := func() {
 		if !unlocked {
 			unlocked = true
-			a.trackMu.Unlock()
+			a.members.trackMu.Unlock()
 		}
 	}
 	defer unlock()
@@ -193,7 +193,7 @@ func TestNoSlaveEventAfterTheDeadline(t *testing.T) {
 	// Now a's renewals fail until its deadline passes and the loop ends the
 	// mastership (it too waits for the lock).
 	renewals.set(faultFail, -1)
-	w.until(func() bool { return a.mastership.Load() == nil }, 5*time.Second, 100*time.Millisecond, "a's mastership ended", a)
+	w.until(func() bool { return a.core.mastership.Load() == nil }, 5*time.Second, 100*time.Millisecond, "a's mastership ended", a)
 	if a.IsMaster() {
 		t.Fatal("a master after its mastership ended")
 	}
@@ -226,17 +226,17 @@ func TestSlaveEventNeedsTheMastership(t *testing.T) {
 			n := w.node(testConfig("a"))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			l := n.newMastership(ctx, 7, n.clk.Now().Sub(n.base)+tt.deadline)
+			l := n.core.newMastership(ctx, 7, n.clk.Now().Sub(n.base)+tt.deadline)
 			defer l.endCtx()
 			if tt.current {
-				n.mastership.Store(l)
-				defer n.mastership.Store(nil)
+				n.core.mastership.Store(l)
+				defer n.core.mastership.Store(nil)
 			}
 			if tt.cancel {
 				l.endCtx()
 			}
-			n.slaveEvent(l, topicSlaveRemoved, payload{nodeID: "b"})
-			n.slaveEvent(l, topicSlaveRegistered, payload{slave: registry.SlaveNode{NodeID: "c"}})
+			n.members.slaveEvent(l, topicSlaveRemoved, payload{nodeID: "b"})
+			n.members.slaveEvent(l, topicSlaveRegistered, payload{slave: registry.SlaveNode{NodeID: "c"}})
 			// One handler sees events in order: once this one is seen, so
 			// is every slave event emitted before it.
 			n.emitError(errors.New("marker"))

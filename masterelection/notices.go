@@ -2,6 +2,7 @@ package masterelection
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -12,23 +13,6 @@ import (
 	"github.com/herdkit/herd/internal/subhub"
 	"github.com/herdkit/herd/scripts"
 )
-
-// notice is a lock notice of the events channel (scripts.Notice), with
-// the payload it was read from, for reports. This file holds all there is
-// about notices: the feed they arrive by, what each loop makes of one, and
-// the claims they carry, which Redis confirms or refutes.
-type notice struct {
-	scripts.Notice
-	raw []byte
-}
-
-func parseNotice(payload string) (notice, error) {
-	n, err := scripts.ParseNotice([]byte(payload))
-	if err != nil {
-		return notice{}, fmt.Errorf("%w: on the events channel: %w", ErrGarbage, err)
-	}
-	return notice{Notice: n, raw: []byte(payload)}, nil
-}
 
 // noticeFeed is the election's subscription to its events channel (and
 // control channel), through which the notices arrive: a subscription of
@@ -86,7 +70,7 @@ const feedRetryDelay = 100 * time.Millisecond
 // ctx ends, for the shared connection to subscribe, and polling covers the
 // gap. A failure of the connection afterwards is an error event, one per
 // outage. ctx ends the attempts.
-func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *noticeFeed {
+func (c *core) openFeed(ctx context.Context, opened <-chan struct{}) *noticeFeed {
 	sctx, cancel := context.WithCancel(ctx)
 	f := &noticeFeed{
 		ready:     make(chan struct{}),
@@ -96,7 +80,7 @@ func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *
 	}
 	var down atomic.Bool // an error event was emitted since the last (re)subscription
 	opts := subhub.Options{
-		Channels: m.feedChannels(),
+		Channels: c.feedChannels(),
 		OnMessage: func(_ context.Context, msg *redis.Message) {
 			if read := f.read.Load(); read != nil {
 				(*read)(msg)
@@ -105,7 +89,7 @@ func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *
 		OnSubscribed: func(context.Context, string) { down.Store(false) },
 		OnError: func(err error) {
 			if !down.Swap(true) {
-				m.emitError(fmt.Errorf("notice feed on %s: %w", m.keys.Events, err))
+				c.emitError(fmt.Errorf("notice feed on %s: %w", c.keys.Events, err))
 			}
 		},
 		PingInterval:  healthCheckInterval,
@@ -116,9 +100,9 @@ func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *
 		closeReady := sync.OnceFunc(func() { close(f.ready) })
 		defer closeReady()
 		attempt := func() (*subhub.Subscription, error) {
-			rctx, cancel := context.WithTimeout(sctx, m.startTimeout())
+			rctx, cancel := context.WithTimeout(sctx, c.startTimeout())
 			defer cancel()
-			return subhub.Subscribe(rctx, m.client, opts)
+			return subhub.Subscribe(rctx, c.client, opts)
 		}
 		sub, err := attempt()
 		if err != nil {
@@ -133,9 +117,9 @@ func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *
 			if sctx.Err() != nil {
 				return
 			}
-			m.emitError(fmt.Errorf("notice feed: %w", err)) // err names the channels
+			c.emitError(fmt.Errorf("notice feed: %w", err)) // err names the channels
 			closeReady()
-			if sub, err = subhub.Subscribe(sctx, m.client, opts); err != nil {
+			if sub, err = subhub.Subscribe(sctx, c.client, opts); err != nil {
 				return // ctx ended
 			}
 		}
@@ -149,10 +133,10 @@ func (m *MasterElection) openFeed(ctx context.Context, opened <-chan struct{}) *
 // this process's own notice channel (Keys.Turn: a release in which the
 // master ranked it), and unless Config.IgnoreRemoteTransfers the control
 // channel.
-func (m *MasterElection) feedChannels() []string {
-	channels := []string{m.keys.Events, m.keys.Turn(m.cfg.NodeID)}
-	if !m.cfg.IgnoreRemoteTransfers {
-		channels = append(channels, m.keys.Control)
+func (c *core) feedChannels() []string {
+	channels := []string{c.keys.Events, c.keys.Turn(c.cfg.NodeID)}
+	if !c.cfg.IgnoreRemoteTransfers {
+		channels = append(channels, c.keys.Control)
 	}
 	return channels
 }
@@ -165,15 +149,15 @@ func (m *MasterElection) feedChannels() []string {
 // far behind: polling covers what notices only speed up. The shared
 // connection reconnects and resubscribes by itself. It returns the
 // function that closes f.
-func (m *MasterElection) readFeed(ctx context.Context, _ *sync.WaitGroup, f *noticeFeed) (closeFeed func()) {
+func (c *core) readFeed(ctx context.Context, _ *sync.WaitGroup, f *noticeFeed) (closeFeed func()) {
 	read := func(msg *redis.Message) {
-		if msg.Channel == m.keys.Control {
-			if m.Term() == 0 {
+		if msg.Channel == c.keys.Control {
+			if c.term() == 0 {
 				return // only the master hands over
 			}
-			if req, ok := m.remoteTransfer(ctx, msg.Payload); ok {
+			if req, ok := c.remoteTransfer(ctx, msg.Payload); ok {
 				select {
-				case m.transfers <- req:
+				case c.transfers <- req:
 				default: // a transfer is pending already
 				}
 			}
@@ -181,16 +165,16 @@ func (m *MasterElection) readFeed(ctx context.Context, _ *sync.WaitGroup, f *not
 		}
 		n, err := parseNotice(msg.Payload)
 		if err != nil {
-			m.emitError(err)
+			c.emitError(err)
 			return
 		}
 		if !n.Lock() {
 			return // not a lock notice: another version's, or someone else's
 		}
 		select {
-		case m.notices <- n:
+		case c.notices <- n:
 		default:
-			m.log.Debug().Str("event", n.Event).Msg("election loop busy: notice dropped, polling will catch up")
+			c.log.Debug().Str("event", n.Event).Msg("election loop busy: notice dropped, polling will catch up")
 		}
 	}
 	f.read.Store(&read)
@@ -216,15 +200,15 @@ const (
 // is kept as a claim for Redis to confirm, and suggests a check; one of a
 // term already observed (a slave whose failed acquire or check already
 // named that master, as in a herd starting at once) tells nothing new.
-func (m *MasterElection) followHint(ls *loopState, n notice) noticeHint {
+func (c *core) followHint(ls *loopState, n notice) noticeHint {
 	switch {
-	case n.Event == scripts.NoticeReleased && n.NodeID != m.cfg.NodeID && m.contends():
-		if n.To == m.cfg.NodeID {
+	case n.Event == scripts.NoticeReleased && n.NodeID != c.cfg.NodeID && c.contends():
+		if n.To == c.cfg.NodeID {
 			ls.holdOff = time.Time{} // named by a Transfer: an own step-down's hold-off gives way
 		}
 		return hintContend
-	case n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > m.ObservedTerm():
-		ls.noteClaim(n, m.clock.Now())
+	case n.Event == scripts.NoticeAcquired && n.NodeID != c.cfg.NodeID && n.Term > c.observedTerm.Load():
+		ls.noteClaim(n, c.clock.Now())
 		return hintAsk
 	}
 	return hintNone
@@ -234,34 +218,47 @@ func (m *MasterElection) followHint(ls *loopState, n notice) noticeHint {
 // l. Another node's claim of a higher term is kept for Redis to confirm,
 // and suggests a renewal now: it either extends this mastership or, the
 // lock gone, ends it.
-func (m *MasterElection) masterHint(ls *loopState, l *mastership, n notice, now time.Time) noticeHint {
-	if n.Event == scripts.NoticeAcquired && n.NodeID != m.cfg.NodeID && n.Term > l.term {
+func (c *core) masterHint(ls *loopState, l *mastership, n notice, now time.Time) noticeHint {
+	if n.Event == scripts.NoticeAcquired && n.NodeID != c.cfg.NodeID && n.Term > l.term {
 		ls.noteClaim(n, now)
 		return hintAsk
 	}
 	return hintNone
 }
 
-// noteClaim keeps the acquired notice n for the next answer of Redis (a
-// check, or a renewal sent after it), which confirms or refutes it.
-func (ls *loopState) noteClaim(n notice, now time.Time) {
-	if n.Term > ls.claim.Term {
-		ls.claim, ls.claimAt = n, now
+// remoteTransfer turns a message of the control channel into a transfer
+// request, or reports why it is ignored. It is honoured only by the master,
+// only when it names the master's term or none, and only for a node with a
+// live registry entry other than this one: a request that names no such
+// process changes nothing.
+func (c *core) remoteTransfer(ctx context.Context, payload string) (transferRequest, bool) {
+	var req scripts.ControlRequest
+	if err := json.Unmarshal([]byte(payload), &req); err != nil || req.Request != scripts.ControlTransfer {
+		c.log.Debug().Str("payload", fmt.Sprintf("%.96q", payload)).Msg("control channel: not a transfer request, ignored")
+		return transferRequest{}, false
 	}
-}
-
-// confirmClaim compares the pending acquired notice with what Redis said:
-// holder holds the lock (or nobody, "") and term is the last minted term. A
-// notice that claims a term above it was not sent by a lock script of this
-// lock: it is reported, once, and forgotten, having changed nothing.
-func (m *MasterElection) confirmClaim(ls *loopState, holder string, term int64) {
-	c := ls.claim
-	if c.Term == 0 {
-		return
+	if req.To == c.cfg.NodeID {
+		return transferRequest{}, false
 	}
-	ls.claim = notice{}
-	if c.Term > term {
-		m.emitError(fmt.Errorf("%w: %.96q on %s claims that %q took the lock with term %d, but Redis has term %d held by %q: ignored",
-			ErrUnconfirmedNotice, c.raw, m.keys.Events, c.NodeID, c.Term, term, holder))
+	if req.Term != 0 && req.Term != c.term() {
+		// For another master: an earlier one's, sent again after this
+		// process took over, or a later one's.
+		c.log.Debug().Int64("term", req.Term).Msg("control channel: a transfer request for another term, ignored")
+		return transferRequest{}, false
 	}
+	if req.To != "" {
+		reg := c.registry()
+		if reg == nil || scripts.ValidateName("node id", req.To) != nil {
+			return transferRequest{}, false
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.opTimeout())
+		_, err := reg.Process(rctx, req.To)
+		cancel()
+		if err != nil {
+			c.emitError(fmt.Errorf("control channel: transfer to %q ignored: no live process of that id (%v)", req.To, err))
+			return transferRequest{}, false
+		}
+	}
+	c.log.Info().Str("to", req.To).Msg("control channel: transfer requested")
+	return transferRequest{to: req.To}, true
 }

@@ -61,21 +61,21 @@ func (o *observed) count(r RenewResult) int {
 func TestObserverSeesRenewalsAndStepDowns(t *testing.T) {
 	tests := []struct {
 		name  string
-		end   func(w *world, a *node)
+		end   func(w *world, a *peer)
 		want  StepDownReason
 		renew RenewResult // a result the attempts before the end had
 	}{
-		{"self-fenced", func(w *world, a *node) {
+		{"self-fenced", func(w *world, a *peer) {
 			w.mr.SetError("LOADING simulated outage")
 			w.until(func() bool { return !a.IsMaster() }, a.cfg.LockTTL, 100*time.Millisecond, "a fences itself", a)
 		}, StepDownSelfFenced, RenewFailed},
-		{"lock lost", func(w *world, a *node) {
+		{"lock lost", func(w *world, a *peer) {
 			w.mr.Set(a.Keys().Master, "intruder")
 			w.mr.SetTTL(a.Keys().Master, time.Minute)
 			w.until(func() bool { return !a.IsMaster() }, 2*time.Second, 100*time.Millisecond, "a steps down", a)
 		}, StepDownLockLost, RenewLockLost},
-		{"handed over", func(w *world, a *node) { a.SetCandidate(false) }, StepDownHandedOver, RenewRenewed},
-		{"stopped", func(w *world, a *node) {
+		{"handed over", func(w *world, a *peer) { a.SetCandidate(false) }, StepDownHandedOver, RenewRenewed},
+		{"stopped", func(w *world, a *peer) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := a.Stop(ctx); err != nil {

@@ -6,15 +6,9 @@ import (
 	"github.com/herdkit/herd/registry"
 )
 
-// Registry returns the process registry of the election, or nil before
-// Start and in standalone mode.
-func (m *MasterElection) Registry() *registry.Registry {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.reg
-}
-
-func (m *MasterElection) registry() (*registry.Registry, error) {
+// openRegistryOrErr returns the registry, or ErrNoRegistry before Start and
+// in standalone mode.
+func (m *MasterElection) openRegistryOrErr() (*registry.Registry, error) {
 	if r := m.Registry(); r != nil {
 		return r, nil
 	}
@@ -25,7 +19,7 @@ func (m *MasterElection) registry() (*registry.Registry, error) {
 // registerProcess). herd registers this process by itself; use this for
 // processes herd does not run.
 func (m *MasterElection) RegisterProcess(ctx context.Context, info registry.ProcessInfo) error {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return err
 	}
@@ -35,7 +29,7 @@ func (m *MasterElection) RegisterProcess(ctx context.Context, info registry.Proc
 // UpdateProcessHeartbeat renews the registry entry of a process registered
 // with RegisterProcess (the specification's updateProcessHeartbeat).
 func (m *MasterElection) UpdateProcessHeartbeat(ctx context.Context, processID string) error {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return err
 	}
@@ -45,7 +39,7 @@ func (m *MasterElection) UpdateProcessHeartbeat(ctx context.Context, processID s
 // UnregisterProcess removes a process from the registry (the
 // specification's unregisterProcess).
 func (m *MasterElection) UnregisterProcess(ctx context.Context, processID string) error {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return err
 	}
@@ -54,7 +48,7 @@ func (m *MasterElection) UnregisterProcess(ctx context.Context, processID string
 
 // Processes returns every live process (the specification's getAllProcesses).
 func (m *MasterElection) Processes(ctx context.Context) ([]registry.ProcessInfo, error) {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +57,7 @@ func (m *MasterElection) Processes(ctx context.Context) ([]registry.ProcessInfo,
 
 // Process returns the live process processID, or registry.ErrNotFound.
 func (m *MasterElection) Process(ctx context.Context, processID string) (registry.ProcessInfo, error) {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return registry.ProcessInfo{}, err
 	}
@@ -73,7 +67,7 @@ func (m *MasterElection) Process(ctx context.Context, processID string) (registr
 // ProcessesByRole returns the live processes with role (the specification's
 // getProcessesByRole).
 func (m *MasterElection) ProcessesByRole(ctx context.Context, role registry.Role) ([]registry.ProcessInfo, error) {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +77,7 @@ func (m *MasterElection) ProcessesByRole(ctx context.Context, role registry.Role
 // MasterProcess returns the master's info (the specification's
 // getMasterProcess), or registry.ErrNotFound when there is no master.
 func (m *MasterElection) MasterProcess(ctx context.Context) (registry.ProcessInfo, error) {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return registry.ProcessInfo{}, err
 	}
@@ -92,7 +86,7 @@ func (m *MasterElection) MasterProcess(ctx context.Context) (registry.ProcessInf
 
 // Slaves returns every live slave (the specification's getSlaves).
 func (m *MasterElection) Slaves(ctx context.Context) ([]registry.SlaveNode, error) {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +96,7 @@ func (m *MasterElection) Slaves(ctx context.Context) ([]registry.SlaveNode, erro
 // Slave returns the live slave nodeID (the specification's getSlave), or
 // registry.ErrNotFound.
 func (m *MasterElection) Slave(ctx context.Context, nodeID string) (registry.SlaveNode, error) {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return registry.SlaveNode{}, err
 	}
@@ -111,7 +105,7 @@ func (m *MasterElection) Slave(ctx context.Context, nodeID string) (registry.Sla
 
 // SlaveCount returns the number of live slaves (the specification's getSlaveCount).
 func (m *MasterElection) SlaveCount(ctx context.Context) (int, error) {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return 0, err
 	}
@@ -121,7 +115,7 @@ func (m *MasterElection) SlaveCount(ctx context.Context) (int, error) {
 // ProcessChannel returns the routing channel of the live process processID
 // (the specification's getProcessChannel).
 func (m *MasterElection) ProcessChannel(ctx context.Context, processID string) (string, error) {
-	r, err := m.registry()
+	r, err := m.openRegistryOrErr()
 	if err != nil {
 		return "", err
 	}

@@ -114,7 +114,7 @@ func (w *wire) settled() []string {
 }
 
 // wiredNode is a node whose client records its round trips.
-func (w *world) wiredNode(cfg Config, names map[string]string) (*node, *wire) {
+func (w *world) wiredNode(cfg Config, names map[string]string) (*peer, *wire) {
 	w.t.Helper()
 	rec := newWire(names)
 	c := w.client()
@@ -124,7 +124,7 @@ func (w *world) wiredNode(cfg Config, names map[string]string) (*node, *wire) {
 	if err != nil {
 		w.t.Fatalf("new election: %v", err)
 	}
-	n := &node{MasterElection: m, clk: clk, rec: record(m)}
+	n := &peer{MasterElection: m, clk: clk, rec: record(m)}
 	w.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -155,7 +155,7 @@ func sameTrips(got, want []string) bool {
 
 // registered waits (in real time; the loops' timers do not move) until
 // Redis holds n's registry entry with role.
-func (w *world) registered(n *node, role string) {
+func (w *world) registered(n *peer, role string) {
 	w.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -45,25 +45,26 @@ func (m *MasterElection) Start(ctx context.Context) error {
 	m.state = stateStarted
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
-	m.stops = make(chan *stopRequest)
+	m.core.stops = make(chan *stopRequest)
 	m.mu.Unlock()
 
 	var feed *noticeFeed // the notice feed, handed to run
 	if !m.cfg.Standalone {
 		var err error
 		if feed, err = m.prepare(ctx, runCtx); err != nil {
-			m.closeDone()
+			m.core.closeDone()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
 			defer cancel()
 			_ = m.Stop(stopCtx)
 			return fmt.Errorf("masterelection: start: %w", err)
 		}
 	}
-	go m.run(runCtx, feed)
+	m.members.stop = m.Stop // a process that steps aside for a twin stops
+	go m.core.run(runCtx, feed)
 
 	select {
-	case <-m.resolved:
-	case <-m.done:
+	case <-m.core.resolved:
+	case <-m.core.done:
 		return m.stoppedWhileStarting()
 	case <-ctx.Done():
 		return m.startCut(ctx, "first election did not resolve")
@@ -72,8 +73,8 @@ func (m *MasterElection) Start(ctx context.Context) error {
 		// The first registration: the node id is this process's, or a
 		// twin's, and then this process steps aside (twins.go).
 		select {
-		case <-m.registered:
-		case <-m.done:
+		case <-m.members.registered:
+		case <-m.core.done:
 			return m.stoppedWhileStarting()
 		case <-ctx.Done():
 			return m.startCut(ctx, "first registration did not succeed")
@@ -113,13 +114,6 @@ func (m *MasterElection) startCut(ctx context.Context, what string) error {
 	return m.withDialCause(ctx, fmt.Errorf("masterelection: start: %s: %w", what, ctx.Err()), nil)
 }
 
-// lastError returns the latest error reported by an error event, or nil.
-func (m *MasterElection) lastError() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lastErr
-}
-
 // WaitForElectionComplete waits until the first election has resolved and
 // reports whether this process is master. It returns ctx's error when ctx
 // ends first, ErrNotStarted before Start and ErrStopped after Stop.
@@ -131,9 +125,9 @@ func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster 
 		return false, ErrNotStarted
 	}
 	select {
-	case <-m.resolved:
+	case <-m.core.resolved:
 		return m.IsMaster(), nil
-	case <-m.done:
+	case <-m.core.done:
 		return false, ErrStopped
 	case <-ctx.Done():
 		return false, fmt.Errorf("masterelection: wait for election: %w", ctx.Err())
@@ -171,21 +165,19 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, erro
 	}()
 
 	opened := make(chan struct{}) // the registry is open: Redis answers
-	feed := m.openFeed(runCtx, opened)
+	feed := m.core.openFeed(runCtx, opened)
 	first := m.ask(openCtx)
 	if first.refused != nil { // no election can work as this user
 		feed.close()
 		return nil, first.refused
 	}
-	reg, err := m.openFirst(openCtx, first)
+	reg, err := m.members.openFirst(openCtx, first)
 	if err != nil {
 		feed.close()
 		return nil, err
 	}
 	close(opened)
-	m.mu.Lock()
-	m.reg = reg
-	m.mu.Unlock()
+	m.setRegistry(reg)
 
 	eviction := first.eviction
 	if eviction.err != nil && !eviction.refused() {
@@ -259,7 +251,7 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 		return answers{probeErr: err, eviction: evictionRead{err: err}, refused: m.refusal(err, nil)}
 	}
 	asked := scripts.Ask(pctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID), m.cfg.NodeID)
-	if raw, now, err := asked.Own.Result(); err == nil && m.suspectTwin(raw, now) {
+	if raw, now, err := asked.Own.Result(); err == nil && m.members.suspectTwin(raw, now) {
 		m.awaitingID.Store(true) // twins.go
 	}
 	var a answers
@@ -281,18 +273,18 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 // the server does not run), that is reported as openRegistry reports the
 // errors of its attempts, and openRegistry takes over: it probes again at
 // once, then after each backoff, until ctx ends.
-func (m *MasterElection) openFirst(ctx context.Context, a answers) (*registry.Registry, error) {
+func (mb *membership) openFirst(ctx context.Context, a answers) (*registry.Registry, error) {
 	err := a.probeErr
 	if a.probed != nil {
 		var reg *registry.Registry
-		reg, err = registry.NewProbed(clock.With(ctx, m.clock), m.client, m.keys, m.registryConfig(), *a.probed)
+		reg, err = registry.NewProbed(clock.With(ctx, mb.clock), mb.client, mb.keys, mb.registryConfig(), *a.probed)
 		if err == nil || errors.Is(err, registry.ErrInvalidConfig) {
 			return reg, err
 		}
 	}
 	if ctx.Err() != nil {
-		return nil, m.withDialCause(ctx, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err), err)
+		return nil, mb.withDialCause(ctx, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err), err)
 	}
-	m.emitError(fmt.Errorf("open process registry: %w", err))
-	return m.openRegistry(ctx)
+	mb.emitError(fmt.Errorf("open process registry: %w", err))
+	return mb.openRegistry(ctx)
 }

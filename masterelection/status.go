@@ -26,8 +26,8 @@ func (m *MasterElection) Status() Status {
 	m.mu.Unlock()
 	term := m.Term()
 	return Status{
-		Running:      started && !isClosed(m.done),
-		Resolved:     isClosed(m.resolved),
+		Running:      started && !isClosed(m.core.done),
+		Resolved:     isClosed(m.core.resolved),
 		IsMaster:     term != 0,
 		Term:         term,
 		ObservedTerm: m.ObservedTerm(),

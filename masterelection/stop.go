@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // Stop leaves the election. On the master it cancels the ctx given to the
@@ -41,17 +40,17 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 
 	var errs []error
 	if wasStarted {
-		if m.mastership.Load() != nil && !m.cfg.Standalone { // standalone: nothing to release
+		if m.core.mastership.Load() != nil && !m.cfg.Standalone { // standalone: nothing to release
 			errs = append(errs, m.resignFirst(ctx))
 		}
 		m.cancel()
 		select {
-		case <-m.done:
+		case <-m.core.done:
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
 		}
-		if l := m.mastership.Load(); l != nil {
-			_, err := m.resign(ctx, l, 0, "stopped", "", 0)
+		if l := m.core.mastership.Load(); l != nil {
+			_, err := m.core.resign(ctx, l, 0, "stopped", "", 0)
 			errs = append(errs, err)
 		}
 		if reg := m.Registry(); reg != nil && m.SteppedAside() == nil { // a twin leaves the entry to the other
@@ -63,7 +62,7 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 			cancel()
 		}
 	} else {
-		m.closeDone()
+		m.core.closeDone()
 	}
 	errs = append(errs, m.bus.close(ctx))
 	m.stopErr = errors.Join(errs...)
@@ -72,26 +71,6 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 	}
 	close(m.stopped)
 	return m.stopErr
-}
-
-func (m *MasterElection) closeDone() { m.doneOnce.Do(func() { close(m.done) }) }
-
-// cleanupContext returns ctx when it is still live, or a fresh context
-// bounded by the operation timeout when ctx has already ended, so cleanup
-// that matters to others (the release) still gets its chance.
-func (m *MasterElection) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Err() == nil {
-		return context.WithTimeout(ctx, m.opTimeout())
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), min(m.opTimeout(), time.Second))
-}
-
-// stopRequest is Stop's request that the election loop end the mastership
-// before anything of the election stops (resignFirst).
-type stopRequest struct {
-	ctx  context.Context // Stop's: bounds the wait for the handlers and the release
-	err  error           // the resignation's error; written before done closes
-	done chan struct{}   // closed when the loop has handled the request
 }
 
 // resignFirst has the election loop resign a master's mastership (cancel
@@ -106,30 +85,12 @@ type stopRequest struct {
 func (m *MasterElection) resignFirst(ctx context.Context) error {
 	req := &stopRequest{ctx: ctx, done: make(chan struct{})}
 	select {
-	case m.stops <- req:
-	case <-m.done:
+	case m.core.stops <- req:
+	case <-m.core.done:
 		return nil
 	case <-ctx.Done():
 		return nil // Stop reports its ctx's end while waiting for the loop
 	}
 	<-req.done // the resignation is bounded by ctx
 	return req.err
-}
-
-// stopAsMaster handles Stop's request on the master loop: it stops the
-// membership loop, resigns mastership l, releasing the lock, and tells run
-// to return.
-func (m *MasterElection) stopAsMaster(ls *loopState, l *mastership, req *stopRequest) {
-	// No registry write may follow the release: one as master would be
-	// refused and written as a slave, one as slave (the role change) would
-	// tell the new master that a slave joined just before Stop unregisters
-	// it. The loop is idle between heartbeats, so this rarely waits.
-	ls.haltMembership()
-	released, err := m.resign(req.ctx, l, 0, "stopped", "", 0)
-	if released {
-		ls.lockGone()
-	}
-	ls.stopRequested = true
-	req.err = err
-	close(req.done)
 }

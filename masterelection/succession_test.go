@@ -103,27 +103,27 @@ func TestContendDelay(t *testing.T) {
 	step := cfg.ElectionJitter / (maxSuccession + 1)
 	ls := &loopState{next: scripts.Succession{Term: 7, Order: []string{"a", "c", "b"}}}
 	for _, released := range []bool{true, false} {
-		if d := n.contendDelay(ls, 7, released); d != step {
+		if d := n.core.contendDelay(ls, 7, released); d != step {
 			t.Errorf("ranked second, released=%v: delay %v, want %v", released, d, step)
 		}
 	}
 	ls.next.Order = []string{"a", "b"}
 	for range 50 {
-		if d := n.contendDelay(ls, 7, true); d < 2*step || d > cfg.ElectionJitter {
+		if d := n.core.contendDelay(ls, 7, true); d < 2*step || d > cfg.ElectionJitter {
 			t.Fatalf("not ranked: delay %v, want within [%v, %v]", d, 2*step, cfg.ElectionJitter)
 		}
 	}
 	ls.next.Order = []string{"a", "b", "d", "e", "f", "g", "c"} // more than a master writes
 	for range 50 {
-		if d := n.contendDelay(ls, 7, true); d < maxSuccession*step || d > cfg.ElectionJitter {
+		if d := n.core.contendDelay(ls, 7, true); d < maxSuccession*step || d > cfg.ElectionJitter {
 			t.Fatalf("ranked past maxSuccession: delay %v, want within [%v, %v]", d, maxSuccession*step, cfg.ElectionJitter)
 		}
 	}
-	if d := n.contendDelay(ls, 8, true); d != 0 {
+	if d := n.core.contendDelay(ls, 8, true); d != 0 {
 		t.Errorf("succession of another term, released: delay %v, want 0", d)
 	}
 	for range 50 {
-		if d := n.contendDelay(&loopState{}, 8, false); d < 0 || d > cfg.ElectionJitter {
+		if d := n.core.contendDelay(&loopState{}, 8, false); d < 0 || d > cfg.ElectionJitter {
 			t.Fatalf("no succession, expired: delay %v, want within ElectionJitter", d)
 		}
 	}
@@ -132,7 +132,7 @@ func TestContendDelay(t *testing.T) {
 // herdOf starts a master and n slaves on one world, each client recording
 // its round trips, and waits until the master has published its
 // succession and every slave has read it in a check.
-func herdOf(t *testing.T, w *world, n int) (master *node, slaves []*node, wires map[string]*wire, next scripts.Succession) {
+func herdOf(t *testing.T, w *world, n int) (master *peer, slaves []*peer, wires map[string]*wire, next scripts.Succession) {
 	t.Helper()
 	names := scriptNames(t)
 	loadScripts(t, w.client())
@@ -161,7 +161,7 @@ func herdOf(t *testing.T, w *world, n int) (master *node, slaves []*node, wires 
 		}
 		time.Sleep(time.Millisecond)
 	}
-	all := append([]*node{master}, slaves...)
+	all := append([]*peer{master}, slaves...)
 	w.advance(testConfig("x").CheckInterval, 50*time.Millisecond, all...) // every slave checks: it reads the succession
 	for _, wire := range wires {
 		wire.settled()
@@ -181,7 +181,7 @@ func acquires(wires map[string]*wire) map[string]int {
 }
 
 // sawTerm waits until every node of nodes has observed term.
-func sawTerm(t *testing.T, nodes []*node, term int64) {
+func sawTerm(t *testing.T, nodes []*peer, term int64) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("every slave observed term %d", term), func() bool {
 		for _, n := range nodes {
@@ -194,7 +194,7 @@ func sawTerm(t *testing.T, nodes []*node, term int64) {
 }
 
 // nodeIDOf returns n's node id, or "none".
-func nodeIDOf(n *node) string {
+func nodeIDOf(n *peer) string {
 	if n == nil {
 		return "none"
 	}
@@ -202,7 +202,7 @@ func nodeIDOf(n *node) string {
 }
 
 // masterOf returns the node of nodes that is master, or nil.
-func masterOf(nodes []*node) *node {
+func masterOf(nodes []*peer) *peer {
 	for _, n := range nodes {
 		if n.IsMaster() {
 			return n
@@ -248,7 +248,7 @@ func TestOneAcquirePerFailover(t *testing.T) {
 		t.Run(fmt.Sprintf("first-ranked paused=%v", firstPaused), func(t *testing.T) {
 			w := newWorld(t)
 			_, slaves, wires, next := herdOf(t, w, 5)
-			running := slices.DeleteFunc(slices.Clone(slaves), func(n *node) bool { return firstPaused && n.NodeID() == next.Order[0] })
+			running := slices.DeleteFunc(slices.Clone(slaves), func(n *peer) bool { return firstPaused && n.NodeID() == next.Order[0] })
 			cfg := testConfig("x")
 			// Up to the first acquisition in fake time; then every slave
 			// reads its acquired notice, before the next turn could come,
@@ -306,7 +306,7 @@ func TestSuccessionLeavesOutNonCandidates(t *testing.T) {
 func TestForgedReleasesDoNotHoldBackTheTurns(t *testing.T) {
 	w := newWorld(t)
 	master, slaves, _, next := herdOf(t, w, 5)
-	running := slices.DeleteFunc(slices.Clone(slaves), func(n *node) bool { return n.NodeID() == next.Order[0] })
+	running := slices.DeleteFunc(slices.Clone(slaves), func(n *peer) bool { return n.NodeID() == next.Order[0] })
 	forged := fmt.Sprintf(`{"event":"released","nodeId":%q,"term":%d}`, master.NodeID(), master.Term())
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -340,7 +340,7 @@ func TestForgedReleasesDoNotHoldBackTheTurns(t *testing.T) {
 func TestNoTurnAfterCandidacyEnds(t *testing.T) {
 	w := newWorld(t)
 	master, slaves, _, next := herdOf(t, w, 5)
-	var running []*node
+	var running []*peer
 	for _, s := range slaves {
 		if s.NodeID() == next.Order[0] {
 			s.SetCandidate(false) // its turn, the first, passes unused

@@ -13,7 +13,7 @@ import (
 )
 
 // entryOf reads the registry entry of id as stored.
-func entryOf(t *testing.T, w *world, n *node, id string) registry.ProcessInfo {
+func entryOf(t *testing.T, w *world, n *peer, id string) registry.ProcessInfo {
 	t.Helper()
 	raw := w.mr.HGet(n.Keys().Processes, id)
 	var p registry.ProcessInfo
@@ -25,7 +25,7 @@ func entryOf(t *testing.T, w *world, n *node, id string) registry.ProcessInfo {
 
 // startAsync starts n on a goroutine of its own: its Start waits on fake
 // time, which the test moves.
-func startAsync(n *node) <-chan error {
+func startAsync(n *peer) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- n.Start(context.Background()) }()
 	return done
@@ -43,7 +43,7 @@ func TestTwinIsRefused(t *testing.T) {
 			w.start(m)
 			w.start(s)
 			w.until(m.IsMaster, 5*time.Second, 50*time.Millisecond, "m master", m, s)
-			live := map[string]*node{"m": m, "s": s}[victim]
+			live := map[string]*peer{"m": m, "s": s}[victim]
 			twin := w.node(testConfig(victim))
 			started := startAsync(twin)
 			w.until(func() bool { return len(started) > 0 }, 5*time.Second, 50*time.Millisecond, "twin's Start returns", m, s, twin)

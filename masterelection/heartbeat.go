@@ -1,0 +1,233 @@
+package masterelection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
+)
+
+// checkBeat is the follow loop's check with the slave's heartbeat in the
+// same script call. It falls back to a plain check when the registry has
+// no entry of this process to renew. A heartbeat that fails on its own
+// (the check answered) is an error event, as the membership loop's.
+func (mb *membership) checkBeat(ctx context.Context) (scripts.MasterState, error) {
+	reg := mb.registry()
+	if reg == nil {
+		return scripts.Check(ctx, mb.client, mb.keys)
+	}
+	var st scripts.MasterState
+	var callErr error
+	sent := false
+	err := reg.HeartbeatWith(ctx, mb.cfg.NodeID, func(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
+		sent = true
+		var stored scripts.Stored
+		var beatErr error
+		st, stored, beatErr, callErr = scripts.CheckBeat(ctx, mb.client, mb.keys, p)
+		if callErr != nil {
+			return scripts.Stored{}, callErr
+		}
+		return stored, beatErr
+	})
+	switch {
+	case !sent:
+		return scripts.Check(ctx, mb.client, mb.keys)
+	case callErr != nil:
+		return scripts.MasterState{}, callErr
+	case mb.stepAsideIfTwin(err):
+	case err != nil:
+		mb.emitError(fmt.Errorf("heartbeat process: %w", err))
+	default:
+		mb.beats.wrote(mb.clock.Now())
+	}
+	return st, nil
+}
+
+// loop is the registry loop: it registers this process whenever its
+// role changes and heartbeats its entry, every HeartbeatInterval as master
+// and every CheckInterval as slave, until ctx ends. A slave's heartbeat
+// rides the follow loop's check (slaveBeats) once its role is registered:
+// the loop then only stands in when none rode. A master entry is fenced by
+// Redis (registry.ErrNotMaster): once refused, the process is registered as
+// a slave until the election gives it a role again.
+//
+// It closes firstRegistered at its first registration.
+func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{}) {
+	r := &member{mb: mb, firstRegistered: firstRegistered}
+	timer := mb.clock.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case rc := <-mb.roles:
+			r.role, r.term, r.pending = rc.role, rc.term, true
+		case <-mb.infoChanged:
+			r.pending = r.role != ""
+		case <-timer.C():
+			if wait := mb.heartbeatRides(); wait > 0 {
+				timer.Reset(wait) // the follow loop's checks carry the heartbeat
+				continue
+			}
+		}
+		mb.beats.ride.Store(false)
+		next, done := r.after(ctx, r.write(ctx))
+		if done {
+			return
+		}
+		timer.Reset(next)
+	}
+}
+
+// member is the membership loop's state. Only that loop touches it.
+type member struct {
+	mb              *membership
+	firstRegistered chan<- struct{}
+	role            registry.Role
+	term            int64
+	pending         bool // the current role is not registered yet
+	registered      bool // a registration succeeded: the start is over
+	retry           backoff
+	quiet           quietWait // the wait for another incarnation's entry to go quiet (twins.go)
+}
+
+// heartbeatRides returns how long until the membership loop must stand in
+// for the follow loop's checks, which carry a slave's heartbeat while they
+// may (slaveBeats); 0 when it must write now.
+func (mb *membership) heartbeatRides() time.Duration {
+	standIn := mb.cfg.CheckInterval + mb.cfg.CheckInterval/2
+	if !mb.beats.ride.Load() {
+		return 0
+	}
+	if since := mb.beats.since(mb.clock.Now()); since < standIn {
+		return standIn - since
+	}
+	return 0
+}
+
+// write registers the current role when it is pending, else heartbeats the
+// entry (nothing before the election gave a role).
+func (r *member) write(ctx context.Context) error {
+	mb := r.mb
+	limit := mb.opTimeout()
+	if !r.registered {
+		limit = mb.startTimeout()
+	}
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	switch {
+	case r.pending:
+		info := mb.processInfo(r.role)
+		info.Term = r.term
+		if err := mb.reg.Register(rctx, info); err != nil {
+			return fmt.Errorf("register process as %s: %w", r.role, err)
+		}
+	case r.role != "":
+		if err := mb.reg.Heartbeat(rctx, mb.cfg.NodeID); err != nil {
+			return fmt.Errorf("heartbeat process: %w", err)
+		}
+	}
+	return nil
+}
+
+// after handles the outcome of a write: it returns when to write next, or
+// done when the loop ends (ctx ended, or the process steps aside for a
+// twin).
+func (r *member) after(ctx context.Context, err error) (next time.Duration, done bool) {
+	mb := r.mb
+	if inUse := (*registry.InUseError)(nil); errors.As(err, &inUse) && ctx.Err() == nil {
+		wait, twin := mb.inUse(&r.quiet, r.registered, inUse)
+		if twin {
+			mb.stepAside(inUse)
+			return 0, true
+		}
+		return wait, false // pending stays set: register again then
+	}
+	if errors.Is(err, registry.ErrNotMaster) {
+		// Redis refused the master entry: this process no longer holds the
+		// lock under term (a pause outlived it, say), and the entry was
+		// written as a slave's. That is reported; the loop ends the
+		// mastership and hands over the slave role shortly.
+		mb.emitError(err)
+		r.role, r.term, err = registry.RoleSlave, 0, nil
+	}
+	next = mb.cfg.CheckInterval
+	if r.role == registry.RoleMaster {
+		next = mb.cfg.HeartbeatInterval
+	}
+	switch {
+	case ctx.Err() != nil:
+		return 0, true
+	case err != nil:
+		mb.emitError(err)
+		next = r.retry.next(mb.cfg)
+	default:
+		r.wrote()
+	}
+	mb.beats.ride.Store(r.role == registry.RoleSlave && r.registered && !r.pending)
+	return next, false
+}
+
+// wrote records a successful write: the first registration closes
+// firstRegistered.
+func (r *member) wrote() {
+	if !r.registered && r.pending {
+		close(r.firstRegistered)
+	}
+	r.registered = r.registered || r.pending
+	r.pending = false
+	r.retry.reset()
+	if r.role != "" {
+		r.mb.beats.wrote(r.mb.clock.Now())
+	}
+}
+
+// openRegistry makes the registry, retrying while Redis is unreachable,
+// until ctx ends. Errors are reported as error events.
+func (mb *membership) openRegistry(ctx context.Context) (*registry.Registry, error) {
+	var retry backoff
+	var last error // the previous attempt's error
+	for {
+		rctx, cancel := context.WithTimeout(ctx, mb.startTimeout())
+		reg, err := registry.New(clock.With(rctx, mb.clock), mb.client, mb.keys, mb.registryConfig())
+		cancel()
+		if err == nil {
+			return reg, nil
+		}
+		if errors.Is(err, registry.ErrInvalidConfig) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			if last != nil {
+				err = last // this attempt was cut short by ctx: the one before tells why
+			}
+			return nil, mb.withDialCause(ctx, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err), err)
+		}
+		last = err
+		mb.emitError(fmt.Errorf("open process registry: %w", err))
+		timer := mb.clock.NewTimer(retry.next(mb.cfg))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, mb.withDialCause(ctx, fmt.Errorf("open process registry: %w (last error: %w)", ctx.Err(), err), err)
+		case <-timer.C():
+		}
+	}
+}
+
+// registryConfig is the configuration of the election's registry, for
+// openFirst and openRegistry's attempts.
+func (mb *membership) registryConfig() registry.Config {
+	return registry.Config{
+		ProcessTTL: mb.cfg.ProcessTTL,
+		Backend:    mb.cfg.RegistryBackend,
+		Logger:     mb.log,
+		OnError:    mb.emitError,
+		Quiet:      mb.quiet(),
+	}
+}
