@@ -219,39 +219,9 @@ func DefaultConfig() Config {
 	return c
 }
 
-// rescaledToLockTTL returns c with the timings DefaultConfig spelled out and
-// the caller left alone set back to zero when the caller changed LockTTL,
-// so that withDefaults derives them from the LockTTL set.
-func (c Config) rescaledToLockTTL() Config {
-	of := c.defaultsOf
-	c.defaultsOf = 0
-	ttl := c.LockTTL
-	if ttl == 0 {
-		ttl = DefaultLockTTL
-	}
-	if of == 0 || ttl == of {
-		return c
-	}
-	d := Config{LockTTL: of}.withDefaults()
-	for _, f := range []struct {
-		field   *time.Duration
-		spelled time.Duration
-	}{
-		{&c.HeartbeatInterval, d.HeartbeatInterval},
-		{&c.CheckInterval, d.CheckInterval},
-		{&c.ElectionJitter, d.ElectionJitter},
-		{&c.ProcessTTL, d.ProcessTTL},
-		{&c.SlaveTimeout, d.SlaveTimeout},
-	} {
-		if *f.field == f.spelled {
-			*f.field = 0
-		}
-	}
-	return c
-}
-
 // withDefaults returns c with every zero field set to its default: the
-// one place defaults are decided. NodeID stays as it is.
+// one place defaults are decided (the timings' defaults are in timings).
+// NodeID stays as it is.
 func (c Config) withDefaults() Config {
 	c = c.rescaledToLockTTL()
 	if c.LockName == "" {
@@ -260,6 +230,9 @@ func (c Config) withDefaults() Config {
 	if c.Identifier == "" {
 		c.Identifier = filepath.Base(os.Args[0])
 	}
+	if c.RegistryBackend == "" {
+		c.RegistryBackend = registry.BackendAuto
+	}
 	if c.LockTTL == 0 {
 		c.LockTTL = DefaultLockTTL
 	}
@@ -267,37 +240,7 @@ func (c Config) withDefaults() Config {
 	if ttl < 0 {
 		ttl = DefaultLockTTL // Validate reports the negative LockTTL alone
 	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = ttl / 3
-	}
-	if c.CheckInterval == 0 {
-		c.CheckInterval = ttl / 6
-	}
-	if c.ElectionJitter == 0 {
-		c.ElectionJitter = ttl / 15
-	}
-	if c.StepDownMargin == 0 {
-		c.StepDownMargin = ttl / 10
-	}
-	if c.ProcessTTL == 0 {
-		c.ProcessTTL = ttl + ttl/2 // ttl * 3/2, without overflowing
-	}
-	if c.SlaveTimeout == 0 {
-		c.SlaveTimeout = ttl / 2
-	}
-	if c.RegistryBackend == "" {
-		c.RegistryBackend = registry.BackendAuto
-	}
-	if c.WaitTimeout == 0 {
-		c.WaitTimeout = c.HeartbeatInterval / 4
-	}
-	if c.TransferWindow == 0 {
-		c.TransferWindow = max(ttl/10, time.Millisecond)
-	}
-	if c.HandBackWindow == 0 {
-		c.HandBackWindow = max(ttl, c.minHandBackWindow())
-	}
-	return c
+	return c.withDerivedTimings(ttl)
 }
 
 // minHandBackWindow is the shortest HandBackWindow: a slave that stops

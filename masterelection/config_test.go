@@ -258,3 +258,30 @@ func TestHandBackWindow(t *testing.T) {
 		t.Fatalf("negative HandBackWindow (off): %v", err)
 	}
 }
+
+// TestRegistryTimingRules: the registry's rules on the timings are rules of
+// Config's one table, with the values and the defaults named.
+func TestRegistryTimingRules(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"ProcessTTL twice the heartbeat", Config{LockTTL: 30 * time.Second, ProcessTTL: 20 * time.Second},
+			"ProcessTTL (20s) must exceed twice the heartbeat interval, the longer of HeartbeatInterval (10s, its default LockTTL / 3) and CheckInterval (5s, its default LockTTL / 6)"},
+		{"SlaveTimeout equal to the heartbeat", Config{HeartbeatInterval: 10 * time.Second, SlaveTimeout: 10 * time.Second},
+			"SlaveTimeout (10s) must exceed the heartbeat interval, the longer of HeartbeatInterval (10s) and CheckInterval (5s, its default LockTTL / 6)"},
+		{"negative ProcessTTL", Config{ProcessTTL: -time.Second}, "ProcessTTL must be positive, got -1s"},
+		{"negative SlaveTimeout", Config{SlaveTimeout: -time.Second}, "SlaveTimeout must be positive, got -1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v\nwant ErrInvalidConfig with %q", err, tc.want)
+			}
+		})
+	}
+	if err := (Config{LockTTL: 6 * time.Second, ProcessTTL: 4001 * time.Millisecond, SlaveTimeout: 2001 * time.Millisecond}).Validate(); err != nil {
+		t.Fatalf("ProcessTTL and SlaveTimeout just above the bounds: %v", err)
+	}
+}
