@@ -120,27 +120,45 @@ func (c *core) ownNodeIDHolds(ctx context.Context, ls *loopState, st scripts.Mas
 // be told from our own lost reply: that lock is left to expire unreported.
 func (c *core) twinEvidence(ctx context.Context, ls *loopState, st scripts.MasterState, sent, replied time.Time) string {
 	la := &ls.lostAcquires
-	if st.TTL >= 0 {
-		lo, hi := sent.Add(st.TTL), replied.Add(st.TTL)
-		if la.term == st.Term {
-			// Between two reads of an unrenewed lock the estimates differ by
-			// the clocks' rate difference (StepDownMargin per LockTTL at
-			// most) and PTTL's rounding.
-			slack := 2*time.Millisecond + time.Duration(float64(c.cfg.StepDownMargin)*float64(sent.Sub(la.since))/float64(c.cfg.LockTTL))
-			if lo.After(la.expiry.Add(slack)) {
-				return fmt.Sprintf("the lock was renewed (its expiry moved %v later), and this process never renews a term it did not learn",
-					lo.Sub(la.expiry).Round(time.Millisecond))
-			}
-			if hi.Before(la.expiry) {
-				la.expiry = hi
-			}
-		} else {
-			la.term, la.expiry, la.since, la.infoChecked = st.Term, hi, sent, false
-		}
+	if why := c.renewedByAnother(la, st, sent, replied); why != "" {
+		return why
 	}
 	if la.unknown || len(la.infos) == 0 || la.infoChecked {
 		return ""
 	}
+	return c.writtenByAnother(ctx, la, st)
+}
+
+// renewedByAnother is twinEvidence's look at the lock's expiry: it tells
+// that the lock of st was renewed since it was last seen, or "" when its
+// expiry has not moved later. It keeps the expiry seen in la.
+func (c *core) renewedByAnother(la *lostAcquires, st scripts.MasterState, sent, replied time.Time) string {
+	if st.TTL < 0 {
+		return ""
+	}
+	lo, hi := sent.Add(st.TTL), replied.Add(st.TTL)
+	if la.term != st.Term {
+		la.term, la.expiry, la.since, la.infoChecked = st.Term, hi, sent, false
+		return ""
+	}
+	// Between two reads of an unrenewed lock the estimates differ by the
+	// clocks' rate difference (StepDownMargin per LockTTL at most) and
+	// PTTL's rounding.
+	slack := 2*time.Millisecond + time.Duration(float64(c.cfg.StepDownMargin)*float64(sent.Sub(la.since))/float64(c.cfg.LockTTL))
+	if lo.After(la.expiry.Add(slack)) {
+		return fmt.Sprintf("the lock was renewed (its expiry moved %v later), and this process never renews a term it did not learn",
+			lo.Sub(la.expiry).Round(time.Millisecond))
+	}
+	if hi.Before(la.expiry) {
+		la.expiry = hi
+	}
+	return ""
+}
+
+// writtenByAnother is twinEvidence's look at master_process: it tells that
+// an acquire this process did not send wrote it for the lock of st, or ""
+// when one of the lost acquires (la) may have.
+func (c *core) writtenByAnother(ctx context.Context, la *lostAcquires, st scripts.MasterState) string {
 	gctx, cancel := context.WithTimeout(ctx, c.opTimeout())
 	raw, err := c.client.Get(gctx, c.keys.MasterProcess).Bytes()
 	cancel()

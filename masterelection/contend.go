@@ -29,70 +29,90 @@ func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Du
 		info = nil
 	}
 	sent := c.clock.Now()
-	limit := c.opTimeout()
-	if ls.unresolved {
-		// Start's: a slow reply is safe (the deadline counts from sent),
-		// and in a fleet starting at once it is slow; but one that comes
-		// after the deadline would give a mastership already over.
-		limit = min(c.startTimeout(), c.cfg.LockTTL-c.cfg.StepDownMargin)
-	}
-	actx, cancel := context.WithTimeout(ctx, limit)
+	actx, cancel := context.WithTimeout(ctx, c.acquireLimit(ls))
 	res, err := c.acquire(actx, info, c.seenForAcquire(ls))
 	cancel()
-	if err != nil {
-		if res.Term != 0 {
-			ls.tookLock(res.Term) // acquired, but void (too few replicas) and its release failed
-		} else {
-			ls.maybeHeld = true // the script may have run although its reply was lost
-			ls.lostAcquires.add(info)
-		}
-		if ctx.Err() == nil {
-			c.emitError(fmt.Errorf("acquire master lock: %w", err))
-		}
-		return nil, ls.retry.next(c.cfg)
+	switch {
+	case err != nil:
+		return nil, c.acquireFailed(ctx, ls, res, info, err)
+	case res.DataLoss || res.TermGarbage || res.Reserved || res.Term == 0:
+		ls.retry.reset()
+		return nil, c.notAcquired(ls, res, info)
 	}
 	ls.retry.reset()
-	if res.DataLoss {
+	return c.becomeMaster(ctx, ls, res.Term, sent), 0
+}
+
+// acquireLimit bounds an acquire: by the loop's call bound, or for Start's
+// first attempt by the start's, which a slow reply may take (the deadline
+// counts from the send, and in a fleet starting at once replies are slow),
+// but below the self-fencing margin: a reply after the deadline would give
+// a mastership already over.
+func (c *core) acquireLimit(ls *loopState) time.Duration {
+	if ls.unresolved {
+		return min(c.startTimeout(), c.cfg.LockTTL-c.cfg.StepDownMargin)
+	}
+	return c.opTimeout()
+}
+
+// acquireFailed handles an acquire that got no usable reply (err), sent
+// with info, and returns the delay before the next attempt.
+func (c *core) acquireFailed(ctx context.Context, ls *loopState, res scripts.Acquired, info []byte, err error) time.Duration {
+	if res.Term != 0 {
+		ls.tookLock(res.Term) // acquired, but void (too few replicas) and its release failed
+	} else {
+		ls.maybeHeld = true // the script may have run although its reply was lost
+		ls.lostAcquires.add(info)
+	}
+	if ctx.Err() == nil {
+		c.emitError(fmt.Errorf("acquire master lock: %w", err))
+	}
+	return ls.retry.next(c.cfg)
+}
+
+// notAcquired handles an acquire that did not take the lock, sent with
+// info, and returns the delay before the next check.
+func (c *core) notAcquired(ls *loopState, res scripts.Acquired, info []byte) time.Duration {
+	switch {
+	case res.DataLoss:
 		// The lock is free, but Redis lost a term this process had seen:
 		// wait, whichever path brought this attempt (see dataLossWait).
-		return nil, max(c.dataLossWait(ls, true), c.cfg.retryInterval())
-	}
-	if res.TermGarbage {
+		return max(c.dataLossWait(ls, true), c.cfg.retryInterval())
+	case res.TermGarbage:
 		// Someone else's data in the term key: herd writes nothing over it.
 		c.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
-		return nil, c.cfg.CheckInterval
+		return c.cfg.CheckInterval
 	}
-	if res.Reserved {
+	c.noteTerm(res.HolderTerm)
+	switch {
+	case res.Reserved:
 		// A Transfer reserved the free lock for another node: look again
 		// when the reservation ends, unless that node took it.
-		c.noteTerm(res.HolderTerm)
-		c.complete(ls, false)
-		return nil, c.untilExpiry(res.TTL)
+	case res.Holder == c.cfg.NodeID:
+		// Ours from an attempt whose reply was lost: an earlier one, or
+		// this very call, which go-redis sent again after losing its reply
+		// (MaxRetries) and which then found its own lock. Or a twin's.
+		// check sorts it out, as after any lost reply.
+		ls.maybeHeld = true
+		ls.lostAcquires.add(info)
+		return 0
+	case res.Garbage != "":
+		c.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
 	}
-	if res.Term == 0 {
-		c.noteTerm(res.HolderTerm)
-		if res.Holder == c.cfg.NodeID {
-			// Ours from an attempt whose reply was lost: an earlier one, or
-			// this very call, which go-redis sent again after losing its reply
-			// (MaxRetries) and which then found its own lock. Or a twin's.
-			// check sorts it out, as after any lost reply.
-			ls.maybeHeld = true
-			ls.lostAcquires.add(info)
-			return nil, 0
-		}
-		if res.Garbage != "" {
-			c.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))
-		}
-		c.complete(ls, false)
-		return nil, c.untilExpiry(res.TTL)
-	}
+	c.complete(ls, false)
+	return c.untilExpiry(res.TTL)
+}
 
-	l := c.newMastership(ctx, res.Term, c.deadlineAfter(sent))
-	ls.tookLock(res.Term)
-	c.noteTerm(res.Term)
+// becomeMaster starts the mastership of term, acquired by a call sent at
+// sent: IsMaster turns true, master-acquired and election-completed are
+// emitted, and membership registers the role and tracks the slaves.
+func (c *core) becomeMaster(ctx context.Context, ls *loopState, term int64, sent time.Time) *mastership {
+	l := c.newMastership(ctx, term, c.deadlineAfter(sent))
+	ls.tookLock(term)
+	c.noteTerm(term)
 	c.mastership.Store(l)
-	c.log.Info().Int64("term", res.Term).Msg("became master")
-	c.bus.emit(topicMasterAcquired, payload{term: res.Term, mastership: l})
+	c.log.Info().Int64("term", term).Msg("became master")
+	c.bus.emit(topicMasterAcquired, payload{term: term, mastership: l})
 	// The handlers' runners, waiting on their emitter channels, were made
 	// runnable on this goroutine's processor, where they would wait until
 	// this loop blocks or another processor wakes up to take them, behind
@@ -104,10 +124,9 @@ func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Du
 	// processor takes the loop or the handler is preempted.
 	runtime.Gosched()
 	c.complete(ls, true)
-	c.members.setRole(registry.RoleMaster, res.Term)
-	c.members.bg.Add(1)
-	go c.members.trackSlaves(l)
-	return l, 0
+	c.members.setRole(registry.RoleMaster, term)
+	c.members.startTracker(l)
+	return l
 }
 
 // acquire runs the acquire script, waiting for replicas when configured.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -119,27 +120,28 @@ var transientPrefixes = []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDO
 // policy, a handler's panic, out of memory, and any error Transient does not
 // know. Alert on those at once, on transient ones only when they last.
 func Transient(err error) bool {
-	if err == nil {
+	if err == nil || needsAPerson(err) {
 		return false
-	}
-	for _, sentinel := range []error{ErrPermission, ErrGarbage, ErrDuplicateNodeID, ErrEvictionPolicy,
-		ErrClusterCoverage, ErrUnconfirmedNotice, ErrHandlerPanic, ErrReplicas, ErrDataLoss} {
-		if errors.Is(err, sentinel) {
-			return false
-		}
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		for _, p := range transientPrefixes {
-			if redis.HasErrorPrefix(rerr, p) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(transientPrefixes, func(p string) bool { return redis.HasErrorPrefix(rerr, p) })
 	}
 	var nerr net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrClosed) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.As(err, &nerr)
+	return slices.ContainsFunc(transientCauses, func(cause error) bool { return errors.Is(err, cause) }) || errors.As(err, &nerr)
+}
+
+// personal are the errors of herd's own that Transient never calls
+// transient: each needs a person.
+var personal = []error{ErrPermission, ErrGarbage, ErrDuplicateNodeID, ErrEvictionPolicy,
+	ErrClusterCoverage, ErrUnconfirmedNotice, ErrHandlerPanic, ErrReplicas, ErrDataLoss}
+
+// transientCauses are the causes of a failed call that Transient calls
+// transient, besides a net.Error and the transientPrefixes.
+var transientCauses = []error{context.DeadlineExceeded, io.EOF, io.ErrUnexpectedEOF, redis.ErrClosed,
+	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE}
+
+// needsAPerson reports whether err wraps one of the personal errors.
+func needsAPerson(err error) bool {
+	return slices.ContainsFunc(personal, func(sentinel error) bool { return errors.Is(err, sentinel) })
 }

@@ -31,10 +31,7 @@ func (c *core) followLoop(ctx context.Context, ls *loopState) *mastership {
 		case <-ls.feedConfirmed:
 			f.feedConfirmed()
 		case <-ls.awaitRegistered:
-			ls.awaitRegistered = nil
-			if !f.contend {
-				f.arm(0)
-			}
+			f.registered()
 		case n := <-c.notices:
 			f.notice(n)
 		case <-f.timer.C():
@@ -107,6 +104,15 @@ func (f *follower) feedConfirmed() {
 		f.arm(0)
 	default:
 		ls.awaitRegistered = ls.firstRegistered
+	}
+}
+
+// registered: the first registration is done, which a look at the lock
+// owed to a late feed waited for (feedConfirmed).
+func (f *follower) registered() {
+	f.ls.awaitRegistered = nil
+	if !f.contend {
+		f.arm(0)
 	}
 }
 

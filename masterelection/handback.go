@@ -168,41 +168,12 @@ func (h *handBack) try(to string, p preferred) time.Duration {
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, mb.opTimeout())
 	defer cancel()
-	reg := mb.registry()
-	if reg == nil {
-		return mb.cfg.CheckInterval
+	info, wait, ok := h.stillPreferred(ctx, to, p)
+	if !ok {
+		return wait
 	}
-	info, err := reg.Process(ctx, to)
-	switch {
-	case errors.Is(err, registry.ErrNotFound):
-		h.drop(to) // gone: the tracker reports its leave, or its join when it is back
-		return 0
-	case err != nil:
-		mb.log.Debug().Err(err).Str("to", to).Msg("hand-back: the registry could not be read: trying again at the next CheckInterval")
-		return mb.cfg.CheckInterval
-	case !info.RegisteredAt.Equal(p.registeredAt) || info.Incarnation != p.incarnation:
-		// Another process under the id (a restart the tracker saw no
-		// leave of): it has to be ready for a whole window itself.
-		h.restarted(to, info, mb.clock.Now())
-		return 0
-	case info.Role != registry.RoleSlave || info.NonCandidate || info.Priority <= mb.cfg.Priority:
-		h.drop(to)
-		return 0
-	}
-	taken, err := scripts.TakeHandBack(ctx, mb.client, mb.keys, mb.cfg.NodeID, l.term, h.window)
-	switch {
-	case err != nil:
-		mb.log.Debug().Err(err).Str("to", to).Msg("hand-back: no answer from Redis: trying again at the next CheckInterval")
-		return mb.cfg.CheckInterval
-	case taken.NotMaster:
-		return mb.cfg.CheckInterval // the mastership is ending: run returns with it
-	case taken.Wait < 0:
-		mb.emitError(fmt.Errorf("hand back to %q: %w: %s has no TTL, so no master hands back while it exists: delete it",
-			to, ErrGarbage, mb.keys.HandBack))
-		return h.window
-	case !taken.Taken:
-		// Another master handed back within the window.
-		return max(taken.Wait, time.Millisecond)
+	if wait, ok := h.takeWindow(ctx, to); !ok {
+		return wait
 	}
 	req := transferRequest{to: to, reason: fmt.Sprintf("transferred to %s: handed back (its priority %d above %d)", to, info.Priority, mb.cfg.Priority)}
 	// When a Transfer is pending, it hands over; this window's hand-back
@@ -211,4 +182,56 @@ func (h *handBack) try(to string, p preferred) time.Duration {
 		mb.log.Info().Str("to", to).Int("priority", info.Priority).Int64("term", l.term).Msg("handing back to a process of higher priority")
 	}
 	return mb.cfg.CheckInterval
+}
+
+// stillPreferred reads slave to's registry entry and reports whether it is
+// still the process that was ready with p, a candidate slave of higher
+// priority; when not, it returns how long try waits.
+func (h *handBack) stillPreferred(ctx context.Context, to string, p preferred) (info registry.ProcessInfo, wait time.Duration, ok bool) {
+	mb := h.mb
+	reg := mb.registry()
+	if reg == nil {
+		return info, mb.cfg.CheckInterval, false
+	}
+	info, err := reg.Process(ctx, to)
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		h.drop(to) // gone: the tracker reports its leave, or its join when it is back
+		return info, 0, false
+	case err != nil:
+		mb.log.Debug().Err(err).Str("to", to).Msg("hand-back: the registry could not be read: trying again at the next CheckInterval")
+		return info, mb.cfg.CheckInterval, false
+	case !info.RegisteredAt.Equal(p.registeredAt) || info.Incarnation != p.incarnation:
+		// Another process under the id (a restart the tracker saw no
+		// leave of): it has to be ready for a whole window itself.
+		h.restarted(to, info, mb.clock.Now())
+		return info, 0, false
+	case info.Role != registry.RoleSlave || info.NonCandidate || info.Priority <= mb.cfg.Priority:
+		h.drop(to)
+		return info, 0, false
+	}
+	return info, 0, true
+}
+
+// takeWindow takes this window's hand-back in Redis (handback.lua), so that
+// no other master of the window hands back; when it cannot, it returns how
+// long try waits.
+func (h *handBack) takeWindow(ctx context.Context, to string) (wait time.Duration, ok bool) {
+	mb := h.mb
+	taken, err := scripts.TakeHandBack(ctx, mb.client, mb.keys, mb.cfg.NodeID, h.l.term, h.window)
+	switch {
+	case err != nil:
+		mb.log.Debug().Err(err).Str("to", to).Msg("hand-back: no answer from Redis: trying again at the next CheckInterval")
+		return mb.cfg.CheckInterval, false
+	case taken.NotMaster:
+		return mb.cfg.CheckInterval, false // the mastership is ending: run returns with it
+	case taken.Wait < 0:
+		mb.emitError(fmt.Errorf("hand back to %q: %w: %s has no TTL, so no master hands back while it exists: delete it",
+			to, ErrGarbage, mb.keys.HandBack))
+		return h.window, false
+	case !taken.Taken:
+		// Another master handed back within the window.
+		return max(taken.Wait, time.Millisecond), false
+	}
+	return 0, true
 }

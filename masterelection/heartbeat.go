@@ -141,12 +141,7 @@ func (r *member) write(ctx context.Context) error {
 func (r *member) after(ctx context.Context, err error) (next time.Duration, done bool) {
 	mb := r.mb
 	if inUse := (*registry.InUseError)(nil); errors.As(err, &inUse) && ctx.Err() == nil {
-		wait, twin := mb.inUse(&r.quiet, r.registered, inUse)
-		if twin {
-			mb.stepAside(inUse)
-			return 0, true
-		}
-		return wait, false // pending stays set: register again then
+		return r.idInUse(inUse)
 	}
 	if errors.Is(err, registry.ErrNotMaster) {
 		// Redis refused the master entry: this process no longer holds the
@@ -156,10 +151,6 @@ func (r *member) after(ctx context.Context, err error) (next time.Duration, done
 		mb.emitError(err)
 		r.role, r.term, err = registry.RoleSlave, 0, nil
 	}
-	next = mb.cfg.CheckInterval
-	if r.role == registry.RoleMaster {
-		next = mb.cfg.HeartbeatInterval
-	}
 	switch {
 	case ctx.Err() != nil:
 		return 0, true
@@ -168,9 +159,32 @@ func (r *member) after(ctx context.Context, err error) (next time.Duration, done
 		next = r.retry.next(mb.cfg)
 	default:
 		r.wrote()
+		next = r.interval()
 	}
 	mb.beats.ride.Store(r.role == registry.RoleSlave && r.registered && !r.pending)
 	return next, false
+}
+
+// idInUse handles a write refused because another incarnation wrote the
+// node id's entry lately: wait to see whether it lives, or, once it is
+// known to, step aside (done). pending stays set: the loop registers again
+// after the wait.
+func (r *member) idInUse(e *registry.InUseError) (next time.Duration, done bool) {
+	wait, twin := r.mb.inUse(&r.quiet, r.registered, e)
+	if twin {
+		r.mb.stepAside(e)
+		return 0, true
+	}
+	return wait, false
+}
+
+// interval is the time between heartbeats of the current role: the
+// master's HeartbeatInterval, else the slaves' CheckInterval.
+func (r *member) interval() time.Duration {
+	if r.role == registry.RoleMaster {
+		return r.mb.cfg.HeartbeatInterval
+	}
+	return r.mb.cfg.CheckInterval
 }
 
 // wrote records a successful write: the first registration closes

@@ -148,11 +148,7 @@ func (rn *renewals) outcome(r renewOutcome) string {
 		c.log.Debug().Err(r.err).Int64("term", l.term).Msg("a renew attempt failed after another one succeeded")
 		return ""
 	case r.err != nil:
-		c.emitError(fmt.Errorf("renew master lock (term %d): %w", l.term, r.err))
-		if rn.inFlight == 0 {
-			// Nothing else in flight: retry soon, not after renewRetry.
-			rn.due.Reset(min(ls.retry.next(c.cfg), c.renewRetry(), max(l.remaining(now), 0)))
-		}
+		rn.failed(r.err, now)
 		return ""
 	case !r.ok:
 		// The lock is gone, for good: a renewal never recreates it, so no
@@ -166,16 +162,35 @@ func (rn *renewals) outcome(r renewOutcome) string {
 		// heldTerm: followLoop releases it.
 		return "self-fencing deadline passed before a renewal's reply"
 	}
+	rn.renewed(r.sent, now)
+	return ""
+}
+
+// failed handles an attempt of the renewal due that failed with err at now:
+// an error event, and a retry soon when nothing else is in flight.
+func (rn *renewals) failed(err error, now time.Time) {
+	c := rn.c
+	c.emitError(fmt.Errorf("renew master lock (term %d): %w", rn.l.term, err))
+	if rn.inFlight == 0 {
+		// Nothing else in flight: retry soon, not after renewRetry.
+		rn.due.Reset(min(rn.ls.retry.next(c.cfg), c.renewRetry(), max(rn.l.remaining(now), 0)))
+	}
+}
+
+// renewed handles a successful attempt sent at sent, whose deadline
+// extend has moved: a claim older than it is confirmed, and the next
+// renewal falls HeartbeatInterval after sent.
+func (rn *renewals) renewed(sent, now time.Time) {
+	c, ls, l := rn.c, rn.ls, rn.l
 	ls.retry.reset()
-	if !r.sent.Before(ls.claimAt) {
+	if !sent.Before(ls.claimAt) {
 		c.confirmClaim(ls, c.cfg.NodeID, l.term)
 	}
 	rn.deadline.Reset(l.remaining(c.clock.Now()))
 	if rn.pending {
 		rn.pending = false
-		rn.due.Reset(max(c.cfg.HeartbeatInterval-now.Sub(r.sent), 0))
+		rn.due.Reset(max(c.cfg.HeartbeatInterval-now.Sub(sent), 0))
 	}
-	return ""
 }
 
 // maxRenewAttempts is how many renew attempts of one mastership may be in

@@ -246,19 +246,26 @@ func (c *core) remoteTransfer(ctx context.Context, payload string) (transferRequ
 		c.log.Debug().Int64("term", req.Term).Msg("control channel: a transfer request for another term, ignored")
 		return transferRequest{}, false
 	}
-	if req.To != "" {
-		reg := c.registry()
-		if reg == nil || scripts.ValidateName("node id", req.To) != nil {
-			return transferRequest{}, false
-		}
-		rctx, cancel := context.WithTimeout(ctx, c.opTimeout())
-		_, err := reg.Process(rctx, req.To)
-		cancel()
-		if err != nil {
-			c.emitError(fmt.Errorf("control channel: transfer to %q ignored: no live process of that id (%v)", req.To, err))
-			return transferRequest{}, false
-		}
+	if req.To != "" && !c.liveProcess(ctx, req.To) {
+		return transferRequest{}, false
 	}
 	c.log.Info().Str("to", req.To).Msg("control channel: transfer requested")
 	return transferRequest{to: req.To}, true
+}
+
+// liveProcess reports whether id, named by a control-channel request, is a
+// valid node id with a live registry entry; a lookup that fails is an
+// error event.
+func (c *core) liveProcess(ctx context.Context, id string) bool {
+	reg := c.registry()
+	if reg == nil || scripts.ValidateName("node id", id) != nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.opTimeout())
+	defer cancel()
+	if _, err := reg.Process(rctx, id); err != nil {
+		c.emitError(fmt.Errorf("control channel: transfer to %q ignored: no live process of that id (%v)", id, err))
+		return false
+	}
+	return true
 }

@@ -12,6 +12,13 @@ import (
 	"github.com/herdkit/herd/scripts"
 )
 
+// startTracker starts the slave tracker of mastership l (trackSlaves) on a
+// goroutine of its own.
+func (mb *membership) startTracker(l *mastership) {
+	mb.bg.Add(1)
+	go mb.trackSlaves(l)
+}
+
 // trackSlaves runs the slave tracker for mastership l until it ends. Its
 // slave events go through slaveEvent, so none is emitted by a process that
 // is not master at that instant, and none follows the master-lost of l.
@@ -23,43 +30,7 @@ func (mb *membership) trackSlaves(l *mastership) {
 		mb.bg.Add(1)
 		go back.run()
 	}
-	// The ranking changes on the tracker's goroutine; a goroutine of its
-	// own writes the latest one, so that the tracker never waits on Redis
-	// for it and a burst of joins (a first sweep) costs a write or two. A
-	// write Redis did not answer is sent again every CheckInterval until
-	// one is, or a newer ranking replaces it.
-	orders := make(chan []string, 1)
-	publish := func() {
-		select {
-		case <-orders: // replaced by the newer ranking: only one sender
-		default:
-		}
-		orders <- slices.Clone(next.order)
-	}
-	mb.bg.Add(1)
-	go func() {
-		defer mb.bg.Done()
-		retry := mb.clock.NewTimer(0)
-		retry.Stop()
-		defer retry.Stop()
-		var pending []string // a ranking whose write failed
-		for {
-			select {
-			case <-l.ctx.Done():
-				return
-			case pending = <-orders:
-			case <-retry.C():
-			}
-			if pending == nil {
-				continue
-			}
-			if mb.publishSuccession(l, pending) {
-				pending = nil
-			} else {
-				retry.Reset(mb.cfg.CheckInterval)
-			}
-		}
-	}()
+	writer := mb.startSuccessionWriter(l)
 	tracker, err := registry.NewSlaveTracker(mb.reg, registry.TrackerConfig{
 		SlaveTimeout:  mb.cfg.SlaveTimeout,
 		SweepInterval: mb.cfg.CheckInterval,
@@ -67,14 +38,14 @@ func (mb *membership) trackSlaves(l *mastership) {
 		OnJoin: func(s registry.SlaveNode) {
 			mb.slaveEvent(l, topicSlaveRegistered, payload{slave: s})
 			if !s.NonCandidate && next.join(s.NodeID, s.Priority) {
-				publish()
+				writer.write(next.order)
 			}
 			back.join(s)
 		},
 		OnLeave: func(id string, why registry.LeaveReason) {
 			mb.slaveEvent(l, topicSlaveRemoved, payload{nodeID: id, reason: why})
 			if next.leave(id) {
-				publish()
+				writer.write(next.order)
 			}
 			back.leave(id)
 		},
@@ -102,6 +73,62 @@ func (mb *membership) trackSlaves(l *mastership) {
 	defer sub.Close()
 	if err := tracker.Run(l.ctx); err != nil {
 		mb.emitError(fmt.Errorf("track slaves: %w", err))
+	}
+}
+
+// successionWriter writes a master's latest succession ranking to Redis
+// on a goroutine of its own, until the mastership ends. The ranking changes
+// on the tracker's goroutine, which so never waits on Redis for it, and a
+// burst of joins (a first sweep) costs a write or two. A write Redis did
+// not answer is sent again every CheckInterval until one is, or a newer
+// ranking replaces it.
+type successionWriter struct {
+	mb     *membership
+	l      *mastership
+	orders chan []string // the latest ranking not yet taken by run (capacity 1)
+}
+
+// startSuccessionWriter starts the writer of mastership l's rankings.
+func (mb *membership) startSuccessionWriter(l *mastership) *successionWriter {
+	w := &successionWriter{mb: mb, l: l, orders: make(chan []string, 1)}
+	mb.bg.Add(1)
+	go w.run()
+	return w
+}
+
+// write hands a copy of order to the writer, in place of an older ranking
+// it has not taken yet. Only the tracker's goroutine calls it.
+func (w *successionWriter) write(order []string) {
+	select {
+	case <-w.orders: // replaced by the newer ranking: only one sender
+	default:
+	}
+	w.orders <- slices.Clone(order)
+}
+
+// run writes each ranking, again every CheckInterval while Redis does not
+// answer, until the mastership's ctx ends.
+func (w *successionWriter) run() {
+	defer w.mb.bg.Done()
+	retry := w.mb.clock.NewTimer(0)
+	retry.Stop()
+	defer retry.Stop()
+	var pending []string // a ranking whose write failed
+	for {
+		select {
+		case <-w.l.ctx.Done():
+			return
+		case pending = <-w.orders:
+		case <-retry.C():
+		}
+		if pending == nil {
+			continue
+		}
+		if w.mb.publishSuccession(w.l, pending) {
+			pending = nil
+		} else {
+			retry.Reset(w.mb.cfg.CheckInterval)
+		}
 	}
 }
 

@@ -33,24 +33,12 @@ import (
 // stops at once and returns an error wrapping ErrPermission that gives the
 // cause Redis gave; it has written nothing.
 func (m *MasterElection) Start(ctx context.Context) error {
-	m.mu.Lock()
-	switch m.state {
-	case stateStarted:
-		m.mu.Unlock()
-		return ErrAlreadyStarted
-	case stateStopping:
-		m.mu.Unlock()
-		return ErrStopped
+	runCtx, err := m.begin(ctx)
+	if err != nil {
+		return err
 	}
-	m.state = stateStarted
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.cancel = cancel
-	m.core.stops = make(chan *stopRequest)
-	m.mu.Unlock()
-
 	var feed *noticeFeed // the notice feed, handed to run
 	if !m.cfg.Standalone {
-		var err error
 		if feed, err = m.prepare(ctx, runCtx); err != nil {
 			m.core.closeDone()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
@@ -61,7 +49,30 @@ func (m *MasterElection) Start(ctx context.Context) error {
 	}
 	m.members.stop = m.Stop // a process that steps aside for a twin stops
 	go m.core.run(runCtx, feed)
+	return m.awaitStarted(ctx, feed)
+}
 
+// begin moves a new election to started and returns the ctx of its loops,
+// which Stop ends; a started or stopped one is refused.
+func (m *MasterElection) begin(ctx context.Context) (context.Context, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch m.state {
+	case stateStarted:
+		return nil, ErrAlreadyStarted
+	case stateStopping:
+		return nil, ErrStopped
+	}
+	m.state = stateStarted
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	return runCtx, nil
+}
+
+// awaitStarted is Start's wait, once the loops run: for the first
+// election to resolve, for the first registration, and for the notice
+// feed.
+func (m *MasterElection) awaitStarted(ctx context.Context, feed *noticeFeed) error {
 	select {
 	case <-m.core.resolved:
 	case <-m.core.done:

@@ -40,27 +40,7 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 
 	var errs []error
 	if wasStarted {
-		if m.core.mastership.Load() != nil && !m.cfg.Standalone { // standalone: nothing to release
-			errs = append(errs, m.resignFirst(ctx))
-		}
-		m.cancel()
-		select {
-		case <-m.core.done:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
-		}
-		if l := m.core.mastership.Load(); l != nil {
-			_, err := m.core.resign(ctx, l, 0, "stopped", "", 0)
-			errs = append(errs, err)
-		}
-		if reg := m.Registry(); reg != nil && m.SteppedAside() == nil { // a twin leaves the entry to the other
-
-			rctx, cancel := m.cleanupContext(ctx)
-			if err := reg.Unregister(rctx, m.cfg.NodeID); err != nil {
-				errs = append(errs, fmt.Errorf("unregister process: %w", err))
-			}
-			cancel()
-		}
+		errs = m.stopStarted(ctx)
 	} else {
 		m.core.closeDone()
 	}
@@ -71,6 +51,42 @@ func (m *MasterElection) Stop(ctx context.Context) error {
 	}
 	close(m.stopped)
 	return m.stopErr
+}
+
+// stopStarted is Stop's work for a started election: resign first (a
+// master), end the loops, resign what the loop left, unregister. It returns
+// what went wrong.
+func (m *MasterElection) stopStarted(ctx context.Context) []error {
+	var errs []error
+	if m.core.mastership.Load() != nil && !m.cfg.Standalone { // standalone: nothing to release
+		errs = append(errs, m.resignFirst(ctx))
+	}
+	m.cancel()
+	select {
+	case <-m.core.done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("election loop still running: %w", ctx.Err()))
+	}
+	if l := m.core.mastership.Load(); l != nil {
+		_, err := m.core.resign(ctx, l, 0, "stopped", "", 0)
+		errs = append(errs, err)
+	}
+	return append(errs, m.unregister(ctx))
+}
+
+// unregister deletes this process's registry entry, unless it stepped
+// aside for a twin, which leaves the entry to the other process.
+func (m *MasterElection) unregister(ctx context.Context) error {
+	reg := m.Registry()
+	if reg == nil || m.SteppedAside() != nil {
+		return nil
+	}
+	rctx, cancel := m.cleanupContext(ctx)
+	defer cancel()
+	if err := reg.Unregister(rctx, m.cfg.NodeID); err != nil {
+		return fmt.Errorf("unregister process: %w", err)
+	}
+	return nil
 }
 
 // resignFirst has the election loop resign a master's mastership (cancel

@@ -31,21 +31,39 @@ import (
 // scripts.ControlRequest) that name its own term (or none) and a process
 // with a live registry entry, unless Config.IgnoreRemoteTransfers.
 func (m *MasterElection) Transfer(ctx context.Context, to string) error {
-	if m.cfg.Standalone {
-		return fmt.Errorf("masterelection: transfer: standalone mode has no other process: %w", ErrNotMaster)
-	}
-	if to != "" {
-		if err := scripts.ValidateName("successor node id", to); err != nil {
-			return fmt.Errorf("masterelection: transfer: %w", err)
-		}
-		if to == m.cfg.NodeID {
-			return fmt.Errorf("masterelection: transfer: %q is this process", to)
-		}
+	if err := m.validSuccessor(to); err != nil {
+		return err
 	}
 	from := m.Term()
 	if from == 0 {
 		return ErrNotMaster
 	}
+	if err := m.requestTransfer(ctx, to); err != nil {
+		return err
+	}
+	return m.awaitSuccessor(ctx, to, from)
+}
+
+// validSuccessor checks Transfer's to: a valid node id other than this
+// process's, or "" (any slave); standalone mode has no other process.
+func (m *MasterElection) validSuccessor(to string) error {
+	switch {
+	case m.cfg.Standalone:
+		return fmt.Errorf("masterelection: transfer: standalone mode has no other process: %w", ErrNotMaster)
+	case to == "":
+		return nil
+	case to == m.cfg.NodeID:
+		return fmt.Errorf("masterelection: transfer: %q is this process", to)
+	}
+	if err := scripts.ValidateName("successor node id", to); err != nil {
+		return fmt.Errorf("masterelection: transfer: %w", err)
+	}
+	return nil
+}
+
+// requestTransfer hands the request to the election loop and waits for its
+// answer: the mastership ended and the lock was released for to.
+func (m *MasterElection) requestTransfer(ctx context.Context, to string) error {
 	req := transferRequest{to: to, done: make(chan error, 1)}
 	select {
 	case m.core.transfers <- req:
@@ -59,12 +77,12 @@ func (m *MasterElection) Transfer(ctx context.Context, to string) error {
 		if err != nil {
 			return fmt.Errorf("masterelection: transfer: %w", err)
 		}
+		return nil
 	case <-m.core.done:
 		return ErrStopped
 	case <-ctx.Done():
 		return fmt.Errorf("masterelection: transfer: %w", ctx.Err())
 	}
-	return m.awaitSuccessor(ctx, to, from)
 }
 
 // awaitSuccessor waits until Redis shows a mastership after term from,
@@ -73,17 +91,13 @@ func (n *node) awaitSuccessor(ctx context.Context, to string, from int64) error 
 	poll := time.Millisecond
 	for {
 		st, err := scripts.Check(ctx, n.client, n.keys)
-		switch {
-		case err != nil && ctx.Err() != nil:
+		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("masterelection: transfer: waiting for the successor: %w", ctx.Err())
-		case err != nil:
-			// Redis unreachable for now: the hand-over itself is done.
-		case st.Exists && st.Term > from:
-			n.noteTerm(st.Term)
-			if (to != "" && st.NodeID != to) || st.NodeID == n.cfg.NodeID {
-				return fmt.Errorf("masterelection: transfer: %w: %q is master with term %d", ErrTransferNotTaken, st.NodeID, st.Term)
-			}
-			return nil
+		}
+		// An error while ctx lasts: Redis unreachable for now; the
+		// hand-over itself is done.
+		if err == nil && st.Exists && st.Term > from {
+			return n.successorIs(st, to)
 		}
 		t := n.clock.NewTimer(poll)
 		select {
@@ -94,4 +108,14 @@ func (n *node) awaitSuccessor(ctx context.Context, to string, from int64) error 
 		}
 		poll = min(2*poll, max(n.cfg.CheckInterval/8, time.Millisecond))
 	}
+}
+
+// successorIs tells whether the master of st, the first after the
+// transfer, is the one Transfer asked for (to, or any other process).
+func (n *node) successorIs(st scripts.MasterState, to string) error {
+	n.noteTerm(st.Term)
+	if (to != "" && st.NodeID != to) || st.NodeID == n.cfg.NodeID {
+		return fmt.Errorf("masterelection: transfer: %w: %q is master with term %d", ErrTransferNotTaken, st.NodeID, st.Term)
+	}
+	return nil
 }
