@@ -2,8 +2,6 @@ package masterelection
 
 import (
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -197,59 +195,6 @@ const MinHeartbeatInterval = time.Millisecond
 
 // DefaultLockTTL is the default Config.LockTTL, the specification's.
 const DefaultLockTTL = 30 * time.Second
-
-// DefaultConfig returns the specification's values: LockName, LockTTL,
-// HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL and
-// SlaveTimeout set, as New would set them in a zero Config. The fields whose
-// defaults follow other fields (StepDownMargin, WaitTimeout,
-// TransferWindow, HandBackWindow) stay zero, so New derives them from the values finally
-// set, as does HandBackWindow; NodeID stays empty (New draws a UUID). Config{} is the same
-// configuration; DefaultConfig only spells it out.
-//
-// The timings it spells out follow LockTTL: a caller who changes LockTTL
-// and leaves HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL
-// or SlaveTimeout at the value DefaultConfig gave gets the default for its
-// LockTTL, exactly as with Config{LockTTL: ...}. (Setting one of them to
-// exactly DefaultConfig's value has the same effect; set another value to
-// keep it apart.)
-func DefaultConfig() Config {
-	c := Config{}.withDefaults()
-	c.StepDownMargin, c.WaitTimeout, c.TransferWindow, c.HandBackWindow = 0, 0, 0, 0
-	c.defaultsOf = c.LockTTL
-	return c
-}
-
-// withDefaults returns c with every zero field set to its default: the
-// one place defaults are decided (the timings' defaults are in timings).
-// NodeID stays as it is.
-func (c Config) withDefaults() Config {
-	c = c.rescaledToLockTTL()
-	if c.LockName == "" {
-		c.LockName = scripts.DefaultLockName
-	}
-	if c.Identifier == "" {
-		c.Identifier = filepath.Base(os.Args[0])
-	}
-	if c.RegistryBackend == "" {
-		c.RegistryBackend = registry.BackendAuto
-	}
-	if c.LockTTL == 0 {
-		c.LockTTL = DefaultLockTTL
-	}
-	ttl := c.LockTTL // the base of the derived defaults
-	if ttl < 0 {
-		ttl = DefaultLockTTL // Validate reports the negative LockTTL alone
-	}
-	return c.withDerivedTimings(ttl)
-}
-
-// minHandBackWindow is the shortest HandBackWindow: a slave that stops
-// heartbeating is removed by the master's tracker at most SlaveTimeout +
-// CheckInterval (a sweep) after its last heartbeat, so one seen live for
-// that long did heartbeat after it registered.
-func (c Config) minHandBackWindow() time.Duration {
-	return max(c.SlaveTimeout, 0) + max(c.CheckInterval, 0)
-}
 
 // replication is what the lock writes wait for.
 func (c Config) replication() scripts.Replication {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -365,55 +364,6 @@ func (b *bus) close(ctx context.Context) error {
 
 func (b *bus) droppedErrors() uint64 { return b.dropped.Load() }
 
-// observers is the list of Observers of one election. It lives in the bus,
-// whose emit hands it every event (see event); the other calls come from
-// the loop's call sites (observeRenew, observeStepDown).
-type observers struct {
-	mu  sync.Mutex // serialises add and remove
-	set atomic.Pointer[observerSet]
-
-	// electionStart is when the election in progress started; zero when
-	// none is in progress or it started with no Observer. Only event
-	// touches it, and emit calls event under bus.emitMu.
-	electionStart time.Time
-}
-
-// observerSet is one immutable version of the list.
-type observerSet struct {
-	list []*Observer
-	now  func() time.Time // the election's clock
-}
-
-func (ol *observers) add(o *Observer, now func() time.Time) {
-	ol.mu.Lock()
-	defer ol.mu.Unlock()
-	next := &observerSet{now: now}
-	if cur := ol.set.Load(); cur != nil {
-		next.list = append(next.list, cur.list...)
-	}
-	next.list = append(next.list, o)
-	ol.set.Store(next)
-}
-
-func (ol *observers) remove(o *Observer) {
-	ol.mu.Lock()
-	defer ol.mu.Unlock()
-	cur := ol.set.Load()
-	if cur == nil {
-		return
-	}
-	next := &observerSet{now: cur.now}
-	for _, x := range cur.list {
-		if x != o {
-			next.list = append(next.list, x)
-		}
-	}
-	if len(next.list) == 0 {
-		next = nil
-	}
-	ol.set.Store(next)
-}
-
 // event is called by bus.emit for every event, before the handlers get it,
 // under bus.emitMu; it times the elections.
 func (ol *observers) event(topic string, p payload) {
@@ -426,32 +376,6 @@ func (ol *observers) event(topic string, p payload) {
 	case topic == topicElectionCompleted:
 		start := ol.electionStart
 		ol.electionStart = time.Time{}
-		if set == nil || start.IsZero() {
-			return
-		}
-		r := ElectionResult{IsMaster: p.isMaster, Duration: set.now().Sub(start)}
-		for _, o := range set.list {
-			if o.ElectionDone != nil {
-				o.ElectionDone(r)
-			}
-		}
+		ol.electionDone(set, start, p.isMaster)
 	}
-}
-
-// stepDownReason classifies the words the loop gives endMastership (master.go,
-// stop.go, transfer.go). TestStepDownReasons drives every path.
-func stepDownReason(detail string) StepDownReason {
-	switch {
-	case strings.HasPrefix(detail, "self-fencing deadline passed"):
-		return StepDownSelfFenced
-	case strings.HasPrefix(detail, "lock no longer held"):
-		return StepDownLockLost
-	case strings.HasPrefix(detail, "no longer a candidate"):
-		return StepDownHandedOver
-	case strings.HasPrefix(detail, "transferred"):
-		return StepDownTransferred
-	case detail == "stopped":
-		return StepDownStopped
-	}
-	return StepDownOther
 }

@@ -128,7 +128,7 @@ func (rn *renewals) attempt(now time.Time) {
 		rctx, cancel := context.WithTimeout(rn.ctx, min(rest, maxRenewAttempts*c.renewRetry()))
 		ok, err := c.renew(rctx, rn.l.term)
 		cancel()
-		c.observeRenew(rn.ctx, rn.l.term, now, ok, err)
+		c.bus.obs.renewDone(rn.ctx, rn.l.term, now, ok, err)
 		rn.results <- renewOutcome{sent: now, ok: ok, err: err}
 	}()
 }

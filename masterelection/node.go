@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -168,45 +167,4 @@ func newIncarnation() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand's contract since Go 1.24)
 	return hex.EncodeToString(b[:])
-}
-
-// observeRenew reports one renew attempt of mastership term, sent at sent,
-// whose answer was ok and err; ctx is the attempts' ctx, done once the
-// mastership has ended.
-func (n *node) observeRenew(ctx context.Context, term int64, sent time.Time, ok bool, err error) {
-	set := n.bus.obs.set.Load()
-	if set == nil {
-		return
-	}
-	a := RenewAttempt{Term: term, Latency: set.now().Sub(sent), Err: err}
-	switch {
-	case err != nil && (ctx.Err() != nil || errors.Is(err, context.Canceled)):
-		a.Result = RenewAbandoned
-	case err != nil:
-		a.Result = RenewFailed
-	case ok:
-		a.Result = RenewRenewed
-	default:
-		a.Result = RenewLockLost
-	}
-	for _, o := range set.list {
-		if o.RenewDone != nil {
-			o.RenewDone(a)
-		}
-	}
-}
-
-// observeStepDown reports the end of mastership term for reason, the
-// words endMastership was given.
-func (n *node) observeStepDown(term int64, reason string) {
-	set := n.bus.obs.set.Load()
-	if set == nil {
-		return
-	}
-	s := StepDown{Term: term, Reason: stepDownReason(reason), Detail: reason}
-	for _, o := range set.list {
-		if o.SteppedDown != nil {
-			o.SteppedDown(s)
-		}
-	}
 }

@@ -1,6 +1,11 @@
 package masterelection
 
 import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -106,4 +111,131 @@ type ElectionResult struct {
 	// the election's clock: usually one acquire round trip; longer when
 	// Redis errors were retried or a data loss was waited out.
 	Duration time.Duration
+}
+
+// observers is the list of Observers of one election. It lives in the bus,
+// whose emit hands it every event (see event); the other calls come from
+// the loop's call sites (observeRenew, observeStepDown).
+type observers struct {
+	mu  sync.Mutex // serialises add and remove
+	set atomic.Pointer[observerSet]
+
+	// electionStart is when the election in progress started; zero when
+	// none is in progress or it started with no Observer. Only event
+	// touches it, and emit calls event under bus.emitMu.
+	electionStart time.Time
+}
+
+// observerSet is one immutable version of the list.
+type observerSet struct {
+	list []*Observer
+	now  func() time.Time // the election's clock
+}
+
+func (ol *observers) add(o *Observer, now func() time.Time) {
+	ol.mu.Lock()
+	defer ol.mu.Unlock()
+	next := &observerSet{now: now}
+	if cur := ol.set.Load(); cur != nil {
+		next.list = append(next.list, cur.list...)
+	}
+	next.list = append(next.list, o)
+	ol.set.Store(next)
+}
+
+func (ol *observers) remove(o *Observer) {
+	ol.mu.Lock()
+	defer ol.mu.Unlock()
+	cur := ol.set.Load()
+	if cur == nil {
+		return
+	}
+	next := &observerSet{now: cur.now}
+	for _, x := range cur.list {
+		if x != o {
+			next.list = append(next.list, x)
+		}
+	}
+	if len(next.list) == 0 {
+		next = nil
+	}
+	ol.set.Store(next)
+}
+
+// stepDownReason classifies the words the loop gives endMastership (master.go,
+// stop.go, transfer.go). TestStepDownReasons drives every path.
+func stepDownReason(detail string) StepDownReason {
+	switch {
+	case strings.HasPrefix(detail, "self-fencing deadline passed"):
+		return StepDownSelfFenced
+	case strings.HasPrefix(detail, "lock no longer held"):
+		return StepDownLockLost
+	case strings.HasPrefix(detail, "no longer a candidate"):
+		return StepDownHandedOver
+	case strings.HasPrefix(detail, "transferred"):
+		return StepDownTransferred
+	case detail == "stopped":
+		return StepDownStopped
+	}
+	return StepDownOther
+}
+
+// renewDone reports one renew attempt of mastership term, sent at sent,
+// whose answer was ok and err; ctx is the attempts' ctx, done once the
+// mastership has ended.
+func (ol *observers) renewDone(ctx context.Context, term int64, sent time.Time, ok bool, err error) {
+	set := ol.set.Load()
+	if set == nil {
+		return
+	}
+	a := RenewAttempt{Term: term, Latency: set.now().Sub(sent), Result: renewResult(ctx, ok, err), Err: err}
+	for _, o := range set.list {
+		if o.RenewDone != nil {
+			o.RenewDone(a)
+		}
+	}
+}
+
+// renewResult classifies a renew attempt's answer, ok and err; ctx is the
+// attempts' ctx.
+func renewResult(ctx context.Context, ok bool, err error) RenewResult {
+	switch {
+	case err != nil && (ctx.Err() != nil || errors.Is(err, context.Canceled)):
+		return RenewAbandoned
+	case err != nil:
+		return RenewFailed
+	case ok:
+		return RenewRenewed
+	}
+	return RenewLockLost
+}
+
+// steppedDown reports the end of mastership term for reason, the words
+// endMastership was given.
+func (ol *observers) steppedDown(term int64, reason string) {
+	set := ol.set.Load()
+	if set == nil {
+		return
+	}
+	s := StepDown{Term: term, Reason: stepDownReason(reason), Detail: reason}
+	for _, o := range set.list {
+		if o.SteppedDown != nil {
+			o.SteppedDown(s)
+		}
+	}
+}
+
+// electionDone reports an election that started at start and completed
+// with isMaster; a zero start (none seen, or no observer then) reports
+// nothing.
+func (ol *observers) electionDone(set *observerSet, start time.Time, isMaster bool) {
+	if set == nil || start.IsZero() {
+		return
+	}
+	r := ElectionResult{IsMaster: isMaster, Duration: set.now().Sub(start)}
+	for _, o := range set.list {
+		if o.ElectionDone != nil {
+			o.ElectionDone(r)
+		}
+	}
 }

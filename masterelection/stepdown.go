@@ -68,7 +68,7 @@ func (c *core) endMastership(l *mastership, reason string) {
 	l.endCtx()
 	c.members.trackMu.Lock()
 	c.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
-	c.observeStepDown(l.term, reason)
+	c.bus.obs.steppedDown(l.term, reason)
 	c.bus.emit(topicMasterLost, payload{term: l.term})
 	c.members.trackMu.Unlock()
 	c.members.setRole(registry.RoleSlave, 0)

@@ -1,8 +1,12 @@
 package masterelection
 
 import (
-	"fmt"
+	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/herdkit/herd/registry"
+	"github.com/herdkit/herd/scripts"
 )
 
 // timing is one duration field of Config: its name, where it lives, its
@@ -99,115 +103,55 @@ func (c Config) rescaledToLockTTL() Config {
 // entry: the slaves' CheckInterval or the master's HeartbeatInterval.
 func (c Config) heartbeat() time.Duration { return max(c.HeartbeatInterval, c.CheckInterval) }
 
-// timingRule is one rule on Config's values: broken reports whether c,
-// with its defaults filled in, breaks it; message says how, naming the
-// values involved. A rule between two values is not checked while one of
-// them breaks a rule of its own (it is not positive), so each problem is
-// reported once.
-type timingRule struct {
-	name    string // the rule that must hold
-	broken  func(c Config) bool
-	message func(v validation) error
+// DefaultConfig returns the specification's values: LockName, LockTTL,
+// HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL and
+// SlaveTimeout set, as New would set them in a zero Config. The fields whose
+// defaults follow other fields (StepDownMargin, WaitTimeout,
+// TransferWindow, HandBackWindow) stay zero, so New derives them from the values finally
+// set, as does HandBackWindow; NodeID stays empty (New draws a UUID). Config{} is the same
+// configuration; DefaultConfig only spells it out.
+//
+// The timings it spells out follow LockTTL: a caller who changes LockTTL
+// and leaves HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL
+// or SlaveTimeout at the value DefaultConfig gave gets the default for its
+// LockTTL, exactly as with Config{LockTTL: ...}. (Setting one of them to
+// exactly DefaultConfig's value has the same effect; set another value to
+// keep it apart.)
+func DefaultConfig() Config {
+	c := Config{}.withDefaults()
+	c.StepDownMargin, c.WaitTimeout, c.TransferWindow, c.HandBackWindow = 0, 0, 0, 0
+	c.defaultsOf = c.LockTTL
+	return c
 }
 
-// mustBePositive is the rule that the timing called name is positive.
-func mustBePositive(name string) timingRule {
-	t := timingNamed(name)
-	return timingRule{name + " > 0",
-		func(c Config) bool { return t.of(c) <= 0 },
-		func(v validation) error { return fmt.Errorf("%s must be positive, got %v", name, t.of(v.c)) }}
+// withDefaults returns c with every zero field set to its default: the
+// one place defaults are decided (the timings' defaults are in timings).
+// NodeID stays as it is.
+func (c Config) withDefaults() Config {
+	c = c.rescaledToLockTTL()
+	if c.LockName == "" {
+		c.LockName = scripts.DefaultLockName
+	}
+	if c.Identifier == "" {
+		c.Identifier = filepath.Base(os.Args[0])
+	}
+	if c.RegistryBackend == "" {
+		c.RegistryBackend = registry.BackendAuto
+	}
+	if c.LockTTL == 0 {
+		c.LockTTL = DefaultLockTTL
+	}
+	ttl := c.LockTTL // the base of the derived defaults
+	if ttl < 0 {
+		ttl = DefaultLockTTL // Validate reports the negative LockTTL alone
+	}
+	return c.withDerivedTimings(ttl)
 }
 
-// mustNotBeNegative is the rule that the timing called name is not
-// negative.
-func mustNotBeNegative(name string) timingRule {
-	t := timingNamed(name)
-	return timingRule{name + " >= 0",
-		func(c Config) bool { return t.of(c) < 0 },
-		func(v validation) error { return fmt.Errorf("%s must not be negative, got %v", name, t.of(v.c)) }}
-}
-
-// mustBeBelow is the rule that the timing called name, when positive, is
-// less than the timing called bound, when positive.
-func mustBeBelow(name, bound string) timingRule {
-	t, b := timingNamed(name), timingNamed(bound)
-	return timingRule{name + " < " + bound,
-		func(c Config) bool { return t.of(c) > 0 && b.of(c) > 0 && t.of(c) >= b.of(c) },
-		func(v validation) error { return fmt.Errorf("%s must be less than %s", v.show(name), v.show(bound)) }}
-}
-
-// timingRules are the rules Validate checks, in the order it reports them:
-// every rule on Config's timings, the registry's among them.
-var timingRules = []timingRule{
-	mustBePositive("LockTTL"),
-	mustBePositive("HeartbeatInterval"),
-	mustBePositive("CheckInterval"),
-	mustBePositive("ProcessTTL"),
-	mustBePositive("SlaveTimeout"),
-	{"LockTTL >= 1ms",
-		func(c Config) bool { return c.LockTTL > 0 && c.LockTTL < time.Millisecond },
-		func(v validation) error {
-			return fmt.Errorf("%s must be at least 1ms, the resolution of Redis expiry", v.show("LockTTL"))
-		}},
-	{"HeartbeatInterval >= MinHeartbeatInterval",
-		func(c Config) bool { return c.HeartbeatInterval > 0 && c.HeartbeatInterval < MinHeartbeatInterval },
-		func(v validation) error {
-			return fmt.Errorf("%s must be at least %v: it bounds every Redis call of the election",
-				v.show("HeartbeatInterval"), MinHeartbeatInterval)
-		}},
-	{"WaitReplicas >= 0",
-		func(c Config) bool { return c.WaitReplicas < 0 },
-		func(v validation) error {
-			return fmt.Errorf("WaitReplicas must not be negative, got %d", v.c.WaitReplicas)
-		}},
-	mustNotBeNegative("WaitTimeout"),
-	mustBeBelow("WaitTimeout", "HeartbeatInterval"),
-	mustNotBeNegative("TransferWindow"),
-	mustBeBelow("TransferWindow", "LockTTL"),
-	{"HandBackWindow >= SlaveTimeout + CheckInterval, or negative",
-		func(c Config) bool { return c.HandBackWindow > 0 && c.HandBackWindow < c.minHandBackWindow() },
-		func(v validation) error {
-			return fmt.Errorf("%s must be at least SlaveTimeout (%v) + CheckInterval (%v), %v: a slave that crashed would still count as ready",
-				v.show("HandBackWindow"), v.c.SlaveTimeout, v.c.CheckInterval, v.c.minHandBackWindow())
-		}},
-	mustNotBeNegative("StepDownMargin"),
-	{"HeartbeatInterval * 3 <= LockTTL",
-		// HeartbeatInterval > LockTTL/3 is HeartbeatInterval*3 > LockTTL in
-		// integers, without the multiplication that could overflow.
-		func(c Config) bool {
-			return c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.HeartbeatInterval > c.LockTTL/3
-		},
-		func(v validation) error {
-			return fmt.Errorf("%s times 3 must not exceed %s", v.show("HeartbeatInterval"), v.show("LockTTL"))
-		}},
-	mustBeBelow("CheckInterval", "LockTTL"),
-	mustBeBelow("ElectionJitter", "LockTTL"),
-	{"StepDownMargin < LockTTL - HeartbeatInterval",
-		func(c Config) bool {
-			return c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.StepDownMargin > 0 &&
-				c.StepDownMargin >= c.LockTTL-c.HeartbeatInterval
-		},
-		func(v validation) error {
-			return fmt.Errorf("%s must be less than %s minus %s",
-				v.show("StepDownMargin"), v.show("LockTTL"), v.show("HeartbeatInterval"))
-		}},
-	// The registry's: one late or lost heartbeat must not let a live
-	// process's entry expire, and the master must not remove a slave
-	// between two of its heartbeats (the specification uses 3 × heartbeat).
-	{"ProcessTTL > 2 × the heartbeat interval",
-		func(c Config) bool {
-			return c.ProcessTTL > 0 && c.HeartbeatInterval > 0 && c.CheckInterval > 0 && c.ProcessTTL <= 2*c.heartbeat()
-		},
-		func(v validation) error {
-			return fmt.Errorf("%s must exceed twice the heartbeat interval, the longer of %s and %s",
-				v.show("ProcessTTL"), v.show("HeartbeatInterval"), v.show("CheckInterval"))
-		}},
-	{"SlaveTimeout > the heartbeat interval",
-		func(c Config) bool {
-			return c.SlaveTimeout > 0 && c.HeartbeatInterval > 0 && c.CheckInterval > 0 && c.SlaveTimeout <= c.heartbeat()
-		},
-		func(v validation) error {
-			return fmt.Errorf("%s must exceed the heartbeat interval, the longer of %s and %s",
-				v.show("SlaveTimeout"), v.show("HeartbeatInterval"), v.show("CheckInterval"))
-		}},
+// minHandBackWindow is the shortest HandBackWindow: a slave that stops
+// heartbeating is removed by the master's tracker at most SlaveTimeout +
+// CheckInterval (a sweep) after its last heartbeat, so one seen live for
+// that long did heartbeat after it registered.
+func (c Config) minHandBackWindow() time.Duration {
+	return max(c.SlaveTimeout, 0) + max(c.CheckInterval, 0)
 }

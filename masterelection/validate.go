@@ -3,6 +3,7 @@ package masterelection
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/herdkit/herd/scripts"
 )
@@ -90,4 +91,117 @@ func (v validation) show(name string) string {
 		return fmt.Sprintf("%s (%v, its default %s)", name, f.of(v.c), f.formula)
 	}
 	return fmt.Sprintf("%s (%v)", name, f.of(v.c))
+}
+
+// timingRule is one rule on Config's values: broken reports whether c,
+// with its defaults filled in, breaks it; message says how, naming the
+// values involved. A rule between two values is not checked while one of
+// them breaks a rule of its own (it is not positive), so each problem is
+// reported once.
+type timingRule struct {
+	name    string // the rule that must hold
+	broken  func(c Config) bool
+	message func(v validation) error
+}
+
+// mustBePositive is the rule that the timing called name is positive.
+func mustBePositive(name string) timingRule {
+	t := timingNamed(name)
+	return timingRule{name + " > 0",
+		func(c Config) bool { return t.of(c) <= 0 },
+		func(v validation) error { return fmt.Errorf("%s must be positive, got %v", name, t.of(v.c)) }}
+}
+
+// mustNotBeNegative is the rule that the timing called name is not
+// negative.
+func mustNotBeNegative(name string) timingRule {
+	t := timingNamed(name)
+	return timingRule{name + " >= 0",
+		func(c Config) bool { return t.of(c) < 0 },
+		func(v validation) error { return fmt.Errorf("%s must not be negative, got %v", name, t.of(v.c)) }}
+}
+
+// mustBeBelow is the rule that the timing called name, when positive, is
+// less than the timing called bound, when positive.
+func mustBeBelow(name, bound string) timingRule {
+	t, b := timingNamed(name), timingNamed(bound)
+	return timingRule{name + " < " + bound,
+		func(c Config) bool { return t.of(c) > 0 && b.of(c) > 0 && t.of(c) >= b.of(c) },
+		func(v validation) error { return fmt.Errorf("%s must be less than %s", v.show(name), v.show(bound)) }}
+}
+
+// timingRules are the rules Validate checks, in the order it reports them:
+// every rule on Config's timings, the registry's among them.
+var timingRules = []timingRule{
+	mustBePositive("LockTTL"),
+	mustBePositive("HeartbeatInterval"),
+	mustBePositive("CheckInterval"),
+	mustBePositive("ProcessTTL"),
+	mustBePositive("SlaveTimeout"),
+	{"LockTTL >= 1ms",
+		func(c Config) bool { return c.LockTTL > 0 && c.LockTTL < time.Millisecond },
+		func(v validation) error {
+			return fmt.Errorf("%s must be at least 1ms, the resolution of Redis expiry", v.show("LockTTL"))
+		}},
+	{"HeartbeatInterval >= MinHeartbeatInterval",
+		func(c Config) bool { return c.HeartbeatInterval > 0 && c.HeartbeatInterval < MinHeartbeatInterval },
+		func(v validation) error {
+			return fmt.Errorf("%s must be at least %v: it bounds every Redis call of the election",
+				v.show("HeartbeatInterval"), MinHeartbeatInterval)
+		}},
+	{"WaitReplicas >= 0",
+		func(c Config) bool { return c.WaitReplicas < 0 },
+		func(v validation) error {
+			return fmt.Errorf("WaitReplicas must not be negative, got %d", v.c.WaitReplicas)
+		}},
+	mustNotBeNegative("WaitTimeout"),
+	mustBeBelow("WaitTimeout", "HeartbeatInterval"),
+	mustNotBeNegative("TransferWindow"),
+	mustBeBelow("TransferWindow", "LockTTL"),
+	{"HandBackWindow >= SlaveTimeout + CheckInterval, or negative",
+		func(c Config) bool { return c.HandBackWindow > 0 && c.HandBackWindow < c.minHandBackWindow() },
+		func(v validation) error {
+			return fmt.Errorf("%s must be at least SlaveTimeout (%v) + CheckInterval (%v), %v: a slave that crashed would still count as ready",
+				v.show("HandBackWindow"), v.c.SlaveTimeout, v.c.CheckInterval, v.c.minHandBackWindow())
+		}},
+	mustNotBeNegative("StepDownMargin"),
+	{"HeartbeatInterval * 3 <= LockTTL",
+		// HeartbeatInterval > LockTTL/3 is HeartbeatInterval*3 > LockTTL in
+		// integers, without the multiplication that could overflow.
+		func(c Config) bool {
+			return c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.HeartbeatInterval > c.LockTTL/3
+		},
+		func(v validation) error {
+			return fmt.Errorf("%s times 3 must not exceed %s", v.show("HeartbeatInterval"), v.show("LockTTL"))
+		}},
+	mustBeBelow("CheckInterval", "LockTTL"),
+	mustBeBelow("ElectionJitter", "LockTTL"),
+	{"StepDownMargin < LockTTL - HeartbeatInterval",
+		func(c Config) bool {
+			return c.LockTTL > 0 && c.HeartbeatInterval > 0 && c.StepDownMargin > 0 &&
+				c.StepDownMargin >= c.LockTTL-c.HeartbeatInterval
+		},
+		func(v validation) error {
+			return fmt.Errorf("%s must be less than %s minus %s",
+				v.show("StepDownMargin"), v.show("LockTTL"), v.show("HeartbeatInterval"))
+		}},
+	// The registry's: one late or lost heartbeat must not let a live
+	// process's entry expire, and the master must not remove a slave
+	// between two of its heartbeats (the specification uses 3 × heartbeat).
+	{"ProcessTTL > 2 × the heartbeat interval",
+		func(c Config) bool {
+			return c.ProcessTTL > 0 && c.HeartbeatInterval > 0 && c.CheckInterval > 0 && c.ProcessTTL <= 2*c.heartbeat()
+		},
+		func(v validation) error {
+			return fmt.Errorf("%s must exceed twice the heartbeat interval, the longer of %s and %s",
+				v.show("ProcessTTL"), v.show("HeartbeatInterval"), v.show("CheckInterval"))
+		}},
+	{"SlaveTimeout > the heartbeat interval",
+		func(c Config) bool {
+			return c.SlaveTimeout > 0 && c.HeartbeatInterval > 0 && c.CheckInterval > 0 && c.SlaveTimeout <= c.heartbeat()
+		},
+		func(v validation) error {
+			return fmt.Errorf("%s must exceed the heartbeat interval, the longer of %s and %s",
+				v.show("SlaveTimeout"), v.show("HeartbeatInterval"), v.show("CheckInterval"))
+		}},
 }
