@@ -1,5 +1,0 @@
-package scripts
-
-// RouteBatchScript is route_batch.lua, for tests that call it with
-// arguments the typed function never sends.
-var RouteBatchScript = routeBatchScript
