@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
-	"github.com/herdkit/herd/scripts"
 )
 
 // The timings' defaults follow the election's LockTTL (the one the Planner
@@ -131,7 +131,7 @@ func (c Config) Validate() error {
 // lockTTL.
 func (c Config) validate(lockTTL time.Duration) error {
 	c = c.withDefaults(lockTTL)
-	if err := scripts.ValidateName("Set", c.Set); err != nil {
+	if err := keyspace.ValidateName("Set", c.Set); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	switch {

@@ -9,16 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/assign"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // tap records a client's round trips (handshakes left out), the assign
 // sync script named "assign-sync".
 func tap() *wiretap.Tap {
 	return &wiretap.Tap{Name: func(cmd redis.Cmder) string {
-		if cmd.Name() == "evalsha" && len(cmd.Args()) > 1 && cmd.Args()[1] == scripts.AssignSyncSHA {
+		if cmd.Name() == "evalsha" && len(cmd.Args()) > 1 && cmd.Args()[1] == rdb.AssignSyncSHA {
 			return "assign-sync"
 		}
 		return cmd.Name()

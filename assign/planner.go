@@ -13,9 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Planner is the master's side of an item set: while its election's process
@@ -28,7 +29,7 @@ import (
 type Planner struct {
 	client redis.UniversalClient
 	e      *masterelection.MasterElection
-	keys   scripts.AssignKeys
+	keys   keyspace.AssignKeys
 	cfg    Config
 	kick   chan struct{}
 
@@ -120,8 +121,8 @@ func (p *Planner) change(ctx context.Context, remove bool, items []string) error
 	p.mu.Lock()
 	known := len(p.kept.items) > 0
 	p.mu.Unlock()
-	_, err := scripts.AssignItems(ctx, p.client, p.keys, remove, known, items)
-	if errors.Is(err, scripts.ErrSetLost) {
+	_, err := rdb.AssignItems(ctx, p.client, p.keys, remove, known, items)
+	if errors.Is(err, rdb.ErrSetLost) {
 		return fmt.Errorf("%w: %w", ErrSetLost, err)
 	}
 	return err
@@ -392,7 +393,7 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 			owners[item] = ""
 		}
 	}
-	n, err := scripts.AssignPlan(ctx, p.client, p.e.Keys(), p.keys, self, term, stored.Owner, owners)
+	n, err := rdb.AssignPlan(ctx, p.client, p.e.Keys(), p.keys, self, term, stored.Owner, owners)
 	if err != nil {
 		return fmt.Errorf("assign: write plan: %w", err)
 	}
@@ -452,7 +453,7 @@ func (p *Planner) items(ctx context.Context, term int64) ([]string, error) {
 	kept := p.kept
 	p.mu.Unlock()
 	if len(items) == 0 && version == "" && len(kept.items) > 0 {
-		restored, err := scripts.AssignRestore(ctx, p.client, p.e.Keys(), p.keys, p.e.NodeID(), term, kept.items)
+		restored, err := rdb.AssignRestore(ctx, p.client, p.e.Keys(), p.keys, p.e.NodeID(), term, kept.items)
 		if err != nil {
 			return nil, fmt.Errorf("assign: put back %d lost items: %w", len(kept.items), err)
 		}
@@ -477,7 +478,7 @@ func (p *Planner) items(ctx context.Context, term int64) ([]string, error) {
 
 func validItems(items []string) error {
 	for _, item := range items {
-		if err := scripts.ValidateName("item", item); err != nil {
+		if err := keyspace.ValidateName("item", item); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 		}
 	}

@@ -13,9 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/subhub"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Worker is a slave's side of an item set: it owns the items the master's
@@ -25,7 +26,7 @@ import (
 type Worker struct {
 	client redis.UniversalClient
 	e      *masterelection.MasterElection // its node id, incarnation and whether it holds the id
-	keys   scripts.AssignKeys
+	keys   keyspace.AssignKeys
 	id     string
 	cfg    Config
 
@@ -202,7 +203,7 @@ func (w *Worker) sync(ctx context.Context) error {
 	w.released = nil
 	w.mu.Unlock()
 	sent := time.Now()
-	s, err := scripts.AssignSync(ctx, w.client, w.keys, w.id, w.e.Incarnation(), w.cfg.LeaseTTL, w.e.SteppedAside() != nil, released)
+	s, err := rdb.AssignSync(ctx, w.client, w.keys, w.id, w.e.Incarnation(), w.cfg.LeaseTTL, w.e.SteppedAside() != nil, released)
 	if err != nil {
 		// Not renewed: the leases end at their own deadlines. The released
 		// items are given up with the next round trip.
@@ -373,7 +374,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RenewInterval)
 	defer cancel()
-	if _, err := scripts.AssignSync(leaveCtx, w.client, w.keys, w.id, w.e.Incarnation(), w.cfg.LeaseTTL, true, nil); err != nil {
+	if _, err := rdb.AssignSync(leaveCtx, w.client, w.keys, w.id, w.e.Incarnation(), w.cfg.LeaseTTL, true, nil); err != nil {
 		errs = append(errs, fmt.Errorf("assign: worker %s: give up items: %w", w.id, err))
 	}
 	return errors.Join(errs...)

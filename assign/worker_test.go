@@ -15,10 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/assign"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/internal/testkit/testsync"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
-	"github.com/herdkit/herd/scripts"
 )
 
 // live is one span during which a Worker's ctx for an item was seen live:
@@ -113,8 +114,8 @@ func (c *cutter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 type fixture struct {
 	inst  *redistest.Instance
 	admin *redis.Client
-	k     scripts.Keys
-	a     scripts.AssignKeys
+	k     keyspace.Keys
+	a     keyspace.AssignKeys
 	term  int64
 	cfg   assign.Config
 }
@@ -122,10 +123,10 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	inst := redistest.Start(t, redistest.Default(t))
-	f := &fixture{inst: inst, admin: inst.Client(t), k: scripts.NewKeys("svc", false),
+	f := &fixture{inst: inst, admin: inst.Client(t), k: keyspace.NewKeys("svc", false),
 		cfg: assign.Config{LeaseTTL: time.Second, RenewInterval: 100 * time.Millisecond, Margin: 100 * time.Millisecond}}
 	f.a = f.k.Assign(assign.DefaultSet)
-	acq, err := scripts.Acquire(context.Background(), f.admin, f.k, "m", time.Hour, nil, 0)
+	acq, err := rdb.Acquire(context.Background(), f.admin, f.k, "m", time.Hour, nil, 0)
 	if err != nil || acq.Term == 0 {
 		t.Fatalf("acquire = %+v, %v", acq, err)
 	}
@@ -144,7 +145,7 @@ func (f *fixture) plan(t *testing.T, owner string, items []string) {
 	for _, item := range items {
 		owners[item] = owner
 	}
-	if _, err := scripts.AssignPlan(context.Background(), f.admin, f.k, f.a, "m", f.term, before, owners); err != nil {
+	if _, err := rdb.AssignPlan(context.Background(), f.admin, f.k, f.a, "m", f.term, before, owners); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -19,7 +19,7 @@ import (
 // copy the Config, so changing it afterwards has no effect.
 type Config struct {
 	// LockName is the election's lock name, from which the inbox names are
-	// derived (scripts.Keys.Inbox). It must be the one the election uses.
+	// derived (keyspace.Keys.Inbox). It must be the one the election uses.
 	// Default: pubsub.DefaultLockName; taken from the leader (Router) or
 	// from Terms (Consumer) when they are a pubsub.KeySource.
 	LockName string
@@ -94,7 +94,7 @@ type Config struct {
 	// handler (all inboxes it went through counted) before it gives up: an
 	// entry whose handler failed on its MaxDeliveries-th delivery, or that
 	// was delivered that often without an outcome (the process stopped
-	// during its handler), moves to the dead-letter stream (scripts.Keys.Dead)
+	// during its handler), moves to the dead-letter stream (keyspace.Keys.Dead)
 	// with its last error, where DeadLetters lists, retries or drops it.
 	// With RetryDelay and MaxRetryDelay it sets how long a message whose
 	// handler always fails takes to reach the dead letters: the sum of its

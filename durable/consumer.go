@@ -13,8 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Delivery is one entry of a slave's inbox handed to a Handler.
@@ -47,7 +47,7 @@ type Delivery struct {
 type Handler func(ctx context.Context, d Delivery) error
 
 // Consumer is a slave's side of durable routing: it reads its own inbox
-// through the consumer group scripts.InboxGroup (XREADGROUP, consumer name
+// through the consumer group keyspace.InboxGroup (XREADGROUP, consumer name
 // = process id), hands each entry to the handler of its type, and
 // acknowledges it (XACK and XDEL, one round trip) only after the handler
 // returned nil. At Start it first handles the entries it had read and not
@@ -69,7 +69,7 @@ type Consumer struct {
 	client    redis.UniversalClient
 	processID string
 	inbox     string
-	keys      scripts.Keys
+	keys      keyspace.Keys
 	cfg       Config
 
 	mux   route.Mux[Delivery]
@@ -203,7 +203,7 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 		join   *redis.IntCmd
 	)
 	_, err := c.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		create = p.XGroupCreateMkStream(ctx, c.inbox, scripts.InboxGroup, "0")
+		create = p.XGroupCreateMkStream(ctx, c.inbox, keyspace.InboxGroup, "0")
 		join = p.SAdd(ctx, c.keys.Inboxes, c.processID)
 		return nil
 	})
@@ -211,7 +211,7 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 		err = nil // the group exists: kept
 	}
 	if err != nil {
-		return fmt.Errorf("durable: create group %q of %q: %w: %w", scripts.InboxGroup, c.inbox, pubsub.ErrConnection, err)
+		return fmt.Errorf("durable: create group %q of %q: %w: %w", keyspace.InboxGroup, c.inbox, pubsub.ErrConnection, err)
 	}
 	return nil
 }

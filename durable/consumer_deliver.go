@@ -9,8 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // deliver judges and handles one entry; count is its delivery count in this
@@ -20,7 +21,7 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 	if !ok || !c.admit(ctx, e.ID, m, term) {
 		return
 	}
-	prior, _ := strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldDeliveries]), 10, 64)
+	prior, _ := strconv.ParseInt(fmt.Sprint(e.Values[rdb.InboxFieldDeliveries]), 10, 64)
 	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + c.lost.delivered(e.ID, count)}
 	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries > limit {
 		// Delivered that often with no outcome: the process stopped in its
@@ -43,9 +44,9 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 // parseEntry reads the envelope and the term of entry e. A malformed entry is
 // reported and acknowledged (deleted), and ok is false.
 func (c *Consumer) parseEntry(ctx context.Context, e redis.XMessage) (m pubsub.Message, term int64, ok bool) {
-	raw, ok := e.Values[scripts.InboxFieldMessage].(string)
+	raw, ok := e.Values[rdb.InboxFieldMessage].(string)
 	if !ok {
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, scripts.InboxFieldMessage)})
+		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, rdb.InboxFieldMessage)})
 		c.ack(ctx, e.ID)
 		return m, 0, false
 	}
@@ -55,7 +56,7 @@ func (c *Consumer) parseEntry(ctx context.Context, e redis.XMessage) (m pubsub.M
 		c.ack(ctx, e.ID)
 		return m, 0, false
 	}
-	term, err = strconv.ParseInt(fmt.Sprint(e.Values[scripts.InboxFieldTerm]), 10, 64)
+	term, err = strconv.ParseInt(fmt.Sprint(e.Values[rdb.InboxFieldTerm]), 10, 64)
 	if err != nil || term <= 0 {
 		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
 			Err: fmt.Errorf("%w: entry %s has no positive term", pubsub.ErrMalformedEnvelope, e.ID)})
@@ -123,7 +124,7 @@ func (c *Consumer) handlerFailed(ctx context.Context, e redis.XMessage, d Delive
 func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last error) {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
-	id, err := scripts.InboxDead(opCtx, c.client, c.keys, scripts.InboxGroup, c.inbox, e.ID, c.processID, d.Deliveries, last.Error())
+	id, err := rdb.InboxDead(opCtx, c.client, c.keys, keyspace.InboxGroup, c.inbox, e.ID, c.processID, d.Deliveries, last.Error())
 	if err != nil {
 		c.redisFailed(opBury, fmt.Errorf("durable: move entry %s of %q to the dead letters: %w: %w", e.ID, c.inbox, pubsub.ErrConnection, err))
 		return // left pending: tried again at its next delivery
@@ -134,7 +135,7 @@ func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last 
 	}
 	c.dead.Add(1)
 	if c.cfg.OnDead != nil {
-		raw, _ := e.Values[scripts.InboxFieldMessage].(string)
+		raw, _ := e.Values[rdb.InboxFieldMessage].(string)
 		c.cfg.OnDead(DeadLetter{ID: id, Message: d.Message, Raw: raw, Term: d.Term, Inbox: c.processID, Process: c.processID,
 			Deliveries: d.Deliveries, Error: last.Error(), At: time.Now()})
 	}
@@ -145,7 +146,7 @@ func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last 
 func (c *Consumer) leave(ctx context.Context, id string) {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
-	if err := c.client.XAck(opCtx, c.inbox, scripts.InboxGroup, id).Err(); err != nil {
+	if err := c.client.XAck(opCtx, c.inbox, keyspace.InboxGroup, id).Err(); err != nil {
 		c.failed.Add(1)
 		c.redisFailed(opAck, fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
 		return
@@ -161,7 +162,7 @@ func (c *Consumer) ack(ctx context.Context, id string) bool {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
 	_, err := c.client.TxPipelined(opCtx, func(p redis.Pipeliner) error {
-		p.XAck(opCtx, c.inbox, scripts.InboxGroup, id)
+		p.XAck(opCtx, c.inbox, keyspace.InboxGroup, id)
 		p.XDel(opCtx, c.inbox, id)
 		return nil
 	})

@@ -9,14 +9,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // read runs one XREADGROUP of new entries (">"), waiting up to block.
 func (c *Consumer) read(ctx context.Context, block time.Duration) ([]redis.XMessage, error) {
 	streams, err := c.client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: scripts.InboxGroup, Consumer: c.processID, Streams: []string{c.inbox, ">"},
+		Group: keyspace.InboxGroup, Consumer: c.processID, Streams: []string{c.inbox, ">"},
 		Count: c.cfg.ReadCount, Block: block,
 	}).Result()
 	if errors.Is(err, redis.Nil) {
@@ -94,7 +94,7 @@ func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
 	for ctx.Err() == nil {
 		opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
 		pend, err := c.client.XPendingExt(opCtx, &redis.XPendingExtArgs{
-			Stream: c.inbox, Group: scripts.InboxGroup, Start: start, End: "+", Count: c.cfg.ReadCount, Consumer: c.processID,
+			Stream: c.inbox, Group: keyspace.InboxGroup, Start: start, End: "+", Count: c.cfg.ReadCount, Consumer: c.processID,
 		}).Result()
 		cancel()
 		if err != nil {
@@ -113,7 +113,7 @@ func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
 		if len(due) > 0 {
 			opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
 			entries, err := c.client.XClaim(opCtx, &redis.XClaimArgs{
-				Stream: c.inbox, Group: scripts.InboxGroup, Consumer: c.processID, Messages: due,
+				Stream: c.inbox, Group: keyspace.InboxGroup, Consumer: c.processID, Messages: due,
 			}).Result()
 			cancel()
 			if err != nil {

@@ -11,13 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // DeadLetter is an entry a Consumer gave up on after Config.MaxDeliveries
-// deliveries, kept in the dead-letter stream (scripts.Keys.Dead) until an
+// deliveries, kept in the dead-letter stream (keyspace.Keys.Dead) until an
 // operator retries or drops it.
 type DeadLetter struct {
 	// ID is the dead letter's id in the dead-letter stream; Retry and Drop
@@ -49,7 +50,7 @@ type DeadLetter struct {
 // drop). It keeps no state; it is safe for concurrent use.
 type DeadLetters struct {
 	client redis.UniversalClient
-	keys   scripts.Keys
+	keys   keyspace.Keys
 }
 
 // NewDeadLetters returns the DeadLetters of cfg's lock name (Config.LockName
@@ -107,13 +108,13 @@ func (d *DeadLetters) List(ctx context.Context, after string, count int64) ([]De
 // fields it cannot read stay zero.
 func (d *DeadLetters) decode(e redis.XMessage) DeadLetter {
 	str := func(f string) string { s, _ := e.Values[f].(string); return s }
-	dl := DeadLetter{ID: e.ID, Raw: str(scripts.InboxFieldMessage), Process: str(scripts.DeadFieldProcess), Error: str(scripts.DeadFieldError)}
+	dl := DeadLetter{ID: e.ID, Raw: str(rdb.InboxFieldMessage), Process: str(rdb.DeadFieldProcess), Error: str(rdb.DeadFieldError)}
 	if m, err := pubsub.ParseMessage([]byte(dl.Raw)); err == nil {
 		dl.Message = m
 	}
-	dl.Term, _ = strconv.ParseInt(str(scripts.InboxFieldTerm), 10, 64)
-	dl.Deliveries, _ = strconv.ParseInt(str(scripts.DeadFieldDeliveries), 10, 64)
-	dl.Inbox = strings.TrimPrefix(str(scripts.DeadFieldInbox), d.keys.Inbox(""))
+	dl.Term, _ = strconv.ParseInt(str(rdb.InboxFieldTerm), 10, 64)
+	dl.Deliveries, _ = strconv.ParseInt(str(rdb.DeadFieldDeliveries), 10, 64)
+	dl.Inbox = strings.TrimPrefix(str(rdb.DeadFieldInbox), d.keys.Inbox(""))
 	if ms, _, ok := strings.Cut(e.ID, "-"); ok {
 		if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
 			dl.At = time.UnixMilli(v)
@@ -126,7 +127,7 @@ func (d *DeadLetters) decode(e redis.XMessage) DeadLetter {
 // ("" for the inbox it was in) under the current term, its deliveries
 // counted from zero, and deleted from the dead-letter stream, in one atomic
 // step. It returns the new entry id. It fails, changing nothing, when the
-// dead letter does not exist (scripts.ErrNoDeadLetter), when to is not a
+// dead letter does not exist (ErrNoDeadLetter), when to is not a
 // live process (ErrNotRegistered), or when no term was ever minted.
 func (d *DeadLetters) Retry(ctx context.Context, id, to string) (string, error) {
 	if to == "" {
@@ -135,15 +136,15 @@ func (d *DeadLetters) Retry(ctx context.Context, id, to string) (string, error) 
 			return "", fmt.Errorf("durable: retry dead letter %s: %w", id, err)
 		}
 		if len(es) == 0 {
-			return "", fmt.Errorf("durable: retry dead letter %s: %w", id, scripts.ErrNoDeadLetter)
+			return "", fmt.Errorf("durable: retry dead letter %s: %w", id, rdb.ErrNoDeadLetter)
 		}
 		to = d.decode(es[0]).Inbox
 	}
 	if err := route.CheckName("process id", to); err != nil {
 		return "", fmt.Errorf("durable: retry dead letter %s: %w", id, err)
 	}
-	entry, err := scripts.DeadRetry(ctx, d.client, d.keys, id, to)
-	if errors.Is(err, scripts.ErrNotLive) {
+	entry, err := rdb.DeadRetry(ctx, d.client, d.keys, id, to)
+	if errors.Is(err, rdb.ErrNotLive) {
 		return "", fmt.Errorf("durable: retry dead letter %s to %q: %w", id, to, ErrNotRegistered)
 	}
 	if err != nil {

@@ -5,12 +5,12 @@
 // package pubsub (which keeps the specification's at-most-once channels);
 // docs/routing.md compares them.
 //
-// Keys (built by scripts.Keys; under Cluster they carry the lock's hash tag,
+// Keys (built by keyspace.Keys; under Cluster they carry the lock's hash tag,
 // so the fencing check, the registry check and the write are one script on
 // one slot):
 //
 //	<lockName>:inbox:<processId>   stream: the inbox of one slave
-//	consumer group "herd"          (scripts.InboxGroup), consumer = process id
+//	consumer group "herd"          (keyspace.InboxGroup), consumer = process id
 //	<lockName>:inboxes             set: the process ids that have an inbox
 //	<lockName>:dead                stream: the dead letters
 //
@@ -73,7 +73,7 @@
 //     inbox_send.lua, which checks the lock's holder and term, as pubsub's
 //     route script does, and that the slave is a live process in the
 //     registry, in the same atomic step as the XADD. A deposed master adds
-//     nothing (ErrNotMaster and scripts.ErrFenced); a send to a process
+//     nothing (ErrNotMaster and keyspace.ErrFenced); a send to a process
 //     that never registered or has left is refused (ErrNotRegistered), so
 //     nothing is stored where no process will read it.
 //   - Adoption: an entry written under a term older than the highest the

@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // TestSendAndConsume: messages sent one by one are handled in order, once,
@@ -143,10 +143,10 @@ func TestRestartHandlesPendingFirst(t *testing.T) {
 	}
 	// The previous run of s1 read the first two and died.
 	inbox := r.Inbox("s1")
-	if err := c.XGroupCreateMkStream(testCtx(t), inbox, scripts.InboxGroup, "0").Err(); err != nil {
+	if err := c.XGroupCreateMkStream(testCtx(t), inbox, keyspace.InboxGroup, "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: scripts.InboxGroup, Consumer: "s1", Streams: []string{inbox, ">"}, Count: 2, Block: -1}).Err(); err != nil {
+	if err := c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: keyspace.InboxGroup, Consumer: "s1", Streams: []string{inbox, ">"}, Count: 2, Block: -1}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, got, _ := startConsumer(t, c, "s1", fast())
@@ -330,8 +330,8 @@ func TestReassign(t *testing.T) {
 		ids = append(ids, id)
 	}
 	inbox := r.Inbox("dead")
-	c.XGroupCreateMkStream(testCtx(t), inbox, scripts.InboxGroup, "0")
-	c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: scripts.InboxGroup, Consumer: "dead", Streams: []string{inbox, ">"}, Count: 5, Block: -1})
+	c.XGroupCreateMkStream(testCtx(t), inbox, keyspace.InboxGroup, "0")
+	c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: keyspace.InboxGroup, Consumer: "dead", Streams: []string{inbox, ">"}, Count: 5, Block: -1})
 
 	live.set("dead", "m")
 	if _, err := r.Reassign(testCtx(t), "dead", nil); !errors.Is(err, durable.ErrNoSlaves) {

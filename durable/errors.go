@@ -3,6 +3,7 @@ package durable
 import (
 	"errors"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/pubsub"
 )
 
@@ -15,7 +16,7 @@ import (
 var (
 	// ErrNotMaster is pubsub.ErrNotMaster itself: Router.Send, SendBatch and
 	// Reassign return it when this process is not master or has no live
-	// term, and wrap it together with scripts.ErrFenced when the script
+	// term, and wrap it together with keyspace.ErrFenced when the script
 	// found that Redis's lock is not this process's under that term (then
 	// nothing was added or moved).
 	ErrNotMaster = pubsub.ErrNotMaster
@@ -28,6 +29,9 @@ var (
 	// the registry (never registered, removed, or expired): the message was
 	// not added, since no process would read it.
 	ErrNotRegistered = errors.New("durable: not a live process in the registry")
+	// ErrNoDeadLetter is returned by DeadLetters.Retry when the dead
+	// letter does not exist: nothing was changed.
+	ErrNoDeadLetter = rdb.ErrNoDeadLetter
 	// ErrMasterInbox is returned by Router.Send, and is the Outcome.Err of
 	// a message of SendBatch, when the slave is this process, the master:
 	// the master's own inbox is moved to the live slaves (Router.Sweep), so

@@ -10,8 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // holder is a pubsub.Mastership and SlaveLister for the example: in an
@@ -46,8 +47,8 @@ func Example() {
 	ctx := context.Background()
 
 	// The election's acquire script makes "master" the master under a term.
-	keys := scripts.NewKeys("master-election", false)
-	a, _ := scripts.Acquire(ctx, client, keys, "master", time.Minute, nil, 0)
+	keys := keyspace.NewKeys("master-election", false)
+	a, _ := rdb.Acquire(ctx, client, keys, "master", time.Minute, nil, 0)
 	// Each process's election registers it; here, by hand.
 	mr.HSet(keys.Processes, "worker-1", "{}")
 	mr.HSet(keys.Processes, "worker-2", "{}")

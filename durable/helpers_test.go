@@ -13,9 +13,10 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // waitLimit bounds every wait in these tests: it turns a hang into a
@@ -71,12 +72,12 @@ func (l *fakeLeader) Term() int64 {
 	return l.term.Load()
 }
 
-func keys() scripts.Keys { return scripts.NewKeys(pubsub.DefaultLockName, false) }
+func keys() keyspace.Keys { return keyspace.NewKeys(pubsub.DefaultLockName, false) }
 
 // acquire makes id the master with acquire.lua and returns its term.
 func acquire(t testing.TB, c redis.UniversalClient, id string) int64 {
 	t.Helper()
-	a, err := scripts.Acquire(testCtx(t), c, keys(), id, time.Minute, nil, 0)
+	a, err := rdb.Acquire(testCtx(t), c, keys(), id, time.Minute, nil, 0)
 	if err != nil || a.Term <= 0 {
 		t.Fatalf("%s acquires the lock: %+v, %v", id, a, err)
 	}
@@ -233,8 +234,8 @@ func eventually(t testing.TB, what string, cond func() bool) {
 
 func assertFenced(t testing.TB, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, durable.ErrNotMaster) || !errors.Is(err, scripts.ErrFenced) {
-		t.Errorf("%s: %v; want ErrNotMaster and scripts.ErrFenced", what, err)
+	if !errors.Is(err, durable.ErrNotMaster) || !errors.Is(err, keyspace.ErrFenced) {
+		t.Errorf("%s: %v; want ErrNotMaster and keyspace.ErrFenced", what, err)
 	}
 }
 

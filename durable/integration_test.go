@@ -16,9 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // The tests in this file run against real servers (the redistest matrix);
@@ -235,7 +236,7 @@ func TestIntegrationDeposedMasterMidSend(t *testing.T) {
 					ok++
 				case err == nil:
 					ok += 3
-				case errors.Is(err, durable.ErrNotMaster) && errors.Is(err, scripts.ErrFenced):
+				case errors.Is(err, durable.ErrNotMaster) && errors.Is(err, keyspace.ErrFenced):
 					fenced++
 				default:
 					other = append(other, err)
@@ -259,8 +260,8 @@ func TestIntegrationDeposedMasterMidSend(t *testing.T) {
 		}
 		oldTerm := strconv.FormatInt(old.Term(), 10)
 		for _, e := range entries {
-			if e.Values[scripts.InboxFieldTerm] != oldTerm {
-				t.Fatalf("entry %s under term %v", e.ID, e.Values[scripts.InboxFieldTerm])
+			if e.Values[rdb.InboxFieldTerm] != oldTerm {
+				t.Fatalf("entry %s under term %v", e.ID, e.Values[rdb.InboxFieldTerm])
 			}
 		}
 		if len(entries) != ok {
@@ -293,8 +294,8 @@ func TestIntegrationCluster(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.Default(t), 3).Client(t)
 	cfg := fast()
 	cfg.Cluster = true
-	k := scripts.NewKeys(pubsub.DefaultLockName, true)
-	a, err := scripts.Acquire(testCtx(t), c, k, "m", time.Minute, nil, 0)
+	k := keyspace.NewKeys(pubsub.DefaultLockName, true)
+	a, err := rdb.Acquire(testCtx(t), c, k, "m", time.Minute, nil, 0)
 	if err != nil || a.Term <= 0 {
 		t.Fatalf("acquire: %+v, %v", a, err)
 	}
@@ -402,7 +403,7 @@ func TestIntegrationRestartedSlaveHandlesItsPendingFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = first.Wait()
-		pending, err := c.XPending(testCtx(t), r.Inbox("s1"), scripts.InboxGroup).Result()
+		pending, err := c.XPending(testCtx(t), r.Inbox("s1"), keyspace.InboxGroup).Result()
 		if err != nil || pending.Count == 0 {
 			t.Fatalf("no entry was pending when the slave died: %+v, %v", pending, err)
 		}

@@ -19,8 +19,8 @@ import (
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/internal/testkit/tcpfault"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // The tests in this file each reproduce one way durable routing used to
@@ -223,7 +223,7 @@ func TestIntegrationLostReadReplyIsRecovered(t *testing.T) {
 			}
 			delivered := false
 			for wait := time.Now(); time.Since(wait) < 2*time.Second && !delivered; time.Sleep(5 * time.Millisecond) {
-				p, err := admin.XPendingExt(testCtx(t), &redis.XPendingExtArgs{Stream: inbox, Group: scripts.InboxGroup, Start: "-", End: "+", Count: 10}).Result()
+				p, err := admin.XPendingExt(testCtx(t), &redis.XPendingExtArgs{Stream: inbox, Group: keyspace.InboxGroup, Start: "-", End: "+", Count: 10}).Result()
 				delivered = err == nil && len(p) == 1 && p[0].Consumer == "s1" && p[0].RetryCount == 1
 			}
 			reset = time.Now()

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // The test binary doubles as a slave process for the kill -9 test: with
@@ -37,7 +37,7 @@ func runBurst() int {
 	client := redis.NewClient(clientOptions(addr))
 	defer client.Close()
 	ctx := context.Background()
-	a, err := scripts.Acquire(ctx, client, keys(), "burst-master", 30*time.Second, nil, 0)
+	a, err := rdb.Acquire(ctx, client, keys(), "burst-master", 30*time.Second, nil, 0)
 	if err != nil || a.Term <= 0 {
 		fmt.Fprintln(os.Stderr, "acquire:", a, err)
 		return 2

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/rendezvous"
 	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Pick chooses the slave that takes over one entry of a removed slave: one
@@ -67,7 +68,7 @@ func (r Reassigned) Total() int {
 // Each batch of up to Config.ReassignBatch entries is one script call that
 // checks, in the same atomic step as the moves, that this process still
 // holds the lock under its term: a deposed master moves nothing and gets an
-// error matching ErrNotMaster and scripts.ErrFenced. A moved entry keeps its
+// error matching ErrNotMaster and keyspace.ErrFenced. A moved entry keeps its
 // envelope (message id, sender, original term, payload), is written under
 // this process's term (so slaves that know this term accept it), and
 // carries its deliveries so far, which the next handler sees added to its
@@ -108,10 +109,10 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 				return res, err
 			}
 		}
-		moves := make([]scripts.Move, len(entries))
+		moves := make([]rdb.Move, len(entries))
 		for i, e := range entries {
 			m := pubsub.Message{ID: e.ID}
-			if raw, ok := e.Values[scripts.InboxFieldMessage].(string); ok {
+			if raw, ok := e.Values[rdb.InboxFieldMessage].(string); ok {
 				if pm, err := pubsub.ParseMessage([]byte(raw)); err == nil {
 					m = pm
 				}
@@ -120,11 +121,11 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 			if _, ok := slices.BinarySearch(slaves, to); !ok {
 				return res, fmt.Errorf("%w: %q is not one of %q", ErrBadPick, to, slaves)
 			}
-			moves[i] = scripts.Move{EntryID: e.ID, To: r.keys.Inbox(to)}
+			moves[i] = rdb.Move{EntryID: e.ID, To: r.keys.Inbox(to)}
 		}
 		res.Calls++
-		ids, err := scripts.InboxMove(ctx, r.client, r.keys, r.leader.NodeID(), term, scripts.InboxGroup, from, moves)
-		if errors.Is(err, scripts.ErrFenced) {
+		ids, err := rdb.InboxMove(ctx, r.client, r.keys, r.leader.NodeID(), term, keyspace.InboxGroup, from, moves)
+		if errors.Is(err, keyspace.ErrFenced) {
 			return res, fmt.Errorf("reassign the inbox of %q: %w", fromID, err) // matches ErrNotMaster too
 		}
 		if err != nil {
@@ -132,9 +133,9 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 		}
 		for i, id := range ids {
 			switch id {
-			case scripts.MovedGone:
+			case rdb.MovedGone:
 				res.Gone++
-			case scripts.MovedDropped:
+			case rdb.MovedDropped:
 				res.Dropped++
 			default:
 				res.Moved[moves[i].To[len(r.keys.Inbox("")):]]++

@@ -7,9 +7,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Bounds of one script call of Router.SendBatch, as for pubsub.SendBatch: a
@@ -32,7 +33,7 @@ type Router struct {
 	leader pubsub.Mastership
 	slaves pubsub.SlaveLister
 	cfg    Config
-	keys   scripts.Keys
+	keys   keyspace.Keys
 
 	backlog backlog // the predecessors' entries taken over, per term
 	orphans orphans // inboxes the last sweep could not move: no slave
@@ -77,7 +78,7 @@ func (r *Router) Inbox(slaveID string) string { return r.keys.Inbox(slaveID) }
 // get it when it next reads, also after a restart, or another slave will
 // when Reassign or a sweep moves it. It returns ErrNotMaster when this
 // process is not master, an error matching both ErrNotMaster and
-// scripts.ErrFenced when Redis's lock is not this process's under that term
+// keyspace.ErrFenced when Redis's lock is not this process's under that term
 // (nothing was added), ErrNotRegistered when slaveID is not a live process
 // in the registry, ErrMasterInbox when slaveID is this process (the
 // master's inbox is moved to the slaves), ErrInboxFull when the inbox
@@ -107,7 +108,7 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 // store is one call of Send and SendBatch: after the mastership's takeover
 // of its predecessors' entries, the inbox_send script adds items to their
 // slaves' inboxes while this process holds the lock under term (a fenced
-// call's scripts.ErrFenced matches ErrNotMaster too). An item it did not
+// call's keyspace.ErrFenced matches ErrNotMaster too). An item it did not
 // add gets ErrInboxFull or ErrNotRegistered; one for this process itself,
 // ErrMasterInbox, and is not sent.
 func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]error, error) {
@@ -115,26 +116,26 @@ func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]e
 		return nil, err
 	}
 	errs := make([]error, len(items))
-	queued := make([]scripts.Queued, 0, len(items))
+	queued := make([]rdb.Queued, 0, len(items))
 	at := make([]int, 0, len(items)) // the index in items of each queued message
 	for j, it := range items {
 		if it.SlaveID == r.leader.NodeID() {
 			errs[j] = fmt.Errorf("send to slave %q: %w", it.SlaveID, ErrMasterInbox)
 			continue
 		}
-		queued = append(queued, scripts.Queued{Inbox: r.keys.Inbox(it.SlaveID), Message: it.Data})
+		queued = append(queued, rdb.Queued{Inbox: r.keys.Inbox(it.SlaveID), Message: it.Data})
 		at = append(at, j)
 	}
-	ids, err := scripts.InboxSend(ctx, r.client, r.keys, r.leader.NodeID(), term, r.cfg.MaxLen, queued)
+	ids, err := rdb.InboxSend(ctx, r.client, r.keys, r.leader.NodeID(), term, r.cfg.MaxLen, queued)
 	if err != nil {
 		return nil, err
 	}
 	for q, id := range ids {
 		j := at[q]
 		switch id {
-		case scripts.SentFull:
+		case rdb.SentFull:
 			errs[j] = fmt.Errorf("send to slave %q: %w (%d entries)", items[j].SlaveID, ErrInboxFull, r.cfg.MaxLen)
-		case scripts.SentNotLive:
+		case rdb.SentNotLive:
 			errs[j] = fmt.Errorf("send to slave %q: %w", items[j].SlaveID, ErrNotRegistered)
 		}
 	}
@@ -178,7 +179,7 @@ func (b BatchResult) Err() error { return pubsub.BatchResult(b).Err() }
 // (check the outcomes, or BatchResult.Err), and when no message is valid;
 // otherwise it says why the batch stopped: ErrNotMaster (not master at the
 // start, or the mastership ended or changed term between two calls), an
-// error matching ErrNotMaster and scripts.ErrFenced, or the error of a call
+// error matching ErrNotMaster and keyspace.ErrFenced, or the error of a call
 // or of ctx. The messages of the calls before were added (their outcomes
 // say whether to a full inbox or a process gone); those after the call
 // that stopped it match ErrNotSent, and so do those of that call when it

@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/atomicmax"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Swept is the outcome of Router.Sweep.
@@ -50,7 +51,7 @@ func (s Swept) changed() bool {
 	return s.Adopted+s.Dropped+s.Malformed+s.Deleted+len(s.Moved)+len(s.Orphans) > 0
 }
 
-// Sweep makes every inbox (the set scripts.Keys.Inboxes lists) hold only
+// Sweep makes every inbox (the set keyspace.Keys.Inboxes lists) hold only
 // work that a live process will read under this mastership:
 //
 //   - the entries written under an older term, which a slave that knows
@@ -72,7 +73,7 @@ func (s Swept) changed() bool {
 //
 // Each script call checks that this process holds the lock under its term
 // in the same atomic step as its changes, so a deposed master changes
-// nothing and gets an error matching ErrNotMaster and scripts.ErrFenced. An
+// nothing and gets an error matching ErrNotMaster and keyspace.ErrFenced. An
 // entry that a slave was handling under the old term while the sweep
 // adopted it is handled twice (Delivery.Deliveries counts both).
 //
@@ -152,9 +153,9 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	}
 	slices.Sort(ids)
 	res.Inboxes = len(ids)
-	mode := scripts.AdoptKeep
+	mode := rdb.AdoptKeep
 	if r.cfg.DropBacklog {
-		mode = scripts.AdoptDrop
+		mode = rdb.AdoptDrop
 	}
 	self := r.leader.NodeID()
 	own = slices.Contains(ids, self)
@@ -171,13 +172,13 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), sweepChunk)]
 		res.Calls++
-		states, err := scripts.InboxAdopt(ctx, r.client, r.keys, r.leader.NodeID(), term, scripts.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
+		states, err := rdb.InboxAdopt(ctx, r.client, r.keys, r.leader.NodeID(), term, keyspace.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
 		if err != nil {
 			return res, gone, own, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
 		}
 		var again []string
 		for i, st := range states {
-			if mode == scripts.AdoptDrop {
+			if mode == rdb.AdoptDrop {
 				res.Dropped += st.Taken
 			} else {
 				res.Adopted += st.Taken

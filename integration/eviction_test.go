@@ -15,8 +15,8 @@ import (
 
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/internal/testkit/testsync"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
-	"github.com/herdkit/herd/scripts"
 )
 
 // TestEvictionPolicyIsReported starts an election against each eviction
@@ -302,7 +302,7 @@ func TestEvictionPolicyOfTheLocksClusterNode(t *testing.T) {
 	c := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	slot, err := c.ClusterKeySlot(ctx, scripts.NewKeys("evict-cluster", true).Master).Result()
+	slot, err := c.ClusterKeySlot(ctx, keyspace.NewKeys("evict-cluster", true).Master).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // check runs the check script and decides what followLoop does next: contend
@@ -40,7 +40,7 @@ func (c *core) check(ctx context.Context, ls *loopState) (contend bool, next tim
 
 // readLock is check's script call, sent at sent: the check alone, or with
 // the slave's heartbeat when one is due.
-func (c *core) readLock(ctx context.Context, ls *loopState, sent time.Time) (scripts.MasterState, error) {
+func (c *core) readLock(ctx context.Context, ls *loopState, sent time.Time) (rdb.MasterState, error) {
 	limit := c.opTimeout()
 	if ls.unresolved {
 		limit = c.startTimeout()
@@ -50,13 +50,13 @@ func (c *core) readLock(ctx context.Context, ls *loopState, sent time.Time) (scr
 	if c.members.beatDue(sent) {
 		return c.members.checkBeat(cctx)
 	}
-	return scripts.Check(cctx, c.client, c.keys)
+	return rdb.Check(cctx, c.client, c.keys)
 }
 
 // noteLock records in ls what a check read of the lock, and reports whether
 // Redis lost data: the term key is never deleted and only grows, so missing,
 // or below a term seen on it, it tells that.
-func (c *core) noteLock(ls *loopState, st scripts.MasterState) (dataLost bool) {
+func (c *core) noteLock(ls *loopState, st rdb.MasterState) (dataLost bool) {
 	dataLost = (st.TermMissing || st.Term < c.observedTerm.Load()) && !st.TermGarbage
 	if !dataLost {
 		ls.lossWait = time.Time{}
@@ -80,7 +80,7 @@ func (c *core) noteLock(ls *loopState, st scripts.MasterState) (dataLost bool) {
 // not a current mastership of this process: a lock of its own that
 // outlived its mastership is released (it reports true then); one of a
 // twin is reported; one that may be its own is left to expire.
-func (c *core) ownNodeIDHolds(ctx context.Context, ls *loopState, st scripts.MasterState, dataLost bool, sent, replied time.Time) (released bool) {
+func (c *core) ownNodeIDHolds(ctx context.Context, ls *loopState, st rdb.MasterState, dataLost bool, sent, replied time.Time) (released bool) {
 	switch {
 	case ls.heldTerm != 0 && st.Term == ls.heldTerm:
 		return c.releaseStale(ctx, st.Term)
@@ -118,7 +118,7 @@ func (c *core) ownNodeIDHolds(ctx context.Context, ls *loopState, st scripts.Mas
 // twin. A twin that does neither (its reply was lost too, or it acquired at
 // the same clock reading with the same info, as on a coarse clock) cannot
 // be told from our own lost reply: that lock is left to expire unreported.
-func (c *core) twinEvidence(ctx context.Context, ls *loopState, st scripts.MasterState, sent, replied time.Time) string {
+func (c *core) twinEvidence(ctx context.Context, ls *loopState, st rdb.MasterState, sent, replied time.Time) string {
 	la := &ls.lostAcquires
 	if why := c.renewedByAnother(la, st, sent, replied); why != "" {
 		return why
@@ -132,7 +132,7 @@ func (c *core) twinEvidence(ctx context.Context, ls *loopState, st scripts.Maste
 // renewedByAnother is twinEvidence's look at the lock's expiry: it tells
 // that the lock of st was renewed since it was last seen, or "" when its
 // expiry has not moved later. It keeps the expiry seen in la.
-func (c *core) renewedByAnother(la *lostAcquires, st scripts.MasterState, sent, replied time.Time) string {
+func (c *core) renewedByAnother(la *lostAcquires, st rdb.MasterState, sent, replied time.Time) string {
 	if st.TTL < 0 {
 		return ""
 	}
@@ -158,7 +158,7 @@ func (c *core) renewedByAnother(la *lostAcquires, st scripts.MasterState, sent, 
 // writtenByAnother is twinEvidence's look at master_process: it tells that
 // an acquire this process did not send wrote it for the lock of st, or ""
 // when one of the lost acquires (la) may have.
-func (c *core) writtenByAnother(ctx context.Context, la *lostAcquires, st scripts.MasterState) string {
+func (c *core) writtenByAnother(ctx context.Context, la *lostAcquires, st rdb.MasterState) string {
 	gctx, cancel := context.WithTimeout(ctx, c.opTimeout())
 	raw, err := c.client.Get(gctx, c.keys.MasterProcess).Bytes()
 	cancel()
@@ -171,7 +171,7 @@ func (c *core) writtenByAnother(ctx context.Context, la *lostAcquires, st script
 		}
 		return ""
 	}
-	written, term, ok := scripts.SplitMasterProcess(raw)
+	written, term, ok := rdb.SplitMasterProcess(raw)
 	if !ok || term != st.Term {
 		return "" // written for another lock: no evidence about this one
 	}
@@ -190,7 +190,7 @@ func (c *core) writtenByAnother(ctx context.Context, la *lostAcquires, st script
 func (c *core) releaseStale(ctx context.Context, term int64) bool {
 	rctx, cancel := context.WithTimeout(ctx, c.opTimeout())
 	defer cancel()
-	ok, err := scripts.Release(rctx, c.client, c.keys, c.cfg.NodeID, term)
+	ok, err := rdb.Release(rctx, c.client, c.keys, c.cfg.NodeID, term)
 	if err != nil {
 		c.emitError(fmt.Errorf("release stale master lock: %w", err))
 		return false

@@ -6,8 +6,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Config is the configuration of one MasterElection. Its zero value is
@@ -197,8 +197,8 @@ const MinHeartbeatInterval = time.Millisecond
 const DefaultLockTTL = 30 * time.Second
 
 // replication is what the lock writes wait for.
-func (c Config) replication() scripts.Replication {
-	return scripts.Replication{Replicas: c.WaitReplicas, Timeout: c.WaitTimeout}
+func (c Config) replication() rdb.Replication {
+	return rdb.Replication{Replicas: c.WaitReplicas, Timeout: c.WaitTimeout}
 }
 
 // retryInterval is the first delay before retrying after a Redis error; it

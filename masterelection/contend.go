@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // contend runs the acquire script once. It returns the new mastership, or
@@ -57,7 +57,7 @@ func (c *core) acquireLimit(ls *loopState) time.Duration {
 
 // acquireFailed handles an acquire that got no usable reply (err), sent
 // with info, and returns the delay before the next attempt.
-func (c *core) acquireFailed(ctx context.Context, ls *loopState, res scripts.Acquired, info []byte, err error) time.Duration {
+func (c *core) acquireFailed(ctx context.Context, ls *loopState, res rdb.Acquired, info []byte, err error) time.Duration {
 	if res.Term != 0 {
 		ls.tookLock(res.Term) // acquired, but void (too few replicas) and its release failed
 	} else {
@@ -72,7 +72,7 @@ func (c *core) acquireFailed(ctx context.Context, ls *loopState, res scripts.Acq
 
 // notAcquired handles an acquire that did not take the lock, sent with
 // info, and returns the delay before the next check.
-func (c *core) notAcquired(ls *loopState, res scripts.Acquired, info []byte) time.Duration {
+func (c *core) notAcquired(ls *loopState, res rdb.Acquired, info []byte) time.Duration {
 	switch {
 	case res.DataLoss:
 		// The lock is free, but Redis lost a term this process had seen:
@@ -134,16 +134,16 @@ func (c *core) becomeMaster(ctx context.Context, ls *loopState, term int64, sent
 // to its term) and reported as an error wrapping ErrReplicas; when that
 // release fails, the error comes with the term, so the loop knows the lock
 // that may still be its own.
-func (c *core) acquire(ctx context.Context, info []byte, seen int64) (scripts.Acquired, error) {
+func (c *core) acquire(ctx context.Context, info []byte, seen int64) (rdb.Acquired, error) {
 	if c.cfg.WaitReplicas <= 0 {
-		return scripts.Acquire(ctx, c.client, c.keys, c.cfg.NodeID, c.cfg.LockTTL, info, seen)
+		return rdb.Acquire(ctx, c.client, c.keys, c.cfg.NodeID, c.cfg.LockTTL, info, seen)
 	}
-	res, acked, err := scripts.AcquireReplicated(ctx, c.client, c.keys, c.cfg.NodeID, c.cfg.LockTTL, info, seen, c.cfg.replication())
+	res, acked, err := rdb.AcquireReplicated(ctx, c.client, c.keys, c.cfg.NodeID, c.cfg.LockTTL, info, seen, c.cfg.replication())
 	if err != nil || res.Term == 0 || acked >= int64(c.cfg.WaitReplicas) {
 		return res, err
 	}
-	if _, rerr := scripts.Release(ctx, c.client, c.keys, c.cfg.NodeID, res.Term); rerr != nil {
-		return scripts.Acquired{Term: res.Term}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, c.cfg.WaitReplicas, res.Term, rerr)
+	if _, rerr := rdb.Release(ctx, c.client, c.keys, c.cfg.NodeID, res.Term); rerr != nil {
+		return rdb.Acquired{Term: res.Term}, fmt.Errorf("%w: %d of %d acknowledged term %d, and its release failed: %w", ErrReplicas, acked, c.cfg.WaitReplicas, res.Term, rerr)
 	}
-	return scripts.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, released", ErrReplicas, acked, c.cfg.WaitReplicas, res.Term)
+	return rdb.Acquired{}, fmt.Errorf("%w: %d of %d acknowledged term %d, released", ErrReplicas, acked, c.cfg.WaitReplicas, res.Term)
 }

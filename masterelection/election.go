@@ -11,8 +11,9 @@ import (
 
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // MasterElection takes part in one election: it contends for the master lock
@@ -79,7 +80,7 @@ func newElection(client redis.UniversalClient, cfg Config, clk clock.Clock) (*Ma
 	n := &node{
 		client:      client,
 		cfg:         cfg,
-		keys:        scripts.NewKeys(cfg.LockName, cluster).WithSlavePrefix(cfg.SlavePrefix),
+		keys:        keyspace.NewKeys(cfg.LockName, cluster).WithSlavePrefix(cfg.SlavePrefix),
 		clock:       clk,
 		base:        clk.Now(),
 		log:         cfg.logger().With().Str("lock", cfg.LockName).Str("node", cfg.NodeID).Logger(),
@@ -153,7 +154,7 @@ func (m *MasterElection) LockTTL() time.Duration { return m.cfg.LockTTL }
 func (m *MasterElection) SlaveTimeout() time.Duration { return m.cfg.SlaveTimeout }
 
 // Keys returns the Redis names of the election.
-func (m *MasterElection) Keys() scripts.Keys { return m.keys }
+func (m *MasterElection) Keys() keyspace.Keys { return m.keys }
 
 // Master asks Redis who is master now and under which term. nodeID is ""
 // when no process holds the lock. In standalone mode it answers without
@@ -167,7 +168,7 @@ func (m *MasterElection) Master(ctx context.Context) (nodeID string, term int64,
 		}
 		return "", 0, nil
 	}
-	st, err := scripts.Check(ctx, m.client, m.keys)
+	st, err := rdb.Check(ctx, m.client, m.keys)
 	if err != nil {
 		return "", 0, fmt.Errorf("masterelection: check master: %w", err)
 	}

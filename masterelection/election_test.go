@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 func TestNewRejectsNilClient(t *testing.T) {
@@ -313,7 +313,7 @@ func TestDuplicateNodeIDIsReportedNotElected(t *testing.T) {
 
 func TestGarbageInKeysIsReported(t *testing.T) {
 	w := newWorld(t)
-	k := scripts.NewKeys("test", false)
+	k := keyspace.NewKeys("test", false)
 	w.mr.HSet(k.Master, "not", "a string")
 	w.mr.Set(k.Term, "forty-two")
 	// No process could ever take a lock key that holds a hash: Start fails
@@ -346,7 +346,7 @@ func TestGarbageInKeysIsReported(t *testing.T) {
 
 func TestLockWithoutTTLIsReported(t *testing.T) {
 	w := newWorld(t)
-	k := scripts.NewKeys("test", false)
+	k := keyspace.NewKeys("test", false)
 	w.mr.Set(k.Master, "someone")
 	a := w.node(testConfig("a"))
 	w.start(a)

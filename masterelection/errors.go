@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Errors returned or reported by MasterElection. Match them with errors.Is.
@@ -20,9 +20,9 @@ var (
 	ErrInvalidConfig = errors.New("masterelection: invalid config")
 	// ErrNotMaster is returned by RunIfMaster when this process is not
 	// master, and by Transfer. It is the same error as registry.ErrNotMaster
-	// and pubsub.ErrNotMaster (scripts.ErrNotMaster): one errors.Is matches a
+	// and pubsub.ErrNotMaster (keyspace.ErrNotMaster): one errors.Is matches a
 	// refusal of any package.
-	ErrNotMaster = scripts.ErrNotMaster
+	ErrNotMaster = keyspace.ErrNotMaster
 	// ErrNoRegistry is returned by the registry methods of a MasterElection
 	// that has no registry: before Start, or in standalone mode.
 	ErrNoRegistry = errors.New("masterelection: no process registry (not started, or standalone)")

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // memoryPolicy is what a Redis server says about eviction.
@@ -181,7 +181,7 @@ func emulated(reg *registry.Registry) bool {
 // the registry hash (its entries expire by hash-field TTL, which eviction
 // does not look at; measured on Redis 8.0.6 and Valkey 9.1.2). allkeys-*
 // policies take any key.
-func evictionRisk(policy string, k scripts.Keys, emulated bool) (keys []string, effect string) {
+func evictionRisk(policy string, k keyspace.Keys, emulated bool) (keys []string, effect string) {
 	lock := []string{k.Master, k.Heartbeat, k.MasterProcess}
 	all := append(append([]string(nil), lock...), k.Term, k.Processes)
 	if emulated {

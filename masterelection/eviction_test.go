@@ -13,8 +13,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/testsync"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 func TestParseMemoryPolicy(t *testing.T) {
@@ -54,7 +55,7 @@ func TestParseMemoryPolicy(t *testing.T) {
 }
 
 func TestEvictionRisk(t *testing.T) {
-	k := scripts.NewKeys("lk", false)
+	k := keyspace.NewKeys("lk", false)
 	lock := []string{k.Master, k.Heartbeat, k.MasterProcess}
 	all := append(append([]string(nil), lock...), k.Term, k.Processes)
 	tests := []struct {
@@ -112,7 +113,7 @@ func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.(*redis.StringCmd).SetVal(h.reply)
 			return nil
 		}
-		// Start's questions (scripts.Ask): the third answer is INFO memory's.
+		// Start's questions (rdb.Ask): the third answer is INFO memory's.
 		err := next(ctx, cmd)
 		if answers, ok := cmd.(*redis.Cmd).Val().([]any); ok && len(answers) == 5 {
 			answers[2] = []any{int64(1), h.reply}
@@ -121,7 +122,7 @@ func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// isAsk tells whether cmd is the EVAL of Start's questions (scripts.Ask).
+// isAsk tells whether cmd is the EVAL of Start's questions (rdb.Ask).
 func isAsk(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	if cmd.Name() != "eval" || len(args) < 2 {
@@ -129,7 +130,7 @@ func isAsk(cmd redis.Cmder) bool {
 	}
 	src, _ := args[1].(string)
 	sum := sha1.Sum([]byte(src))
-	return hex.EncodeToString(sum[:]) == scripts.AskSHA
+	return hex.EncodeToString(sum[:]) == rdb.AskSHA
 }
 
 func (h infoHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {

@@ -4,33 +4,35 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
+
+	"github.com/herdkit/herd/keyspace"
 )
 
 // foreignLock returns an error wrapping ErrGarbage when the lock key holds
 // something other than a string: no process can take such a lock (the
 // acquire script's SET NX fails on it) while the key exists, so an election
 // on it cannot work. So does a term key that holds something other than a
-// term below scripts.MaxTerm, over which the acquire script writes nothing. It returns nil when the lock is free or a node id.
+// term below keyspace.MaxTerm, over which the acquire script writes nothing. It returns nil when the lock is free or a node id.
 // answered is false when Redis did not answer (the election reports that
 // itself; Start asks again once Redis answers the registry).
 func (n *node) foreignLock(ctx context.Context) (garbage error, answered bool) {
 	ctx, cancel := context.WithTimeout(ctx, n.opTimeout())
 	defer cancel()
-	st, err := scripts.Check(ctx, n.client, n.keys)
+	st, err := rdb.Check(ctx, n.client, n.keys)
 	return n.garbageIn(ctx, st, err)
 }
 
 // garbageIn is foreignLock's verdict on a check's answer (st, err), which
 // Start's first round trip may have read already.
-func (n *node) garbageIn(ctx context.Context, st scripts.MasterState, err error) (garbage error, answered bool) {
+func (n *node) garbageIn(ctx context.Context, st rdb.MasterState, err error) (garbage error, answered bool) {
 	if err != nil {
 		return nil, false
 	}
 	if st.Exists && st.NodeID == "" {
 		return n.lockHolds(ctx), true
 	}
-	if st.TermGarbage || st.Term >= scripts.MaxTerm {
+	if st.TermGarbage || st.Term >= keyspace.MaxTerm {
 		// The acquire script writes nothing over it: once the lock is
 		// free, no process can become master until an operator deletes it.
 		what := st.Garbage

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // handBack is one mastership's watch over the candidate slaves of higher
@@ -218,7 +218,7 @@ func (h *handBack) stillPreferred(ctx context.Context, to string, p preferred) (
 // long try waits.
 func (h *handBack) takeWindow(ctx context.Context, to string) (wait time.Duration, ok bool) {
 	mb := h.mb
-	taken, err := scripts.TakeHandBack(ctx, mb.client, mb.keys, mb.cfg.NodeID, h.l.term, h.window)
+	taken, err := rdb.TakeHandBack(ctx, mb.client, mb.keys, mb.cfg.NodeID, h.l.term, h.window)
 	switch {
 	case err != nil:
 		mb.log.Debug().Err(err).Str("to", to).Msg("hand-back: no answer from Redis: trying again at the next CheckInterval")

@@ -7,37 +7,37 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // checkBeat is the follow loop's check with the slave's heartbeat in the
 // same script call. It falls back to a plain check when the registry has
 // no entry of this process to renew. A heartbeat that fails on its own
 // (the check answered) is an error event, as the membership loop's.
-func (mb *membership) checkBeat(ctx context.Context) (scripts.MasterState, error) {
+func (mb *membership) checkBeat(ctx context.Context) (rdb.MasterState, error) {
 	reg := mb.registry()
 	if reg == nil {
-		return scripts.Check(ctx, mb.client, mb.keys)
+		return rdb.Check(ctx, mb.client, mb.keys)
 	}
-	var st scripts.MasterState
+	var st rdb.MasterState
 	var callErr error
 	sent := false
-	err := reg.HeartbeatWith(ctx, mb.cfg.NodeID, func(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
+	err := reg.HeartbeatWith(ctx, mb.cfg.NodeID, func(ctx context.Context, p rdb.Put) (rdb.Stored, error) {
 		sent = true
-		var stored scripts.Stored
+		var stored rdb.Stored
 		var beatErr error
-		st, stored, beatErr, callErr = scripts.CheckBeat(ctx, mb.client, mb.keys, p)
+		st, stored, beatErr, callErr = rdb.CheckBeat(ctx, mb.client, mb.keys, p)
 		if callErr != nil {
-			return scripts.Stored{}, callErr
+			return rdb.Stored{}, callErr
 		}
 		return stored, beatErr
 	})
 	switch {
 	case !sent:
-		return scripts.Check(ctx, mb.client, mb.keys)
+		return rdb.Check(ctx, mb.client, mb.keys)
 	case callErr != nil:
-		return scripts.MasterState{}, callErr
+		return rdb.MasterState{}, callErr
 	case mb.stepAsideIfTwin(err):
 	case err != nil:
 		mb.emitError(fmt.Errorf("heartbeat process: %w", err))

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // run is the election's single loop: it owns the role, the timers and every
@@ -52,7 +52,7 @@ func (c *core) run(ctx context.Context, feed *noticeFeed) {
 		// Stop came while a lock of ours outlived its mastership: release
 		// it, pinned to its term, so the others need not wait out its TTL.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout())
-		if _, err := scripts.Release(rctx, c.client, c.keys, c.cfg.NodeID, ls.heldTerm); err != nil {
+		if _, err := rdb.Release(rctx, c.client, c.keys, c.cfg.NodeID, ls.heldTerm); err != nil {
 			c.log.Warn().Err(err).Int64("term", ls.heldTerm).Msg("could not release a lock left from an earlier mastership")
 		}
 		cancel()

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/clock"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // A renewal whose request or reply is lost must not cost the mastership
@@ -26,7 +26,7 @@ func TestLostRenewalIsRetriedBeforeTheDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
-			renewals := newScriptFault(scripts.RenewSHA, nil)
+			renewals := newScriptFault(rdb.RenewSHA, nil)
 			a := w.nodeWith(testConfig("a"), renewals)
 			w.start(a)
 			a.rec.waitEvents(t, "started", "acquired", "completed:master")
@@ -95,7 +95,7 @@ func TestDeadlineCountsFromTheSendOfTheRenewal(t *testing.T) {
 // steps down there, never later; every attempt is reported.
 func TestFailingRenewalsStepDownAtTheDeadline(t *testing.T) {
 	w := newWorld(t)
-	renewals := newScriptFault(scripts.RenewSHA, errors.New("injected: connection refused"))
+	renewals := newScriptFault(rdb.RenewSHA, errors.New("injected: connection refused"))
 	a := w.nodeWith(testConfig("a"), renewals)
 	w.start(a)
 	a.rec.waitEvents(t, "started", "acquired", "completed:master")
@@ -136,7 +136,7 @@ func TestStartErrorNamesTheCause(t *testing.T) {
 		{
 			name: "acquire refused",
 			fault: func(w *world) *peer {
-				acquires := newScriptFault(scripts.AcquireSHA, errors.New("NOPERM this user has no permissions to run the 'publish' command"))
+				acquires := newScriptFault(rdb.AcquireSHA, errors.New("NOPERM this user has no permissions to run the 'publish' command"))
 				acquires.set(faultFail, -1)
 				return w.nodeWith(testConfig("a"), acquires)
 			},
@@ -224,7 +224,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 			if tt.twin != nil {
 				x = tt.twin(w)
 			}
-			acquires := newScriptFault(scripts.AcquireSHA, errors.New("injected: connection reset by peer"))
+			acquires := newScriptFault(rdb.AcquireSHA, errors.New("injected: connection reset by peer"))
 			acquires.set(tt.mode, 1) // the first acquire runs; its reply is lost
 			y := w.nodeWith(testConfig("a"), acquires)
 			nodes := []*peer{y}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/clock"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // masterLoop is the master role: renew until the self-fencing deadline, else
@@ -217,9 +217,9 @@ func (c *core) renewRetry() time.Duration {
 // self-fencing deadline is not extended.
 func (c *core) renew(ctx context.Context, term int64) (bool, error) {
 	if c.cfg.WaitReplicas <= 0 {
-		return scripts.Renew(ctx, c.client, c.keys, c.cfg.NodeID, term, c.cfg.LockTTL)
+		return rdb.Renew(ctx, c.client, c.keys, c.cfg.NodeID, term, c.cfg.LockTTL)
 	}
-	ok, acked, err := scripts.RenewReplicated(ctx, c.client, c.keys, c.cfg.NodeID, term, c.cfg.LockTTL, c.cfg.replication())
+	ok, acked, err := rdb.RenewReplicated(ctx, c.client, c.keys, c.cfg.NodeID, term, c.cfg.LockTTL, c.cfg.replication())
 	if err == nil && ok && acked < int64(c.cfg.WaitReplicas) {
 		return false, fmt.Errorf("%w: %d of %d acknowledged the renewal", ErrReplicas, acked, c.cfg.WaitReplicas)
 	}

@@ -80,7 +80,7 @@ func (mb *membership) setRole(role registry.Role, term int64) {
 }
 
 // slaveBeats is how a slave's registry heartbeat rides its periodic look at
-// the lock (scripts.CheckBeat): one script call per CheckInterval instead
+// the lock (rdb.CheckBeat): one script call per CheckInterval instead
 // of two. The membership loop says when the slave's heartbeat may ride
 // (the slave role is registered and nothing is pending) and sends it
 // itself only when none rode for 1.5 CheckInterval (the follow loop was

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // A master whose lock moved on while it still believes it leads (its
@@ -19,7 +20,7 @@ import (
 // against the lock and the term the election passed with the write.
 func TestMembershipWriteFencedByRedis(t *testing.T) {
 	w := newWorld(t)
-	renewals := newScriptFault(scripts.RenewSHA, errors.New("injected: connection reset"))
+	renewals := newScriptFault(rdb.RenewSHA, errors.New("injected: connection reset"))
 	a := w.nodeWith(testConfig("a"), renewals)
 	w.start(a)
 	waitFor(t, "a registered as master", func() bool { return roles(t, a.MasterElection)["a"] == registry.RoleMaster })
@@ -29,7 +30,7 @@ func TestMembershipWriteFencedByRedis(t *testing.T) {
 	// it (no notice) and its renewals fail, so it goes on as master until
 	// its deadline, LockTTL after its last renewal.
 	renewals.set(faultFail, -1)
-	keys := scripts.NewKeys("test", false)
+	keys := keyspace.NewKeys("test", false)
 	if err := w.mr.Set(keys.Master, "x"); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 func roles(t *testing.T, m *MasterElection) map[string]registry.Role {
@@ -167,7 +167,7 @@ func TestNoSlaveEventAfterTheDeadline(t *testing.T) {
 	w := newWorld(t)
 	cfg := testConfig("a")
 	cfg.SlaveTimeout = 2 * time.Second
-	renewals := newScriptFault(scripts.RenewSHA, errors.New("injected: connection reset"))
+	renewals := newScriptFault(rdb.RenewSHA, errors.New("injected: connection reset"))
 	a, b := w.nodeWith(cfg, renewals), w.node(testConfig("b"))
 	w.start(a)
 	w.start(b)
@@ -253,7 +253,7 @@ func TestSlaveEventNeedsTheMastership(t *testing.T) {
 }
 
 // TestSlaveHeartbeatRidesTheCheck: a slave's registry heartbeat goes with
-// its periodic check (scripts.CheckBeat), so its entry's lastSeen keeps up;
+// its periodic check (rdb.CheckBeat), so its entry's lastSeen keeps up;
 // when Redis refuses the heartbeat's write (the registry hash replaced by
 // garbage), the check in the same call is answered all the same: the
 // failure is a heartbeat error event, never a failed check.

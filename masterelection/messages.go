@@ -4,20 +4,20 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
-// notice is a lock notice of the events channel (scripts.Notice), with
+// notice is a lock notice of the events channel (keyspace.Notice), with
 // the payload it was read from, for reports. This file holds all there is
 // about notices: the feed they arrive by, what each loop makes of one, and
 // the claims they carry, which Redis confirms or refutes.
 type notice struct {
-	scripts.Notice
+	keyspace.Notice
 	raw []byte
 }
 
 func parseNotice(payload string) (notice, error) {
-	n, err := scripts.ParseNotice([]byte(payload))
+	n, err := keyspace.ParseNotice([]byte(payload))
 	if err != nil {
 		return notice{}, fmt.Errorf("%w: on the events channel: %w", ErrGarbage, err)
 	}

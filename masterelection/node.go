@@ -16,8 +16,8 @@ import (
 
 	"github.com/herdkit/herd/internal/atomicmax"
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // node is what every part of one election shares: who this process is,
@@ -27,7 +27,7 @@ import (
 type node struct {
 	client      redis.UniversalClient
 	cfg         Config
-	keys        scripts.Keys
+	keys        keyspace.Keys
 	clock       clock.Clock
 	base        time.Time // origin of the monotonic deadlines kept in mastership
 	log         zerolog.Logger

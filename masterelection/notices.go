@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/subhub"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // noticeFeed is the election's subscription to its events channel (and
@@ -202,12 +202,12 @@ const (
 // named that master, as in a herd starting at once) tells nothing new.
 func (c *core) followHint(ls *loopState, n notice) noticeHint {
 	switch {
-	case n.Event == scripts.NoticeReleased && n.NodeID != c.cfg.NodeID && c.contends():
+	case n.Event == keyspace.NoticeReleased && n.NodeID != c.cfg.NodeID && c.contends():
 		if n.To == c.cfg.NodeID {
 			ls.holdOff = time.Time{} // named by a Transfer: an own step-down's hold-off gives way
 		}
 		return hintContend
-	case n.Event == scripts.NoticeAcquired && n.NodeID != c.cfg.NodeID && n.Term > c.observedTerm.Load():
+	case n.Event == keyspace.NoticeAcquired && n.NodeID != c.cfg.NodeID && n.Term > c.observedTerm.Load():
 		ls.noteClaim(n, c.clock.Now())
 		return hintAsk
 	}
@@ -219,7 +219,7 @@ func (c *core) followHint(ls *loopState, n notice) noticeHint {
 // and suggests a renewal now: it either extends this mastership or, the
 // lock gone, ends it.
 func (c *core) masterHint(ls *loopState, l *mastership, n notice, now time.Time) noticeHint {
-	if n.Event == scripts.NoticeAcquired && n.NodeID != c.cfg.NodeID && n.Term > l.term {
+	if n.Event == keyspace.NoticeAcquired && n.NodeID != c.cfg.NodeID && n.Term > l.term {
 		ls.noteClaim(n, now)
 		return hintAsk
 	}
@@ -232,8 +232,8 @@ func (c *core) masterHint(ls *loopState, l *mastership, n notice, now time.Time)
 // live registry entry other than this one: a request that names no such
 // process changes nothing.
 func (c *core) remoteTransfer(ctx context.Context, payload string) (transferRequest, bool) {
-	var req scripts.ControlRequest
-	if err := json.Unmarshal([]byte(payload), &req); err != nil || req.Request != scripts.ControlTransfer {
+	var req keyspace.ControlRequest
+	if err := json.Unmarshal([]byte(payload), &req); err != nil || req.Request != keyspace.ControlTransfer {
 		c.log.Debug().Str("payload", fmt.Sprintf("%.96q", payload)).Msg("control channel: not a transfer request, ignored")
 		return transferRequest{}, false
 	}
@@ -258,7 +258,7 @@ func (c *core) remoteTransfer(ctx context.Context, payload string) (transferRequ
 // error event.
 func (c *core) liveProcess(ctx context.Context, id string) bool {
 	reg := c.registry()
-	if reg == nil || scripts.ValidateName("node id", id) != nil {
+	if reg == nil || keyspace.ValidateName("node id", id) != nil {
 		return false
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.opTimeout())

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/wiretap"
-	"github.com/herdkit/herd/scripts"
 )
 
 // The round-trip budgets of the election (docs/performance.md, "Round-trip
@@ -24,16 +24,16 @@ import (
 // grows. Timings never are asserted; round trips are what a timing is made
 // of on a quiet network.
 
-// scriptNames maps the SHA1 of every script in ../scripts to its file name
+// scriptNames maps the SHA1 of every script in ../internal/rdb to its file name
 // without ".lua", so that a hook can name the EVALSHA calls it sees. The
 // scripts that write run with the prelude writes.lua before their own text,
-// so their digests are not those of their files: package scripts exports
+// so their digests are not those of their files: package rdb exports
 // them.
 func scriptNames(t *testing.T) map[string]string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "scripts", "*.lua"))
+	files, err := filepath.Glob(filepath.Join("..", "internal", "rdb", "*.lua"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts in ../scripts: %v", err)
+		t.Fatalf("no scripts in ../internal/rdb: %v", err)
 	}
 	names := map[string]string{}
 	for _, f := range files {
@@ -45,11 +45,11 @@ func scriptNames(t *testing.T) map[string]string {
 		names[hex.EncodeToString(sum[:])] = strings.TrimSuffix(filepath.Base(f), ".lua")
 	}
 	for sha, name := range map[string]string{
-		scripts.AcquireSHA: "acquire", scripts.RenewSHA: "renew", scripts.ReleaseSHA: "release",
-		scripts.CheckSHA: "check", scripts.RouteSHA: "route", scripts.RouteBatchSHA: "route_batch",
-		scripts.RegistryProbeSHA: "registry_probe", scripts.RegistryPutSHA: "registry_put",
-		scripts.RegistryRemoveSHA: "registry_remove", scripts.RegistryExpireSHA: "registry_expire",
-		scripts.CheckBeatSHA: "check_beat", scripts.AskSHA: "ask",
+		rdb.AcquireSHA: "acquire", rdb.RenewSHA: "renew", rdb.ReleaseSHA: "release",
+		rdb.CheckSHA: "check", rdb.RouteSHA: "route", rdb.RouteBatchSHA: "route_batch",
+		rdb.RegistryProbeSHA: "registry_probe", rdb.RegistryPutSHA: "registry_put",
+		rdb.RegistryRemoveSHA: "registry_remove", rdb.RegistryExpireSHA: "registry_expire",
+		rdb.CheckBeatSHA: "check_beat", rdb.AskSHA: "ask",
 	} {
 		names[sha] = name
 	}
@@ -57,12 +57,12 @@ func scriptNames(t *testing.T) map[string]string {
 }
 
 // loadScripts puts every script of herd into the server's script cache
-// (scripts.Load), so that the counts below are those of a server that has
+// (rdb.Load), so that the counts below are those of a server that has
 // seen herd before (a first call costs one more round trip: EVALSHA,
 // NOSCRIPT, EVAL).
 func loadScripts(t *testing.T, c *redis.Client) {
 	t.Helper()
-	if err := scripts.Load(context.Background(), c); err != nil {
+	if err := rdb.Load(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -181,7 +181,7 @@ const trackerRead = "multi+hgetall+get+get+exec"
 const noticeRead = "multi+hmget+get+get+exec"
 
 // TestRoundTripsStart: Start on a fresh lock, uncontested, sends one script
-// call, EVAL (scripts.Ask: the ACL access check, the registry's backend
+// call, EVAL (rdb.Ask: the ACL access check, the registry's backend
 // probe, INFO memory for the eviction check, and the lock check), not a
 // pipeline, whose pool would keep a connection open, and then the acquire, plus the
 // subscription on a connection of its own, which the client's hooks do not

@@ -7,9 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/subhub"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // startTracker starts the slave tracker of mastership l (trackSlaves) on a
@@ -162,7 +162,7 @@ func (mb *membership) publishSuccession(l *mastership, order []string) (done boo
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, mb.opTimeout())
 	defer cancel()
-	written, err := scripts.WriteSuccession(ctx, mb.client, mb.keys, mb.cfg.NodeID, scripts.Succession{Term: l.term, Order: order})
+	written, err := rdb.WriteSuccession(ctx, mb.client, mb.keys, mb.cfg.NodeID, rdb.Succession{Term: l.term, Order: order})
 	switch {
 	case l.ctx.Err() != nil:
 		return true

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/herdkit/herd/internal/clock"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Start begins taking part in the election. It returns once the first
@@ -28,7 +28,7 @@ import (
 // ever become master: Start stops and returns an error wrapping ErrGarbage
 // that names the key and its type; so it does, naming the value and the DEL
 // to run, when the term key holds something other than a term below
-// scripts.MaxTerm. When Redis refuses the user (a wrong password, an ACL
+// keyspace.MaxTerm. When Redis refuses the user (a wrong password, an ACL
 // without PUBLISH, SUBSCRIBE or another command the election runs), Start
 // stops at once and returns an error wrapping ErrPermission that gives the
 // cause Redis gave; it has written nothing.
@@ -222,7 +222,7 @@ type answers struct {
 // refuses commands the election runs (access's answer), naming what Redis
 // said; nil otherwise, also when the access check could not run for another
 // reason (Redis unreachable: Start's other questions report that).
-func (m *MasterElection) refusal(pipeErr error, access *scripts.AccessCall) error {
+func (m *MasterElection) refusal(pipeErr error, access *rdb.AccessCall) error {
 	// Only a refused connection counts here: a command herd can do
 	// without (INFO, for the eviction check) may fail on its own.
 	if pipeErr != nil && (strings.Contains(pipeErr.Error(), "WRONGPASS") || strings.Contains(pipeErr.Error(), "NOAUTH")) {
@@ -233,7 +233,7 @@ func (m *MasterElection) refusal(pipeErr error, access *scripts.AccessCall) erro
 	}
 	refused, err := access.Result()
 	switch {
-	case scripts.IsRefusal(err):
+	case rdb.IsRefusal(err):
 		return fmt.Errorf("%w: %w", ErrPermission, err)
 	case err != nil || len(refused) == 0:
 		return nil
@@ -243,7 +243,7 @@ func (m *MasterElection) refusal(pipeErr error, access *scripts.AccessCall) erro
 }
 
 // ask puts Start's questions to the server that holds the election's keys
-// in one script call (scripts.Ask), one round trip on one connection of
+// in one script call (rdb.Ask), one round trip on one connection of
 // the client's main pool: which commands the user's ACL refuses, the
 // registry's backend probe, INFO memory (the eviction check) and the lock
 // check. Separate calls at once would each take a connection of their own
@@ -261,7 +261,7 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 	if err != nil {
 		return answers{probeErr: err, eviction: evictionRead{err: err}, refused: m.refusal(err, nil)}
 	}
-	asked := scripts.Ask(pctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID), m.cfg.NodeID)
+	asked := rdb.Ask(pctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID), m.cfg.NodeID)
 	if raw, now, err := asked.Own.Result(); err == nil && m.members.suspectTwin(raw, now) {
 		m.awaitingID.Store(true) // twins.go
 	}

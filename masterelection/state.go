@@ -4,25 +4,25 @@ import (
 	"sync"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // loopState is owned by the run goroutine.
 type loopState struct {
-	unresolved    bool               // the first election has not resolved yet
-	inElection    bool               // election-started was emitted and its election-completed not yet
-	heldTerm      int64              // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
-	maybeHeld     bool               // an acquire's reply was lost: the lock may be ours under a term we never learnt
-	lostAcquires  lostAcquires       // the acquires whose reply was lost since maybeHeld was set
-	lossWait      time.Time          // after a data loss: do not contend before this instant
-	lossTerm      int64              // the observed term when lossWait was set: a higher one means a newer loss
-	claim         notice             // the acquired notice with the highest term that Redis has not yet been asked about
-	claimAt       time.Time          // when claim arrived: only an answer to a call sent since can refute it
-	holdOff       time.Time          // after a Transfer: do not contend before this instant
-	next          scripts.Succession // the master's succession, as the last check read it
-	yielded       bool               // a pending attempt gave way to an acquired notice since the lock was last seen held
-	retry         backoff            // after Redis errors
-	feedConfirmed <-chan struct{}    // closed when the notice feed is confirmed (noticeFeed); nil once followLoop has seen it
+	unresolved    bool            // the first election has not resolved yet
+	inElection    bool            // election-started was emitted and its election-completed not yet
+	heldTerm      int64           // a lock of ours under this term may outlive our mastership (step-down on the deadline, a failed release); 0: none
+	maybeHeld     bool            // an acquire's reply was lost: the lock may be ours under a term we never learnt
+	lostAcquires  lostAcquires    // the acquires whose reply was lost since maybeHeld was set
+	lossWait      time.Time       // after a data loss: do not contend before this instant
+	lossTerm      int64           // the observed term when lossWait was set: a higher one means a newer loss
+	claim         notice          // the acquired notice with the highest term that Redis has not yet been asked about
+	claimAt       time.Time       // when claim arrived: only an answer to a call sent since can refute it
+	holdOff       time.Time       // after a Transfer: do not contend before this instant
+	next          rdb.Succession  // the master's succession, as the last check read it
+	yielded       bool            // a pending attempt gave way to an acquired notice since the lock was last seen held
+	retry         backoff         // after Redis errors
+	feedConfirmed <-chan struct{} // closed when the notice feed is confirmed (noticeFeed); nil once followLoop has seen it
 	// firstRegistered is closed by the membership loop at its first
 	// registration; awaitRegistered is it while a look at the lock owed
 	// to a late feed waits for that registration (nil otherwise).

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // resign ends mastership l gracefully: it cancels the ctx of l's
@@ -39,7 +39,7 @@ func (c *core) resign(ctx context.Context, l *mastership, handlerWait time.Durat
 	l.deadline.Store(0)
 	if !c.cfg.Standalone {
 		rctx, cancel := c.cleanupContext(ctx)
-		released, err = scripts.ReleaseTo(rctx, c.client, c.keys, c.cfg.NodeID, l.term, successor, window)
+		released, err = rdb.ReleaseTo(rctx, c.client, c.keys, c.cfg.NodeID, l.term, successor, window)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("release master lock: %w", err))

@@ -11,7 +11,7 @@ import (
 const maxSuccession = 3
 
 // succession is a master's ranking of its slaves for the next election
-// (scripts.Succession): the maxSuccession candidate slaves (their registry
+// (rdb.Succession): the maxSuccession candidate slaves (their registry
 // entry at join says so) that rank first by ranksBefore: the highest
 // Priority first, then, among equal priorities, the highest rendezvous hash
 // of the master's term, so that each term ranks the herd afresh and every

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // TestSuccessionRanksTheHighestHashes: after any sequence of joins and
@@ -101,7 +101,7 @@ func TestContendDelay(t *testing.T) {
 	cfg := testConfig("c")
 	n := w.node(cfg)
 	step := cfg.ElectionJitter / (maxSuccession + 1)
-	ls := &loopState{next: scripts.Succession{Term: 7, Order: []string{"a", "c", "b"}}}
+	ls := &loopState{next: rdb.Succession{Term: 7, Order: []string{"a", "c", "b"}}}
 	for _, released := range []bool{true, false} {
 		if d := n.core.contendDelay(ls, 7, released); d != step {
 			t.Errorf("ranked second, released=%v: delay %v, want %v", released, d, step)
@@ -132,7 +132,7 @@ func TestContendDelay(t *testing.T) {
 // herdOf starts a master and n slaves on one world, each client recording
 // its round trips, and waits until the master has published its
 // succession and every slave has read it in a check.
-func herdOf(t *testing.T, w *world, n int) (master *peer, slaves []*peer, wires map[string]*wire, next scripts.Succession) {
+func herdOf(t *testing.T, w *world, n int) (master *peer, slaves []*peer, wires map[string]*wire, next rdb.Succession) {
 	t.Helper()
 	names := scriptNames(t)
 	loadScripts(t, w.client())
@@ -151,7 +151,7 @@ func herdOf(t *testing.T, w *world, n int) (master *peer, slaves []*peer, wires 
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		raw, _ := w.mr.Get(master.keys.Next)
-		next = scripts.Succession{}
+		next = rdb.Succession{}
 		_ = json.Unmarshal([]byte(raw), &next)
 		if next.Term == term && len(next.Order) == min(n, maxSuccession) {
 			break
@@ -293,7 +293,7 @@ func TestSuccessionLeavesOutNonCandidates(t *testing.T) {
 	}
 	waitFor(t, "a succession of s2 alone", func() bool {
 		raw, _ := w.mr.Get(master.keys.Next)
-		var next scripts.Succession
+		var next rdb.Succession
 		_ = json.Unmarshal([]byte(raw), &next)
 		return next.Term == master.Term() && slices.Equal(next.Order, []string{"s2"})
 	})
@@ -373,8 +373,8 @@ func TestNoTurnAfterCandidacyEnds(t *testing.T) {
 func TestHandoverWhenNoRankedSlaveAnswers(t *testing.T) {
 	w := newWorld(t)
 	master, slaves, _, _ := herdOf(t, w, 4)
-	ghosts := scripts.Succession{Term: master.Term(), Order: []string{"ghost-1", "ghost-2", "ghost-3"}}
-	if ok, err := scripts.WriteSuccession(context.Background(), w.client(), master.keys, master.NodeID(), ghosts); !ok || err != nil {
+	ghosts := rdb.Succession{Term: master.Term(), Order: []string{"ghost-1", "ghost-2", "ghost-3"}}
+	if ok, err := rdb.WriteSuccession(context.Background(), w.client(), master.keys, master.NodeID(), ghosts); !ok || err != nil {
 		t.Fatalf("write the succession: %v, %v", ok, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -402,7 +402,7 @@ func TestHandoverWhenNoRankedSlaveAnswers(t *testing.T) {
 // every slave contend.
 func TestSuccessionWrittenAgain(t *testing.T) {
 	w := newWorld(t)
-	fault := newScriptFault(scripts.NextSHA, errors.New("injected: no answer"))
+	fault := newScriptFault(rdb.NextSHA, errors.New("injected: no answer"))
 	fault.set(faultFail, 2) // the first write, and the first time again
 	master := w.nodeWith(testConfig("m"), fault)
 	w.start(master)
@@ -412,7 +412,7 @@ func TestSuccessionWrittenAgain(t *testing.T) {
 	w.registered(slave, "slave")
 	written := func() bool {
 		raw, _ := w.mr.Get(master.keys.Next)
-		var next scripts.Succession
+		var next rdb.Succession
 		_ = json.Unmarshal([]byte(raw), &next)
 		return next.Term == master.Term() && slices.Equal(next.Order, []string{"s"})
 	}

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // timing is one duration field of Config: its name, where it lives, its
@@ -130,7 +130,7 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() Config {
 	c = c.rescaledToLockTTL()
 	if c.LockName == "" {
-		c.LockName = scripts.DefaultLockName
+		c.LockName = keyspace.DefaultLockName
 	}
 	if c.Identifier == "" {
 		c.Identifier = filepath.Base(os.Args[0])

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
+
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Transfer hands mastership over on purpose, for maintenance of this
@@ -28,7 +30,7 @@ import (
 //
 // The master also honours requests on the control channel
 // (<lock>:control, {"request":"transfer","to":"<node id>","term":<term>},
-// scripts.ControlRequest) that name its own term (or none) and a process
+// keyspace.ControlRequest) that name its own term (or none) and a process
 // with a live registry entry, unless Config.IgnoreRemoteTransfers.
 func (m *MasterElection) Transfer(ctx context.Context, to string) error {
 	if err := m.validSuccessor(to); err != nil {
@@ -55,7 +57,7 @@ func (m *MasterElection) validSuccessor(to string) error {
 	case to == m.cfg.NodeID:
 		return fmt.Errorf("masterelection: transfer: %q is this process", to)
 	}
-	if err := scripts.ValidateName("successor node id", to); err != nil {
+	if err := keyspace.ValidateName("successor node id", to); err != nil {
 		return fmt.Errorf("masterelection: transfer: %w", err)
 	}
 	return nil
@@ -90,7 +92,7 @@ func (m *MasterElection) requestTransfer(ctx context.Context, to string) error {
 func (n *node) awaitSuccessor(ctx context.Context, to string, from int64) error {
 	poll := time.Millisecond
 	for {
-		st, err := scripts.Check(ctx, n.client, n.keys)
+		st, err := rdb.Check(ctx, n.client, n.keys)
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("masterelection: transfer: waiting for the successor: %w", ctx.Err())
 		}
@@ -112,7 +114,7 @@ func (n *node) awaitSuccessor(ctx context.Context, to string, from int64) error 
 
 // successorIs tells whether the master of st, the first after the
 // transfer, is the one Transfer asked for (to, or any other process).
-func (n *node) successorIs(st scripts.MasterState, to string) error {
+func (n *node) successorIs(st rdb.MasterState, to string) error {
 	n.noteTerm(st.Term)
 	if (to != "" && st.NodeID != to) || st.NodeID == n.cfg.NodeID {
 		return fmt.Errorf("masterelection: transfer: %w: %q is master with term %d", ErrTransferNotTaken, st.NodeID, st.Term)

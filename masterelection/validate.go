@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Validate reports every problem of c, with its defaults filled in as New
@@ -63,7 +63,7 @@ func (v validation) names() []error {
 		if n.optional && n.value == "" {
 			continue
 		}
-		if err := scripts.ValidateName(n.field, n.value); err != nil {
+		if err := keyspace.ValidateName(n.field, n.value); err != nil {
 			errs = append(errs, err)
 		}
 	}

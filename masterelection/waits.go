@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // seenForAcquire is the seen-term argument of the acquire script: the
@@ -123,7 +123,7 @@ const noticeCheckSpread = 4
 // (dataLost: Redis lost a term this process had seen): on a free lock, wait
 // out a data loss, or contend in this process's turn; else, or when not a
 // candidate, stay slave and look again when the lock would expire.
-func (c *core) afterCheck(ls *loopState, st scripts.MasterState, dataLost bool) (contend bool, next time.Duration) {
+func (c *core) afterCheck(ls *loopState, st rdb.MasterState, dataLost bool) (contend bool, next time.Duration) {
 	if !st.Exists {
 		if wait := c.dataLossWait(ls, dataLost); wait > 0 {
 			return false, wait

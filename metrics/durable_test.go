@@ -9,10 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/metrics"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // The durable Consumer's metrics count each outcome of the entries of a
@@ -66,7 +66,7 @@ func TestConsumerMetricsCountOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := cb.XAdd(ctx, &redis.XAddArgs{Stream: con.Inbox(), Values: []any{scripts.InboxFieldMessage, string(env), scripts.InboxFieldTerm, e.Term}}).Err(); err != nil {
+		if err := cb.XAdd(ctx, &redis.XAddArgs{Stream: con.Inbox(), Values: []any{rdb.InboxFieldMessage, string(env), rdb.InboxFieldTerm, e.Term}}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

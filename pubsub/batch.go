@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/route"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Bounds of one script call of Router.SendBatch. A longer batch is split
@@ -49,7 +49,7 @@ type Outcome struct {
 	//   - an error matching ErrInvalidName, ErrInvalidPayload or
 	//     ErrPayloadTooLarge: refused before anything was sent;
 	//   - an error matching ErrNotSent, which also wraps the reason the batch
-	//     stopped (ErrNotMaster, scripts.ErrFenced, a cancelled context, the
+	//     stopped (ErrNotMaster, keyspace.ErrFenced, a cancelled context, the
 	//     error of an earlier call): certainly not published;
 	//   - any other error, the error of the script call that carried the
 	//     message (a network error, a timeout): the call may or may not have
@@ -113,7 +113,7 @@ func (b BatchResult) Err() error {
 //   - ErrNotMaster when this process is not master when SendBatch begins
 //     (nothing is sent), or when the election reports between two calls
 //     that the mastership is over or has a new term;
-//   - an error matching both ErrNotMaster and scripts.ErrFenced when a call
+//   - an error matching both ErrNotMaster and keyspace.ErrFenced when a call
 //     found that Redis's lock is no longer this process's under the term;
 //   - the error of a call or of ctx.
 //
@@ -142,13 +142,13 @@ func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (res BatchResul
 // items to their slaves' channels while this process holds the lock under
 // term. A message that reached no subscriber gets a *NoSubscriberError.
 func (r *Router) publishBatch(ctx context.Context, term int64, items []route.Item) ([]error, error) {
-	routed := make([]scripts.Routed, len(items))
+	routed := make([]rdb.Routed, len(items))
 	for j, it := range items {
-		routed[j] = scripts.Routed{Channel: r.keys.SlaveChannel(it.SlaveID), Message: it.Data}
+		routed[j] = rdb.Routed{Channel: r.keys.SlaveChannel(it.SlaveID), Message: it.Data}
 	}
-	counts, err := scripts.RouteBatch(ctx, r.client, r.keys, r.leader.NodeID(), term, routed)
+	counts, err := rdb.RouteBatch(ctx, r.client, r.keys, r.leader.NodeID(), term, routed)
 	if err != nil {
-		return nil, err // scripts.ErrFenced when fenced
+		return nil, err // keyspace.ErrFenced when fenced
 	}
 	errs := make([]error, len(items))
 	for j, n := range counts {

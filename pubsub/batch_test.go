@@ -15,9 +15,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/wiretap"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // batchTo returns n messages of type typ spread round-robin over slaves, each
@@ -239,7 +240,7 @@ func TestSendBatchSplit(t *testing.T) {
 	rawSubscribe(t, c, "worker:slave:s2")
 	n := &wiretap.Tap{}
 	c.AddHook(n)
-	if err := scripts.Load(testCtx(t), c); err != nil {
+	if err := rdb.Load(testCtx(t), c); err != nil {
 		t.Fatal(err)
 	}
 	big := func(kb int) any { return strings.Repeat("x", kb<<10) }
@@ -289,7 +290,7 @@ type routeBatchHook struct {
 	after  func(call int64)
 }
 
-var routeBatchSHA = scripts.RouteBatchSHA
+var routeBatchSHA = rdb.RouteBatchSHA
 
 func isRouteBatch(cmd redis.Cmder) bool {
 	args := cmd.Args()
@@ -358,7 +359,7 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 					}
 				}}
 			},
-			want: scripts.ErrFenced, second: []error{pubsub.ErrNotSent, pubsub.ErrNotMaster, scripts.ErrFenced}, calls: 2,
+			want: keyspace.ErrFenced, second: []error{pubsub.ErrNotSent, pubsub.ErrNotMaster, keyspace.ErrFenced}, calls: 2,
 		},
 		{
 			name: "election reports the loss after the first call",
@@ -404,7 +405,7 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 			leader := newMaster(t, admin, "node-a", cfg)
 			r := newRouter(t, c, leader, nil, cfg)
 			ps := rawSubscribe(t, admin, cfg.SlaveChannel("s1"))
-			if err := scripts.Load(testCtx(t), c); err != nil {
+			if err := rdb.Load(testCtx(t), c); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(testCtx(t))

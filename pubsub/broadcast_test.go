@@ -16,10 +16,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/internal/testkit/wiretap"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // routeHook is a go-redis hook on a Router's client: it counts round trips
@@ -46,11 +47,11 @@ func routeCall(cmd redis.Cmder) (channels, envelope int, ok bool) {
 	}
 	switch cmd.Name() {
 	case "evalsha":
-		ok = args[1] == scripts.RouteSHA
+		ok = args[1] == rdb.RouteSHA
 	case "eval":
 		src, _ := args[1].(string)
 		sum := sha1.Sum([]byte(src))
-		ok = hex.EncodeToString(sum[:]) == scripts.RouteSHA
+		ok = hex.EncodeToString(sum[:]) == rdb.RouteSHA
 	}
 	switch m := args[7].(type) {
 	case []byte:
@@ -137,7 +138,7 @@ func newBroadcastSetup(t *testing.T, admin redis.UniversalClient, opts *redis.Op
 	lister := slaveList{ids: append([]string{"node-a"}, s.ids...)}
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { _ = c.Close() })
-	if err := scripts.Load(testCtx(t), c); err != nil { // no NOSCRIPT fallback in the counts
+	if err := rdb.Load(testCtx(t), c); err != nil { // no NOSCRIPT fallback in the counts
 		t.Fatal(err)
 	}
 	c.AddHook(s.hook)
@@ -340,8 +341,8 @@ func testBroadcastStopsPartWay(t *testing.T, admin redis.UniversalClient, opts *
 				}
 			},
 			calls:   2,
-			second:  []error{pubsub.ErrNotSent, pubsub.ErrNotMaster, scripts.ErrFenced},
-			third:   []error{pubsub.ErrNotSent, pubsub.ErrNotMaster, scripts.ErrFenced},
+			second:  []error{pubsub.ErrNotSent, pubsub.ErrNotMaster, keyspace.ErrFenced},
+			third:   []error{pubsub.ErrNotSent, pubsub.ErrNotMaster, keyspace.ErrFenced},
 			notSent: true, outcome: pubsub.RouteFenced,
 		},
 		{

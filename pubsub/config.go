@@ -11,13 +11,13 @@ import (
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/internal/subhub"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // DefaultLockName is the lock name of the specification; the events channel
 // and the master inbox derive from it ("master-election:events",
 // "master-election:master-inbox").
-const DefaultLockName = scripts.DefaultLockName
+const DefaultLockName = keyspace.DefaultLockName
 
 // KeySource gives the Redis names of an election. When the leader of
 // NewRouter or NewInbox, or Config.Terms of NewSubscriber, implements it
@@ -25,7 +25,7 @@ const DefaultLockName = scripts.DefaultLockName
 // and the slave prefix are taken from it: Config.LockName, Cluster and
 // SlavePrefix may then be left empty (if set, they must agree with it).
 type KeySource interface {
-	Keys() scripts.Keys
+	Keys() keyspace.Keys
 }
 
 // Config configures a Router, Subscriber or Inbox. The zero value of every
@@ -33,7 +33,7 @@ type KeySource interface {
 // constructors copy the Config, so changing it afterwards has no effect.
 type Config struct {
 	// LockName is the election's lock name, from which the events channel
-	// and the master inbox channel are derived (scripts.NewKeys). It must be
+	// and the master inbox channel are derived (keyspace.NewKeys). It must be
 	// the one the election uses. Default: DefaultLockName.
 	LockName string
 	// Cluster wraps the lock name in a Redis Cluster hash tag ({LockName}),
@@ -43,7 +43,7 @@ type Config struct {
 	// it only for another client of a Cluster election's. Default: false.
 	Cluster bool
 	// SlavePrefix is the prefix of the per-process channels; a process with
-	// id X listens on SlavePrefix+X. Default: scripts.DefaultSlavePrefix
+	// id X listens on SlavePrefix+X. Default: keyspace.DefaultSlavePrefix
 	// ("worker:slave:").
 	SlavePrefix string
 	// OnError receives the errors of a Subscriber's or Inbox's loop: stale
@@ -128,7 +128,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		LockName:      DefaultLockName,
-		SlavePrefix:   scripts.DefaultSlavePrefix,
+		SlavePrefix:   keyspace.DefaultSlavePrefix,
 		PingInterval:  DefaultPingInterval,
 		MaxRetryDelay: DefaultMaxRetryDelay,
 		OpTimeout:     DefaultOpTimeout,
@@ -194,12 +194,12 @@ func (c Config) names() route.Names {
 
 // keys returns the names of c's channels and keys, the defaults applied to
 // empty fields.
-func (c Config) keys() scripts.Keys { return c.names().Keys() }
+func (c Config) keys() keyspace.Keys { return c.names().Keys() }
 
 // SlaveChannel returns the channel of the process processID under the
 // default prefix: "worker:slave:<processID>", the specification's name.
 // It does not validate processID; Router.Send and NewSubscriber do.
-func SlaveChannel(processID string) string { return scripts.Keys{}.SlaveChannel(processID) }
+func SlaveChannel(processID string) string { return keyspace.Keys{}.SlaveChannel(processID) }
 
 // SlaveChannel returns the channel of processID under c's prefix (the
 // default prefix when c.SlavePrefix is empty).

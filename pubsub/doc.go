@@ -3,7 +3,7 @@
 // message fenced by the master's term twice: when it is sent and when it is
 // received.
 //
-// Channels (names built by scripts.NewKeys and Config):
+// Channels (names built by keyspace.NewKeys and Config):
 //
 //	worker:slave:<processId>      master -> one slave   (Router.Send, Router.Broadcast, via route.lua;
 //	                                                     Router.SendBatch, via route_batch.lua)
@@ -49,7 +49,7 @@
 //     the order Redis executed the PUBLISH commands. Messages from one
 //     Router, sent one after another, arrive in the order sent.
 //   - Send-side fencing: Router.Send and Router.Broadcast publish through
-//     the route script (scripts.Route), which compares the lock's holder and
+//     the route script (rdb.Route), which compares the lock's holder and
 //     term with this process's node id and the term stamped on the message
 //     and publishes only when both match: the check and the PUBLISH are one
 //     atomic step on the server, in one round trip (one script call for
@@ -58,7 +58,7 @@
 //     lock without knowing it
 //     (expired, taken over, elected again under a newer term, lost with
 //     Redis's data) publishes nothing, and gets an error matching both
-//     ErrNotMaster and scripts.ErrFenced.
+//     ErrNotMaster and keyspace.ErrFenced.
 //   - Receive-side fencing, for what still gets past the route script (a
 //     message already on its way when the slave learnt a newer term, a Redis
 //     that lost the new master's writes or still takes the old master's

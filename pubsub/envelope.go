@@ -18,7 +18,7 @@ const (
 	// buffer, so big payloads belong in a key, with the key name sent here.
 	MaxPayloadSize = route.MaxPayloadSize
 	// MaxNameLen is the longest id, from, type and slave id, in bytes:
-	// scripts.MaxNameLen, the limit of every name herd validates (a NodeID
+	// keyspace.MaxNameLen, the limit of every name herd validates (a NodeID
 	// longer than it is refused by masterelection.New too).
 	MaxNameLen = route.MaxNameLen
 	// MaxEnvelopeSize is the longest envelope a receiver decodes, in bytes:

@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/herdkit/herd/internal/route"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Errors returned or reported by this package. Match them with errors.Is;
@@ -17,11 +17,11 @@ import (
 var (
 	// ErrNotMaster is matched by the errors of Router.Send, Router.Broadcast
 	// and Router.SendBatch when this process is not the master, or its
-	// mastership has no live term; and, with scripts.ErrFenced, when the
+	// mastership has no live term; and, with keyspace.ErrFenced, when the
 	// route script found that Redis's lock is no longer this process's under
-	// that term. It is scripts.ErrNotMaster, the same value as
+	// that term. It is keyspace.ErrNotMaster, the same value as
 	// masterelection.ErrNotMaster and registry.ErrNotMaster.
-	ErrNotMaster = scripts.ErrNotMaster
+	ErrNotMaster = keyspace.ErrNotMaster
 	// ErrInvalidConfig is wrapped by the errors of Config.Validate and of the
 	// constructors given a Config that cannot be used; the message names
 	// every problem.

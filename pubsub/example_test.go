@@ -10,8 +10,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // staticLeader stands in for *masterelection.MasterElection in the examples.
@@ -41,7 +42,7 @@ func exampleRedis() (*miniredis.Miniredis, *redis.Client) {
 // exampleMaster makes id master as the election does, with acquire.lua,
 // and returns a stand-in for the election with the term it minted.
 func exampleMaster(ctx context.Context, client *redis.Client, id string) staticLeader {
-	a, err := scripts.Acquire(ctx, client, scripts.NewKeys(pubsub.DefaultLockName, false), id, time.Minute, nil, 0)
+	a, err := rdb.Acquire(ctx, client, keyspace.NewKeys(pubsub.DefaultLockName, false), id, time.Minute, nil, 0)
 	if err != nil || a.Term == 0 {
 		panic(fmt.Sprintf("%s acquires: %+v, %v", id, a, err))
 	}
@@ -178,7 +179,7 @@ func ExampleRouter_Send_fenced() {
 
 	err := router.Send(ctx, "slave-1", "stop-camera", nil) // old still says it is master
 	fmt.Println("not master:", errors.Is(err, pubsub.ErrNotMaster))
-	fmt.Println("fenced by the route script:", errors.Is(err, scripts.ErrFenced))
+	fmt.Println("fenced by the route script:", errors.Is(err, keyspace.ErrFenced))
 	// Output:
 	// not master: true
 	// fenced by the route script: true

@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/testkit/wiretap"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // TestSendFenced: send-side fencing on miniredis (the same scenario runs on
@@ -22,7 +22,7 @@ func TestSendFenced(t *testing.T) {
 
 // testSendFenced: master A holds the lock and sends; then it loses the lock
 // in each way it can without being told. Its Router, still believing, must
-// get an error matching both ErrNotMaster and scripts.ErrFenced from Send,
+// get an error matching both ErrNotMaster and keyspace.ErrFenced from Send,
 // Broadcast and SendBatch, and Redis must publish nothing: the next message on
 // each slave channel is a marker published afterwards. Whoever holds the
 // lock now sends as usual.
@@ -89,8 +89,8 @@ func testSendFenced(t *testing.T, c redis.UniversalClient) {
 				t.Errorf("SendBatch made %d calls and delivered %d; want 1 and 0", res.Calls, res.Delivered())
 			}
 			for i, o := range res.Outcomes {
-				if !errors.Is(o.Err, pubsub.ErrNotSent) || !errors.Is(o.Err, scripts.ErrFenced) {
-					t.Errorf("SendBatch message %d: %v; want ErrNotSent and scripts.ErrFenced", i, o.Err)
+				if !errors.Is(o.Err, pubsub.ErrNotSent) || !errors.Is(o.Err, keyspace.ErrFenced) {
+					t.Errorf("SendBatch message %d: %v; want ErrNotSent and keyspace.ErrFenced", i, o.Err)
 				}
 			}
 

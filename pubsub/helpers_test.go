@@ -14,9 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // waitLimit bounds every wait in these tests: it turns a hang into a
@@ -90,12 +91,12 @@ func (l *fakeLeader) Term() int64 {
 const testLockTTL = time.Minute
 
 // lockKeys returns the election's key names for cfg, as the Router builds them.
-func lockKeys(cfg pubsub.Config) scripts.Keys {
+func lockKeys(cfg pubsub.Config) keyspace.Keys {
 	name := cfg.LockName
 	if name == "" {
 		name = pubsub.DefaultLockName
 	}
-	return scripts.NewKeys(name, cfg.Cluster)
+	return keyspace.NewKeys(name, cfg.Cluster)
 }
 
 // acquire makes id the master of cfg's election with acquire.lua, as the
@@ -103,7 +104,7 @@ func lockKeys(cfg pubsub.Config) scripts.Keys {
 // lock is held.
 func acquire(t testing.TB, c redis.UniversalClient, cfg pubsub.Config, id string) int64 {
 	t.Helper()
-	a, err := scripts.Acquire(testCtx(t), c, lockKeys(cfg), id, testLockTTL, nil, 0)
+	a, err := rdb.Acquire(testCtx(t), c, lockKeys(cfg), id, testLockTTL, nil, 0)
 	if err != nil || a.Term <= 0 {
 		t.Fatalf("%s acquires the lock: %+v, %v", id, a, err)
 	}
@@ -147,11 +148,11 @@ func bypass(t testing.TB, c redis.UniversalClient, channel string, m pubsub.Mess
 }
 
 // assertFenced checks that err is what a Router returns when the route
-// script refused: both ErrNotMaster and scripts.ErrFenced, and nothing else.
+// script refused: both ErrNotMaster and keyspace.ErrFenced, and nothing else.
 func assertFenced(t testing.TB, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, pubsub.ErrNotMaster) || !errors.Is(err, scripts.ErrFenced) {
-		t.Errorf("%s: %v; want an error matching both ErrNotMaster and scripts.ErrFenced", what, err)
+	if !errors.Is(err, pubsub.ErrNotMaster) || !errors.Is(err, keyspace.ErrFenced) {
+		t.Errorf("%s: %v; want an error matching both ErrNotMaster and keyspace.ErrFenced", what, err)
 	}
 	if errors.Is(err, pubsub.ErrNoSubscriber) {
 		t.Errorf("%s: %v also claims no subscriber; nothing was published", what, err)

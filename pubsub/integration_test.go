@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // The tests in this file run against real servers (the redistest matrix);
@@ -134,7 +134,7 @@ func TestIntegrationSendFenced(t *testing.T) {
 func TestIntegrationStaleMasterTakeover(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		c := redistest.Start(t, srv).Client(t)
-		keys := scripts.NewKeys(pubsub.DefaultLockName, false)
+		keys := keyspace.NewKeys(pubsub.DefaultLockName, false)
 		testStaleMasterTakeover(t, c, func() {
 			// Let the server expire A's lock for real.
 			ctx := testCtx(t)

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Observer receives the outcome of every message a Router sends and of
@@ -48,7 +48,7 @@ const (
 	// not master, or its term changed (ErrNotMaster).
 	RouteNotMaster RouteOutcome = "not_master"
 	// RouteFenced: not sent, because the route script found that Redis's
-	// lock is no longer this process's under the term (scripts.ErrFenced).
+	// lock is no longer this process's under the term (keyspace.ErrFenced).
 	RouteFenced RouteOutcome = "fenced"
 	// RouteInvalid: refused before sending: a bad slave id or type, a
 	// payload that cannot be encoded or is too large.
@@ -199,7 +199,7 @@ func routeOutcome(err error) RouteOutcome {
 		return RouteDelivered
 	case errors.Is(err, ErrNoSubscriber):
 		return RouteNoSubscriber
-	case errors.Is(err, scripts.ErrFenced):
+	case errors.Is(err, keyspace.ErrFenced):
 		return RouteFenced
 	case errors.Is(err, ErrNotMaster):
 		return RouteNotMaster

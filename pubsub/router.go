@@ -7,9 +7,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Mastership is what the Router needs to know about this process's mastership.
@@ -39,8 +40,8 @@ type Router struct {
 	leader Mastership
 	slaves SlaveLister
 	cfg    Config
-	keys   scripts.Keys // cfg.keys(), built once, not on every Send
-	obs    observers    // Observe (observe.go)
+	keys   keyspace.Keys // cfg.keys(), built once, not on every Send
+	obs    observers     // Observe (observe.go)
 }
 
 // NewRouter returns a Router publishing through client on behalf of leader.
@@ -70,7 +71,7 @@ func NewRouter(client redis.UniversalClient, leader Mastership, slaves SlaveList
 // json.Marshal.
 //
 // It returns ErrNotMaster when this process is not master (IsMaster is false
-// or Term is 0), an error matching both ErrNotMaster and scripts.ErrFenced
+// or Term is 0), an error matching both ErrNotMaster and keyspace.ErrFenced
 // when Redis's lock is not this process's under that term (nothing was
 // published), a *NoSubscriberError (errors.Is ErrNoSubscriber) when no
 // process is subscribed to the channel, and an error matching
@@ -100,8 +101,8 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 // process no longer holds the lock under env's term: the check and the
 // PUBLISH are one atomic step on the server, in one round trip.
 func (r *Router) route(ctx context.Context, env route.Envelope, channels ...string) ([]int64, error) {
-	// A refusal is scripts.ErrFenced, which matches ErrNotMaster too.
-	return scripts.Route(ctx, r.client, r.keys, r.leader.NodeID(), env.Term, env.Data, channels...)
+	// A refusal is keyspace.ErrFenced, which matches ErrNotMaster too.
+	return rdb.Route(ctx, r.client, r.keys, r.leader.NodeID(), env.Term, env.Data, channels...)
 }
 
 // Broadcast sends one message (one id, one term) to every live slave the
@@ -124,7 +125,7 @@ func (r *Router) route(ctx context.Context, env route.Envelope, channels ...stri
 // It is ErrNotMaster, and nothing is sent, when this process is not master
 // before or after listing the slaves. When the mastership ends part way, the
 // calls before were published and the slaves of the rest were not: their
-// errors match ErrNotSent and ErrNotMaster, with scripts.ErrFenced too when
+// errors match ErrNotSent and ErrNotMaster, with keyspace.ErrFenced too when
 // the route script refused a call because the lock is no longer this
 // process's under the term (the first call refused: nothing is sent), and
 // without it when the election reported the end between calls. A cancelled
@@ -166,7 +167,7 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 		}
 		counts, err := r.route(ctx, env, channels...)
 		if err != nil {
-			return nil, err // scripts.ErrFenced when fenced
+			return nil, err // keyspace.ErrFenced when fenced
 		}
 		errs := make([]error, len(items))
 		for j, n := range counts {

@@ -9,8 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // The scenarios below run on miniredis and on every real server.
@@ -19,7 +20,7 @@ import (
 // makes it so) and B acquires; A, unaware, goes on sending. Both layers of
 // fencing are exercised:
 //   - send side: every Send of A after the takeover fails with an error
-//     matching ErrNotMaster and scripts.ErrFenced, and Redis publishes none
+//     matching ErrNotMaster and keyspace.ErrFenced, and Redis publishes none
 //     of them (a plain subscriber on slave-0's channel sees what Redis
 //     published);
 //   - receive side: messages of A that bypass the route script (published
@@ -29,9 +30,9 @@ import (
 // Every slave delivers A's messages from before the takeover, then B's, in
 // order, and nothing else.
 func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func()) {
-	keys := scripts.NewKeys(pubsub.DefaultLockName, false)
+	keys := keyspace.NewKeys(pubsub.DefaultLockName, false)
 	ctx := testCtx(t)
-	a, err := scripts.Acquire(ctx, c, keys, "node-a", 30*time.Second, nil, 0)
+	a, err := rdb.Acquire(ctx, c, keys, "node-a", 30*time.Second, nil, 0)
 	if err != nil || a.Term == 0 {
 		t.Fatalf("A acquires: %+v, %v", a, err)
 	}
@@ -60,7 +61,7 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 	send(routerA, "a-before", before)
 
 	expire()
-	b, err := scripts.Acquire(ctx, c, keys, "node-b", 30*time.Second, nil, 0)
+	b, err := rdb.Acquire(ctx, c, keys, "node-b", 30*time.Second, nil, 0)
 	if err != nil || b.Term <= a.Term {
 		t.Fatalf("B acquires after A's term %d: %+v, %v", a.Term, b, err)
 	}
@@ -176,9 +177,9 @@ func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func(
 		if ctx.Err() != nil {
 			t.Fatalf("delivery did not resume: %v", err)
 		}
-		if errors.Is(err, scripts.ErrFenced) {
+		if errors.Is(err, keyspace.ErrFenced) {
 			fenced = true
-			a, err := scripts.Acquire(ctx, c, lockKeys(pubsub.Config{}), "m", testLockTTL, nil, 0)
+			a, err := rdb.Acquire(ctx, c, lockKeys(pubsub.Config{}), "m", testLockTTL, nil, 0)
 			if err == nil && a.Term > 0 {
 				leader.set(a.Term)
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/route"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Subscriber is a slave's side of routing: it receives the messages routed
@@ -30,7 +30,7 @@ type Subscriber struct {
 	client    redis.UniversalClient
 	processID string
 	channel   string
-	keys      scripts.Keys
+	keys      keyspace.Keys
 	cfg       Config
 	mux       route.Mux[Message] // its Stacks set: a panic is reported with its stack
 	recv      receiver
@@ -172,7 +172,7 @@ func (s *Subscriber) onMessage(ctx context.Context, rm *redis.Message) {
 // onNotice raises the highest term on "acquired" and "released" notices
 // whose term Redis confirms, and ignores every other event.
 func (s *Subscriber) onNotice(ctx context.Context, payload string) {
-	n, err := scripts.ParseNotice([]byte(payload))
+	n, err := keyspace.ParseNotice([]byte(payload))
 	if err != nil {
 		s.recv.report(&MessageError{Channel: s.keys.Events, Err: fmt.Errorf("%w: %w", ErrMalformedEnvelope, err)})
 		return

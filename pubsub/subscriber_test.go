@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 func TestSubscriberDeliversInOrderByType(t *testing.T) {
@@ -125,7 +125,7 @@ func TestSubscriberBadMessagesDoNotStopTheLoop(t *testing.T) {
 
 func TestSubscriberTermFencing(t *testing.T) {
 	mr, c := newMini(t)
-	keys := scripts.NewKeys(pubsub.DefaultLockName, false)
+	keys := keyspace.NewKeys(pubsub.DefaultLockName, false)
 	mr.Set(keys.Term, "10") // the last term minted before the slave started
 	s, got, log := startSubscriber(t, c, "s1", pubsub.Config{})
 	if s.HighestTerm() != 10 {

@@ -9,7 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
+
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Backend names how the registry gives each entry its own TTL.
@@ -74,19 +76,19 @@ func pickBackend(p Probed, want Backend) (Backend, error) {
 // HGETALL or HMGET (and the version counter's GET), so no read returns an
 // expired entry.
 type store struct {
-	mode string // scripts.TTLNative, TTLHPExpire or TTLEmulated, the names of the backends
+	mode string // rdb.TTLNative, TTLHPExpire or TTLEmulated, the names of the backends
 	c    redis.UniversalClient
-	k    scripts.Keys
+	k    keyspace.Keys
 }
 
 // put writes the entry of p.ID (p.Fallback instead when a master write is
 // fenced) and reports whether it was absent before. send, when not nil,
-// sends the write instead of scripts.RegistryPut.
-func (s store) put(ctx context.Context, p scripts.Put, send Sender) (scripts.Stored, error) {
+// sends the write instead of rdb.RegistryPut.
+func (s store) put(ctx context.Context, p rdb.Put, send Sender) (rdb.Stored, error) {
 	p.Mode = s.mode
 	if send == nil {
-		send = func(ctx context.Context, p scripts.Put) (scripts.Stored, error) {
-			return scripts.RegistryPut(ctx, s.c, s.k, p)
+		send = func(ctx context.Context, p rdb.Put) (rdb.Stored, error) {
+			return rdb.RegistryPut(ctx, s.c, s.k, p)
 		}
 	}
 	st, err := send(ctx, p)
@@ -97,13 +99,13 @@ func (s store) put(ctx context.Context, p scripts.Put, send Sender) (scripts.Sto
 // not nil) and returns the version minted for the deletion, 0 when no live
 // entry was deleted.
 func (s store) remove(ctx context.Context, id string, guard *string, reason string) (int64, error) {
-	v, err := scripts.RegistryRemove(ctx, s.c, s.k, id, guard, reason)
+	v, err := rdb.RegistryRemove(ctx, s.c, s.k, id, guard, reason)
 	return v, s.check(err)
 }
 
 // removeOwn deletes the entry of id unless another incarnation wrote it.
 func (s store) removeOwn(ctx context.Context, id, incarnation string) (int64, error) {
-	v, err := scripts.RegistryRemoveOwn(ctx, s.c, s.k, id, incarnation)
+	v, err := rdb.RegistryRemoveOwn(ctx, s.c, s.k, id, incarnation)
 	return v, s.check(err)
 }
 
@@ -115,14 +117,14 @@ func (s store) removeOwn(ctx context.Context, id, incarnation string) (int64, er
 // transaction with the version counter when versioned, of several ids, or
 // emulated (whose expiry makes it one anyway), and a plain HGETALL or HGET
 // otherwise.
-func (s store) read(ctx context.Context, ids []string, versioned bool) (scripts.RegistryView, error) {
-	emulated := s.mode == scripts.TTLEmulated
+func (s store) read(ctx context.Context, ids []string, versioned bool) (rdb.RegistryView, error) {
+	emulated := s.mode == rdb.TTLEmulated
 	if versioned || len(ids) > 1 || emulated {
-		view, err := scripts.RegistryRead(ctx, s.c, s.k, emulated, ids...)
+		view, err := rdb.RegistryRead(ctx, s.c, s.k, emulated, ids...)
 		return view, s.check(err)
 	}
 	pipe := s.c.Pipeline()
-	holder := scripts.QueueHolder(ctx, pipe, s.k)
+	holder := rdb.QueueHolder(ctx, pipe, s.k)
 	var all *redis.MapStringStringCmd
 	var one *redis.StringCmd
 	if len(ids) == 0 {
@@ -131,22 +133,22 @@ func (s store) read(ctx context.Context, ids []string, versioned bool) (scripts.
 		one = pipe.HGet(ctx, s.k.Processes, ids[0])
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	master, err := scripts.ReadHolder(holder)
+	master, err := rdb.ReadHolder(holder)
 	if err != nil {
-		return scripts.RegistryView{}, err
+		return rdb.RegistryView{}, err
 	}
 	if all != nil {
 		m, err := all.Result()
-		return scripts.RegistryView{Entries: m, Master: master}, s.check(err)
+		return rdb.RegistryView{Entries: m, Master: master}, s.check(err)
 	}
 	v, err := one.Result()
 	if errors.Is(err, redis.Nil) {
-		return scripts.RegistryView{Entries: map[string]string{}, Master: master}, nil
+		return rdb.RegistryView{Entries: map[string]string{}, Master: master}, nil
 	}
 	if err != nil {
-		return scripts.RegistryView{}, s.check(err)
+		return rdb.RegistryView{}, s.check(err)
 	}
-	return scripts.RegistryView{Entries: map[string]string{ids[0]: v}, Master: master}, nil
+	return rdb.RegistryView{Entries: map[string]string{ids[0]: v}, Master: master}, nil
 }
 
 // check turns Redis's WRONGTYPE into ErrCorruptEntry naming the keys.
@@ -155,7 +157,7 @@ func (s store) check(err error) error {
 		return err
 	}
 	what := fmt.Sprintf("key %q is not a hash", s.k.Processes)
-	if s.mode == scripts.TTLEmulated {
+	if s.mode == rdb.TTLEmulated {
 		what = fmt.Sprintf("key %q is not a hash or key %q is not a sorted set", s.k.Processes, s.k.ProcessesExpiry)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrCorruptEntry, what, err)

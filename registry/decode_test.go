@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // TestHerdsForm checks that what herd writes is read by herdsForm, not by
@@ -167,7 +167,7 @@ func BenchmarkDecodeProcess(b *testing.B) {
 // entries as herd writes them, sorted and decoded.
 func BenchmarkSnapshot10k(b *testing.B) {
 	at := time.Date(2026, 11, 22, 5, 6, 7, 123e6, time.UTC)
-	view := scripts.RegistryView{Entries: map[string]string{}}
+	view := rdb.RegistryView{Entries: map[string]string{}}
 	for i := range 10000 {
 		id := fmt.Sprintf("p-%d", i)
 		v, err := json.Marshal(ProcessInfo{ProcessID: id, NodeID: id, Role: RoleSlave, LastSeen: at, RegisteredAt: at, Version: 1764048000000 + int64(i),
@@ -192,8 +192,8 @@ func BenchmarkSnapshot10k(b *testing.B) {
 // still left out.
 func TestSnapshotOrderFollowsTheIDs(t *testing.T) {
 	at := time.Date(2026, 11, 22, 5, 6, 7, 123e6, time.UTC)
-	view := func(ids ...string) scripts.RegistryView {
-		v := scripts.RegistryView{Entries: map[string]string{}}
+	view := func(ids ...string) rdb.RegistryView {
+		v := rdb.RegistryView{Entries: map[string]string{}}
 		for _, id := range ids {
 			b, err := json.Marshal(ProcessInfo{ProcessID: id, NodeID: id, Role: RoleSlave, LastSeen: at, RegisteredAt: at})
 			if err != nil {
@@ -215,7 +215,7 @@ func TestSnapshotOrderFollowsTheIDs(t *testing.T) {
 	r := &Registry{reported: map[string]uint64{}}
 	for _, tt := range []struct {
 		name string
-		view scripts.RegistryView
+		view rdb.RegistryView
 		want []string
 	}{
 		{"first read", view("c", "a", "b"), []string{"a", "b", "c"}},

@@ -3,7 +3,7 @@
 // stays listed only while it heartbeats; the master follows its slaves with
 // a SlaveTracker.
 //
-//	reg, err := registry.New(ctx, client, scripts.NewKeys("master-election", false), registry.Config{})
+//	reg, err := registry.New(ctx, client, keyspace.NewKeys("master-election", false), registry.Config{})
 //	...
 //	err = reg.Register(ctx, registry.ProcessInfo{ProcessID: id, Role: registry.RoleSlave})
 //	...
@@ -30,7 +30,7 @@
 // {"event":"unregistered","nodeId":id,"version":v} (with "reason":"stale"
 // when the master removes a stale slave, and "reason":"expired" when an
 // emulated read removes an expired entry). A Go program reads them as
-// scripts.Notice values, with scripts.ParseNotice, as the tracker does.
+// keyspace.Notice values, with keyspace.ParseNotice, as the tracker does.
 //
 // # Versions
 //

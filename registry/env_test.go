@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/herdkit/herd/internal/clock"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,7 +63,7 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context
 	c      *redis.Client
-	keys   scripts.Keys
+	keys   keyspace.Keys
 	clk    *clock.Fake
 	reg    *Registry
 	ttl    time.Duration
@@ -82,7 +82,7 @@ func newEnv(t *testing.T, tg target, opts Config) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, c: c, server: server, clk: clock.NewFake(start), errs: &sink{},
-		keys: scripts.NewKeys(fmt.Sprintf("herd-test-%d", lockSeq.Add(1)), false)}
+		keys: keyspace.NewKeys(fmt.Sprintf("herd-test-%d", lockSeq.Add(1)), false)}
 	if opts.Backend == "" {
 		opts.Backend = tg.backend
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // The errors of the registry. Errors returned by this package wrap one of
@@ -41,9 +41,9 @@ var (
 	// the term it wrote (Keys.Term); the entry was written with role slave
 	// instead. The process was replaced as master (its lock expired or was
 	// taken, during a pause say) and has not noticed yet. The error wraps
-	// scripts.ErrFenced too. ErrNotMaster is scripts.ErrNotMaster, the same
+	// keyspace.ErrFenced too. ErrNotMaster is keyspace.ErrNotMaster, the same
 	// value as masterelection.ErrNotMaster and pubsub.ErrNotMaster.
-	ErrNotMaster = scripts.ErrNotMaster
+	ErrNotMaster = keyspace.ErrNotMaster
 	// ErrUnconfirmedNotice: a SlaveTracker ignored a notice that the
 	// registry contradicts, reported to its OnError: an "unregistered" notice
 	// for a process whose entry is present and fresh, or a notice without a

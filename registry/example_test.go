@@ -8,8 +8,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 func Example() {
@@ -22,14 +23,14 @@ func Example() {
 	defer client.Close()
 	ctx := context.Background()
 
-	keys := scripts.NewKeys("master-election", false)
+	keys := keyspace.NewKeys("master-election", false)
 	reg, err := registry.New(ctx, client, keys, registry.Config{})
 	if err != nil {
 		panic(err)
 	}
 	// An entry with role master is stored only while its process holds the
 	// lock under the term it carries (the election takes the lock).
-	lock, err := scripts.Acquire(ctx, client, keys, "a1", time.Minute, nil, 0)
+	lock, err := rdb.Acquire(ctx, client, keys, "a1", time.Minute, nil, 0)
 	if err != nil {
 		panic(err)
 	}
@@ -71,7 +72,7 @@ func ExampleSlaveTracker() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	keys := scripts.NewKeys("master-election", false)
+	keys := keyspace.NewKeys("master-election", false)
 	reg, err := registry.New(ctx, client, keys, registry.Config{})
 	if err != nil {
 		panic(err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/internal/testkit/testsync"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // realTTL is the ProcessTTL of the suite on real servers, where time is real:
@@ -30,7 +30,7 @@ const realTTL = 1500 * time.Millisecond
 func serverTargets(t *testing.T, inst *redistest.Instance) []target {
 	t.Helper()
 	c := inst.Client(t)
-	keys := scripts.NewKeys("probe", false)
+	keys := keyspace.NewKeys("probe", false)
 	var out []target
 	for _, b := range []Backend{BackendNative, BackendHPExpire, BackendEmulated} {
 		_, err := New(t.Context(), c, keys, Config{Backend: b})
@@ -98,7 +98,7 @@ func TestIntegrationBackendByVersion(t *testing.T) {
 			t.Skipf("no expectation recorded for %s", s.Name)
 		}
 		inst := redistest.Start(t, s)
-		reg, err := New(t.Context(), inst.Client(t), scripts.NewKeys("herd", false), Config{})
+		reg, err := New(t.Context(), inst.Client(t), keyspace.NewKeys("herd", false), Config{})
 		if err != nil || reg.Backend() != want {
 			t.Fatalf("New on %s picked %v (%v), want %s", s.Name, reg, err, want)
 		}
@@ -120,7 +120,7 @@ func TestIntegrationReadRefused(t *testing.T) {
 		c := redis.NewClient(o)
 		defer c.Close()
 		for _, b := range []Backend{BackendAuto, BackendEmulated} {
-			reg, err := New(t.Context(), c, scripts.NewKeys("herd-"+string(b), false), Config{Backend: b})
+			reg, err := New(t.Context(), c, keyspace.NewKeys("herd-"+string(b), false), Config{Backend: b})
 			if err != nil {
 				t.Fatalf("New(%s): %v", b, err)
 			}
@@ -177,7 +177,7 @@ func thousand(t *testing.T, inst *redistest.Instance) {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*kWaitForever)
 	defer cancel()
-	keys := scripts.NewKeys("thousand", false)
+	keys := keyspace.NewKeys("thousand", false)
 	ropts := Config{ProcessTTL: kProcessTTL, OnError: func(err error) { t.Errorf("registry: %v", err) }}
 
 	// The processes: half registered before the master starts tracking.

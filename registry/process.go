@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/wire"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Role is the role a process has in its election.
@@ -202,22 +202,22 @@ func (t *jsTime) UnmarshalJSON(b []byte) error {
 const MaxMetadataBytes = 16 << 10
 
 // Validate checks what Register needs to store p: an id that fits in a
-// channel name (scripts.ValidateName, at most scripts.MaxNameLen bytes), a
+// channel name (keyspace.ValidateName, at most keyspace.MaxNameLen bytes), a
 // known role, and metadata that encodes to at most MaxMetadataBytes.
 // Errors wrap ErrInvalidProcess or ErrMetadataTooLarge. Register calls it;
 // masterelection calls it at New and SetMetadata, so that what would be
 // refused later is refused at the call.
 func (p ProcessInfo) Validate() error {
-	if err := scripts.ValidateName("ProcessID", p.ProcessID); err != nil {
+	if err := keyspace.ValidateName("ProcessID", p.ProcessID); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 	}
 	if p.NodeID != "" && p.NodeID != p.ProcessID {
-		if err := scripts.ValidateName("NodeID", p.NodeID); err != nil {
+		if err := keyspace.ValidateName("NodeID", p.NodeID); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 		}
 	}
 	if p.Incarnation != "" {
-		if err := scripts.ValidateName("Incarnation", p.Incarnation); err != nil {
+		if err := keyspace.ValidateName("Incarnation", p.Incarnation); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 		}
 	}

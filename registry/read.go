@@ -12,8 +12,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/wire"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Processes returns every live entry, sorted by process id; the
@@ -35,7 +36,7 @@ func (r *Registry) Process(ctx context.Context, processID string) (ProcessInfo, 
 // node id of the lock's holder ("" when none): the read of Process and
 // Slave, with their errors.
 func (r *Registry) entry(ctx context.Context, processID string) (_ ProcessInfo, master string, _ error) {
-	if err := scripts.ValidateName("process id", processID); err != nil {
+	if err := keyspace.ValidateName("process id", processID); err != nil {
 		return ProcessInfo{}, "", fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 	}
 	view, err := r.be.read(ctx, []string{processID}, false)
@@ -176,7 +177,7 @@ func (r *Registry) load(ctx context.Context, versioned bool) (snapshot, error) {
 // ids of the last snapshot are kept and tried first: when every one of them
 // is in view and there are as many, they are exactly view's ids, in order,
 // and no sort is needed.
-func (r *Registry) snapshotOf(view scripts.RegistryView) snapshot {
+func (r *Registry) snapshotOf(view rdb.RegistryView) snapshot {
 	m := view.Entries
 	snap := snapshot{infos: make([]ProcessInfo, len(m)), raws: make([]string, len(m)), version: view.Version, master: view.Master}
 	errs := make([]error, len(m))

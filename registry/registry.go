@@ -13,8 +13,9 @@ import (
 
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/nilclient"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/wire"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // DefaultProcessTTL is the default Config.ProcessTTL, the specification's
@@ -85,7 +86,7 @@ func invalid(errs []error) error {
 // goroutine and needs no Close.
 type Registry struct {
 	c     redis.UniversalClient
-	keys  scripts.Keys
+	keys  keyspace.Keys
 	cfg   Config
 	clock clock.Clock // lastSeen and registeredAt; a test's, from New's ctx
 	kind  Backend
@@ -130,13 +131,13 @@ func asSlave(info ProcessInfo) ProcessInfo {
 // With a *redis.ClusterClient the keys get the Cluster hash tag whatever
 // keys says, as the election's do. Set ContextTimeoutEnabled on client:
 // go-redis ignores context deadlines otherwise.
-func New(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Config) (*Registry, error) {
+func New(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, opts Config) (*Registry, error) {
 	return newRegistry(ctx, client, keys, opts, nil)
 }
 
 // Probed is the server's answer to the backend probe that New sends
-// (scripts.RegistryProbe; scripts.QueueRegistryProbe in a pipeline, or
-// scripts.Ask with other questions).
+// (rdb.RegistryProbe; rdb.QueueRegistryProbe in a pipeline, or
+// rdb.Ask with other questions).
 type Probed struct {
 	// Native: HSETEX ... PX works inside scripts (Redis 8.0+, Valkey 9.0+).
 	Native bool
@@ -146,17 +147,17 @@ type Probed struct {
 
 // NewProbed is New for a caller that has already probed the server behind
 // client with a call of its own (Start of masterelection asks the probe
-// with its other first questions, scripts.Ask): it
+// with its other first questions, rdb.Ask): it
 // chooses the backend from p, as New does from its probe's answer, and asks
 // Redis nothing. A probe that failed (keys.Processes holds something other
 // than a hash, the server is unreachable) has no answer to give: call New,
 // which probes again and reports the failure.
-func NewProbed(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Config, p Probed) (*Registry, error) {
+func NewProbed(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, opts Config, p Probed) (*Registry, error) {
 	return newRegistry(ctx, client, keys, opts, &p)
 }
 
 // newRegistry is New, and NewProbed when probed is not nil.
-func newRegistry(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, opts Config, probed *Probed) (*Registry, error) {
+func newRegistry(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, opts Config, probed *Probed) (*Registry, error) {
 	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
 	}
@@ -193,26 +194,26 @@ func newRegistry(ctx context.Context, client redis.UniversalClient, keys scripts
 
 // keysFor checks that keys name every key the registry uses and returns
 // them, with the Cluster hash tag when client is a *redis.ClusterClient.
-func keysFor(client redis.UniversalClient, keys scripts.Keys) (scripts.Keys, error) {
+func keysFor(client redis.UniversalClient, keys keyspace.Keys) (keyspace.Keys, error) {
 	names := []string{keys.Processes, keys.ProcessesExpiry, keys.ProcessesVersion, keys.RegistryEvents,
 		keys.MasterProcess, keys.Master, keys.Term}
 	if slices.Contains(names, "") {
-		return keys, fmt.Errorf("%w: keys are missing names; build them with scripts.NewKeys", ErrInvalidConfig)
+		return keys, fmt.Errorf("%w: keys are missing names; build them with keyspace.NewKeys", ErrInvalidConfig)
 	}
 	if _, cluster := client.(*redis.ClusterClient); cluster && !keys.Cluster() && keys.LockName != "" {
 		// The same hash tag as the election's, which detects the client too.
-		keys = scripts.NewKeys(keys.LockName, true).WithSlavePrefix(keys.SlavePrefix)
+		keys = keyspace.NewKeys(keys.LockName, true).WithSlavePrefix(keys.SlavePrefix)
 	}
 	return keys, nil
 }
 
 // probe returns *probed, or when probed is nil the answer of the server
-// behind client to the backend probe (scripts.RegistryProbe).
-func probe(ctx context.Context, client redis.UniversalClient, keys scripts.Keys, probed *Probed) (Probed, error) {
+// behind client to the backend probe (rdb.RegistryProbe).
+func probe(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, probed *Probed) (Probed, error) {
 	if probed != nil {
 		return *probed, nil
 	}
-	native, hpexpire, err := scripts.RegistryProbe(ctx, client, keys)
+	native, hpexpire, err := rdb.RegistryProbe(ctx, client, keys)
 	if err != nil {
 		return Probed{}, fmt.Errorf("probe the server for hash-field expiration: %w", err)
 	}
@@ -278,7 +279,7 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 }
 
 // fenced is the error of a master write of info that Redis refused.
-func (r *Registry) fenced(op string, info ProcessInfo, st scripts.Stored) error {
+func (r *Registry) fenced(op string, info ProcessInfo, st rdb.Stored) error {
 	holder := "nobody holds the lock"
 	if st.Holder != "" {
 		holder = fmt.Sprintf("the lock is held by %q", wire.Truncate(st.Holder))
@@ -288,7 +289,7 @@ func (r *Registry) fenced(op string, info ProcessInfo, st scripts.Stored) error 
 		term = "term " + wire.Truncate(st.HolderTerm)
 	}
 	err := fmt.Errorf("%s process %q as master of term %d: %s under %s; the entry was written with role slave: %w",
-		op, info.ProcessID, info.Term, holder, term, scripts.ErrFenced)
+		op, info.ProcessID, info.Term, holder, term, keyspace.ErrFenced)
 	r.cfg.Logger.Warn().Err(err).Msg("master registry write refused")
 	return err
 }
@@ -311,10 +312,10 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 	return r.HeartbeatWith(ctx, processID, nil)
 }
 
-// Sender runs the registry's write p (scripts.RegistryPut's script with p)
+// Sender runs the registry's write p (rdb.RegistryPut's script with p)
 // for HeartbeatWith, alone or in one call with other work
-// (scripts.CheckBeat), and returns its outcome.
-type Sender func(ctx context.Context, p scripts.Put) (scripts.Stored, error)
+// (rdb.CheckBeat), and returns its outcome.
+type Sender func(ctx context.Context, p rdb.Put) (rdb.Stored, error)
 
 // HeartbeatWith is Heartbeat with the write sent by send (nil: by the
 // registry itself, as Heartbeat does), so that a caller can send the
@@ -361,7 +362,7 @@ func (r *Registry) HeartbeatWith(ctx context.Context, processID string, send Sen
 // through r) is left alone: it is a later process's under the same id. Heartbeat then refuses processID until it is
 // registered again. Unregistering an absent process is not an error.
 func (r *Registry) Unregister(ctx context.Context, processID string) error {
-	if err := scripts.ValidateName("process id", processID); err != nil {
+	if err := keyspace.ValidateName("process id", processID); err != nil {
 		return fmt.Errorf("unregister: %w: %w", ErrInvalidProcess, err)
 	}
 	r.mu.Lock()
@@ -391,7 +392,7 @@ func (r *Registry) Unregister(ctx context.Context, processID string) error {
 // removeStale deletes the entry of id if it still holds raw, the value it
 // was read with, and returns the version of the deletion (0: not deleted).
 func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, error) {
-	v, err := r.be.remove(ctx, id, &raw, scripts.ReasonStale)
+	v, err := r.be.remove(ctx, id, &raw, keyspace.ReasonStale)
 	if err != nil {
 		return 0, fmt.Errorf("remove stale process %q: %w", id, err)
 	}
@@ -401,18 +402,18 @@ func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, erro
 // write stores info, encoded whole; with role master it also sends the
 // slave form of info, which Redis stores instead when the write is fenced.
 // send, when not nil, sends the write (HeartbeatWith).
-func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, send Sender) (scripts.Stored, error) {
+func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, send Sender) (rdb.Stored, error) {
 	b, err := encodeEntry(info)
 	if err != nil {
-		return scripts.Stored{}, err
+		return rdb.Stored{}, err
 	}
 	var fallback []byte
 	if info.Role == RoleMaster {
 		if fallback, err = encodeEntry(asSlave(info)); err != nil {
-			return scripts.Stored{}, err
+			return rdb.Stored{}, err
 		}
 	}
-	return r.be.put(ctx, scripts.Put{
+	return r.be.put(ctx, rdb.Put{
 		ID: info.ProcessID, Value: b, Role: string(info.Role),
 		TTL: r.cfg.ProcessTTL, Heartbeat: heartbeat,
 		Node: info.NodeID, Term: info.Term, Fallback: fallback,
@@ -421,7 +422,7 @@ func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, 
 }
 
 // inUse is the error of a write that u refused.
-func inUse(id string, u *scripts.InUse) error {
+func inUse(id string, u *rdb.InUse) error {
 	return &InUseError{ProcessID: id, Incarnation: u.Incarnation, Identifier: wire.Truncate(u.Identifier), Age: u.Age}
 }
 

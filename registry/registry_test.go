@@ -14,8 +14,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/wiretap"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // TestRegistry runs the registry suite on miniredis, with each backend
@@ -385,7 +386,7 @@ func testMasterProcess(t *testing.T, tg target) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := scripts.Acquire(e.ctx, e.c, e.keys, "m", time.Minute, b, 0)
+	got, err := rdb.Acquire(e.ctx, e.c, e.keys, "m", time.Minute, b, 0)
 	if err != nil || got.Term == 0 {
 		t.Fatalf("Acquire = %+v, %v", got, err)
 	}
@@ -491,11 +492,11 @@ func TestNew(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := t.Context()
-	keys := scripts.NewKeys("new-test", false)
+	keys := keyspace.NewKeys("new-test", false)
 
 	for _, tc := range []struct {
 		name string
-		keys scripts.Keys
+		keys keyspace.Keys
 		cfg  Config
 		want Backend
 		err  error
@@ -507,7 +508,7 @@ func TestNew(t *testing.T) {
 		{"hpexpire is not run by miniredis", keys, Config{Backend: BackendHPExpire}, "", ErrBackendUnsupported},
 		{"unknown backend", keys, Config{Backend: "fast"}, "", ErrInvalidConfig},
 		{"negative TTL", keys, Config{ProcessTTL: -time.Second}, "", ErrInvalidConfig},
-		{"zero keys", scripts.Keys{}, Config{}, "", ErrInvalidConfig},
+		{"zero keys", keyspace.Keys{}, Config{}, "", ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg, err := New(ctx, c, tc.keys, tc.cfg)
@@ -544,7 +545,7 @@ func TestNew(t *testing.T) {
 
 // TestNewProbed: NewProbed chooses the backend from the probe's answer it
 // is given, as New does from its own, and sends nothing to Redis; the
-// answer of a pipelined probe (scripts.QueueRegistryProbe) is New's.
+// answer of a pipelined probe (rdb.QueueRegistryProbe) is New's.
 func TestNewProbed(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
@@ -552,7 +553,7 @@ func TestNewProbed(t *testing.T) {
 	n := &wiretap.Tap{}
 	c.AddHook(n)
 	ctx := t.Context()
-	keys := scripts.NewKeys("probed-test", false)
+	keys := keyspace.NewKeys("probed-test", false)
 
 	for _, tc := range []struct {
 		name string
@@ -587,7 +588,7 @@ func TestNewProbed(t *testing.T) {
 	}
 
 	pipe := c.Pipeline()
-	probe := scripts.QueueRegistryProbe(ctx, pipe, keys)
+	probe := rdb.QueueRegistryProbe(ctx, pipe, keys)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/wire"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // The model test drives one SlaveTracker step by step (a batch of notices,
@@ -134,7 +134,7 @@ type modelRun struct {
 	ctx   context.Context
 	mr    *miniredis.Miniredis
 	c     *redis.Client
-	keys  scripts.Keys
+	keys  keyspace.Keys
 	clk   *clock.Fake
 	reg   *Registry
 	drv   *modelDriver
@@ -175,7 +175,7 @@ func runModel(t *testing.T, seed uint64, forge bool) (failure string) {
 	m.mr, m.clk = mr, clock.NewFake(start)
 	m.c = redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	defer m.c.Close()
-	m.keys = scripts.NewKeys("model", false)
+	m.keys = keyspace.NewKeys("model", false)
 	m.emu = seed%2 == 1
 	backend := BackendNative
 	if m.emu {
@@ -593,7 +593,7 @@ func (m *modelRun) checkPrompt(batch []modelNotice, before, after map[string]str
 			}
 			continue
 		}
-		if n.id == "" || n.id == modelSelf || n.write != m.writes[n.id] || n.reason == scripts.ReasonExpired {
+		if n.id == "" || n.id == modelSelf || n.write != m.writes[n.id] || n.reason == keyspace.ReasonExpired {
 			continue
 		}
 		switch {

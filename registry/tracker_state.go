@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/wire"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // trackerState is the state of one Run, owned by its goroutine.
@@ -16,7 +16,7 @@ import (
 // None becomes a join or a leave until a read of the registry confirms it:
 // each batch of notices costs one read of the entries they name, with the
 // registry's version. Every registry write carries a version minted by
-// Redis, larger than every earlier one (scripts.Keys.ProcessesVersion); the
+// Redis, larger than every earlier one (keyspace.Keys.ProcessesVersion); the
 // tracker records, per process, the registry version up to which its reads
 // (a sweep, a confirming read, its own stale removal) reflect every write,
 // and skips a notice whose version is not above it: that write was read
@@ -90,27 +90,27 @@ func (s *trackerState) hints(payloads [][]byte) (map[string][]hint, []error) {
 // id is "" for a notice the tracker ignores (no valid node id is empty);
 // err says what is wrong with a malformed one.
 func (s *trackerState) hintOf(payload []byte) (id string, h hint, err error) {
-	n, err := scripts.ParseNotice(payload)
+	n, err := keyspace.ParseNotice(payload)
 	if err != nil {
 		return "", hint{}, fmt.Errorf("registry events: %w", err)
 	}
 	switch {
-	case n.Event != scripts.NoticeRegistered && n.Event != scripts.NoticeUnregistered:
+	case n.Event != keyspace.NoticeRegistered && n.Event != keyspace.NoticeUnregistered:
 		return "", hint{}, nil // a lock notice, or one of another program
-	case scripts.ValidateName("node id", n.NodeID) != nil:
+	case keyspace.ValidateName("node id", n.NodeID) != nil:
 		return "", hint{}, fmt.Errorf("%s notice %q: %w: no valid nodeId", n.Event, wire.Truncate(string(payload)), ErrUnconfirmedNotice)
 	case n.NodeID == s.t.opts.Self:
 		return "", hint{}, nil
-	case n.Event == scripts.NoticeUnregistered && n.Reason == scripts.ReasonExpired:
+	case n.Event == keyspace.NoticeUnregistered && n.Reason == keyspace.ReasonExpired:
 		// An emulated read removed an expired entry. The native backends
 		// announce no expiry, so the sweep decides for all three alike.
 		return "", hint{}, nil
-	case n.Event == scripts.NoticeRegistered:
+	case n.Event == keyspace.NoticeRegistered:
 		if _, err := decodeProcess(n.NodeID, string(n.Process)); err != nil {
 			return "", hint{}, fmt.Errorf("registered notice for %q: %w: %w", wire.Truncate(n.NodeID), ErrCorruptEntry, err)
 		}
 	}
-	return n.NodeID, hint{unregistered: n.Event == scripts.NoticeUnregistered, version: n.Version}, nil
+	return n.NodeID, hint{unregistered: n.Event == keyspace.NoticeUnregistered, version: n.Version}, nil
 }
 
 // unread drops from hints every hint whose write a read reflects already,
@@ -234,9 +234,9 @@ func (s *trackerState) contradicted(id string, h hint, p ProcessInfo) error {
 // whose version is above every version minted yet, or a registration
 // without a version for an entry the read does not show.
 func (s *trackerState) unfounded(id string, h hint, version int64) error {
-	event := scripts.NoticeRegistered
+	event := keyspace.NoticeRegistered
 	if h.unregistered {
-		event = scripts.NoticeUnregistered
+		event = keyspace.NoticeUnregistered
 	}
 	if h.version == 0 {
 		return fmt.Errorf("%w: %s notice for %q without a version ignored: the registry has no such entry", ErrUnconfirmedNotice, event, wire.Truncate(id))

@@ -28,7 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/examples/internal/setup"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 func main() {
@@ -100,7 +100,7 @@ func deleteKeys(newClient func() *redis.Client, lock string) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	k := scripts.NewKeys(lock, false)
+	k := keyspace.NewKeys(lock, false)
 	if err := c.Del(ctx, append(k.Stored(), planKey(lock))...).Err(); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "cluster: delete the demo's keys: %v\n", err)
 	}

@@ -36,8 +36,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/examples/internal/setup"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
-	"github.com/herdkit/herd/scripts"
 )
 
 type options struct {
@@ -182,9 +182,9 @@ func (c *cron) job(ctx context.Context, term int64) error {
 type cronKeys struct{ runs, maxTerm string }
 
 // keys names the example's own keys under the election's prefix (which
-// scripts.NewKeys makes a hash tag under Redis Cluster, so that the script
+// keyspace.NewKeys makes a hash tag under Redis Cluster, so that the script
 // could also read the election's keys).
 func keys(lock string) cronKeys {
-	p := scripts.NewKeys(lock, false).Prefix
+	p := keyspace.NewKeys(lock, false).Prefix
 	return cronKeys{runs: p + ":cron:runs", maxTerm: p + ":cron:max-term"}
 }

@@ -39,9 +39,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/examples/internal/setup"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 type options struct {
@@ -98,7 +98,7 @@ type appKeys struct {
 }
 
 func newAppKeys(lock string) appKeys {
-	p := scripts.NewKeys(lock, false).Prefix + ":app"
+	p := keyspace.NewKeys(lock, false).Prefix + ":app"
 	return appKeys{prefix: p, version: p + ":schema-version", history: p + ":schema-history", cameras: p + ":cameras"}
 }
 
@@ -117,7 +117,7 @@ type process struct {
 	sub    *pubsub.Subscriber
 	router *pubsub.Router
 	keys   appKeys
-	lock   scripts.Keys
+	lock   keyspace.Keys
 
 	notice  chan struct{} // a "migrated" message arrived or this process migrated
 	serving chan struct{} // closed when the schema is current and the process serves
@@ -134,7 +134,7 @@ func newProcess(o options, out io.Writer) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &process{o: o, log: setup.NewLog(out, o.ID), client: client, keys: newAppKeys(o.Lock), lock: scripts.NewKeys(o.Lock, false), notice: make(chan struct{}, 1), serving: make(chan struct{})}
+	p := &process{o: o, log: setup.NewLog(out, o.ID), client: client, keys: newAppKeys(o.Lock), lock: keyspace.NewKeys(o.Lock, false), notice: make(chan struct{}, 1), serving: make(chan struct{})}
 	// The timings left unset follow LockTTL in the specification's ratios.
 	cfg := masterelection.Config{LockName: o.Lock, NodeID: o.ID, Identifier: o.ID, LockTTL: o.LockTTL, NonCandidate: !o.Candidate}
 	if p.m, err = masterelection.New(p.client, cfg); err != nil {

@@ -87,9 +87,10 @@ import (
 	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/integration/internal/faults"
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // msgType is the type of the messages the master sends.
@@ -1031,8 +1032,8 @@ type hook struct {
 }
 
 var (
-	acquireSHA = scripts.AcquireSHA
-	renewSHA   = scripts.RenewSHA
+	acquireSHA = rdb.AcquireSHA
+	renewSHA   = rdb.RenewSHA
 )
 
 func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -1098,8 +1099,8 @@ func (h *hook) publish(args []any) {
 			continue
 		}
 		switch {
-		case strings.HasPrefix(s, scripts.DefaultSlavePrefix):
-			channels = append(channels, strings.TrimPrefix(s, scripts.DefaultSlavePrefix))
+		case strings.HasPrefix(s, keyspace.DefaultSlavePrefix):
+			channels = append(channels, strings.TrimPrefix(s, keyspace.DefaultSlavePrefix))
 		case !found && strings.HasPrefix(s, "{"):
 			if m, err := pubsub.ParseMessage([]byte(s)); err == nil {
 				msg, found = m, true

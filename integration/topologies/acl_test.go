@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // herdCommands are the commands a herd process (election, registry,
@@ -53,7 +53,7 @@ var clusterCommands = []string{"cluster|slots", "command"}
 // the keys <lock>:* (or {<lock>}:* on Cluster), only the channels
 // <lock>:* and worker:slave:*.
 func herdACL(user, password, lock string, cluster bool, known func(string) bool) []any {
-	prefix := scripts.NewKeys(lock, cluster).Prefix
+	prefix := keyspace.NewKeys(lock, cluster).Prefix
 	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + password, "-@all"}
 	cmds := herdCommands
 	if cluster {
@@ -64,7 +64,7 @@ func herdACL(user, password, lock string, cluster bool, known func(string) bool)
 			args = append(args, "+"+c)
 		}
 	}
-	return append(args, "~"+prefix+":*", "&"+prefix+":*", "&"+scripts.DefaultSlavePrefix+"*")
+	return append(args, "~"+prefix+":*", "&"+prefix+":*", "&"+keyspace.DefaultSlavePrefix+"*")
 }
 
 // sentinelACL is the ACL SETUSER command of the user a go-redis failover

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // publishFromLockSlot publishes as the route script does: from a script
@@ -35,7 +35,7 @@ func TestClusterPublishCounts(t *testing.T) {
 		cc := c.Client(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		keys := scripts.NewKeys("counts", true)
+		keys := keyspace.NewKeys("counts", true)
 		lockSlot, err := cc.ClusterKeySlot(ctx, keys.Master).Result()
 		if err != nil {
 			t.Fatal(err)

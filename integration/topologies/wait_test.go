@@ -11,8 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // This file prototypes the opt-in replication check proposed for
@@ -60,19 +61,19 @@ func writeAndWait(ctx context.Context, c redis.UniversalClient, s *redis.Script,
 	return nil, 0, errors.New("topologies: script still unknown after EVAL")
 }
 
-// renewAndWait is scripts.RenewReplicated (renew.lua and WAIT in one
+// renewAndWait is rdb.RenewReplicated (renew.lua and WAIT in one
 // pipeline); it returns whether the lock was renewed and how many replicas
 // acknowledged the renewal.
-func renewAndWait(ctx context.Context, c redis.UniversalClient, k scripts.Keys, nodeID string, term int64, ttl time.Duration, replicas int, timeout time.Duration) (bool, int64, error) {
-	return scripts.RenewReplicated(ctx, c, k, nodeID, term, ttl, scripts.Replication{Replicas: replicas, Timeout: timeout})
+func renewAndWait(ctx context.Context, c redis.UniversalClient, k keyspace.Keys, nodeID string, term int64, ttl time.Duration, replicas int, timeout time.Duration) (bool, int64, error) {
+	return rdb.RenewReplicated(ctx, c, k, nodeID, term, ttl, rdb.Replication{Replicas: replicas, Timeout: timeout})
 }
 
 // acquire takes the lock for nodeID and returns its term.
-func acquire(t testing.TB, c redis.UniversalClient, k scripts.Keys, nodeID string, ttl time.Duration) int64 {
+func acquire(t testing.TB, c redis.UniversalClient, k keyspace.Keys, nodeID string, ttl time.Duration) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, nil, 0)
+	res, err := rdb.Acquire(ctx, c, k, nodeID, ttl, nil, 0)
 	if err != nil || res.Term == 0 {
 		t.Fatalf("acquire %s: %+v, %v", k.Master, res, err)
 	}
@@ -89,7 +90,7 @@ func TestWaitReplicas(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
 		d := redistest.StartSentinel(t, s)
 		c := d.Client(t)
-		k := scripts.NewKeys("wait", false)
+		k := keyspace.NewKeys("wait", false)
 		const node, ttl = "waiter", 10 * time.Second
 		term := acquire(t, c, k, node, ttl)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -156,7 +157,7 @@ func TestWaitReplicasCluster(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
 		c := redistest.StartClusterReplicas(t, s, 3, 1)
 		cc := c.Client(t)
-		k := scripts.NewKeys("wait", true)
+		k := keyspace.NewKeys("wait", true)
 		const node, ttl = "waiter", 10 * time.Second
 		term := acquire(t, cc, k, node, ttl)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -201,13 +202,13 @@ func BenchmarkWait(b *testing.B) {
 		b.Run(s.Name, func(b *testing.B) {
 			d := redistest.StartSentinel(b, s)
 			c := d.Client(b)
-			k := scripts.NewKeys("bench-wait", false)
+			k := keyspace.NewKeys("bench-wait", false)
 			const node, ttl = "bencher", 30 * time.Second
 			term := acquire(b, c, k, node, ttl)
 			ctx := context.Background()
 			b.Run("renew", func(b *testing.B) {
 				for b.Loop() {
-					if ok, err := scripts.Renew(ctx, c, k, node, term, ttl); err != nil || !ok {
+					if ok, err := rdb.Renew(ctx, c, k, node, term, ttl); err != nil || !ok {
 						b.Fatalf("renew = %v, %v", ok, err)
 					}
 				}

@@ -8,10 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 type leader struct{}
@@ -24,7 +24,7 @@ func (leader) NodeID() string { return "n" }
 // refuses a typed nil with the error it gives for nil. Before, New panicked
 // and the pubsub and durable constructors accepted it.
 func TestConstructorsRefuseTypedNil(t *testing.T) {
-	keys := scripts.NewKeys("cams", false)
+	keys := keyspace.NewKeys("cams", false)
 	ctors := []struct {
 		name string
 		call func(redis.UniversalClient) error

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Bounds of one script call of a batch (pubsub.MaxBatchChunk and
@@ -38,7 +38,7 @@ type Item struct {
 // Call makes one script call that carries items, in order, under term,
 // fenced: the script acts only while this process holds the lock under
 // term. It returns one error per item (nil: Redis took the message), or the
-// error of the call, which matches scripts.ErrFenced when the script
+// error of the call, which matches keyspace.ErrFenced when the script
 // refused for the fence.
 type Call func(ctx context.Context, term int64, items []Item) ([]error, error)
 
@@ -102,7 +102,7 @@ func (b *Batch) Add(slaveID, msgType string, payload any) {
 // is valid (no call, master or not). Otherwise it says why the batch
 // stopped: ErrNotMaster when l is not master at the start (nothing is
 // sent), or reports between two calls that the mastership is over or has a
-// new term; the error of a call (matching scripts.ErrFenced when fenced);
+// new term; the error of a call (matching keyspace.ErrFenced when fenced);
 // or ctx's. The messages of the calls before were sent; those after it are
 // marked with an error matching ErrNotSent and the reason; those of the failed
 // call too when it was fenced or never made, and otherwise get the call's
@@ -190,7 +190,7 @@ func (b *Batch) run(ctx context.Context, l Mastership, items []Item, call Call, 
 		errs, err := call(ctx, term, carried)
 		b.Calls++
 		if err != nil {
-			if errors.Is(err, scripts.ErrFenced) { // it matches ErrNotMaster too
+			if errors.Is(err, keyspace.ErrFenced) { // it matches ErrNotMaster too
 				b.stop(ch.first, err)
 			} else {
 				for _, i := range ch.index {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/internal/route"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // leader is a route.Mastership whose answers the test sets; terms, when set,
@@ -117,7 +117,7 @@ func TestBatchChunks(t *testing.T) {
 // sent (ErrNotSent) and which have the failed call's error.
 func TestBatchStops(t *testing.T) {
 	inFlight := errors.New("i/o timeout")
-	fenced := fmt.Errorf("route batch: %w", scripts.ErrFenced)
+	fenced := fmt.Errorf("route batch: %w", keyspace.ErrFenced)
 	n := 2*route.MaxChunk + 1
 	tests := []struct {
 		name    string
@@ -130,7 +130,7 @@ func TestBatchStops(t *testing.T) {
 	}{
 		{name: "not master", leader: &leader{}, wantErr: route.ErrNotMaster, calls: 0,
 			want: func(int) error { return route.ErrNotSent }},
-		{name: "fenced second call", leader: &leader{master: true, term: 7}, fail: map[int]error{1: fenced}, wantErr: scripts.ErrFenced, calls: 2,
+		{name: "fenced second call", leader: &leader{master: true, term: 7}, fail: map[int]error{1: fenced}, wantErr: keyspace.ErrFenced, calls: 2,
 			want: func(i int) error {
 				if i < route.MaxChunk {
 					return nil

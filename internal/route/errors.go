@@ -3,7 +3,7 @@ package route
 import (
 	"errors"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // The errors of the core, each with what returns it. Package pubsub
@@ -12,7 +12,7 @@ import (
 // pubsub's prefix. ErrNotATerm alone is not exported: a receiver reports it
 // as it is.
 var (
-	ErrNotMaster       = scripts.ErrNotMaster                       // LiveTerm, Stamp, Batch.Send
+	ErrNotMaster       = keyspace.ErrNotMaster                      // LiveTerm, Stamp, Batch.Send
 	ErrNotSent         = errors.New("pubsub: not sent")             // Batch.Send: certainly not sent
 	ErrInvalidName     = errors.New("pubsub: invalid name")         // CheckName
 	ErrInvalidPayload  = errors.New("pubsub: invalid payload")      // EncodePayload

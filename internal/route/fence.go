@@ -14,7 +14,7 @@ import (
 
 	"github.com/herdkit/herd/internal/atomicmax"
 	"github.com/herdkit/herd/internal/wire"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Term verification. A term on a message or notice is a claim that anyone
@@ -139,7 +139,7 @@ func (f *Fence) Latest(ctx context.Context) (int64, error) {
 // The error matches ErrTermMissing when the key does not exist (no master
 // was ever elected, or Redis lost its data), ErrConnection when Redis could
 // not be asked, and ErrNotATerm when the key holds something else (a term
-// above scripts.MaxTerm included).
+// above keyspace.MaxTerm included).
 func ReadTerm(ctx context.Context, client redis.Cmdable, key string) (int64, error) {
 	raw, err := client.Get(ctx, key).Result()
 	switch {
@@ -152,10 +152,10 @@ func ReadTerm(ctx context.Context, client redis.Cmdable, key string) (int64, err
 	if err != nil || term < 0 {
 		return 0, fmt.Errorf("key %q holds %q, %w", key, wire.Truncate(raw), ErrNotATerm)
 	}
-	if term > scripts.MaxTerm {
+	if term > keyspace.MaxTerm {
 		// Garbage: herd never mints a term above it. Raising the fence to
 		// it would refuse every real master's messages.
-		return 0, fmt.Errorf("key %q holds %d, above the largest term herd mints (%d): %w", key, term, int64(scripts.MaxTerm), ErrNotATerm)
+		return 0, fmt.Errorf("key %q holds %d, above the largest term herd mints (%d): %w", key, term, int64(keyspace.MaxTerm), ErrNotATerm)
 	}
 	return term, nil
 }

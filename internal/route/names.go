@@ -7,12 +7,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/nilclient"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // MaxNameLen is the longest id, from, type and slave id, in bytes:
-// scripts.MaxNameLen (pubsub.MaxNameLen).
-const MaxNameLen = scripts.MaxNameLen
+// keyspace.MaxNameLen (pubsub.MaxNameLen).
+const MaxNameLen = keyspace.MaxNameLen
 
 // CheckName validates one name that ends up in a channel, a key or an
 // envelope; the error wraps ErrInvalidName.
@@ -20,7 +20,7 @@ func CheckName(what, s string) error {
 	if len(s) > MaxNameLen {
 		return fmt.Errorf("%w: %s is %d bytes long, the limit is %d", ErrInvalidName, what, len(s), MaxNameLen)
 	}
-	if err := scripts.ValidateName(what, s); err != nil {
+	if err := keyspace.ValidateName(what, s); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidName, err)
 	}
 	return nil
@@ -59,7 +59,7 @@ func CheckMastership(fn string, client redis.UniversalClient, leader Mastership)
 
 // KeySource gives the Redis names of an election (pubsub.KeySource).
 type KeySource interface {
-	Keys() scripts.Keys
+	Keys() keyspace.Keys
 }
 
 // Names are the fields of a transport's Config that name its channels and
@@ -119,16 +119,16 @@ func (n Names) Resolve(client redis.UniversalClient, from ...any) (Names, error)
 // withDefaults fills in the empty names.
 func (n Names) withDefaults() Names {
 	if n.LockName == "" {
-		n.LockName = scripts.DefaultLockName
+		n.LockName = keyspace.DefaultLockName
 	}
 	if n.SlavePrefix == "" {
-		n.SlavePrefix = scripts.DefaultSlavePrefix
+		n.SlavePrefix = keyspace.DefaultSlavePrefix
 	}
 	return n
 }
 
 // Keys returns the keys and channels of n, the defaults filled in.
-func (n Names) Keys() scripts.Keys {
+func (n Names) Keys() keyspace.Keys {
 	n = n.withDefaults()
-	return scripts.NewKeys(n.LockName, n.Cluster).WithSlavePrefix(n.SlavePrefix)
+	return keyspace.NewKeys(n.LockName, n.Cluster).WithSlavePrefix(n.SlavePrefix)
 }

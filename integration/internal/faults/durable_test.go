@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // durableArgs are the node flags of durable routing, given to every node
@@ -224,7 +224,7 @@ func (c *cluster) recordInboxes() {
 				return
 			}
 			for _, e := range entries {
-				raw, _ := e.Values[scripts.InboxFieldMessage].(string)
+				raw, _ := e.Values[rdb.InboxFieldMessage].(string)
 				m, err := pubsub.ParseMessage([]byte(raw))
 				if err != nil {
 					continue

@@ -25,10 +25,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // timing is what every node of a run is started with.
@@ -139,7 +140,7 @@ type cluster struct {
 	toxi  *toxiproxy.ApiServer
 	slots []*slot
 	procs []*process // every process ever spawned
-	keys  scripts.Keys
+	keys  keyspace.Keys
 	// nonCandidate is the slot whose processes run with -candidate=false,
 	// or nil.
 	nonCandidate *slot
@@ -213,7 +214,7 @@ func (p *process) alive() bool {
 func newCluster(t testing.TB, s redistest.Server, n int, tm timing, rng *rand.Rand, nonCandidate bool, priorities []int, args ...string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, rng: rng, tm: tm, lock: "faults", bin: nodeBinary(t), args: args}
-	c.keys = scripts.NewKeys(c.lock, false)
+	c.keys = keyspace.NewKeys(c.lock, false)
 	c.redis = redistest.Start(t, s)
 	c.admin = c.redis.Client(t)
 	c.toxi = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
@@ -425,7 +426,7 @@ func (c *cluster) stableMaster(ctx context.Context) (*process, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	st, err := scripts.Check(cctx, c.admin, c.keys)
+	st, err := rdb.Check(cctx, c.admin, c.keys)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("check the lock: %w", err)

@@ -14,10 +14,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/overlap"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
-	"github.com/herdkit/herd/scripts"
 )
 
 // hostileConfig is fastTiming as a masterelection.Config.
@@ -330,7 +331,7 @@ func hostileGarbage(t *testing.T, inst *redistest.Instance) {
 		}
 	}
 	w := overlap.Start([]*member{a, b})
-	k := scripts.NewKeys("hostile", false)
+	k := keyspace.NewKeys("hostile", false)
 	ctx := context.Background()
 	// Every key herd uses gets a value of a type or form herd never writes.
 	garbage := func() {
@@ -423,7 +424,7 @@ func hostileDuplicateAfterLostReply(t *testing.T, inst *redistest.Instance) {
 		t.Fatal("first process is not master")
 	}
 	cb := inst.Client(t)
-	cb.AddHook(&loseReply{sha: scripts.AcquireSHA})
+	cb.AddHook(&loseReply{sha: rdb.AcquireSHA})
 	b := newMember(t, cb, hostileConfig("twin"))
 	w := overlap.Start([]*member{a, b})
 	_ = startWithin(b, 5*time.Second)

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // play plays fault f: it breaks something, holds, undoes it, and records
@@ -340,7 +340,7 @@ func (c *cluster) requestTransfer(seq int64, node string, term int64) {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := scripts.Check(ctx, c.admin, c.keys)
+			st, err := rdb.Check(ctx, c.admin, c.keys)
 			cancel()
 			if err == nil && st.Term > term {
 				return
@@ -361,7 +361,7 @@ func (c *cluster) firstRanked(master *process) *process {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	st, err := scripts.Check(ctx, c.admin, c.keys)
+	st, err := rdb.Check(ctx, c.admin, c.keys)
 	if err != nil || st.Next.Term != master.master.Load() || len(st.Next.Order) == 0 {
 		return nil
 	}

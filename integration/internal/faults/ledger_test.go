@@ -248,7 +248,7 @@ func codeRevision() string {
 	// The ledger itself is data, not code: a worktree whose ledger was
 	// brought up to date before its run runs clean code.
 	args := []string{"-C", strings.TrimSpace(string(top)), "status", "--porcelain", "--",
-		"masterelection", "scripts", "registry", "pubsub", "durable", "assign", "internal", "integration/node", "integration/internal/faults",
+		"masterelection", "keyspace", "registry", "pubsub", "durable", "assign", "internal", "integration/node", "integration/internal/faults",
 		":(exclude)integration/internal/faults/ledger"}
 	if st, err := exec.Command("git", args...).Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
 		rev += "+dirty"

@@ -699,8 +699,8 @@ func (c *checker) at(t int64) string {
 	return fmt.Sprintf("%.3fms", float64(t-c.recs[0].T)/1e6)
 }
 
-// The registry notices' events (scripts.NoticeRegistered and
-// scripts.NoticeUnregistered), as the watcher writes them in Detail.
+// The registry notices' events (keyspace.NoticeRegistered and
+// keyspace.NoticeUnregistered), as the watcher writes them in Detail.
 const (
 	NoticeRegistered   = "registered"
 	NoticeUnregistered = "unregistered"

@@ -11,8 +11,9 @@ import (
 	"github.com/herdkit/herd/assign"
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // TestAssignments: herd assignments shows each item's planned slave and
@@ -28,9 +29,9 @@ func TestAssignments(t *testing.T) {
 	}
 	ctx := context.Background()
 	admin := inst.Client(t)
-	k := scripts.NewKeys("cams", false)
+	k := keyspace.NewKeys("cams", false)
 	a := k.Assign(assign.DefaultSet)
-	acq, err := scripts.Acquire(ctx, admin, k, "m", time.Hour, nil, 0)
+	acq, err := rdb.Acquire(ctx, admin, k, "m", time.Hour, nil, 0)
 	if err != nil || acq.Term == 0 {
 		t.Fatalf("acquire = %+v, %v", acq, err)
 	}
@@ -51,14 +52,14 @@ func TestAssignments(t *testing.T) {
 		t.Fatalf("assignments -set emptied: exit %d, %q %q; want status 0 and no items", code, out, errOut)
 	}
 	// cam-1 and cam-2 to slave a, cam-3 unplanned; a claims its two.
-	if _, err := scripts.AssignPlan(ctx, admin, k, a, "m", acq.Term, nil, map[string]string{"cam-1": "a", "cam-2": "a"}); err != nil {
+	if _, err := rdb.AssignPlan(ctx, admin, k, a, "m", acq.Term, nil, map[string]string{"cam-1": "a", "cam-2": "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := scripts.AssignSync(ctx, admin, a, "a", "i1", time.Minute, false, nil); err != nil {
+	if _, err := rdb.AssignSync(ctx, admin, a, "a", "i1", time.Minute, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	// cam-2 moves to b; a has not given it up yet.
-	if _, err := scripts.AssignPlan(ctx, admin, k, a, "m", acq.Term, map[string]string{"cam-2": "a"}, map[string]string{"cam-2": "b"}); err != nil {
+	if _, err := rdb.AssignPlan(ctx, admin, k, a, "m", acq.Term, map[string]string{"cam-2": "a"}, map[string]string{"cam-2": "b"}); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut = herd(t, env, "-lock", "cams", "assignments")

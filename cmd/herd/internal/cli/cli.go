@@ -16,9 +16,9 @@ import (
 
 	"github.com/herdkit/herd/cmd/herd/internal/dashboard"
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // DefaultURL is the Redis URL used when neither -redis nor $REDIS_URL is set.
@@ -427,7 +427,7 @@ func (a *app) dashboard(ctx context.Context, args []string) error {
 	if *sets != "" {
 		assignSets = strings.Split(*sets, ",")
 		for _, set := range assignSets {
-			if err := scripts.ValidateName("item set", set); err != nil {
+			if err := keyspace.ValidateName("item set", set); err != nil {
 				return fmt.Errorf("%w: -assign-sets: %w", operate.ErrUsage, err)
 			}
 		}
@@ -544,7 +544,7 @@ func (a *app) deadRetry(ctx context.Context, args []string) error {
 		if *to == "" {
 			return nil
 		}
-		if err := scripts.ValidateName("-to", *to); err != nil {
+		if err := keyspace.ValidateName("-to", *to); err != nil {
 			return fmt.Errorf("%w: %w", operate.ErrUsage, err)
 		}
 		return nil
@@ -712,7 +712,7 @@ func writeStatus(w io.Writer, s operate.Snapshot, url string) {
 		fmt.Fprintln(w, "no process registered")
 	} else {
 		processTable(w, s.Processes)
-		fmt.Fprintf(w, "each process receives its messages on the channel %s<PROCESS>\n", scripts.DefaultSlavePrefix)
+		fmt.Fprintf(w, "each process receives its messages on the channel %s<PROCESS>\n", keyspace.DefaultSlavePrefix)
 	}
 	if len(s.Warnings) > 0 {
 		fmt.Fprintln(w, "\nwarnings:")

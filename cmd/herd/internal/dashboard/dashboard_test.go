@@ -13,8 +13,9 @@ import (
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/cmd/herd/internal/operate"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // served runs a dashboard of lock on inst behind a test server, until the
@@ -58,11 +59,11 @@ func served(t *testing.T, inst *redistest.Instance, lock string, o Options) *htt
 // durable.Consumer that gave up on an entry of worker-1's inbox writes it.
 func addDeadLetter(t *testing.T, inst *redistest.Instance, lock string) {
 	t.Helper()
-	k := scripts.NewKeys(lock, false)
+	k := keyspace.NewKeys(lock, false)
 	envelope := `{"id":"5b0f7c1e-8d52-4c55-9b1f-3a7e2d9c4f10","from":"api-1","term":1,"type":"email","payload":null,"sentAt":""}`
-	herdtest.Admin(t, inst.Client(t), "XADD", k.Dead, "*", scripts.InboxFieldMessage, envelope, scripts.InboxFieldTerm, "1",
-		scripts.DeadFieldDeliveries, "10", scripts.DeadFieldError, "smtp: connection refused", scripts.DeadFieldProcess, "worker-1",
-		scripts.DeadFieldInbox, k.Inbox("worker-1"))
+	herdtest.Admin(t, inst.Client(t), "XADD", k.Dead, "*", rdb.InboxFieldMessage, envelope, rdb.InboxFieldTerm, "1",
+		rdb.DeadFieldDeliveries, "10", rdb.DeadFieldError, "smtp: connection refused", rdb.DeadFieldProcess, "worker-1",
+		rdb.DeadFieldInbox, k.Inbox("worker-1"))
 }
 
 func get(t *testing.T, url string) (int, string) {

@@ -9,7 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
+
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Item states, as herd assignments shows them.
@@ -70,7 +72,7 @@ type Assignments struct {
 
 // ReadAssignments reads the item set set of r's lock in one round trip.
 func ReadAssignments(ctx context.Context, r *Reader, set string) (Assignments, error) {
-	if err := scripts.ValidateName("item set", set); err != nil {
+	if err := keyspace.ValidateName("item set", set); err != nil {
 		return Assignments{}, fmt.Errorf("%w: -set: %w", ErrUsage, err)
 	}
 	k := r.conn.Keys.Assign(set)
@@ -111,7 +113,7 @@ func ReadAssignments(ctx context.Context, r *Reader, set string) (Assignments, e
 	}
 	for item := range all {
 		st := ItemState{Item: item, Planned: plan[item]}
-		if id, deadline, ok := scripts.ParseOwner(own[item]); ok && deadline.After(a.Time) {
+		if id, deadline, ok := rdb.ParseOwner(own[item]); ok && deadline.After(a.Time) {
 			st.Owner, st.Left = id, deadline.Sub(a.Time)
 			st.LeftMs = ms(st.Left)
 			load(id).Owned++
@@ -146,13 +148,13 @@ func ReadAssignments(ctx context.Context, r *Reader, set string) (Assignments, e
 }
 
 // AssignSets returns the names of the item sets of r's lock that have
-// items, found by SCAN for their item keys (scripts.AssignKeys.Items),
+// items, found by SCAN for their item keys (keyspace.AssignKeys.Items),
 // sorted; at most MaxLockNames.
 func AssignSets(ctx context.Context, r *Reader) ([]string, error) {
 	prefix, suffix, _ := strings.Cut(r.conn.Keys.Assign("*").Items, "*")
 	names, err := scanNames(ctx, r.conn.Client, prefix+"*"+suffix, "set", func(key string) (string, bool) {
 		set, ok := strings.CutPrefix(key, prefix)
-		if set, ok = strings.CutSuffix(set, suffix); !ok || scripts.ValidateName("item set", set) != nil {
+		if set, ok = strings.CutSuffix(set, suffix); !ok || keyspace.ValidateName("item set", set) != nil {
 			return "", false
 		}
 		return set, true

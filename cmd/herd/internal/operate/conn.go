@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Topology names the kind of deployment a URL points to.
@@ -32,7 +32,7 @@ type Conn struct {
 	// Client is the Redis client, with ContextTimeoutEnabled set.
 	Client redis.UniversalClient
 	// Keys are the lock's key and channel names, hash-tagged on a Cluster.
-	Keys scripts.Keys
+	Keys keyspace.Keys
 	// Lock is the lock name.
 	Lock string
 	// URL is the URL dialled, with its password hidden.
@@ -73,7 +73,7 @@ const DialTimeout = 5 * time.Second
 // Dial turns off go-redis's logging, for the whole process.
 func Dial(ctx context.Context, rawURL, lock string) (*Conn, error) {
 	silence.Do(func() { redis.SetLogger(quiet{}) })
-	if err := scripts.ValidateName("lock name", lock); err != nil {
+	if err := keyspace.ValidateName("lock name", lock); err != nil {
 		return nil, fmt.Errorf("%w: -lock: %w", ErrUsage, err)
 	}
 	client, topo, shown, err := newClient(rawURL)
@@ -81,7 +81,7 @@ func Dial(ctx context.Context, rawURL, lock string) (*Conn, error) {
 		return nil, err
 	}
 	_, cluster := client.(*redis.ClusterClient)
-	c := &Conn{Client: client, Keys: scripts.NewKeys(lock, cluster), Lock: lock, URL: shown, Topology: topo}
+	c := &Conn{Client: client, Keys: keyspace.NewKeys(lock, cluster), Lock: lock, URL: shown, Topology: topo}
 	pctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {

@@ -13,8 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // DeadLetter is one dead letter of durable routing, as herd dead list shows
@@ -63,7 +64,7 @@ func (d DeadLetter) MarshalJSON() ([]byte, error) {
 // DeadList is what herd dead list shows: the oldest dead letters of a lock
 // name and how many there are in all.
 type DeadList struct {
-	// Stream is the dead-letter stream (scripts.Keys.Dead).
+	// Stream is the dead-letter stream (keyspace.Keys.Dead).
 	Stream string
 	// Total is the number of dead letters in the stream.
 	Total int64
@@ -135,7 +136,7 @@ func ListDead(ctx context.Context, r *Reader, n int64) (DeadList, error) {
 // RetryDead sends the dead letter id again (durable.DeadLetters.Retry): to
 // the inbox of the process to, or, when to is "", to the inbox it was in.
 // The error names the dead letter and the process: the dead letter does not
-// exist (scripts.ErrNoDeadLetter), or the process is not live in the
+// exist (rdb.ErrNoDeadLetter), or the process is not live in the
 // registry (durable.ErrNotRegistered); a bad id or process id wraps
 // ErrUsage.
 func RetryDead(ctx context.Context, r *Reader, id, to string) (RetryResult, error) {
@@ -144,7 +145,7 @@ func RetryDead(ctx context.Context, r *Reader, id, to string) (RetryResult, erro
 		return res, err
 	}
 	if to != "" {
-		if err := scripts.ValidateName("-to", to); err != nil {
+		if err := keyspace.ValidateName("-to", to); err != nil {
 			return res, fmt.Errorf("%w: %w", ErrUsage, err)
 		}
 	}
@@ -159,20 +160,20 @@ func RetryDead(ctx context.Context, r *Reader, id, to string) (RetryResult, erro
 			return res, Classify("read dead letter "+id+" of "+d.Stream(), err)
 		}
 		if len(es) == 0 {
-			return res, fmt.Errorf("dead letter %s: %w in %s (herd dead list shows the ids)", id, scripts.ErrNoDeadLetter, d.Stream())
+			return res, fmt.Errorf("dead letter %s: %w in %s (herd dead list shows the ids)", id, rdb.ErrNoDeadLetter, d.Stream())
 		}
-		inbox, _ := es[0].Values[scripts.DeadFieldInbox].(string)
+		inbox, _ := es[0].Values[rdb.DeadFieldInbox].(string)
 		res.To = strings.TrimPrefix(inbox, r.conn.Keys.Inbox(""))
 		if res.To == "" || res.To == inbox {
-			return res, fmt.Errorf("dead letter %s does not say which inbox it was in (field %q is %q): retry it with -to PROCESS", id, scripts.DeadFieldInbox, inbox)
+			return res, fmt.Errorf("dead letter %s does not say which inbox it was in (field %q is %q): retry it with -to PROCESS", id, rdb.DeadFieldInbox, inbox)
 		}
 	}
 	res.Entry, err = d.Retry(ctx, id, res.To)
 	switch {
 	case err == nil:
 		return res, nil
-	case errors.Is(err, scripts.ErrNoDeadLetter):
-		return res, fmt.Errorf("dead letter %s: %w in %s (herd dead list shows the ids)", id, scripts.ErrNoDeadLetter, d.Stream())
+	case errors.Is(err, rdb.ErrNoDeadLetter):
+		return res, fmt.Errorf("dead letter %s: %w in %s (herd dead list shows the ids)", id, rdb.ErrNoDeadLetter, d.Stream())
 	case errors.Is(err, durable.ErrNotRegistered):
 		hint := "retry it to a live process with -to PROCESS"
 		if to != "" {
@@ -188,7 +189,7 @@ func RetryDead(ctx context.Context, r *Reader, id, to string) (RetryResult, erro
 // id is registered under r's lock, so that herd dead retry -to fails before
 // it retries anything (RetryDead checks again, atomically, for each).
 func CheckRetryTarget(ctx context.Context, r *Reader, to string) error {
-	if err := scripts.ValidateName("-to", to); err != nil {
+	if err := keyspace.ValidateName("-to", to); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	_, err := r.reg.Process(ctx, to)

@@ -5,8 +5,9 @@ import (
 	"testing"
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // A read counts the dead letters; a user whose ACL refuses XLEN still
@@ -15,9 +16,9 @@ func TestSnapshotCountsDeadLetters(t *testing.T) {
 	inst := redistest.Start(t, redistest.Default(t))
 	admin := inst.Client(t)
 	herdtest.Herd(t, inst, "orders", "a")
-	k := scripts.NewKeys("orders", false)
-	herdtest.Admin(t, admin, "XADD", k.Dead, "*", scripts.InboxFieldMessage, "{}", scripts.InboxFieldTerm, "1")
-	herdtest.Admin(t, admin, "XADD", k.Dead, "*", scripts.InboxFieldMessage, "{}", scripts.InboxFieldTerm, "1")
+	k := keyspace.NewKeys("orders", false)
+	herdtest.Admin(t, admin, "XADD", k.Dead, "*", rdb.InboxFieldMessage, "{}", rdb.InboxFieldTerm, "1")
+	herdtest.Admin(t, admin, "XADD", k.Dead, "*", rdb.InboxFieldMessage, "{}", rdb.InboxFieldTerm, "1")
 	s, err := reader(t, dial(t, herdtest.URL(inst), "orders")).Read(testCtx(t))
 	if err != nil || s.DeadLetters != 2 || s.DeadLettersError != "" {
 		t.Fatalf("read: %d dead letters (%q), %v", s.DeadLetters, s.DeadLettersError, err)

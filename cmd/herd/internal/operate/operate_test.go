@@ -13,8 +13,8 @@ import (
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
 	"github.com/herdkit/herd/internal/testkit/redistest"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -316,7 +316,7 @@ func TestStepDownSendsAgain(t *testing.T) {
 	go func() {
 		n := 0
 		for msg := range sub.Channel() {
-			var req scripts.ControlRequest
+			var req keyspace.ControlRequest
 			if err := json.Unmarshal([]byte(msg.Payload), &req); err != nil || req.Term != term {
 				t.Errorf("request %q: want one for term %d (%v)", msg.Payload, term, err)
 			}

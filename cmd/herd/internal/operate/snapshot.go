@@ -13,9 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/subhub"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Master is the master of a lock as Redis shows it.
@@ -76,7 +77,7 @@ type Snapshot struct {
 	// ProcessTTL is the TTL ages are compared with (Reader's processTTL).
 	ProcessTTL time.Duration
 	// DeadLetters is the number of dead letters of durable routing
-	// (scripts.Keys.Dead, herd dead list); -1 when it could not be read,
+	// (keyspace.Keys.Dead, herd dead list); -1 when it could not be read,
 	// then DeadLettersError says why (a user whose ACL lacks XLEN on the
 	// dead-letter stream, say): the count never fails a read.
 	DeadLetters int64
@@ -179,7 +180,7 @@ func (r *Reader) read(ctx context.Context) (Snapshot, bool, error) {
 	if err != nil {
 		return Snapshot{}, false, Classify("read the server's clock (TIME)", err)
 	}
-	st, err := scripts.Check(ctx, c, k)
+	st, err := rdb.Check(ctx, c, k)
 	if err != nil {
 		return Snapshot{}, false, Classify("check the lock "+k.Master, err)
 	}
@@ -254,7 +255,7 @@ func (r *Reader) read(ctx context.Context) (Snapshot, bool, error) {
 
 	// The lock again: a hand-over between the two checks makes the
 	// comparison above meaningless.
-	again, err := scripts.Check(ctx, c, k)
+	again, err := rdb.Check(ctx, c, k)
 	if err != nil {
 		return Snapshot{}, false, Classify("check the lock "+k.Master, err)
 	}
@@ -284,11 +285,11 @@ const MaxLockNames = 20
 const scanBudget = 100_000
 
 // Locks returns the lock names of the herds on the server, found by SCAN
-// for keys of the form of a term key (scripts.TermKeyPattern) that hold
+// for keys of the form of a term key (keyspace.TermKeyPattern) that hold
 // strings, sorted; at most MaxLockNames, from at most scanBudget keys per
 // server. On a Cluster every master is scanned.
 func Locks(ctx context.Context, c redis.UniversalClient) ([]string, error) {
-	names, err := scanNames(ctx, c, scripts.TermKeyPattern, "string", scripts.LockNameOfTermKey)
+	names, err := scanNames(ctx, c, keyspace.TermKeyPattern, "string", keyspace.LockNameOfTermKey)
 	if err != nil {
 		return nil, Classify("list lock names (SCAN)", err)
 	}
@@ -351,7 +352,7 @@ func UnknownLock(ctx context.Context, conn *Conn) error {
 	case err != nil:
 		hint = fmt.Sprintf("the lock names on the server could not be listed: %v", err)
 	case len(names) == 0:
-		hint = "no lock name on the server looks like herd's (no key matches " + scripts.TermKeyPattern + ")"
+		hint = "no lock name on the server looks like herd's (no key matches " + keyspace.TermKeyPattern + ")"
 	default:
 		hint = "lock names on the server that look like herd's: " + strings.Join(names, ", ")
 		if len(names) == MaxLockNames {

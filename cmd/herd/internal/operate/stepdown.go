@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // DefaultStepDownTimeout is the default bound of StepDown's wait.
@@ -50,11 +51,11 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 		timeout = DefaultStepDownTimeout
 	}
 	if to != "" {
-		if err := scripts.ValidateName("-to", to); err != nil {
+		if err := keyspace.ValidateName("-to", to); err != nil {
 			return StepDownResult{}, fmt.Errorf("%w: %w", ErrUsage, err)
 		}
 	}
-	st, err := scripts.Check(ctx, c, k)
+	st, err := rdb.Check(ctx, c, k)
 	if err != nil {
 		return StepDownResult{}, Classify("check the lock "+k.Master, err)
 	}
@@ -77,7 +78,7 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 			return res, Classify("read the registry entry of "+to, err)
 		}
 	}
-	payload, err := json.Marshal(scripts.ControlRequest{Request: scripts.ControlTransfer, To: to, Term: st.Term})
+	payload, err := json.Marshal(keyspace.ControlRequest{Request: keyspace.ControlTransfer, To: to, Term: st.Term})
 	if err != nil {
 		return res, err
 	}
@@ -98,7 +99,7 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 	poll := 2 * time.Millisecond
 	resend, resendEvery := start.Add(stepDownResend), stepDownResend
 	for {
-		now, err := scripts.Check(wctx, c, k)
+		now, err := rdb.Check(wctx, c, k)
 		switch {
 		case err == nil && now.Exists && now.Term > st.Term:
 			res.To, res.Term = now.NodeID, now.Term

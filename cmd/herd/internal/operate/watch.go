@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // DefaultInterval is the default re-sync interval of a Watcher.
@@ -104,7 +104,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Update)) error {
 	_, err := ps.Receive(rctx)
 	if err == nil {
 		// A release the master's succession names is announced only on the
-		// ranked processes' own channels (scripts.Keys.Turn).
+		// ranked processes' own channels (keyspace.Keys.Turn).
 		err = ps.PSubscribe(rctx, conn.Keys.TurnPattern())
 	}
 	cancel()
@@ -127,7 +127,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Update)) error {
 	go func() {
 		defer close(forwarded)
 		for msg := range ps.Channel(redis.WithChannelHealthCheckInterval(10 * time.Second)) {
-			n, _ := scripts.ParseNotice([]byte(msg.Payload)) // one that does not parse still wakes the watcher
+			n, _ := keyspace.ParseNotice([]byte(msg.Payload)) // one that does not parse still wakes the watcher
 			select {
 			case notices <- notice{Notice: n, at: w.now()}:
 			default: // far behind: the periodic read covers what is dropped
@@ -274,10 +274,10 @@ func (w *Watcher) next(s Snapshot) time.Duration {
 	return d
 }
 
-// notice is a message of the notice channels, as scripts.ParseNotice read
+// notice is a message of the notice channels, as keyspace.ParseNotice read
 // it (the zero Notice when it did not parse), and when it arrived.
 type notice struct {
-	scripts.Notice
+	keyspace.Notice
 	at time.Time // local clock
 }
 
@@ -286,9 +286,9 @@ type notice struct {
 func (w *Watcher) hint(n notice) {
 	now := n.at
 	switch n.Event {
-	case scripts.NoticeReleased:
+	case keyspace.NoticeReleased:
 		w.released[n.Term] = releaseHint{at: now, to: n.To}
-	case scripts.NoticeUnregistered:
+	case keyspace.NoticeUnregistered:
 		reason := n.Reason
 		if reason == "" {
 			reason = "left"
@@ -379,7 +379,7 @@ func (w *Watcher) diff(s Snapshot, start time.Time) []Event {
 		}
 		id := p.Info.ProcessID
 		switch h, noticed := w.left[id]; {
-		case noticed && h.reason == scripts.ReasonExpired:
+		case noticed && h.reason == keyspace.ReasonExpired:
 			add(Event{Kind: EventProcessExpired, NodeID: id, Identifier: p.Info.Identifier})
 		case noticed:
 			add(Event{Kind: EventUnregistered, NodeID: id, Identifier: p.Info.Identifier, Reason: h.reason})

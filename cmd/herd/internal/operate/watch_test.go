@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/cmd/herd/internal/herdtest"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/redistest"
-	"github.com/herdkit/herd/scripts"
 )
 
 // watched runs a Watcher and collects its events.
@@ -152,7 +152,7 @@ func TestWatch(t *testing.T) {
 		// A master that never renews: its lock expires with no master, and
 		// the next master's failover counts from the expiry.
 		mark = w.count()
-		got, err := scripts.Acquire(testCtx(t), admin, c.Keys, "crashed", 300*time.Millisecond, nil, 0)
+		got, err := rdb.Acquire(testCtx(t), admin, c.Keys, "crashed", 300*time.Millisecond, nil, 0)
 		if err != nil || got.Term == 0 {
 			t.Fatalf("acquire: %+v, %v", got, err)
 		}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/internal/testkit/benchkit"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // AdoptionResult is what Adoption measured.
@@ -78,7 +78,7 @@ const settle = 20 * time.Millisecond
 // registerSlaves registers the processes ids as live slaves in the
 // registry of keys, as their elections would, on the backend the server
 // offers.
-func registerSlaves(ctx context.Context, c redis.UniversalClient, keys scripts.Keys, ids []string) error {
+func registerSlaves(ctx context.Context, c redis.UniversalClient, keys keyspace.Keys, ids []string) error {
 	reg, err := registry.New(ctx, c, keys, registry.Config{ProcessTTL: 10 * time.Minute})
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
@@ -94,14 +94,14 @@ func registerSlaves(ctx context.Context, c redis.UniversalClient, keys scripts.K
 // backlogSlaves registers slaves processes (slaveIDs) as live
 // (registerSlaves), creates their inboxes' consumer group (as their
 // Consumers' Start would), and returns their ids.
-func backlogSlaves(ctx context.Context, c redis.UniversalClient, keys scripts.Keys, slaves int) ([]string, error) {
+func backlogSlaves(ctx context.Context, c redis.UniversalClient, keys keyspace.Keys, slaves int) ([]string, error) {
 	ids := slaveIDs(slaves)
 	if err := registerSlaves(ctx, c, keys, ids); err != nil {
 		return nil, err
 	}
 	for _, id := range ids {
 		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.XGroupCreateMkStream(ctx, keys.Inbox(id), scripts.InboxGroup, "0")
+			p.XGroupCreateMkStream(ctx, keys.Inbox(id), keyspace.InboxGroup, "0")
 			p.SAdd(ctx, keys.Inboxes, id)
 			return nil
 		})
@@ -153,7 +153,7 @@ func Adoption(ctx context.Context, env *Env, slaves, backlog, reps int) (Adoptio
 		return res, fmt.Errorf("adoption needs at least 1 slave, entry and round, got %d, %d, %d", slaves, backlog, reps)
 	}
 	lock := env.LockName("adopt")
-	keys := scripts.NewKeys(lock, false)
+	keys := keyspace.NewKeys(lock, false)
 	admin := env.NewClient()
 	defer admin.Close()
 	nodes := make([]*node, 2)
@@ -450,7 +450,7 @@ func BacklogFailover(ctx context.Context, env *Env, slaves, backlog, reps int) (
 		return res, fmt.Errorf("backlog failover needs at least 1 slave, entry and round, got %d, %d, %d", slaves, backlog, reps)
 	}
 	lock := env.LockName("backlog")
-	keys := scripts.NewKeys(lock, false)
+	keys := keyspace.NewKeys(lock, false)
 	admin := env.NewClient()
 	defer admin.Close()
 	g := &backlogRig{}
@@ -574,7 +574,7 @@ func BacklogFailover(ctx context.Context, env *Env, slaves, backlog, reps int) (
 			return res, fmt.Errorf("backlog failover, round %d: the slaves did not all start on the backlog: %w", r+1, err)
 		}
 		for _, id := range ids {
-			p, err := admin.XPending(ctx, keys.Inbox(id), scripts.InboxGroup).Result()
+			p, err := admin.XPending(ctx, keys.Inbox(id), keyspace.InboxGroup).Result()
 			if err != nil {
 				nextStop()
 				next.close(ctx)

@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/assign"
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // assignRows measures package assign: 12a the plan of 10,000 items over
@@ -108,7 +108,7 @@ func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next
 func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.trips.Add(1)
-		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 1 && args[1] == scripts.AssignSyncSHA {
+		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 1 && args[1] == rdb.AssignSyncSHA {
 			h.syncs.Add(1)
 		}
 		return next(ctx, cmd)

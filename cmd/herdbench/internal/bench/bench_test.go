@@ -10,8 +10,8 @@ import (
 
 	"github.com/herdkit/herd/cmd/herdbench/internal/bench"
 	"github.com/herdkit/herd/internal/testkit/benchkit"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // The per-operation rows of `make bench` as Go benchmarks, for benchstat:
@@ -157,7 +157,7 @@ func BenchmarkProcesses(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer func() {
-				k := scripts.NewKeys(lock, false)
+				k := keyspace.NewKeys(lock, false)
 				_ = c.Del(ctx, k.Processes, k.ProcessesExpiry).Err()
 			}()
 			if err := bench.Populate(ctx, reg, "p", size, 16); err != nil {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/herdkit/herd/durable"
 	"github.com/herdkit/herd/internal/testkit/benchkit"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
-	"github.com/herdkit/herd/scripts"
 )
 
 // startDurable starts a master with a durable.Router and slaves
@@ -36,7 +36,7 @@ func startDurable(ctx context.Context, env *Env, slaves int) (*routingRig, error
 		}
 		// A send reaches only a live process: each slave is registered as its
 		// election would register it, on the backend the server offers.
-		if err := registerSlaves(ctx, master.client, scripts.NewKeys(lock, false), g.ids); err != nil {
+		if err := registerSlaves(ctx, master.client, keyspace.NewKeys(lock, false), g.ids); err != nil {
 			return err
 		}
 		// The inboxes go when the rig closes, after the Consumers.

@@ -9,8 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Timings returns a configuration of lockName with LockTTL ttl and the
@@ -249,8 +250,8 @@ func Handover(ctx context.Context, env *Env, reps int) (HandoverResult, error) {
 		case <-time.After(5 * time.Second):
 		}
 		_ = master.client.Close()
-		rel, relDone := mh.first(scripts.ReleaseSHA)
-		acqSent, acqDone := nh.first(scripts.AcquireSHA)
+		rel, relDone := mh.first(rdb.ReleaseSHA)
+		acqSent, acqDone := nh.first(rdb.AcquireSHA)
 		master, mh = next, nh
 		if stopErr != nil {
 			return res, fmt.Errorf("handover, round %d: %w", r+1, stopErr)
@@ -355,7 +356,7 @@ func Failover(ctx context.Context, env *Env, ttl time.Duration, nodes, reps int)
 		return res, fmt.Errorf("failover needs at least 2 nodes, got %d", nodes)
 	}
 	lock := env.LockName("failover")
-	keys := scripts.NewKeys(lock, false)
+	keys := keyspace.NewKeys(lock, false)
 	admin := env.NewClient()
 	defer admin.Close()
 	seq := 0

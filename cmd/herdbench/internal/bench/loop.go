@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // LoopRenew returns a Go benchmark of one renewal as the master's election
@@ -81,7 +81,7 @@ func isRenew(cmd redis.Cmder) bool {
 	}
 	name, _ := args[0].(string)
 	sha, _ := args[1].(string)
-	return name == "evalsha" && sha == scripts.RenewSHA
+	return name == "evalsha" && sha == rdb.RenewSHA
 }
 
 // renewHook closes done once it has seen target more renew script calls

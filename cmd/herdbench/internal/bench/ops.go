@@ -10,8 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/testkit/benchkit"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Op is one operation of a per-operation row, ready to be called again and
@@ -53,12 +54,12 @@ func FloorOp(c redis.UniversalClient) Op {
 // AcquireOp runs the acquire script on a free lock (uncontested); Reset
 // releases it again, untimed.
 func AcquireOp(c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte) Op {
-	k := scripts.NewKeys(lockName, false)
+	k := keyspace.NewKeys(lockName, false)
 	var term int64
 	return Op{
 		Name: "acquire",
 		Do: func(ctx context.Context) error {
-			res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info, 0)
+			res, err := rdb.Acquire(ctx, c, k, nodeID, ttl, info, 0)
 			if err != nil {
 				return err
 			}
@@ -69,7 +70,7 @@ func AcquireOp(c redis.UniversalClient, lockName, nodeID string, ttl time.Durati
 			return nil
 		},
 		Reset: func(ctx context.Context) error {
-			ok, err := scripts.Release(ctx, c, k, nodeID, term)
+			ok, err := rdb.Release(ctx, c, k, nodeID, term)
 			if err == nil && !ok {
 				err = fmt.Errorf("%w: release found the lock gone", errUnexpected)
 			}
@@ -82,8 +83,8 @@ func AcquireOp(c redis.UniversalClient, lockName, nodeID string, ttl time.Durati
 // RenewOp acquires a lock and returns the Op that renews it, as the master
 // does every HeartbeatInterval (with its term, as the election loop does).
 func RenewOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte) (Op, error) {
-	return heldOp(ctx, c, lockName, nodeID, ttl, info, "renew", func(ctx context.Context, k scripts.Keys, term int64) error {
-		ok, err := scripts.Renew(ctx, c, k, nodeID, term, ttl)
+	return heldOp(ctx, c, lockName, nodeID, ttl, info, "renew", func(ctx context.Context, k keyspace.Keys, term int64) error {
+		ok, err := rdb.Renew(ctx, c, k, nodeID, term, ttl)
 		if err == nil && !ok {
 			err = fmt.Errorf("%w: renew found the lock gone", errUnexpected)
 		}
@@ -94,8 +95,8 @@ func RenewOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID stri
 // CheckOp acquires a lock for holder and returns the Op that checks it, as
 // every slave does every CheckInterval.
 func CheckOp(ctx context.Context, c redis.UniversalClient, lockName, holder string, ttl time.Duration) (Op, error) {
-	return heldOp(ctx, c, lockName, holder, ttl, nil, "check", func(ctx context.Context, k scripts.Keys, term int64) error {
-		st, err := scripts.Check(ctx, c, k)
+	return heldOp(ctx, c, lockName, holder, ttl, nil, "check", func(ctx context.Context, k keyspace.Keys, term int64) error {
+		st, err := rdb.Check(ctx, c, k)
 		if err == nil && (st.NodeID != holder || st.Term != term) {
 			err = fmt.Errorf("%w: check saw %q term %d", errUnexpected, st.NodeID, st.Term)
 		}
@@ -106,9 +107,9 @@ func CheckOp(ctx context.Context, c redis.UniversalClient, lockName, holder stri
 // heldOp acquires the lock lockName for nodeID and returns the Op name
 // that calls do with the lock's keys and term, as the Op's own work needs
 // the lock held; the Op's Close releases it.
-func heldOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte, name string, do func(ctx context.Context, k scripts.Keys, term int64) error) (Op, error) {
-	k := scripts.NewKeys(lockName, false)
-	res, err := scripts.Acquire(ctx, c, k, nodeID, ttl, info, 0)
+func heldOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID string, ttl time.Duration, info []byte, name string, do func(ctx context.Context, k keyspace.Keys, term int64) error) (Op, error) {
+	k := keyspace.NewKeys(lockName, false)
+	res, err := rdb.Acquire(ctx, c, k, nodeID, ttl, info, 0)
 	if err != nil {
 		return Op{}, fmt.Errorf("acquire before %s: %w", name, err)
 	}
@@ -124,8 +125,8 @@ func heldOp(ctx context.Context, c redis.UniversalClient, lockName, nodeID strin
 
 // release releases the lock nodeID holds under term and deletes its term
 // key.
-func release(ctx context.Context, c redis.UniversalClient, k scripts.Keys, nodeID string, term int64) error {
-	if _, err := scripts.Release(ctx, c, k, nodeID, term); err != nil {
+func release(ctx context.Context, c redis.UniversalClient, k keyspace.Keys, nodeID string, term int64) error {
+	if _, err := rdb.Release(ctx, c, k, nodeID, term); err != nil {
 		return err
 	}
 	return c.Del(ctx, k.Term).Err()

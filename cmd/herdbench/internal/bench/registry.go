@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Backends are the registry backends a server is asked about, best first.
@@ -20,7 +20,7 @@ var Backends = []registry.Backend{registry.BackendNative, registry.BackendHPExpi
 // returns an error wrapping registry.ErrBackendUnsupported when the server
 // does not run b.
 func OpenRegistry(ctx context.Context, c redis.UniversalClient, lockName string, b registry.Backend) (*registry.Registry, error) {
-	return registry.New(ctx, c, scripts.NewKeys(lockName, false), registry.Config{Backend: b})
+	return registry.New(ctx, c, keyspace.NewKeys(lockName, false), registry.Config{Backend: b})
 }
 
 // slaveInfo is the entry of a slave process as herd writes it.
@@ -120,7 +120,7 @@ func collect(errs <-chan error) []error {
 // feeds it. Each round registers a new slave.
 func SlaveRegistered(ctx context.Context, env *Env, reps int) ([]time.Duration, error) {
 	lock := env.LockName("joined")
-	keys := scripts.NewKeys(lock, false)
+	keys := keyspace.NewKeys(lock, false)
 	mc, sc := env.NewClient(), env.NewClient()
 	defer mc.Close()
 	defer sc.Close()

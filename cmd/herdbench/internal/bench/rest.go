@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/testkit/benchkit"
-	"github.com/herdkit/herd/scripts"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // topLevel are the commands herd's election sends over the wire at rest;
@@ -204,7 +204,7 @@ func Scale(ctx context.Context, env *Env, nodes int, window time.Duration) (Scal
 		return res, fmt.Errorf("scale: %w", err)
 	}
 	t1 := time.Now()
-	processes := scripts.NewKeys(lock, false).Processes
+	processes := keyspace.NewKeys(lock, false).Processes
 	for {
 		n, err := admin.HLen(ctx, processes).Result()
 		if err != nil {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/herdkit/herd/internal/testkit/benchkit"
 	"github.com/herdkit/herd/internal/testkit/redisproc"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // Plan is how much of each row a run measures.
@@ -390,7 +390,7 @@ func opRows(ctx context.Context, env *Env, n int) ([]Row, time.Duration) {
 		LatencyRow("6a", "registration (registry.Register)", samples[4], "≤ 1.5× PING", ""),
 		LatencyRow("6b", "heartbeat (registry.Heartbeat)", samples[5], "≤ 1.5× PING", ""),
 	}
-	group(fmt.Sprintf("EVALSHA on that connection: scripts.Acquire of a free lock (%d-byte ProcessInfo; released untimed after each), scripts.Renew with the term (the master's loop), scripts.Check of a held lock (each slave, every CheckInterval). 2a-2c and 6 minus 2d is script work. Inside Redis (INFO commandstats, mean per call): PING %s, empty script %s, renew %s, check %s, heartbeat %s; the rest is loopback, go-redis and the scheduler.",
+	group(fmt.Sprintf("EVALSHA on that connection: rdb.Acquire of a free lock (%d-byte ProcessInfo; released untimed after each), rdb.Renew with the term (the master's loop), rdb.Check of a held lock (each slave, every CheckInterval). 2a-2c and 6 minus 2d is script work. Inside Redis (INFO commandstats, mean per call): PING %s, empty script %s, renew %s, check %s, heartbeat %s; the rest is loopback, go-redis and the scheduler.",
 		len(info), inside["ping"], inside["empty script"], inside["renew"], inside["check"], inside["heartbeat"]), rows[2:6])
 	group(fmt.Sprintf("A %d-byte slave entry, %s backend; Register writes entry, TTL and notice in one script.", exampleEntrySize(), reg.Backend()), rows[6:8])
 	return rows, benchkit.Summarize(samples[0]).P50
@@ -463,7 +463,7 @@ func costRows(ctx context.Context, env *Env) []Row {
 	if check.Close != nil {
 		_ = check.Close(ctx)
 	}
-	return group("Go benchmarks (testing.Benchmark, 1s): heap allocations and this process's CPU (getrusage) per call: 10d BenchmarkRenew (scripts.Renew); 10e BenchmarkLoopRenew, a master renewing back to back (HeartbeatInterval 1ms), all the process does per renewal (counted by a client hook: timers, contexts, script call, events); 10f BenchmarkCheck (scripts.Check, a slave's poll).", rows)
+	return group("Go benchmarks (testing.Benchmark, 1s): heap allocations and this process's CPU (getrusage) per call: 10d BenchmarkRenew (rdb.Renew); 10e BenchmarkLoopRenew, a master renewing back to back (HeartbeatInterval 1ms), all the process does per renewal (counted by a client hook: timers, contexts, script call, events); 10f BenchmarkCheck (rdb.Check, a slave's poll).", rows)
 }
 
 // sortRows orders rows by their number, then their letter.
@@ -536,7 +536,7 @@ func processesRows(ctx context.Context, env *Env, server string, sizes []int) []
 				rows = append(rows, hgetallFloor(ctx, c, lock, size, short))
 			}
 		}
-		_ = c.Del(ctx, scripts.NewKeys(lock, false).Processes, scripts.NewKeys(lock, false).ProcessesExpiry).Err()
+		_ = c.Del(ctx, keyspace.NewKeys(lock, false).Processes, keyspace.NewKeys(lock, false).ProcessesExpiry).Err()
 	}
 	return rows
 }
@@ -546,7 +546,7 @@ func processesRows(ctx context.Context, env *Env, server string, sizes []int) []
 // Processes() on that server.
 func hgetallFloor(ctx context.Context, c redis.UniversalClient, lock string, size int, short string) Row {
 	what := fmt.Sprintf("floor under Processes() with %s entries: HGETALL of the same hash through go-redis, no decoding (%s)", thousands(size), short)
-	key := scripts.NewKeys(lock, false).Processes
+	key := keyspace.NewKeys(lock, false).Processes
 	s, err := Measure(ctx, Op{
 		Name: "hgetall",
 		Do: func(ctx context.Context) error {

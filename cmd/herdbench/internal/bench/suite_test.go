@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/herdkit/herd/cmd/herdbench/internal/bench"
+	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/registry"
-	"github.com/herdkit/herd/scripts"
 )
 
 // These tests check that the measurements measure what they claim, on a
@@ -91,7 +91,7 @@ func TestPopulate(t *testing.T) {
 	if err != nil || len(ps) != 50 {
 		t.Fatalf("Processes = %d entries, %v; want 50", len(ps), err)
 	}
-	_ = c.Del(ctx, scripts.NewKeys(lock, false).Processes, scripts.NewKeys(lock, false).ProcessesExpiry)
+	_ = c.Del(ctx, keyspace.NewKeys(lock, false).Processes, keyspace.NewKeys(lock, false).ProcessesExpiry)
 }
 
 func TestScenarios(t *testing.T) {
