@@ -20,7 +20,7 @@ import (
 type Config struct {
 	// LockName is the election's lock name, from which the inbox names are
 	// derived (scripts.Keys.Inbox). It must be the one the election uses.
-	// Default: pubsub.DefaultLockName; taken from the leader (Router) or
+	// Default: pubsub.DefaultLockName; taken from the Mastership (Router) or
 	// from Terms (Consumer) when they are a pubsub.KeySource.
 	LockName string
 	// Cluster wraps the lock name in a Redis Cluster hash tag, as the
@@ -57,7 +57,7 @@ type Config struct {
 	// left) moves at once. The cost: a slave that does not return leaves
 	// its entries unhandled this long (a crash: this long after the master
 	// removed it) before they move. Swept.Waiting lists the inboxes
-	// waited for. Default: the leader's LockTTL × 2/3 when the leader has a
+	// waited for. Default: the Router's Mastership's LockTTL × 2/3 when it has a
 	// LockTTL method (as *masterelection.MasterElection has; the ratio of
 	// assign.Config.Grace), else DefaultGrace. Negative: no grace, an
 	// inbox moves at the first sweep that finds its process gone.
@@ -163,7 +163,7 @@ const (
 	DefaultMaxDeliveries   = 10
 	DefaultSweepInterval   = 5 * time.Second
 	DefaultOpTimeout       = time.Second
-	// DefaultGrace is the default Grace of a Router whose leader has no
+	// DefaultGrace is the default Grace of a Router whose Mastership has no
 	// LockTTL method: LockTTL × 2/3 at masterelection's default LockTTL.
 	DefaultGrace = 20 * time.Second
 )

@@ -86,7 +86,7 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 	if pick == nil {
 		pick = PickRendezvous
 	}
-	term, err := route.LiveTerm(r.leader)
+	term, err := route.LiveTerm(r.mastership)
 	if err != nil {
 		return res, err
 	}
@@ -123,7 +123,7 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 			moves[i] = scripts.Move{EntryID: e.ID, To: r.keys.Inbox(to)}
 		}
 		res.Calls++
-		ids, err := scripts.InboxMove(ctx, r.client, r.keys, r.leader.NodeID(), term, scripts.InboxGroup, from, moves)
+		ids, err := scripts.InboxMove(ctx, r.client, r.keys, r.mastership.NodeID(), term, scripts.InboxGroup, from, moves)
 		if errors.Is(err, scripts.ErrFenced) {
 			return res, fmt.Errorf("reassign the inbox of %q: %w", fromID, err) // matches ErrNotMaster too
 		}
@@ -150,7 +150,7 @@ func (r *Router) liveSlaves(ctx context.Context, fromID string) ([]string, error
 	if err != nil {
 		return nil, fmt.Errorf("reassign: list slaves: %w", err)
 	}
-	self := r.leader.NodeID()
+	self := r.mastership.NodeID()
 	var ids []string
 	for _, n := range nodes {
 		if n.NodeID == fromID || n.NodeID == self || route.CheckName("slave id", n.NodeID) != nil {

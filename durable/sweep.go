@@ -79,7 +79,7 @@ func (s Swept) changed() bool {
 // Maintain runs Sweep by itself; the first Send or SendBatch of each
 // mastership runs its adoption step and waits for it.
 func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
-	term, err := route.LiveTerm(r.leader)
+	term, err := route.LiveTerm(r.mastership)
 	if err != nil {
 		return Swept{}, err
 	}
@@ -89,7 +89,7 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 	}
 	r.backlog.done(term)
 	var errs []error
-	self := r.leader.NodeID()
+	self := r.mastership.NodeID()
 	// This process's own inbox first: it holds what was sent to it while
 	// it was a slave, which the slaves take over whether or not this
 	// process still runs a Consumer. It is live, whatever the registry
@@ -156,7 +156,7 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	if r.cfg.DropBacklog {
 		mode = scripts.AdoptDrop
 	}
-	self := r.leader.NodeID()
+	self := r.mastership.NodeID()
 	own = slices.Contains(ids, self)
 	// This process's own inbox is not adopted but moved to the slaves, by
 	// Sweep: adopted in place, its entries would be this term's and read by
@@ -171,7 +171,7 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), sweepChunk)]
 		res.Calls++
-		states, err := scripts.InboxAdopt(ctx, r.client, r.keys, r.leader.NodeID(), term, scripts.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
+		states, err := scripts.InboxAdopt(ctx, r.client, r.keys, r.mastership.NodeID(), term, scripts.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
 		if err != nil {
 			return res, gone, own, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
 		}
@@ -369,7 +369,7 @@ func (r *Router) Maintain(events Events, pick Pick) (stop func()) {
 		m.poke()
 	})
 	u3 := events.OnSlaveRegistered(func(registry.SlaveNode) { m.poke() })
-	if mr, ok := events.(masterRunner); ok && m.r.leader.IsMaster() {
+	if mr, ok := events.(masterRunner); ok && m.r.mastership.IsMaster() {
 		// A mastership already under way: its ctx lives as long as
 		// RunIfMaster's fn, so the sweeps run inside it.
 		quit, cancel := context.WithCancel(context.Background())

@@ -19,7 +19,7 @@ import (
 // "master-election:master-inbox").
 const DefaultLockName = scripts.DefaultLockName
 
-// KeySource gives the Redis names of an election. When the leader of
+// KeySource gives the Redis names of an election. When the Mastership of
 // NewRouter or NewInbox, or Config.Terms of NewSubscriber, implements it
 // (*masterelection.MasterElection does), the lock name, the Cluster hash tag
 // and the slave prefix are taken from it: Config.LockName, Cluster and

@@ -13,31 +13,31 @@ import (
 // Inbox is the master's side of slave reports: it listens on the master
 // inbox channel (Config.MasterInbox) and hands each report, with the
 // sender's node id in Message.From, to the handlers, in order. Reports that
-// arrive while leader is not master are dropped (counted by Dropped and
+// arrive while mastership is not master are dropped (counted by Dropped and
 // reported as ErrNotMaster), so every process may run an Inbox and only the
 // master acts on reports. Its only goroutine is the loop started by Start
 // and stopped (and waited for) by Close. All methods are safe for
 // concurrent use.
 type Inbox struct {
-	channel string
-	leader  Mastership
-	mux     route.Mux[Message] // its Stacks set: a panic is reported with its stack
-	recv    receiver
-	dropped atomic.Uint64
+	channel    string
+	mastership Mastership
+	mux        route.Mux[Message] // its Stacks set: a panic is reported with its stack
+	recv       receiver
+	dropped    atomic.Uint64
 }
 
-// NewInbox returns an Inbox gated by leader; a nil leader delivers every
+// NewInbox returns an Inbox gated by mastership; a nil mastership delivers every
 // report (for a process that only watches). It does not touch Redis until
 // Start.
-func NewInbox(client redis.UniversalClient, leader Mastership, cfg Config) (*Inbox, error) {
+func NewInbox(client redis.UniversalClient, mastership Mastership, cfg Config) (*Inbox, error) {
 	if err := route.CheckClient("pubsub: NewInbox", client); err != nil {
 		return nil, err
 	}
-	cfg, err := cfg.withDefaults(client, leader)
+	cfg, err := cfg.withDefaults(client, mastership)
 	if err != nil {
 		return nil, err
 	}
-	in := &Inbox{channel: cfg.keys().MasterInbox, leader: leader}
+	in := &Inbox{channel: cfg.keys().MasterInbox, mastership: mastership}
 	in.mux.Stacks = true
 	in.recv = receiver{client: client, channels: []string{in.channel}, cfg: cfg, onMessage: in.onMessage}
 	return in, nil
@@ -73,7 +73,7 @@ func (in *Inbox) onMessage(ctx context.Context, rm *redis.Message) {
 		in.recv.report(&MessageError{Channel: in.channel, Err: err})
 		return
 	}
-	if in.leader != nil && !in.leader.IsMaster() {
+	if in.mastership != nil && !in.mastership.IsMaster() {
 		in.dropped.Add(1)
 		in.recv.report(&MessageError{Channel: in.channel, ID: m.ID, Type: m.Type, From: m.From,
 			Err: fmt.Errorf("report dropped: %w", ErrNotMaster)})

@@ -21,9 +21,9 @@ func TestReportToMaster(t *testing.T) {
 		t.Fatalf("report without an inbox: %v", err)
 	}
 
-	leader := newLeader("master-1", 3)
+	mastership := newMastership("master-1", 3)
 	log := newErrLog()
-	in, err := pubsub.NewInbox(c, leader, pubsub.Config{OnError: log.add})
+	in, err := pubsub.NewInbox(c, mastership, pubsub.Config{OnError: log.add})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestReportToMaster(t *testing.T) {
 	}
 
 	// Not master: reports are dropped and counted.
-	leader.set(0)
+	mastership.set(0)
 	if err := slave.ReportToMaster(testCtx(t), "status", nil); err != nil {
 		t.Fatal(err) // the inbox is listening, so PUBLISH reached it
 	}
@@ -66,7 +66,7 @@ func TestReportToMaster(t *testing.T) {
 	if !errors.As(err, &me) || me.From != "slave-1" || in.Dropped() != 1 {
 		t.Errorf("drop: %v, Dropped %d", err, in.Dropped())
 	}
-	leader.set(4)
+	mastership.set(4)
 
 	// Bad input on the sender side never reaches Redis.
 	for _, tt := range []struct {
@@ -95,7 +95,7 @@ func TestReportToMaster(t *testing.T) {
 	}
 }
 
-func TestInboxWithoutLeaderDeliversAll(t *testing.T) {
+func TestInboxWithoutMastershipDeliversAll(t *testing.T) {
 	_, c := newMini(t)
 	in, err := pubsub.NewInbox(c, nil, pubsub.Config{LockName: "cams", Cluster: true})
 	if err != nil {

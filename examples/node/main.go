@@ -166,7 +166,7 @@ func newNode(o options, out io.Writer) (*node, error) {
 		_ = n.client.Close()
 		return nil, err
 	}
-	// The election is the Router's leader, its slave list and its names.
+	// The election is the Router's Mastership, its slave list and its names.
 	if n.router, err = pubsub.NewRouter(n.client, n.m, nil, pubsub.Config{}); err != nil {
 		_ = n.client.Close()
 		return nil, err
@@ -180,7 +180,7 @@ func newNode(o options, out io.Writer) (*node, error) {
 	}
 	_ = n.sub.Handle("job", n.onJob)
 	_ = n.inbox.Handle("done", n.onReport)
-	n.m.OnMasterAcquired(n.lead)
+	n.m.OnMasterAcquired(n.asMaster)
 	n.m.OnEvent(n.onEvent)
 	return n, nil
 }
@@ -257,9 +257,9 @@ func (n *node) onEvent(e masterelection.Event) {
 	}
 }
 
-// lead is the master's work: broadcast a job every -every until the
+// asMaster is the master's work: broadcast a job every -every until the
 // mastership ends (ctx is cancelled at that moment).
-func (n *node) lead(ctx context.Context, term int64) {
+func (n *node) asMaster(ctx context.Context, term int64) {
 	setup.Every(ctx, n.o.Every, func() {
 		seq := n.sent.Add(1)
 		delivered, err := n.router.Broadcast(ctx, "job", job{Seq: seq})
