@@ -218,18 +218,18 @@ func ExampleSubscriber_ObserveTerm() {
 	// rejected: 1
 }
 
-// A slave reports to the master's inbox; the handler learns the sender.
+// A slave reports to the master's Reports; the handler learns the sender.
 func ExampleSubscriber_ReportToMaster() {
 	mr, client := exampleRedis()
 	defer mr.Close()
 	defer client.Close()
 	ctx := context.Background()
 
-	inbox, _ := pubsub.NewInbox(client, staticMastership{"master-1", 3}, pubsub.Config{})
+	reports, _ := pubsub.NewReports(client, staticMastership{"master-1", 3}, pubsub.Config{})
 	got := make(chan pubsub.Message, 1)
-	_ = inbox.Handle("load", pubsub.Chan(got))
-	_ = inbox.Start(ctx)
-	defer inbox.Close()
+	_ = reports.Handle("load", pubsub.Chan(got))
+	_ = reports.Start(ctx)
+	defer reports.Close()
 
 	slave, _ := pubsub.NewSubscriber(client, "slave-1", pubsub.Config{})
 	if err := slave.ReportToMaster(ctx, "load", map[string]int{"percent": 40}); err != nil {

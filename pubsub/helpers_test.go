@@ -57,7 +57,7 @@ func testCtx(t testing.TB) context.Context {
 // its own: since the route script publishes only for the holder of the lock
 // under its term, a fakeMastership whose Router sends is made by newMaster, which
 // takes the lock in Redis for real. newMastership alone serves where nothing is
-// sent (Inbox, constructor errors).
+// sent (Reports, constructor errors).
 type fakeMastership struct {
 	id     string
 	master atomic.Bool

@@ -158,22 +158,22 @@ func TestIntegrationResumeAfterRestart(t *testing.T) {
 	})
 }
 
-func TestIntegrationBroadcastAndInbox(t *testing.T) {
+func TestIntegrationBroadcastAndReports(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		c := redistest.Start(t, srv).Client(t)
 		mastership := newMaster(t, c, "master", pubsub.Config{})
 		ids := []string{"s0", "s1", "s2", "master", "gone"}
 		r := newRouter(t, c, mastership, slaveList{ids: ids}, pubsub.Config{})
-		in, err := pubsub.NewInbox(c, mastership, pubsub.Config{})
+		rep, err := pubsub.NewReports(c, mastership, pubsub.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		reports := make(chan pubsub.Message, 10)
-		in.HandleDefault(pubsub.Chan(reports))
-		if err := in.Start(testCtx(t)); err != nil {
+		rep.HandleDefault(pubsub.Chan(reports))
+		if err := rep.Start(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
-		defer in.Close()
+		defer rep.Close()
 
 		var subs []*pubsub.Subscriber
 		var gots []chan pubsub.Message
