@@ -27,7 +27,7 @@ import (
 // move. Its methods are safe for concurrent use.
 type Planner struct {
 	client redis.UniversalClient
-	e      *masterelection.MasterElection
+	e      PlannerElection
 	keys   scripts.AssignKeys
 	cfg    Config
 	kick   chan struct{}
@@ -54,12 +54,13 @@ type itemsCopy struct {
 func (c itemsCopy) known() bool { return c.version != "" || len(c.items) > 0 }
 
 // NewPlanner returns the Planner of e's item set cfg.Set, its timings'
-// defaults following e's LockTTL. It does no I/O; Run plans.
-func NewPlanner(client redis.UniversalClient, e *masterelection.MasterElection, cfg Config) (*Planner, error) {
+// defaults following e's LockTTL; e is the process's election
+// (*masterelection.MasterElection). It does no I/O; Run plans.
+func NewPlanner(client redis.UniversalClient, e PlannerElection, cfg Config) (*Planner, error) {
 	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: the Redis client is nil", ErrInvalidConfig)
 	}
-	if e == nil {
+	if nilclient.Is(e) {
 		return nil, fmt.Errorf("%w: the election is nil", ErrInvalidConfig)
 	}
 	if err := cfg.validate(e.LockTTL()); err != nil {
@@ -318,7 +319,7 @@ func (p *Planner) Run(ctx context.Context) error {
 			}
 		}
 		_, err := p.e.RunIfMaster(ctx, p.plan)
-		if errors.Is(err, masterelection.ErrNotMaster) {
+		if errors.Is(err, scripts.ErrNotMaster) {
 			err = p.refresh(ctx)
 		}
 		if err != nil && ctx.Err() == nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/internal/subhub"
-	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/scripts"
 )
 
@@ -24,7 +23,7 @@ import (
 // being its own. Its methods are safe for concurrent use.
 type Worker struct {
 	client redis.UniversalClient
-	e      *masterelection.MasterElection // its node id, incarnation and whether it holds the id
+	e      WorkerElection // its node id, incarnation and whether it stepped aside
 	keys   scripts.AssignKeys
 	id     string
 	cfg    Config
@@ -49,12 +48,13 @@ type Worker struct {
 
 // NewWorker returns the Worker of e's process (its node id, which the
 // Planner plans for) for e's keys, its timings' defaults following e's
-// LockTTL. It does no I/O; e need not be started yet.
-func NewWorker(client redis.UniversalClient, e *masterelection.MasterElection, cfg Config) (*Worker, error) {
+// LockTTL; e is the process's election (*masterelection.MasterElection).
+// It does no I/O; e need not be started yet.
+func NewWorker(client redis.UniversalClient, e WorkerElection, cfg Config) (*Worker, error) {
 	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: the Redis client is nil", ErrInvalidConfig)
 	}
-	if e == nil {
+	if nilclient.Is(e) {
 		return nil, fmt.Errorf("%w: the election is nil", ErrInvalidConfig)
 	}
 	if err := cfg.validate(e.LockTTL()); err != nil {
