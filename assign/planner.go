@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/masterelection"
 	"github.com/herdkit/herd/registry"
@@ -281,16 +282,17 @@ func (p *Planner) Run(ctx context.Context) error {
 		p.e.OnSlaveRegistered(func(registry.SlaveNode) { p.Kick() }),
 		p.e.OnEvent(func(e masterelection.Event) {
 			if e.Kind == masterelection.EventSlaveRemoved {
-				p.gone.removedAt(e.NodeID, time.Now(), e.Reason)
+				p.gone.removedAt(e.NodeID, p.cfg.clock.Now(), e.Reason)
 				p.Kick()
 			}
 		}),
 	} {
 		defer unsubscribe()
 	}
-	resync := time.NewTicker(p.cfg.Resync)
+	clk := p.cfg.clock
+	resync := clk.NewTimer(p.cfg.Resync) // every Resync, as a ticker
 	defer resync.Stop()
-	var grace *time.Timer // fires when the first grace of the last planning ends
+	var grace clock.Timer // fires when the first grace of the last planning ends
 	var graceC <-chan time.Time
 	defer func() {
 		if grace != nil {
@@ -302,16 +304,19 @@ func (p *Planner) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-resync.C:
+		case <-resync.C():
+			resync.Reset(p.cfg.Resync)
 		case <-graceC:
 		case <-acquired:
 			// At once: this process's own Worker gives its items up only
 			// when the plan moves them to the slaves.
 		case <-p.kick:
+			settle := clk.NewTimer(p.cfg.Settle)
 			select {
 			case <-ctx.Done():
+				settle.Stop()
 				return ctx.Err()
-			case <-time.After(p.cfg.Settle):
+			case <-settle.C():
 			}
 			select { // the changes of the window are planned together
 			case <-p.kick:
@@ -330,8 +335,8 @@ func (p *Planner) Run(ctx context.Context) error {
 		}
 		graceC = nil
 		if end := p.graceEnd(); !end.IsZero() {
-			grace = time.NewTimer(max(time.Until(end), 0) + time.Millisecond)
-			graceC = grace.C
+			grace = clk.NewTimer(max(end.Sub(clk.Now()), 0) + time.Millisecond)
+			graceC = grace.C()
 		}
 	}
 }
@@ -360,7 +365,7 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 	if err != nil {
 		return fmt.Errorf("assign: list slaves: %w", err)
 	}
-	now := time.Now()
+	now := p.cfg.clock.Now()
 	self := p.e.NodeID()
 	slaves := make([]Slave, 0, len(procs))
 	live := make(map[string]time.Time, len(procs))

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/slogzero"
 	"github.com/herdkit/herd/pubsub"
 )
@@ -149,6 +150,10 @@ type Config struct {
 	// the entries it accepts and ObserveTerm. When it is also a
 	// pubsub.KeySource, the inbox name comes from it. Default: nil.
 	Terms pubsub.TermSource
+	// clock stamps sentAt and dead letters, times the graces, and makes
+	// the timers of Maintain and of a Consumer's loop: the real clock, or
+	// a fake one set by the package's tests (export_test.go).
+	clock clock.Clock
 }
 
 // Defaults of Config.
@@ -183,6 +188,7 @@ func DefaultConfig() Config {
 		SweepInterval:   DefaultSweepInterval,
 		OpTimeout:       DefaultOpTimeout,
 		Grace:           DefaultGrace,
+		clock:           clock.Real{},
 	}
 }
 
@@ -257,6 +263,7 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 			c.Grace = l.LockTTL() * 2 / 3
 		}
 	}
+	c.clock = cmp.Or(c.clock, d.clock)
 	return c, nil
 }
 

@@ -3,7 +3,6 @@ package durable
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -90,7 +89,7 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 	if err := route.CheckName("slave id", slaveID); err != nil {
 		return "", err
 	}
-	env, err := route.Stamp(r.mastership, msgType, payload, time.Now())
+	env, err := route.Stamp(r.mastership, msgType, payload, r.cfg.clock.Now())
 	if err != nil {
 		return "", err
 	}
@@ -188,7 +187,7 @@ func (r *Router) SendBatch(ctx context.Context, msgs []pubsub.Outgoing) (BatchRe
 	for _, m := range msgs {
 		b.Add(m.SlaveID, m.Type, m.Payload)
 	}
-	err := b.Send(ctx, r.mastership, time.Now(), r.store)
+	err := b.Send(ctx, r.mastership, r.cfg.clock.Now(), r.store)
 	res := BatchResult{Term: b.Term, Outcomes: make([]Outcome, len(msgs)), Calls: b.Calls}
 	for i := range res.Outcomes {
 		res.Outcomes[i] = Outcome{ID: b.IDs[i], Err: b.Errs[i]}

@@ -98,7 +98,7 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 	if own {
 		gone = append([]string{self}, gone...)
 	}
-	now := time.Now()
+	now := r.cfg.clock.Now()
 	for _, id := range gone {
 		if id != self {
 			if end := r.waits.until(id, now, r.cfg.Grace); now.Before(end) {
@@ -365,7 +365,7 @@ func (r *Router) Maintain(events Events, pick Pick) (stop func()) {
 	m := &maintainer{r: r, pick: pick, kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	u1 := events.OnMasterAcquired(func(ctx context.Context, _ int64) { m.start(ctx) })
 	u2 := events.OnSlaveRemoved(func(id string) {
-		r.waits.removed(id, time.Now())
+		r.waits.removed(id, r.cfg.clock.Now())
 		m.poke()
 	})
 	u3 := events.OnSlaveRegistered(func(registry.SlaveNode) { m.poke() })
@@ -440,23 +440,25 @@ func (m *maintainer) start(ctx context.Context) {
 // loop sweeps until the mastership's ctx is done or Maintain stops, also
 // when the first grace of an inbox left in place ends.
 func (m *maintainer) loop(ctx context.Context) {
-	t := time.NewTicker(m.r.cfg.SweepInterval)
+	clk := m.r.cfg.clock
+	t := clk.NewTimer(m.r.cfg.SweepInterval) // every SweepInterval, as a ticker
 	defer t.Stop()
-	grace := time.NewTimer(time.Hour)
+	grace := clk.NewTimer(time.Hour)
 	defer grace.Stop()
 	for {
 		m.sweep(ctx)
 		var graceC <-chan time.Time
-		if end := m.r.waits.next(time.Now(), m.r.cfg.Grace); !end.IsZero() {
-			grace.Reset(time.Until(end) + time.Millisecond)
-			graceC = grace.C
+		if end := m.r.waits.next(clk.Now(), m.r.cfg.Grace); !end.IsZero() {
+			grace.Reset(end.Sub(clk.Now()) + time.Millisecond)
+			graceC = grace.C()
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.quit:
 			return
-		case <-t.C:
+		case <-t.C():
+			t.Reset(m.r.cfg.SweepInterval)
 		case <-m.kick:
 		case <-graceC:
 		}
