@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/masterelection"
 )
@@ -87,6 +88,10 @@ type Config struct {
 	// (a failed renewal, a failed plan, a handler's panic). It must not
 	// block. Default: errors are dropped.
 	OnError func(error)
+	// clock tells the time and makes the timers of the Planner and the
+	// Worker: the real clock, or a fake one set by the package's tests
+	// (export_test.go).
+	clock clock.Clock
 }
 
 // withDefaults returns c with its zero fields set to their defaults for an
@@ -115,6 +120,9 @@ func (c Config) withDefaults(lockTTL time.Duration) Config {
 	}
 	if c.Grace == 0 {
 		c.Grace = time.Duration(float64(lockTTL) / GracePerLockTTL)
+	}
+	if c.clock == nil {
+		c.clock = clock.Real{}
 	}
 	return c
 }

@@ -19,6 +19,10 @@
 //	_ = w.Start(ctx)
 //	defer w.Stop(ctx)
 //
+// election is the process's *masterelection.MasterElection; the Planner and
+// the Worker see it through the small interfaces PlannerElection and
+// WorkerElection, so a test may hand them a fake.
+//
 // # The plan
 //
 // The Planner assigns the items to the live slaves of the registry (never to

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/herdkit/herd/internal/clock"
 )
 
 // lease is the ctx of one item's ownership: done when the Worker's own
@@ -16,14 +18,17 @@ type lease struct {
 	deadline time.Time // guarded by mu
 	err      error     // guarded by mu; set once
 	done     chan struct{}
-	timer    *time.Timer
+	clock    clock.Clock
+	timer    clock.Timer
 	running  bool // its handler runs (guarded by the Worker's mu)
 }
 
-// newLease returns a lease live until deadline.
-func newLease(deadline time.Time) *lease {
-	l := &lease{deadline: deadline, done: make(chan struct{})}
-	l.timer = time.AfterFunc(time.Until(deadline), l.expire)
+// newLease returns a lease live until deadline on clk.
+func newLease(clk clock.Clock, deadline time.Time) *lease {
+	l := &lease{deadline: deadline, done: make(chan struct{}), clock: clk}
+	l.mu.Lock() // the timer's first call waits for l.timer to be set
+	defer l.mu.Unlock()
+	l.timer = clk.AfterFunc(deadline.Sub(clk.Now()), l.expire)
 	return l
 }
 
@@ -32,7 +37,7 @@ func newLease(deadline time.Time) *lease {
 func (l *lease) expire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if d := time.Until(l.deadline); d > 0 {
+	if d := l.deadline.Sub(l.clock.Now()); d > 0 {
 		l.timer.Reset(d)
 		return
 	}
@@ -70,7 +75,7 @@ func (l *lease) endLocked(err error) {
 
 // errLocked is Err with l.mu held.
 func (l *lease) errLocked() error {
-	if l.err == nil && !time.Now().Before(l.deadline) {
+	if l.err == nil && !l.clock.Now().Before(l.deadline) {
 		l.endLocked(context.DeadlineExceeded)
 	}
 	return l.err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/keyspace"
@@ -28,7 +29,7 @@ import (
 // move. Its methods are safe for concurrent use.
 type Planner struct {
 	client redis.UniversalClient
-	e      *masterelection.MasterElection
+	e      PlannerElection
 	keys   keyspace.AssignKeys
 	cfg    Config
 	kick   chan struct{}
@@ -55,12 +56,13 @@ type itemsCopy struct {
 func (c itemsCopy) known() bool { return c.version != "" || len(c.items) > 0 }
 
 // NewPlanner returns the Planner of e's item set cfg.Set, its timings'
-// defaults following e's LockTTL. It does no I/O; Run plans.
-func NewPlanner(client redis.UniversalClient, e *masterelection.MasterElection, cfg Config) (*Planner, error) {
+// defaults following e's LockTTL; e is the process's election
+// (*masterelection.MasterElection). It does no I/O; Run plans.
+func NewPlanner(client redis.UniversalClient, e PlannerElection, cfg Config) (*Planner, error) {
 	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: the Redis client is nil", ErrInvalidConfig)
 	}
-	if e == nil {
+	if nilclient.Is(e) {
 		return nil, fmt.Errorf("%w: the election is nil", ErrInvalidConfig)
 	}
 	if err := cfg.validate(e.LockTTL()); err != nil {
@@ -281,16 +283,17 @@ func (p *Planner) Run(ctx context.Context) error {
 		p.e.OnSlaveRegistered(func(registry.SlaveNode) { p.Kick() }),
 		p.e.OnEvent(func(e masterelection.Event) {
 			if e.Kind == masterelection.EventSlaveRemoved {
-				p.gone.removedAt(e.NodeID, time.Now(), e.Reason)
+				p.gone.removedAt(e.NodeID, p.cfg.clock.Now(), e.Reason)
 				p.Kick()
 			}
 		}),
 	} {
 		defer unsubscribe()
 	}
-	resync := time.NewTicker(p.cfg.Resync)
+	clk := p.cfg.clock
+	resync := clk.NewTimer(p.cfg.Resync) // every Resync, as a ticker
 	defer resync.Stop()
-	var grace *time.Timer // fires when the first grace of the last planning ends
+	var grace clock.Timer // fires when the first grace of the last planning ends
 	var graceC <-chan time.Time
 	defer func() {
 		if grace != nil {
@@ -302,16 +305,19 @@ func (p *Planner) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-resync.C:
+		case <-resync.C():
+			resync.Reset(p.cfg.Resync)
 		case <-graceC:
 		case <-acquired:
 			// At once: this process's own Worker gives its items up only
 			// when the plan moves them to the slaves.
 		case <-p.kick:
+			settle := clk.NewTimer(p.cfg.Settle)
 			select {
 			case <-ctx.Done():
+				settle.Stop()
 				return ctx.Err()
-			case <-time.After(p.cfg.Settle):
+			case <-settle.C():
 			}
 			select { // the changes of the window are planned together
 			case <-p.kick:
@@ -319,7 +325,7 @@ func (p *Planner) Run(ctx context.Context) error {
 			}
 		}
 		_, err := p.e.RunIfMaster(ctx, p.plan)
-		if errors.Is(err, masterelection.ErrNotMaster) {
+		if errors.Is(err, keyspace.ErrNotMaster) {
 			err = p.refresh(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
@@ -330,8 +336,8 @@ func (p *Planner) Run(ctx context.Context) error {
 		}
 		graceC = nil
 		if end := p.graceEnd(); !end.IsZero() {
-			grace = time.NewTimer(max(time.Until(end), 0) + time.Millisecond)
-			graceC = grace.C
+			grace = clk.NewTimer(max(end.Sub(clk.Now()), 0) + time.Millisecond)
+			graceC = grace.C()
 		}
 	}
 }
@@ -360,7 +366,7 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 	if err != nil {
 		return fmt.Errorf("assign: list slaves: %w", err)
 	}
-	now := time.Now()
+	now := p.cfg.clock.Now()
 	self := p.e.NodeID()
 	slaves := make([]Slave, 0, len(procs))
 	live := make(map[string]time.Time, len(procs))

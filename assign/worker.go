@@ -16,7 +16,6 @@ import (
 	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/subhub"
 	"github.com/herdkit/herd/keyspace"
-	"github.com/herdkit/herd/masterelection"
 )
 
 // Worker is a slave's side of an item set: it owns the items the master's
@@ -25,7 +24,7 @@ import (
 // being its own. Its methods are safe for concurrent use.
 type Worker struct {
 	client redis.UniversalClient
-	e      *masterelection.MasterElection // its node id, incarnation and whether it holds the id
+	e      WorkerElection // its node id, incarnation and whether it stepped aside
 	keys   keyspace.AssignKeys
 	id     string
 	cfg    Config
@@ -50,12 +49,13 @@ type Worker struct {
 
 // NewWorker returns the Worker of e's process (its node id, which the
 // Planner plans for) for e's keys, its timings' defaults following e's
-// LockTTL. It does no I/O; e need not be started yet.
-func NewWorker(client redis.UniversalClient, e *masterelection.MasterElection, cfg Config) (*Worker, error) {
+// LockTTL; e is the process's election (*masterelection.MasterElection).
+// It does no I/O; e need not be started yet.
+func NewWorker(client redis.UniversalClient, e WorkerElection, cfg Config) (*Worker, error) {
 	if nilclient.Is(client) {
 		return nil, fmt.Errorf("%w: the Redis client is nil", ErrInvalidConfig)
 	}
-	if e == nil {
+	if nilclient.Is(e) {
 		return nil, fmt.Errorf("%w: the election is nil", ErrInvalidConfig)
 	}
 	if err := cfg.validate(e.LockTTL()); err != nil {
@@ -148,10 +148,12 @@ func (w *Worker) listen() {
 		default:
 		}
 		w.cfg.report(fmt.Errorf("assign: worker %s: subscribe to its notices (the timer syncs meanwhile): %w", w.id, err))
+		retry := w.cfg.clock.NewTimer(w.cfg.RenewInterval)
 		select {
 		case <-w.stop:
+			retry.Stop()
 			return
-		case <-time.After(w.cfg.RenewInterval):
+		case <-retry.C():
 		}
 	}
 }
@@ -168,17 +170,17 @@ func (w *Worker) poke() {
 // handler's ctx ended, so that the item is given up without delay.
 func (w *Worker) loop() {
 	defer close(w.loopDone)
-	t := time.NewTimer(w.cfg.RenewInterval)
+	t := w.cfg.clock.NewTimer(w.cfg.RenewInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-w.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		case <-w.kick:
 			if !t.Stop() {
 				select {
-				case <-t.C:
+				case <-t.C():
 				default:
 				}
 			}
@@ -202,7 +204,8 @@ func (w *Worker) sync(ctx context.Context) error {
 	released := w.released
 	w.released = nil
 	w.mu.Unlock()
-	sent := time.Now()
+	now := w.cfg.clock.Now
+	sent := now()
 	s, err := rdb.AssignSync(ctx, w.client, w.keys, w.id, w.e.Incarnation(), w.cfg.LeaseTTL, w.e.SteppedAside() != nil, released)
 	if err != nil {
 		// Not renewed: the leases end at their own deadlines. The released
@@ -213,11 +216,11 @@ func (w *Worker) sync(ctx context.Context) error {
 		return fmt.Errorf("assign: worker %s: renew: %w", w.id, err)
 	}
 	deadline := sent.Add(w.cfg.LeaseTTL - w.cfg.Margin)
-	if !time.Now().Before(deadline) {
+	if !now().Before(deadline) {
 		// The reply came after the deadline it grants (the process was
 		// paused mid-call): a handler started now would get a ctx already
 		// done. Take nothing; the next round trip claims again.
-		return fmt.Errorf("assign: worker %s: renewal answered %v after its own deadline; items not taken", w.id, time.Since(deadline).Round(time.Millisecond))
+		return fmt.Errorf("assign: worker %s: renewal answered %v after its own deadline; items not taken", w.id, now().Sub(deadline).Round(time.Millisecond))
 	}
 	owned := make(map[string]bool, len(s.Owned))
 	var start []string
@@ -242,7 +245,7 @@ func (w *Worker) sync(ctx context.Context) error {
 		if w.ending[item] != nil {
 			continue // its last handler still runs: taken again once it returned
 		}
-		w.leases[item] = newLease(deadline)
+		w.leases[item] = newLease(w.cfg.clock, deadline)
 		w.claimed.Add(1)
 		start = append(start, item)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/slogzero"
 	"github.com/herdkit/herd/pubsub"
 )
@@ -20,7 +21,7 @@ import (
 type Config struct {
 	// LockName is the election's lock name, from which the inbox names are
 	// derived (keyspace.Keys.Inbox). It must be the one the election uses.
-	// Default: pubsub.DefaultLockName; taken from the leader (Router) or
+	// Default: pubsub.DefaultLockName; taken from the Mastership (Router) or
 	// from Terms (Consumer) when they are a pubsub.KeySource.
 	LockName string
 	// Cluster wraps the lock name in a Redis Cluster hash tag, as the
@@ -57,7 +58,7 @@ type Config struct {
 	// left) moves at once. The cost: a slave that does not return leaves
 	// its entries unhandled this long (a crash: this long after the master
 	// removed it) before they move. Swept.Waiting lists the inboxes
-	// waited for. Default: the leader's LockTTL × 2/3 when the leader has a
+	// waited for. Default: the Router's Mastership's LockTTL × 2/3 when it has a
 	// LockTTL method (as *masterelection.MasterElection has; the ratio of
 	// assign.Config.Grace), else DefaultGrace. Negative: no grace, an
 	// inbox moves at the first sweep that finds its process gone.
@@ -149,6 +150,10 @@ type Config struct {
 	// the entries it accepts and ObserveTerm. When it is also a
 	// pubsub.KeySource, the inbox name comes from it. Default: nil.
 	Terms pubsub.TermSource
+	// clock stamps sentAt and dead letters, times the graces, and makes
+	// the timers of Maintain and of a Consumer's loop: the real clock, or
+	// a fake one set by the package's tests (export_test.go).
+	clock clock.Clock
 }
 
 // Defaults of Config.
@@ -163,7 +168,7 @@ const (
 	DefaultMaxDeliveries   = 10
 	DefaultSweepInterval   = 5 * time.Second
 	DefaultOpTimeout       = time.Second
-	// DefaultGrace is the default Grace of a Router whose leader has no
+	// DefaultGrace is the default Grace of a Router whose Mastership has no
 	// LockTTL method: LockTTL × 2/3 at masterelection's default LockTTL.
 	DefaultGrace = 20 * time.Second
 )
@@ -183,6 +188,7 @@ func DefaultConfig() Config {
 		SweepInterval:   DefaultSweepInterval,
 		OpTimeout:       DefaultOpTimeout,
 		Grace:           DefaultGrace,
+		clock:           clock.Real{},
 	}
 }
 
@@ -257,6 +263,7 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 			c.Grace = l.LockTTL() * 2 / 3
 		}
 	}
+	c.clock = cmp.Or(c.clock, d.clock)
 	return c, nil
 }
 

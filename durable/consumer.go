@@ -228,21 +228,18 @@ func (c *Consumer) loop(ctx context.Context, done chan struct{}) {
 	for ctx.Err() == nil {
 		if c.cfg.Holds != nil && !c.cfg.Holds() {
 			// Not this process's NodeID (yet, or any more): read nothing.
-			select {
-			case <-ctx.Done():
-			case <-time.After(c.cfg.Block):
-			}
+			c.wait(ctx, c.cfg.Block)
 			continue
 		}
-		if !time.Now().Before(next) {
+		if !c.cfg.clock.Now().Before(next) {
 			if err := c.pendingPass(ctx, first); err != nil {
 				c.readFailed(ctx, err)
 				continue
 			}
 			c.succeeded(opRead)
-			first, next = false, time.Now().Add(c.cfg.RetryDelay)
+			first, next = false, c.cfg.clock.Now().Add(c.cfg.RetryDelay)
 		}
-		block := min(c.cfg.Block, max(time.Until(next), time.Millisecond))
+		block := min(c.cfg.Block, max(next.Sub(c.cfg.clock.Now()), time.Millisecond))
 		entries, err := c.read(ctx, block)
 		if err != nil {
 			c.readFailed(ctx, err)

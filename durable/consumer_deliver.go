@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -137,7 +136,7 @@ func (c *Consumer) bury(ctx context.Context, e redis.XMessage, d Delivery, last 
 	if c.cfg.OnDead != nil {
 		raw, _ := e.Values[rdb.InboxFieldMessage].(string)
 		c.cfg.OnDead(DeadLetter{ID: id, Message: d.Message, Raw: raw, Term: d.Term, Inbox: c.processID, Process: c.processID,
-			Deliveries: d.Deliveries, Error: last.Error(), At: time.Now()})
+			Deliveries: d.Deliveries, Error: last.Error(), At: c.cfg.clock.Now()})
 	}
 }
 

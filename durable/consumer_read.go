@@ -165,10 +165,15 @@ func (c *Consumer) readFailed(ctx context.Context, err error) {
 		}
 	}
 	c.redisFailed(opRead, fmt.Errorf("durable: read %q: %w: %w", c.inbox, pubsub.ErrConnection, err))
-	t := time.NewTimer(c.cfg.RetryDelay)
+	c.wait(ctx, c.cfg.RetryDelay)
+}
+
+// wait returns after d on the Consumer's clock, or when ctx ends.
+func (c *Consumer) wait(ctx context.Context, d time.Duration) {
+	t := c.cfg.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-	case <-t.C:
+	case <-t.C():
 	}
 }

@@ -20,7 +20,7 @@
 //
 // One program runs on every process, master or slave, for its whole life:
 // the election decides which part acts, so no part is started or stopped
-// when the role changes. The election is the Router's leader, slave lister
+// when the role changes. The election is the Router's Mastership, slave lister
 // and events, and the Consumer's term source:
 //
 //	election, _ := masterelection.New(client, masterelection.Config{})

@@ -305,7 +305,7 @@ func TestSendBatch(t *testing.T) {
 			t.Fatalf("message %d: got %d", i, v)
 		}
 	}
-	l := &fakeLeader{id: "x"}
+	l := &fakeMastership{id: "x"}
 	res, err = newRouter(t, c, l, nil, fast()).SendBatch(testCtx(t), msgs[:2])
 	if !errors.Is(err, durable.ErrNotMaster) || !errors.Is(res.Outcomes[1].Err, durable.ErrNotSent) {
 		t.Errorf("not master: %v, %+v", err, res.Outcomes)
@@ -527,9 +527,9 @@ func TestConfigAndConstructors(t *testing.T) {
 		t.Errorf("glob id: %v", err)
 	}
 	if _, err := durable.NewRouter(c, nil, nil, durable.Config{}); err == nil {
-		t.Error("nil leader accepted")
+		t.Error("nil mastership accepted")
 	}
-	r := newRouter(t, c, &fakeLeader{id: "x"}, nil, durable.Config{})
+	r := newRouter(t, c, &fakeMastership{id: "x"}, nil, durable.Config{})
 	if _, err := r.Send(testCtx(t), "s", "t", nil); !errors.Is(err, durable.ErrNotMaster) {
 		t.Errorf("send while not master: %v", err)
 	}

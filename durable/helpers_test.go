@@ -55,17 +55,17 @@ func fast() durable.Config {
 	return durable.Config{Block: 50 * time.Millisecond, RetryDelay: 20 * time.Millisecond}
 }
 
-// fakeLeader is a Mastership whose answers the test sets; newMaster makes one
+// fakeMastership is a Mastership whose answers the test sets; newMaster makes one
 // that holds the lock in Redis for real.
-type fakeLeader struct {
+type fakeMastership struct {
 	id     string
 	master atomic.Bool
 	term   atomic.Int64
 }
 
-func (l *fakeLeader) NodeID() string { return l.id }
-func (l *fakeLeader) IsMaster() bool { return l.master.Load() }
-func (l *fakeLeader) Term() int64 {
+func (l *fakeMastership) NodeID() string { return l.id }
+func (l *fakeMastership) IsMaster() bool { return l.master.Load() }
+func (l *fakeMastership) Term() int64 {
 	if !l.master.Load() {
 		return 0
 	}
@@ -84,9 +84,9 @@ func acquire(t testing.TB, c redis.UniversalClient, id string) int64 {
 	return a.Term
 }
 
-func newMaster(t testing.TB, c redis.UniversalClient, id string) *fakeLeader {
+func newMaster(t testing.TB, c redis.UniversalClient, id string) *fakeMastership {
 	t.Helper()
-	l := &fakeLeader{id: id}
+	l := &fakeMastership{id: id}
 	l.term.Store(acquire(t, c, id))
 	l.master.Store(true)
 	return l
@@ -94,7 +94,7 @@ func newMaster(t testing.TB, c redis.UniversalClient, id string) *fakeLeader {
 
 // takeOver moves the lock to id as an expiry and an election would; the
 // previous holder is not told.
-func takeOver(t testing.TB, c redis.UniversalClient, id string) *fakeLeader {
+func takeOver(t testing.TB, c redis.UniversalClient, id string) *fakeMastership {
 	t.Helper()
 	if err := c.Del(testCtx(t), keys().Master).Err(); err != nil {
 		t.Fatal(err)

@@ -299,7 +299,7 @@ func TestIntegrationCluster(t *testing.T) {
 	if err != nil || a.Term <= 0 {
 		t.Fatalf("acquire: %+v, %v", a, err)
 	}
-	l := &fakeLeader{id: "m"}
+	l := &fakeMastership{id: "m"}
 	l.term.Store(a.Term)
 	l.master.Store(true)
 	live := &slaveList{}

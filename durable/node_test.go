@@ -42,7 +42,7 @@ func runBurst() int {
 		fmt.Fprintln(os.Stderr, "acquire:", a, err)
 		return 2
 	}
-	l := &fakeLeader{id: "burst-master"}
+	l := &fakeMastership{id: "burst-master"}
 	l.term.Store(a.Term)
 	l.master.Store(true)
 	r, err := durable.NewRouter(client, l, nil, fast())

@@ -87,7 +87,7 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 	if pick == nil {
 		pick = PickRendezvous
 	}
-	term, err := route.LiveTerm(r.leader)
+	term, err := route.LiveTerm(r.mastership)
 	if err != nil {
 		return res, err
 	}
@@ -124,7 +124,7 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 			moves[i] = rdb.Move{EntryID: e.ID, To: r.keys.Inbox(to)}
 		}
 		res.Calls++
-		ids, err := rdb.InboxMove(ctx, r.client, r.keys, r.leader.NodeID(), term, keyspace.InboxGroup, from, moves)
+		ids, err := rdb.InboxMove(ctx, r.client, r.keys, r.mastership.NodeID(), term, keyspace.InboxGroup, from, moves)
 		if errors.Is(err, keyspace.ErrFenced) {
 			return res, fmt.Errorf("reassign the inbox of %q: %w", fromID, err) // matches ErrNotMaster too
 		}
@@ -151,7 +151,7 @@ func (r *Router) liveSlaves(ctx context.Context, fromID string) ([]string, error
 	if err != nil {
 		return nil, fmt.Errorf("reassign: list slaves: %w", err)
 	}
-	self := r.leader.NodeID()
+	self := r.mastership.NodeID()
 	var ids []string
 	for _, n := range nodes {
 		if n.NodeID == fromID || n.NodeID == self || route.CheckName("slave id", n.NodeID) != nil {

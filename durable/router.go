@@ -3,7 +3,6 @@ package durable
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -29,34 +28,34 @@ const (
 // entries to other slaves (Reassign). It starts no goroutine and keeps no
 // connection of its own; it is safe for concurrent use.
 type Router struct {
-	client redis.UniversalClient
-	leader pubsub.Mastership
-	slaves pubsub.SlaveLister
-	cfg    Config
-	keys   keyspace.Keys
+	client     redis.UniversalClient
+	mastership pubsub.Mastership
+	slaves     pubsub.SlaveLister
+	cfg        Config
+	keys       keyspace.Keys
 
 	backlog backlog // the predecessors' entries taken over, per term
 	orphans orphans // inboxes the last sweep could not move: no slave
 	waits   waits   // inboxes of processes gone, left in place for their grace
 }
 
-// NewRouter returns a Router writing through client on behalf of leader,
+// NewRouter returns a Router writing through client on behalf of mastership,
 // taking the same arguments as pubsub.NewRouter: slaves lists the live
-// slaves for Reassign (when nil and leader is a pubsub.SlaveLister, as
-// *masterelection.MasterElection is, leader is used), and when leader is a
+// slaves for Reassign (when nil and mastership is a pubsub.SlaveLister, as
+// *masterelection.MasterElection is, mastership is used), and when mastership is a
 // pubsub.KeySource the inbox names come from it.
-func NewRouter(client redis.UniversalClient, leader pubsub.Mastership, slaves pubsub.SlaveLister, cfg Config) (*Router, error) {
-	if err := route.CheckMastership("durable: NewRouter", client, leader); err != nil {
+func NewRouter(client redis.UniversalClient, mastership pubsub.Mastership, slaves pubsub.SlaveLister, cfg Config) (*Router, error) {
+	if err := route.CheckMastership("durable: NewRouter", client, mastership); err != nil {
 		return nil, err
 	}
-	cfg, err := cfg.withDefaults(client, leader)
+	cfg, err := cfg.withDefaults(client, mastership)
 	if err != nil {
 		return nil, err
 	}
-	if l, ok := leader.(pubsub.SlaveLister); ok && slaves == nil {
+	if l, ok := mastership.(pubsub.SlaveLister); ok && slaves == nil {
 		slaves = l
 	}
-	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg, keys: cfg.keys(),
+	return &Router{client: client, mastership: mastership, slaves: slaves, cfg: cfg, keys: cfg.keys(),
 		backlog: backlog{turn: make(chan struct{}, 1)}}, nil
 }
 
@@ -91,7 +90,7 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 	if err := route.CheckName("slave id", slaveID); err != nil {
 		return "", err
 	}
-	env, err := route.Stamp(r.leader, msgType, payload, time.Now())
+	env, err := route.Stamp(r.mastership, msgType, payload, r.cfg.clock.Now())
 	if err != nil {
 		return "", err
 	}
@@ -119,14 +118,14 @@ func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]e
 	queued := make([]rdb.Queued, 0, len(items))
 	at := make([]int, 0, len(items)) // the index in items of each queued message
 	for j, it := range items {
-		if it.SlaveID == r.leader.NodeID() {
+		if it.SlaveID == r.mastership.NodeID() {
 			errs[j] = fmt.Errorf("send to slave %q: %w", it.SlaveID, ErrMasterInbox)
 			continue
 		}
 		queued = append(queued, rdb.Queued{Inbox: r.keys.Inbox(it.SlaveID), Message: it.Data})
 		at = append(at, j)
 	}
-	ids, err := rdb.InboxSend(ctx, r.client, r.keys, r.leader.NodeID(), term, r.cfg.MaxLen, queued)
+	ids, err := rdb.InboxSend(ctx, r.client, r.keys, r.mastership.NodeID(), term, r.cfg.MaxLen, queued)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +188,7 @@ func (r *Router) SendBatch(ctx context.Context, msgs []pubsub.Outgoing) (BatchRe
 	for _, m := range msgs {
 		b.Add(m.SlaveID, m.Type, m.Payload)
 	}
-	err := b.Send(ctx, r.leader, time.Now(), r.store)
+	err := b.Send(ctx, r.mastership, r.cfg.clock.Now(), r.store)
 	res := BatchResult{Term: b.Term, Outcomes: make([]Outcome, len(msgs)), Calls: b.Calls}
 	for i := range res.Outcomes {
 		res.Outcomes[i] = Outcome{ID: b.IDs[i], Err: b.Errs[i]}

@@ -80,7 +80,7 @@ func (s Swept) changed() bool {
 // Maintain runs Sweep by itself; the first Send or SendBatch of each
 // mastership runs its adoption step and waits for it.
 func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
-	term, err := route.LiveTerm(r.leader)
+	term, err := route.LiveTerm(r.mastership)
 	if err != nil {
 		return Swept{}, err
 	}
@@ -90,7 +90,7 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 	}
 	r.backlog.done(term)
 	var errs []error
-	self := r.leader.NodeID()
+	self := r.mastership.NodeID()
 	// This process's own inbox first: it holds what was sent to it while
 	// it was a slave, which the slaves take over whether or not this
 	// process still runs a Consumer. It is live, whatever the registry
@@ -99,7 +99,7 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 	if own {
 		gone = append([]string{self}, gone...)
 	}
-	now := time.Now()
+	now := r.cfg.clock.Now()
 	for _, id := range gone {
 		if id != self {
 			if end := r.waits.until(id, now, r.cfg.Grace); now.Before(end) {
@@ -157,7 +157,7 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	if r.cfg.DropBacklog {
 		mode = rdb.AdoptDrop
 	}
-	self := r.leader.NodeID()
+	self := r.mastership.NodeID()
 	own = slices.Contains(ids, self)
 	// This process's own inbox is not adopted but moved to the slaves, by
 	// Sweep: adopted in place, its entries would be this term's and read by
@@ -172,7 +172,7 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), sweepChunk)]
 		res.Calls++
-		states, err := rdb.InboxAdopt(ctx, r.client, r.keys, r.leader.NodeID(), term, keyspace.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
+		states, err := rdb.InboxAdopt(ctx, r.client, r.keys, r.mastership.NodeID(), term, keyspace.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
 		if err != nil {
 			return res, gone, own, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
 		}
@@ -366,11 +366,11 @@ func (r *Router) Maintain(events Events, pick Pick) (stop func()) {
 	m := &maintainer{r: r, pick: pick, kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	u1 := events.OnMasterAcquired(func(ctx context.Context, _ int64) { m.start(ctx) })
 	u2 := events.OnSlaveRemoved(func(id string) {
-		r.waits.removed(id, time.Now())
+		r.waits.removed(id, r.cfg.clock.Now())
 		m.poke()
 	})
 	u3 := events.OnSlaveRegistered(func(registry.SlaveNode) { m.poke() })
-	if mr, ok := events.(masterRunner); ok && m.r.leader.IsMaster() {
+	if mr, ok := events.(masterRunner); ok && m.r.mastership.IsMaster() {
 		// A mastership already under way: its ctx lives as long as
 		// RunIfMaster's fn, so the sweeps run inside it.
 		quit, cancel := context.WithCancel(context.Background())
@@ -441,23 +441,25 @@ func (m *maintainer) start(ctx context.Context) {
 // loop sweeps until the mastership's ctx is done or Maintain stops, also
 // when the first grace of an inbox left in place ends.
 func (m *maintainer) loop(ctx context.Context) {
-	t := time.NewTicker(m.r.cfg.SweepInterval)
+	clk := m.r.cfg.clock
+	t := clk.NewTimer(m.r.cfg.SweepInterval) // every SweepInterval, as a ticker
 	defer t.Stop()
-	grace := time.NewTimer(time.Hour)
+	grace := clk.NewTimer(time.Hour)
 	defer grace.Stop()
 	for {
 		m.sweep(ctx)
 		var graceC <-chan time.Time
-		if end := m.r.waits.next(time.Now(), m.r.cfg.Grace); !end.IsZero() {
-			grace.Reset(time.Until(end) + time.Millisecond)
-			graceC = grace.C
+		if end := m.r.waits.next(clk.Now(), m.r.cfg.Grace); !end.IsZero() {
+			grace.Reset(end.Sub(clk.Now()) + time.Millisecond)
+			graceC = grace.C()
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.quit:
 			return
-		case <-t.C:
+		case <-t.C():
+			t.Reset(m.r.cfg.SweepInterval)
 		case <-m.kick:
 		case <-graceC:
 		}

@@ -130,7 +130,7 @@ func (r *Router) SendBatch(ctx context.Context, msgs []Outgoing) (res BatchResul
 	for _, m := range msgs {
 		b.Add(m.SlaveID, m.Type, m.Payload)
 	}
-	err = b.Send(ctx, r.leader, r.cfg.clock.Now(), r.publishBatch)
+	err = b.Send(ctx, r.mastership, r.cfg.clock.Now(), r.publishBatch)
 	res = BatchResult{Term: b.Term, Outcomes: make([]Outcome, len(msgs)), Calls: b.Calls}
 	for i := range res.Outcomes {
 		res.Outcomes[i] = Outcome{ID: b.IDs[i], Err: b.Errs[i]}
@@ -146,7 +146,7 @@ func (r *Router) publishBatch(ctx context.Context, term int64, items []route.Ite
 	for j, it := range items {
 		routed[j] = rdb.Routed{Channel: r.keys.SlaveChannel(it.SlaveID), Message: it.Data}
 	}
-	counts, err := rdb.RouteBatch(ctx, r.client, r.keys, r.leader.NodeID(), term, routed)
+	counts, err := rdb.RouteBatch(ctx, r.client, r.keys, r.mastership.NodeID(), term, routed)
 	if err != nil {
 		return nil, err // keyspace.ErrFenced when fenced
 	}

@@ -48,8 +48,8 @@ func mustSendBatch(t testing.TB, r *pubsub.Router, msgs []pubsub.Outgoing) pubsu
 // three slaves, and checks that each slave's Subscriber hands its messages
 // over in the order of the batch, each with its own id and the one term.
 func testSendBatchOrdered(t *testing.T, c redis.UniversalClient, n int) {
-	leader := newMaster(t, c, "master-1", pubsub.Config{})
-	r := newRouter(t, c, leader, nil, pubsub.Config{})
+	mastership := newMaster(t, c, "master-1", pubsub.Config{})
+	r := newRouter(t, c, mastership, nil, pubsub.Config{})
 	slaves := []string{"s1", "s2", "s3"}
 	got := make(map[string]chan pubsub.Message)
 	logs := make(map[string]*errLog)
@@ -61,8 +61,8 @@ func testSendBatchOrdered(t *testing.T, c redis.UniversalClient, n int) {
 	if want := (n + pubsub.MaxBatchChunk - 1) / pubsub.MaxBatchChunk; res.Calls != want {
 		t.Errorf("%d messages took %d calls, want %d", n, res.Calls, want)
 	}
-	if res.Term != leader.Term() || res.Delivered() != n || res.Err() != nil {
-		t.Fatalf("term %d (want %d), delivered %d of %d, %v", res.Term, leader.Term(), res.Delivered(), n, res.Err())
+	if res.Term != mastership.Term() || res.Delivered() != n || res.Err() != nil {
+		t.Fatalf("term %d (want %d), delivered %d of %d, %v", res.Term, mastership.Term(), res.Delivered(), n, res.Err())
 	}
 	ids := make(map[string]bool, n)
 	for i, o := range res.Outcomes {
@@ -175,9 +175,9 @@ func TestSendBatchOutcomes(t *testing.T) {
 // TestSendBatchNoCall: batches with nothing to publish make no call.
 func TestSendBatchNoCall(t *testing.T) {
 	_, c := newMini(t)
-	leader := newMaster(t, c, "master-1", pubsub.Config{})
-	term := leader.Term()
-	r := newRouter(t, c, leader, nil, pubsub.Config{})
+	mastership := newMaster(t, c, "master-1", pubsub.Config{})
+	term := mastership.Term()
+	r := newRouter(t, c, mastership, nil, pubsub.Config{})
 	n := &wiretap.Tap{}
 	c.AddHook(n)
 	tests := []struct {
@@ -197,8 +197,8 @@ func TestSendBatchNoCall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			leader.set(tt.term)
-			defer leader.set(term)
+			mastership.set(tt.term)
+			defer mastership.set(term)
 			n.Reset()
 			res, err := r.SendBatch(testCtx(t), tt.msgs)
 			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
@@ -222,9 +222,9 @@ func TestSendBatchNoCall(t *testing.T) {
 	}
 
 	// IsMaster true but the term already 0: the election fenced itself.
-	leader.master.Store(true)
-	leader.term.Store(0)
-	defer leader.set(term)
+	mastership.master.Store(true)
+	mastership.term.Store(0)
+	defer mastership.set(term)
 	if _, err := r.SendBatch(testCtx(t), batchTo(3, "t", "s1")); !errors.Is(err, pubsub.ErrNotMaster) || n.Commands() != 0 {
 		t.Errorf("term 0: %v after %d commands", err, n.Commands())
 	}
@@ -343,7 +343,7 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 		name string
 		// hook arranges for the second call to fail; admin is a client of
 		// the same server without hooks.
-		hook func(admin redis.UniversalClient, leader *fakeLeader, cfg pubsub.Config, cancel context.CancelFunc) *routeBatchHook
+		hook func(admin redis.UniversalClient, mastership *fakeMastership, cfg pubsub.Config, cancel context.CancelFunc) *routeBatchHook
 		want error
 		// second is what the second call's messages get; the third's
 		// always match ErrNotSent.
@@ -352,7 +352,7 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 	}{
 		{
 			name: "lock taken over after the first call",
-			hook: func(admin redis.UniversalClient, _ *fakeLeader, cfg pubsub.Config, _ context.CancelFunc) *routeBatchHook {
+			hook: func(admin redis.UniversalClient, _ *fakeMastership, cfg pubsub.Config, _ context.CancelFunc) *routeBatchHook {
 				return &routeBatchHook{after: func(call int64) {
 					if call == 1 {
 						takeOver(t, admin, cfg, "node-b")
@@ -363,10 +363,10 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 		},
 		{
 			name: "election reports the loss after the first call",
-			hook: func(_ redis.UniversalClient, leader *fakeLeader, _ pubsub.Config, _ context.CancelFunc) *routeBatchHook {
+			hook: func(_ redis.UniversalClient, mastership *fakeMastership, _ pubsub.Config, _ context.CancelFunc) *routeBatchHook {
 				return &routeBatchHook{after: func(call int64) {
 					if call == 1 {
-						leader.set(0)
+						mastership.set(0)
 					}
 				}}
 			},
@@ -374,7 +374,7 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 		},
 		{
 			name: "context cancelled after the first call",
-			hook: func(_ redis.UniversalClient, _ *fakeLeader, _ pubsub.Config, cancel context.CancelFunc) *routeBatchHook {
+			hook: func(_ redis.UniversalClient, _ *fakeMastership, _ pubsub.Config, cancel context.CancelFunc) *routeBatchHook {
 				return &routeBatchHook{after: func(call int64) {
 					if call == 1 {
 						cancel()
@@ -385,7 +385,7 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 		},
 		{
 			name: "second call fails in flight",
-			hook: func(redis.UniversalClient, *fakeLeader, pubsub.Config, context.CancelFunc) *routeBatchHook {
+			hook: func(redis.UniversalClient, *fakeMastership, pubsub.Config, context.CancelFunc) *routeBatchHook {
 				return &routeBatchHook{before: func(call int64) error {
 					if call == 2 {
 						return injected
@@ -402,15 +402,15 @@ func TestSendBatchStopsPartWay(t *testing.T) {
 			c := redis.NewClient(clientOptions(mr.Addr()))
 			t.Cleanup(func() { _ = c.Close() })
 			cfg := pubsub.Config{LockName: fmt.Sprintf("part-%d", i)}
-			leader := newMaster(t, admin, "node-a", cfg)
-			r := newRouter(t, c, leader, nil, cfg)
+			mastership := newMaster(t, admin, "node-a", cfg)
+			r := newRouter(t, c, mastership, nil, cfg)
 			ps := rawSubscribe(t, admin, cfg.SlaveChannel("s1"))
 			if err := rdb.Load(testCtx(t), c); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(testCtx(t))
 			defer cancel()
-			c.AddHook(tt.hook(admin, leader, cfg, cancel))
+			c.AddHook(tt.hook(admin, mastership, cfg, cancel))
 
 			chunk := pubsub.MaxBatchChunk
 			msgs := batchTo(3*chunk, "t", "s1")

@@ -115,20 +115,20 @@ func (h *routeHook) calls() (channels, bytes []int) {
 // all subscribed on one connection of admin, a client of the same server
 // without hooks.
 type broadcastSetup struct {
-	cfg    pubsub.Config
-	leader *fakeLeader
-	router *pubsub.Router
-	hook   *routeHook
-	admin  redis.UniversalClient
-	ids    []string
-	ps     *redis.PubSub
+	cfg        pubsub.Config
+	mastership *fakeMastership
+	router     *pubsub.Router
+	hook       *routeHook
+	admin      redis.UniversalClient
+	ids        []string
+	ps         *redis.PubSub
 }
 
 func newBroadcastSetup(t *testing.T, admin redis.UniversalClient, opts *redis.Options, name string, n int) *broadcastSetup {
 	t.Helper()
 	cfg := pubsub.Config{LockName: name, SlavePrefix: name + ":slave:"}
 	s := &broadcastSetup{cfg: cfg, admin: admin, hook: &routeHook{}}
-	s.leader = newMaster(t, admin, "node-a", cfg)
+	s.mastership = newMaster(t, admin, "node-a", cfg)
 	channels := make([]string, n)
 	for i := range n {
 		s.ids = append(s.ids, fmt.Sprintf("s%03d", i))
@@ -142,7 +142,7 @@ func newBroadcastSetup(t *testing.T, admin redis.UniversalClient, opts *redis.Op
 		t.Fatal(err)
 	}
 	c.AddHook(s.hook)
-	s.router = newRouter(t, c, s.leader, lister, cfg)
+	s.router = newRouter(t, c, s.mastership, lister, cfg)
 	s.ps = admin.Subscribe(testCtx(t), channels...)
 	t.Cleanup(func() { _ = s.ps.Close() })
 	for range n {
@@ -236,8 +236,8 @@ func testBroadcastChunks(t *testing.T, admin redis.UniversalClient, opts *redis.
 				switch {
 				case !ok:
 					t.Fatalf("%s received nothing", id)
-				case m.ID == "" || m.ID != first.ID || m.Term != s.leader.Term() || m.From != "node-a" || m.Type != "reload":
-					t.Fatalf("%s received %+v; want id %s, term %d, from node-a", id, m, first.ID, s.leader.Term())
+				case m.ID == "" || m.ID != first.ID || m.Term != s.mastership.Term() || m.From != "node-a" || m.Type != "reload":
+					t.Fatalf("%s received %+v; want id %s, term %d, from node-a", id, m, first.ID, s.mastership.Term())
 				}
 			}
 			s.nothingMore(t)
@@ -350,7 +350,7 @@ func testBroadcastStopsPartWay(t *testing.T, admin redis.UniversalClient, opts *
 			arrange: func(_ *testing.T, s *broadcastSetup, _ context.CancelFunc) {
 				s.hook.after = func(call int) {
 					if call == 1 {
-						s.leader.set(0)
+						s.mastership.set(0)
 					}
 				}
 			},
@@ -392,7 +392,7 @@ func testBroadcastStopsPartWay(t *testing.T, admin redis.UniversalClient, opts *
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newBroadcastSetup(t, admin, opts, fmt.Sprintf("stops-%d", i), n)
-			term := s.leader.Term()
+			term := s.mastership.Term()
 			var mu sync.Mutex
 			observed := map[pubsub.RouteOutcome]int{}
 			s.router.Observe(pubsub.Observer{Routed: func(o pubsub.RouteOutcome, k int) {

@@ -19,8 +19,8 @@ import (
 // "master-election:master-inbox").
 const DefaultLockName = keyspace.DefaultLockName
 
-// KeySource gives the Redis names of an election. When the leader of
-// NewRouter or NewInbox, or Config.Terms of NewSubscriber, implements it
+// KeySource gives the Redis names of an election. When the Mastership of
+// NewRouter or NewReports, or Config.Terms of NewSubscriber, implements it
 // (*masterelection.MasterElection does), the lock name, the Cluster hash tag
 // and the slave prefix are taken from it: Config.LockName, Cluster and
 // SlavePrefix may then be left empty (if set, they must agree with it).
@@ -28,7 +28,7 @@ type KeySource interface {
 	Keys() keyspace.Keys
 }
 
-// Config configures a Router, Subscriber or Inbox. The zero value of every
+// Config configures a Router, Subscriber or Reports. The zero value of every
 // field means its default; DefaultConfig returns them filled in. The
 // constructors copy the Config, so changing it afterwards has no effect.
 type Config struct {
@@ -46,7 +46,7 @@ type Config struct {
 	// id X listens on SlavePrefix+X. Default: keyspace.DefaultSlavePrefix
 	// ("worker:slave:").
 	SlavePrefix string
-	// OnError receives the errors of a Subscriber's or Inbox's loop: stale
+	// OnError receives the errors of a Subscriber's or Reports' loop: stale
 	// messages (*StaleTermError), messages and notices whose term Redis did
 	// not confirm (*UnverifiedTermError), undeliverable ones
 	// (*MessageError), messages dropped for a full backlog (ErrBacklogFull)
@@ -60,7 +60,7 @@ type Config struct {
 	// PingInterval is how long the connection may stay silent before it is
 	// sent PING; when the next interval passes without any reply either, the
 	// connection is replaced. Detects silently dead connections within
-	// 2 × PingInterval. Every Subscriber and Inbox of a client, and the
+	// 2 × PingInterval. Every Subscriber and Reports of a client, and the
 	// client's elections, share one connection, which uses the smallest
 	// interval any of them asked for. Default: 15s.
 	PingInterval time.Duration
@@ -70,9 +70,9 @@ type Config struct {
 	// runs an election, whose notice feed asks for that. Default: 1s.
 	MaxRetryDelay time.Duration
 	// MaxBacklog bounds, in bytes (channel name and payload), the messages
-	// a Subscriber or Inbox has received but its handlers not yet taken;
+	// a Subscriber or Reports has received but its handlers not yet taken;
 	// each message that does not fit is dropped and reported
-	// (ErrBacklogFull). Every Subscriber and Inbox of a client shares one
+	// (ErrBacklogFull). Every Subscriber and Reports of a client shares one
 	// connection, so a slow handler delays only its own receiver. Default:
 	// 32 MiB, Redis's own default limit for a pub/sub client's output
 	// buffer, past which Redis would drop the connection.

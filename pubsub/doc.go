@@ -7,7 +7,7 @@
 //
 //	worker:slave:<processId>      master -> one slave   (Router.Send, Router.Broadcast, via route.lua;
 //	                                                     Router.SendBatch, via route_batch.lua)
-//	<lockName>:master-inbox       slaves -> master      (Subscriber.ReportToMaster, Inbox)
+//	<lockName>:master-inbox       slaves -> master      (Subscriber.ReportToMaster, Reports)
 //	<lockName>:events             election notices      (read by Subscriber for terms)
 //
 // Every message is a JSON envelope (Message): id, from, term, type, payload,
@@ -81,7 +81,7 @@
 //     (*UnverifiedTermError, ErrUnverifiedTerm). So a forged PUBLISH cannot
 //     lift the fence above the terms Redis has minted and shut out the real
 //     master. Config.Terms and ObserveTerm are trusted as verified.
-//   - One connection per client: every Subscriber and Inbox of a
+//   - One connection per client: every Subscriber and Reports of a
 //     go-redis client, and the elections on it, share one pub/sub
 //     connection (under Redis Cluster, one per election hash tag); each receiver has its own goroutine and backlog, so a slow
 //     handler delays only its own receiver.
@@ -125,7 +125,7 @@
 //
 // # Goroutines
 //
-// Router starts none. Subscriber and Inbox each run one loop goroutine,
+// Router starts none. Subscriber and Reports each run one loop goroutine,
 // started by Start and stopped and waited for by Close. Handlers and
 // OnError run on that goroutine, never concurrently with each other.
 // go-redis redials and resubscribes after a lost connection; the loop waits

@@ -71,7 +71,7 @@ var (
 	// loop keeps retrying; messages published meanwhile are lost.
 	ErrConnection = route.ErrConnection
 	// ErrBacklogFull is reported when messages were dropped because the
-	// handlers of a Subscriber or Inbox were more than Config.MaxBacklog
+	// handlers of a Subscriber or Reports were more than Config.MaxBacklog
 	// bytes of messages behind; the error says how many.
 	ErrBacklogFull = errors.New("pubsub: backlog full, messages dropped")
 )
@@ -185,7 +185,7 @@ func (e *UnverifiedTermError) Unwrap() error { return e.Err }
 // delivered: it was malformed or oversized, its type had no handler, or its
 // handler returned an error or panicked. Err says which, and matches one of
 // ErrMalformedEnvelope, ErrPayloadTooLarge, ErrUnknownType, ErrHandlerPanic,
-// ErrNotMaster (an inbox report while not master) or the handler's own error.
+// ErrNotMaster (a report that reached a Reports while not master) or the handler's own error.
 type MessageError struct {
 	// Channel is the channel the message arrived on.
 	Channel string

@@ -15,17 +15,17 @@ import (
 	"github.com/herdkit/herd/pubsub"
 )
 
-// staticLeader stands in for *masterelection.MasterElection in the examples.
+// staticMastership stands in for *masterelection.MasterElection in the examples.
 // One that sends must hold the lock in Redis under its term (exampleMaster),
 // or the route script refuses its messages.
-type staticLeader struct {
+type staticMastership struct {
 	id   string
 	term int64
 }
 
-func (l staticLeader) NodeID() string { return l.id }
-func (l staticLeader) IsMaster() bool { return l.term > 0 }
-func (l staticLeader) Term() int64    { return l.term }
+func (l staticMastership) NodeID() string { return l.id }
+func (l staticMastership) IsMaster() bool { return l.term > 0 }
+func (l staticMastership) Term() int64    { return l.term }
 
 // exampleRedis starts an in-process Redis for the examples. Its clock is
 // fixed, so the terms acquire.lua mints from it are too.
@@ -41,12 +41,12 @@ func exampleRedis() (*miniredis.Miniredis, *redis.Client) {
 
 // exampleMaster makes id master as the election does, with acquire.lua,
 // and returns a stand-in for the election with the term it minted.
-func exampleMaster(ctx context.Context, client *redis.Client, id string) staticLeader {
+func exampleMaster(ctx context.Context, client *redis.Client, id string) staticMastership {
 	a, err := rdb.Acquire(ctx, client, keyspace.NewKeys(pubsub.DefaultLockName, false), id, time.Minute, nil, 0)
 	if err != nil || a.Term == 0 {
 		panic(fmt.Sprintf("%s acquires: %+v, %v", id, a, err))
 	}
-	return staticLeader{id, a.Term}
+	return staticMastership{id, a.Term}
 }
 
 func ExampleSlaveChannel() {
@@ -219,18 +219,18 @@ func ExampleSubscriber_ObserveTerm() {
 	// rejected: 1
 }
 
-// A slave reports to the master's inbox; the handler learns the sender.
+// A slave reports to the master's Reports; the handler learns the sender.
 func ExampleSubscriber_ReportToMaster() {
 	mr, client := exampleRedis()
 	defer mr.Close()
 	defer client.Close()
 	ctx := context.Background()
 
-	inbox, _ := pubsub.NewInbox(client, staticLeader{"master-1", 3}, pubsub.Config{})
+	reports, _ := pubsub.NewReports(client, staticMastership{"master-1", 3}, pubsub.Config{})
 	got := make(chan pubsub.Message, 1)
-	_ = inbox.Handle("load", pubsub.Chan(got))
-	_ = inbox.Start(ctx)
-	defer inbox.Close()
+	_ = reports.Handle("load", pubsub.Chan(got))
+	_ = reports.Start(ctx)
+	defer reports.Close()
 
 	slave, _ := pubsub.NewSubscriber(client, "slave-1", pubsub.Config{})
 	if err := slave.ReportToMaster(ctx, "load", map[string]int{"percent": 40}); err != nil {

@@ -70,7 +70,7 @@ func testSendFenced(t *testing.T, c redis.UniversalClient) {
 
 			holder, term := tc.lose(t, cfg)
 			if !a.IsMaster() || a.Term() != termA {
-				t.Fatal("the fake leader learned of the loss; the test needs it unaware")
+				t.Fatal("the fake mastership learned of the loss; the test needs it unaware")
 			}
 			err := r.Send(testCtx(t), s1, "t", "after")
 			assertFenced(t, "Send", err)
@@ -108,7 +108,7 @@ func testSendFenced(t *testing.T, c redis.UniversalClient) {
 				return
 			}
 			// The holder, with the term it was given, is not fenced.
-			next := newRouter(t, c, newLeader(holder, term), nil, cfg)
+			next := newRouter(t, c, newMastership(holder, term), nil, cfg)
 			mustSend(t, next, s1, "t", "new master")
 			m, err := pubsub.ParseMessage([]byte(rawReceive(t, ps1).Payload))
 			if err != nil || m.From != holder || m.Term != term || m.Term <= termA {

@@ -54,32 +54,32 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// fakeLeader is a Mastership whose answers the test sets. It holds no lock of
+// fakeMastership is a Mastership whose answers the test sets. It holds no lock of
 // its own: since the route script publishes only for the holder of the lock
-// under its term, a fakeLeader whose Router sends is made by newMaster, which
-// takes the lock in Redis for real. newLeader alone serves where nothing is
-// sent (Inbox, constructor errors).
-type fakeLeader struct {
+// under its term, a fakeMastership whose Router sends is made by newMaster, which
+// takes the lock in Redis for real. newMastership alone serves where nothing is
+// sent (Reports, constructor errors).
+type fakeMastership struct {
 	id     string
 	master atomic.Bool
 	term   atomic.Int64
 }
 
-func newLeader(id string, term int64) *fakeLeader {
-	l := &fakeLeader{id: id}
+func newMastership(id string, term int64) *fakeMastership {
+	l := &fakeMastership{id: id}
 	l.set(term)
 	return l
 }
 
-// set makes the leader master with term, or not master when term is 0.
-func (l *fakeLeader) set(term int64) {
+// set makes the mastership master with term, or not master when term is 0.
+func (l *fakeMastership) set(term int64) {
 	l.term.Store(term)
 	l.master.Store(term > 0)
 }
 
-func (l *fakeLeader) NodeID() string { return l.id }
-func (l *fakeLeader) IsMaster() bool { return l.master.Load() }
-func (l *fakeLeader) Term() int64 {
+func (l *fakeMastership) NodeID() string { return l.id }
+func (l *fakeMastership) IsMaster() bool { return l.master.Load() }
+func (l *fakeMastership) Term() int64 {
 	if !l.master.Load() {
 		return 0
 	}
@@ -111,11 +111,11 @@ func acquire(t testing.TB, c redis.UniversalClient, cfg pubsub.Config, id string
 	return a.Term
 }
 
-// newMaster returns a fakeLeader that holds the lock of cfg's election in
+// newMaster returns a fakeMastership that holds the lock of cfg's election in
 // Redis for real, under the term acquire.lua minted for it.
-func newMaster(t testing.TB, c redis.UniversalClient, id string, cfg pubsub.Config) *fakeLeader {
+func newMaster(t testing.TB, c redis.UniversalClient, id string, cfg pubsub.Config) *fakeMastership {
 	t.Helper()
-	return newLeader(id, acquire(t, c, cfg, id))
+	return newMastership(id, acquire(t, c, cfg, id))
 }
 
 // takeOver moves the lock of cfg's election to id as an expiry followed by

@@ -65,8 +65,8 @@ func TestIntegrationSendBatch(t *testing.T) {
 func TestIntegrationSendBatchCluster(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.Default(t), 3).Client(t)
 	cfg := pubsub.Config{Cluster: true}
-	leader := newMaster(t, c, "master", cfg)
-	r := newRouter(t, c, leader, nil, cfg)
+	mastership := newMaster(t, c, "master", cfg)
+	r := newRouter(t, c, mastership, nil, cfg)
 	slaves := []string{"s1", "s2", "s3", "s4"}
 	got := make(map[string]chan pubsub.Message)
 	for _, id := range slaves {
@@ -86,7 +86,7 @@ func TestIntegrationSendBatchCluster(t *testing.T) {
 	_, err := r.SendBatch(testCtx(t), msgs)
 	assertFenced(t, "SendBatch on a cluster", err)
 	// The fenced batch published nothing: the next message is the new master's.
-	mustSend(t, newRouter(t, c, newLeader("node-b", termB), nil, cfg), "s1", "marker", nil)
+	mustSend(t, newRouter(t, c, newMastership("node-b", termB), nil, cfg), "s1", "marker", nil)
 	if m := receive(t, got["s1"]); m.Type != "marker" || m.Term != termB {
 		t.Errorf("s1 received %+v, want the new master's marker", m)
 	}
@@ -158,22 +158,22 @@ func TestIntegrationResumeAfterRestart(t *testing.T) {
 	})
 }
 
-func TestIntegrationBroadcastAndInbox(t *testing.T) {
+func TestIntegrationBroadcastAndReports(t *testing.T) {
 	redistest.ForEachServer(t, func(t *testing.T, srv redistest.Server) {
 		c := redistest.Start(t, srv).Client(t)
-		leader := newMaster(t, c, "master", pubsub.Config{})
+		mastership := newMaster(t, c, "master", pubsub.Config{})
 		ids := []string{"s0", "s1", "s2", "master", "gone"}
-		r := newRouter(t, c, leader, slaveList{ids: ids}, pubsub.Config{})
-		in, err := pubsub.NewInbox(c, leader, pubsub.Config{})
+		r := newRouter(t, c, mastership, slaveList{ids: ids}, pubsub.Config{})
+		rep, err := pubsub.NewReports(c, mastership, pubsub.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		reports := make(chan pubsub.Message, 10)
-		in.HandleDefault(pubsub.Chan(reports))
-		if err := in.Start(testCtx(t)); err != nil {
+		rep.HandleDefault(pubsub.Chan(reports))
+		if err := rep.Start(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
-		defer in.Close()
+		defer rep.Close()
 
 		var subs []*pubsub.Subscriber
 		var gots []chan pubsub.Message
@@ -187,7 +187,7 @@ func TestIntegrationBroadcastAndInbox(t *testing.T) {
 		}
 		for i, s := range subs {
 			m := receive(t, gots[i])
-			if m.Type != "reload" || m.Term != leader.Term() {
+			if m.Type != "reload" || m.Term != mastership.Term() {
 				t.Errorf("%s got %+v", ids[i], m)
 			}
 			if err := s.ReportToMaster(testCtx(t), "reloaded", m.ID); err != nil {

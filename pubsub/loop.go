@@ -42,7 +42,7 @@ const (
 	stateClosed
 )
 
-// receiver is the receive loop shared by Subscriber and Inbox: a
+// receiver is the receive loop shared by Subscriber and Reports: a
 // subscription to a fixed set of channels on the client's shared pub/sub
 // connection (internal/subhub), whose messages one goroutine of its own
 // hands to onMessage, in order. Close stops that goroutine and waits for it.

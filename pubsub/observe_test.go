@@ -50,9 +50,9 @@ func (o *outcomes) waitFor(t *testing.T, want map[string]int) {
 func TestRouterObserverCountsOutcomes(t *testing.T) {
 	_, c := newMini(t)
 	cfg := pubsub.DefaultConfig()
-	leader := newMaster(t, c, "m", cfg)
+	mastership := newMaster(t, c, "m", cfg)
 	startSubscriber(t, c, "s1", cfg)
-	r := newRouter(t, c, leader, slaveList{ids: []string{"s1", "gone"}}, cfg)
+	r := newRouter(t, c, mastership, slaveList{ids: []string{"s1", "gone"}}, cfg)
 	var got outcomes
 	remove := r.Observe(pubsub.Observer{Routed: func(o pubsub.RouteOutcome, n int) { got.add(string(o), n) }})
 	ctx := testCtx(t)
@@ -71,12 +71,12 @@ func TestRouterObserverCountsOutcomes(t *testing.T) {
 	takeOver(t, c, cfg, "other") // the Router's term is fenced in Redis from now on
 	_ = r.Send(ctx, "s1", "job", 1)
 	_, _ = r.SendBatch(ctx, []pubsub.Outgoing{{SlaveID: "s1", Type: "job"}, {SlaveID: "gone", Type: "job"}})
-	leader.set(0) // the election says: not master
+	mastership.set(0) // the election says: not master
 	_ = r.Send(ctx, "s1", "job", 1)
 	_, _ = r.Broadcast(ctx, "job", 1)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	leader.set(leader.term.Load() + 1)
+	mastership.set(mastership.term.Load() + 1)
 	_ = r.Send(cctx, "s1", "job", 1) // a cancelled context: error
 	got.waitFor(t, map[string]int{"delivered": 3, "no_subscriber": 3, "invalid": 2, "fenced": 3, "not_master": 2, "error": 1})
 
@@ -92,8 +92,8 @@ func TestRouterObserverCountsOutcomes(t *testing.T) {
 func TestSubscriberObserverCountsOutcomes(t *testing.T) {
 	_, c := newMini(t)
 	cfg := pubsub.DefaultConfig()
-	leader := newMaster(t, c, "m", cfg)
-	r := newRouter(t, c, leader, nil, cfg)
+	mastership := newMaster(t, c, "m", cfg)
+	r := newRouter(t, c, mastership, nil, cfg)
 	log := newErrLog()
 	cfg.OnError = log.add
 	s, err := pubsub.NewSubscriber(c, "s1", cfg)
@@ -113,7 +113,7 @@ func TestSubscriberObserverCountsOutcomes(t *testing.T) {
 	for _, typ := range []string{"ok", "ok", "fail", "boom", "unknown"} {
 		mustSend(t, r, "s1", typ, 1)
 	}
-	old := leader.term.Load()
+	old := mastership.term.Load()
 	takeOver(t, c, cfg, "other") // its acquired notice raises the subscriber's fence
 	bypass(t, c, s.Channel(), pubsub.Message{From: "m", Term: old, Type: "ok"})
 	bypass(t, c, s.Channel(), pubsub.Message{From: "forger", Term: 9e15, Type: "ok"})

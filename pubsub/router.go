@@ -36,31 +36,31 @@ type SlaveLister interface {
 // the current term to the slaves' channels. It starts no goroutine and keeps
 // no connection of its own; it is safe for concurrent use.
 type Router struct {
-	client redis.UniversalClient
-	leader Mastership
-	slaves SlaveLister
-	cfg    Config
-	keys   keyspace.Keys // cfg.keys(), built once, not on every Send
-	obs    observers     // Observe (observe.go)
+	client     redis.UniversalClient
+	mastership Mastership
+	slaves     SlaveLister
+	cfg        Config
+	keys       keyspace.Keys // cfg.keys(), built once, not on every Send
+	obs        observers     // Observe (observe.go)
 }
 
-// NewRouter returns a Router publishing through client on behalf of leader.
-// slaves is used by Broadcast only; when it is nil and leader is also a
-// SlaveLister (as *masterelection.MasterElection is), leader is used. When
-// leader is a KeySource (the election is), the channel names come from it:
+// NewRouter returns a Router publishing through client on behalf of mastership.
+// slaves is used by Broadcast only; when it is nil and mastership is also a
+// SlaveLister (as *masterelection.MasterElection is), mastership is used. When
+// mastership is a KeySource (the election is), the channel names come from it:
 // NewRouter(client, election, nil, pubsub.Config{}) is all it takes.
-func NewRouter(client redis.UniversalClient, leader Mastership, slaves SlaveLister, cfg Config) (*Router, error) {
-	if err := route.CheckMastership("pubsub: NewRouter", client, leader); err != nil {
+func NewRouter(client redis.UniversalClient, mastership Mastership, slaves SlaveLister, cfg Config) (*Router, error) {
+	if err := route.CheckMastership("pubsub: NewRouter", client, mastership); err != nil {
 		return nil, err
 	}
-	cfg, err := cfg.withDefaults(client, leader)
+	cfg, err := cfg.withDefaults(client, mastership)
 	if err != nil {
 		return nil, err
 	}
-	if l, ok := leader.(SlaveLister); ok && slaves == nil {
+	if l, ok := mastership.(SlaveLister); ok && slaves == nil {
 		slaves = l
 	}
-	return &Router{client: client, leader: leader, slaves: slaves, cfg: cfg, keys: cfg.keys()}, nil
+	return &Router{client: client, mastership: mastership, slaves: slaves, cfg: cfg, keys: cfg.keys()}, nil
 }
 
 // Send publishes one message of type msgType to the channel of slaveID,
@@ -83,7 +83,7 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 	if err := route.CheckName("slave id", slaveID); err != nil {
 		return err
 	}
-	env, err := route.Stamp(r.leader, msgType, payload, r.cfg.clock.Now())
+	env, err := route.Stamp(r.mastership, msgType, payload, r.cfg.clock.Now())
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (r *Router) Send(ctx context.Context, slaveID, msgType string, payload any)
 // PUBLISH are one atomic step on the server, in one round trip.
 func (r *Router) route(ctx context.Context, env route.Envelope, channels ...string) ([]int64, error) {
 	// A refusal is keyspace.ErrFenced, which matches ErrNotMaster too.
-	return rdb.Route(ctx, r.client, r.keys, r.leader.NodeID(), env.Term, env.Data, channels...)
+	return rdb.Route(ctx, r.client, r.keys, r.mastership.NodeID(), env.Term, env.Data, channels...)
 }
 
 // Broadcast sends one message (one id, one term) to every live slave the
@@ -135,7 +135,7 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 	if r.slaves == nil {
 		return 0, errors.New("pubsub: Broadcast: the Router has no SlaveLister")
 	}
-	env, err := route.Stamp(r.leader, msgType, payload, r.cfg.clock.Now())
+	env, err := route.Stamp(r.mastership, msgType, payload, r.cfg.clock.Now())
 	if err != nil {
 		return 0, err
 	}
@@ -144,10 +144,10 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 		return 0, fmt.Errorf("list slaves: %w", err)
 	}
 	// Listing took a round trip: do not publish for a mastership that ended meanwhile.
-	if !r.leader.IsMaster() || r.leader.Term() != env.Term {
+	if !r.mastership.IsMaster() || r.mastership.Term() != env.Term {
 		return 0, ErrNotMaster
 	}
-	self := r.leader.NodeID()
+	self := r.mastership.NodeID()
 	seen := make(map[string]bool, len(nodes))
 	ids := make([]string, 0, len(nodes))
 	for _, n := range nodes {
@@ -179,7 +179,7 @@ func (r *Router) Broadcast(ctx context.Context, msgType string, payload any) (de
 	}
 	// Its error says at which call it stopped; the slaves' errors below say
 	// which were not sent, and why.
-	b, _ := route.Fanout(ctx, r.leader, env, ids, call)
+	b, _ := route.Fanout(ctx, r.mastership, env, ids, call)
 	var errs []error
 	for i, e := range b.Errs {
 		var nse *NoSubscriberError

@@ -91,12 +91,12 @@ func TestSendEnvelope(t *testing.T) {
 
 func TestSendErrors(t *testing.T) {
 	_, c := newMini(t)
-	leader := newMaster(t, c, "master-1", pubsub.Config{})
-	term := leader.Term()
-	r := newRouter(t, c, leader, nil, pubsub.Config{})
+	mastership := newMaster(t, c, "master-1", pubsub.Config{})
+	term := mastership.Term()
+	r := newRouter(t, c, mastership, nil, pubsub.Config{})
 	rawSubscribe(t, c, "worker:slave:s1")
 
-	// term is 0 where the leader says it is not master, and the term it holds
+	// term is 0 where the mastership says it is not master, and the term it holds
 	// the lock under everywhere else.
 	tests := []struct {
 		name    string
@@ -123,7 +123,7 @@ func TestSendErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			leader.set(tt.term)
+			mastership.set(tt.term)
 			err := r.Send(testCtx(t), tt.slave, tt.typ, tt.payload)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("error %v, want %v", err, tt.want)
@@ -134,21 +134,21 @@ func TestSendErrors(t *testing.T) {
 		})
 	}
 
-	leader.set(term)
+	mastership.set(term)
 	var nse *pubsub.NoSubscriberError
 	if err := r.Send(testCtx(t), "gone", "t", nil); !errors.As(err, &nse) || nse.SlaveID != "gone" {
 		t.Errorf("errors.As NoSubscriberError: %v", err)
 	}
 
 	// IsMaster true but the term already 0: the election fenced itself.
-	leader.master.Store(true)
-	leader.term.Store(0)
+	mastership.master.Store(true)
+	mastership.term.Store(0)
 	if err := r.Send(testCtx(t), "s1", "t", nil); !errors.Is(err, pubsub.ErrNotMaster) {
 		t.Errorf("term 0: %v", err)
 	}
 
 	// A Redis error is wrapped, not swallowed.
-	leader.set(term)
+	mastership.set(term)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := r.Send(ctx, "s1", "t", nil); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `"s1"`) {
@@ -159,22 +159,22 @@ func TestSendErrors(t *testing.T) {
 func TestNewRouterErrors(t *testing.T) {
 	_, c := newMini(t)
 	tests := []struct {
-		name   string
-		client redis.UniversalClient
-		leader pubsub.Mastership
-		cfg    pubsub.Config
-		errHas string
+		name       string
+		client     redis.UniversalClient
+		mastership pubsub.Mastership
+		cfg        pubsub.Config
+		errHas     string
 	}{
-		{"nil client", nil, newLeader("n", 1), pubsub.Config{}, "client is nil"},
-		{"typed nil client", (*redis.Client)(nil), newLeader("n", 1), pubsub.Config{}, "client is nil"},
-		{"typed nil cluster client", (*redis.ClusterClient)(nil), newLeader("n", 1), pubsub.Config{}, "client is nil"},
-		{"nil leader", c, nil, pubsub.Config{}, "leader is nil"},
-		{"bad node id", c, newLeader("n*", 1), pubsub.Config{}, "glob"},
-		{"bad prefix", c, newLeader("n", 1), pubsub.Config{SlavePrefix: "worker slave:"}, "SlavePrefix"},
+		{"nil client", nil, newMastership("n", 1), pubsub.Config{}, "client is nil"},
+		{"typed nil client", (*redis.Client)(nil), newMastership("n", 1), pubsub.Config{}, "client is nil"},
+		{"typed nil cluster client", (*redis.ClusterClient)(nil), newMastership("n", 1), pubsub.Config{}, "client is nil"},
+		{"nil mastership", c, nil, pubsub.Config{}, "mastership is nil"},
+		{"bad node id", c, newMastership("n*", 1), pubsub.Config{}, "glob"},
+		{"bad prefix", c, newMastership("n", 1), pubsub.Config{SlavePrefix: "worker slave:"}, "SlavePrefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := pubsub.NewRouter(tt.client, tt.leader, nil, tt.cfg)
+			r, err := pubsub.NewRouter(tt.client, tt.mastership, nil, tt.cfg)
 			if err == nil || r != nil || !strings.Contains(err.Error(), tt.errHas) {
 				t.Fatalf("got %v, %v; want an error mentioning %q", r, err, tt.errHas)
 			}
@@ -184,10 +184,10 @@ func TestNewRouterErrors(t *testing.T) {
 
 func TestBroadcast(t *testing.T) {
 	_, c := newMini(t)
-	leader := newMaster(t, c, "master-1", pubsub.Config{})
-	term := leader.Term()
+	mastership := newMaster(t, c, "master-1", pubsub.Config{})
+	term := mastership.Term()
 	lister := &slaveList{ids: []string{"s1", "master-1", "s2", "s1", "gone", "bad*id", "gone2"}}
-	r := newRouter(t, c, leader, lister, pubsub.Config{})
+	r := newRouter(t, c, mastership, lister, pubsub.Config{})
 	ps1 := rawSubscribe(t, c, "worker:slave:s1")
 	ps2 := rawSubscribe(t, c, "worker:slave:s2")
 	self := rawSubscribe(t, c, "worker:slave:master-1")
@@ -217,43 +217,43 @@ func TestBroadcast(t *testing.T) {
 	}
 
 	t.Run("not master", func(t *testing.T) {
-		leader.set(0)
-		defer leader.set(term)
+		mastership.set(0)
+		defer mastership.set(term)
 		if n, err := r.Broadcast(testCtx(t), "t", nil); n != 0 || !errors.Is(err, pubsub.ErrNotMaster) {
 			t.Errorf("got %d, %v", n, err)
 		}
 	})
 	t.Run("mastership lost while listing", func(t *testing.T) {
-		defer leader.set(term)
-		lost := &slaveList{ids: []string{"s1"}, before: func() { leader.set(0) }}
-		r := newRouter(t, c, leader, lost, pubsub.Config{})
+		defer mastership.set(term)
+		lost := &slaveList{ids: []string{"s1"}, before: func() { mastership.set(0) }}
+		r := newRouter(t, c, mastership, lost, pubsub.Config{})
 		if n, err := r.Broadcast(testCtx(t), "t", nil); n != 0 || !errors.Is(err, pubsub.ErrNotMaster) {
 			t.Errorf("got %d, %v", n, err)
 		}
 	})
 	t.Run("new term while listing", func(t *testing.T) {
-		defer leader.set(term)
-		moved := &slaveList{ids: []string{"s1"}, before: func() { leader.set(term + 1) }}
-		r := newRouter(t, c, leader, moved, pubsub.Config{})
+		defer mastership.set(term)
+		moved := &slaveList{ids: []string{"s1"}, before: func() { mastership.set(term + 1) }}
+		r := newRouter(t, c, mastership, moved, pubsub.Config{})
 		if n, err := r.Broadcast(testCtx(t), "t", nil); n != 0 || !errors.Is(err, pubsub.ErrNotMaster) {
 			t.Errorf("got %d, %v", n, err)
 		}
 	})
 	t.Run("lister error", func(t *testing.T) {
 		boom := errors.New("registry down")
-		r := newRouter(t, c, leader, &slaveList{err: boom}, pubsub.Config{})
+		r := newRouter(t, c, mastership, &slaveList{err: boom}, pubsub.Config{})
 		if n, err := r.Broadcast(testCtx(t), "t", nil); n != 0 || !errors.Is(err, boom) {
 			t.Errorf("got %d, %v", n, err)
 		}
 	})
 	t.Run("no slaves", func(t *testing.T) {
-		r := newRouter(t, c, leader, &slaveList{ids: []string{"master-1"}}, pubsub.Config{})
+		r := newRouter(t, c, mastership, &slaveList{ids: []string{"master-1"}}, pubsub.Config{})
 		if n, err := r.Broadcast(testCtx(t), "t", nil); n != 0 || err != nil {
 			t.Errorf("got %d, %v", n, err)
 		}
 	})
 	t.Run("no lister", func(t *testing.T) {
-		r := newRouter(t, c, leader, nil, pubsub.Config{})
+		r := newRouter(t, c, mastership, nil, pubsub.Config{})
 		if _, err := r.Broadcast(testCtx(t), "t", nil); err == nil || !strings.Contains(err.Error(), "SlaveLister") {
 			t.Errorf("got %v", err)
 		}

@@ -36,8 +36,8 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 	if err != nil || a.Term == 0 {
 		t.Fatalf("A acquires: %+v, %v", a, err)
 	}
-	leaderA := newLeader("node-a", a.Term) // never learns it lost the lock
-	routerA := newRouter(t, c, leaderA, nil, pubsub.Config{})
+	masterA := newMastership("node-a", a.Term) // never learns it lost the lock
+	routerA := newRouter(t, c, masterA, nil, pubsub.Config{})
 
 	const slaves, before, after = 3, 20, 30
 	type slave struct {
@@ -65,8 +65,8 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 	if err != nil || b.Term <= a.Term {
 		t.Fatalf("B acquires after A's term %d: %+v, %v", a.Term, b, err)
 	}
-	if !leaderA.IsMaster() || leaderA.Term() != a.Term {
-		t.Fatal("stale leader changed")
+	if !masterA.IsMaster() || masterA.Term() != a.Term {
+		t.Fatal("stale mastership changed")
 	}
 	// Send side: the route script refuses A, whatever A believes.
 	for i := range after {
@@ -83,7 +83,7 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 				pubsub.Message{From: "node-a", Term: a.Term, Type: "work", Payload: payload, SentAt: time.Now()})
 		}
 	}
-	routerB := newRouter(t, c, newLeader("node-b", b.Term), nil, pubsub.Config{})
+	routerB := newRouter(t, c, newMastership("node-b", b.Term), nil, pubsub.Config{})
 	send(routerB, "b", 5)
 
 	// What Redis published on slave-0's channel: nothing of the fenced Sends.
@@ -154,9 +154,9 @@ func testStaleMasterTakeover(t *testing.T, c redis.UniversalClient, expire func(
 // gone with the data, so the Router is fenced until its process takes the
 // lock again, as the election does, under a new, higher term.
 func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func(), dataLost bool) {
-	leader := newMaster(t, c, "m", pubsub.Config{})
-	oldTerm := leader.Term()
-	r := newRouter(t, c, leader, nil, pubsub.Config{})
+	mastership := newMaster(t, c, "m", pubsub.Config{})
+	oldTerm := mastership.Term()
+	r := newRouter(t, c, mastership, nil, pubsub.Config{})
 	s, got, log := startSubscriber(t, c, "s1", pubsub.Config{MaxRetryDelay: 50 * time.Millisecond})
 	mustSend(t, r, "s1", "t", "before")
 	if m := receive(t, got); string(m.Payload) != `"before"` {
@@ -181,7 +181,7 @@ func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func(
 			fenced = true
 			a, err := rdb.Acquire(ctx, c, lockKeys(pubsub.Config{}), "m", testLockTTL, nil, 0)
 			if err == nil && a.Term > 0 {
-				leader.set(a.Term)
+				mastership.set(a.Term)
 			}
 			continue
 		}
@@ -190,8 +190,8 @@ func testResumeAfterRestart(t *testing.T, c redis.UniversalClient, restart func(
 	if fenced != dataLost {
 		t.Errorf("Send fenced after the restart: %v; the restart lost the data: %v", fenced, dataLost)
 	}
-	if dataLost && leader.Term() <= oldTerm {
-		t.Errorf("term after the restart %d, before %d", leader.Term(), oldTerm)
+	if dataLost && mastership.Term() <= oldTerm {
+		t.Errorf("term after the restart %d, before %d", mastership.Term(), oldTerm)
 	}
 	const n = 100
 	for i := range n {

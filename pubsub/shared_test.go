@@ -41,14 +41,14 @@ func waitConns(t testing.TB, c *redis.Client, want int) {
 }
 
 // TestOneConnectionPerClient: an election (master, so with its slave
-// tracker), a Subscriber and an Inbox on one client hold one pub/sub
+// tracker), a Subscriber and a Reports on one client hold one pub/sub
 // connection on the server, and they work through it; a second process
 // adds one; stopping everything leaves none.
 func TestOneConnectionPerClient(t *testing.T) {
 	inst := redistest.Start(t, redistest.Default(t))
 	ctx := testCtx(t)
 	admin := inst.Client(t)
-	process := func(id string) (*masterelection.MasterElection, *pubsub.Subscriber, *pubsub.Inbox, chan pubsub.Message, chan pubsub.Message) {
+	process := func(id string) (*masterelection.MasterElection, *pubsub.Subscriber, *pubsub.Reports, chan pubsub.Message, chan pubsub.Message) {
 		c := inst.Client(t)
 		cfg := masterelection.DefaultConfig()
 		cfg.NodeID = id
@@ -68,23 +68,23 @@ func TestOneConnectionPerClient(t *testing.T) {
 		if err := s.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		in, err := pubsub.NewInbox(c, m, pubsub.Config{})
+		rep, err := pubsub.NewReports(c, m, pubsub.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		reports := make(chan pubsub.Message, 10)
-		in.HandleDefault(pubsub.Chan(reports))
-		if err := in.Start(ctx); err != nil {
+		rep.HandleDefault(pubsub.Chan(reports))
+		if err := rep.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return m, s, in, got, reports
+		return m, s, rep, got, reports
 	}
 	ma, sa, ina, _, reportsA := process("a")
 	if !ma.IsMaster() {
 		t.Fatal("a is not master")
 	}
 	if n := pubsubConns(t, admin); n != 1 {
-		t.Fatalf("%d pub/sub connections for an election, a Subscriber and an Inbox on one client, want 1", n)
+		t.Fatalf("%d pub/sub connections for an election, a Subscriber and a Reports on one client, want 1", n)
 	}
 	mb, sb, inb, gotB, _ := process("b")
 	waitConns(t, admin, 2)
@@ -121,7 +121,7 @@ func TestOneConnectionPerClient(t *testing.T) {
 
 // TestSlowHandlerBacklog: a handler that blocks holds up only its own
 // Subscriber; what does not fit in its backlog is dropped and reported as
-// ErrBacklogFull, while an Inbox on the same connection keeps receiving.
+// ErrBacklogFull, while a Reports on the same connection keeps receiving.
 func TestSlowHandlerBacklog(t *testing.T) {
 	inst := redistest.Start(t, redistest.Default(t))
 	c := inst.Client(t)
@@ -154,16 +154,16 @@ func TestSlowHandlerBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	in, err := pubsub.NewInbox(c, nil, cfg)
+	rep, err := pubsub.NewReports(c, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reports := make(chan pubsub.Message, 1000)
-	in.HandleDefault(pubsub.Chan(reports))
-	if err := in.Start(testCtx(t)); err != nil {
+	rep.HandleDefault(pubsub.Chan(reports))
+	if err := rep.Start(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = in.Close() })
+	t.Cleanup(func() { _ = rep.Close() })
 
 	const total = 100
 	payload := strings.Repeat("x", 200)
@@ -174,7 +174,7 @@ func TestSlowHandlerBacklog(t *testing.T) {
 		}
 	}
 	for range total {
-		receive(t, reports) // the slow handler does not hold the Inbox up
+		receive(t, reports) // the slow handler does not hold the Reports up
 	}
 	// The drop is reported in order, after the messages queued before it:
 	// once the handler moves again.

@@ -120,7 +120,7 @@ func (s *Subscriber) NotHeld() uint64 { return s.notHeld.Load() }
 
 // ReportToMaster publishes a report of type msgType to the master inbox
 // (cfg.MasterInbox()), from this process with term 0. It returns an error
-// matching ErrNoSubscriber when no Inbox is listening. It does not need
+// matching ErrNoSubscriber when no Reports is listening. It does not need
 // Start.
 func (s *Subscriber) ReportToMaster(ctx context.Context, msgType string, payload any) error {
 	if err := route.CheckName("message type", msgType); err != nil {
@@ -248,7 +248,7 @@ func (s *Subscriber) refuse(e *UnverifiedTermError) {
 
 // publishOnSlot publishes on the node that serves channel's slot. Under
 // Redis Cluster PUBLISH reaches every node's subscribers but counts only
-// those of the node that ran it; the inbox listens on its channel's slot
+// those of the node that ran it; a Reports listens on its channel's slot
 // node, so publishing there makes the count (and ErrNoSubscriber) true.
 func publishOnSlot(ctx context.Context, client redis.UniversalClient, channel string, data []byte) (int64, error) {
 	if cc, ok := client.(*redis.ClusterClient); ok {

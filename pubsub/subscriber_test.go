@@ -18,9 +18,9 @@ import (
 
 func TestSubscriberDeliversInOrderByType(t *testing.T) {
 	_, c := newMini(t)
-	leader := newMaster(t, c, "m", pubsub.Config{})
-	term := leader.Term()
-	r := newRouter(t, c, leader, nil, pubsub.Config{})
+	mastership := newMaster(t, c, "m", pubsub.Config{})
+	term := mastership.Term()
+	r := newRouter(t, c, mastership, nil, pubsub.Config{})
 	s, other, log := startSubscriber(t, c, "s1", pubsub.Config{})
 	if s.Channel() != "worker:slave:s1" {
 		t.Errorf("Channel() = %q", s.Channel())

@@ -76,9 +76,9 @@ func TestIntegrationForgedTermIgnored(t *testing.T) {
 func testForgedTermIgnored(t *testing.T, c redis.UniversalClient, event string, forge func(real int64) int64) {
 	cfg := pubsub.Config{}
 	s, got, log := startSubscriber(t, c, "slave-1", cfg)
-	leader := newMaster(t, c, "master", cfg)
-	real := leader.Term()
-	r := newRouter(t, c, leader, nil, cfg)
+	mastership := newMaster(t, c, "master", cfg)
+	real := mastership.Term()
+	r := newRouter(t, c, mastership, nil, cfg)
 	mustSend(t, r, "slave-1", "work", -1)
 	if m := receive(t, got); m.Term != real {
 		t.Fatalf("first message %+v, want term %d", m, real)
@@ -178,7 +178,7 @@ func testNewMasterAccepted(t *testing.T, c redis.UniversalClient) {
 
 	termB := takeOver(t, c, cfg, "node-b")
 	const n = 20
-	routerB := newRouter(t, c, newLeader("node-b", termB), nil, cfg)
+	routerB := newRouter(t, c, newMastership("node-b", termB), nil, cfg)
 	for i := range n {
 		mustSend(t, routerB, "slave-1", "work", i)
 	}
@@ -200,7 +200,7 @@ func testNewMasterAccepted(t *testing.T, c redis.UniversalClient) {
 	if err := c.Set(ctx, keys.Term, termC, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	routerC := newRouter(t, c, newLeader("node-c", termC), nil, cfg)
+	routerC := newRouter(t, c, newMastership("node-c", termC), nil, cfg)
 	for i := range n {
 		mustSend(t, routerC, "slave-1", "work", i)
 	}
@@ -308,7 +308,7 @@ func testVerifyRoundTrips(t *testing.T, c, sub *redis.Client) {
 	if err := c.Set(ctx, keys.Term, termB, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	routerB := newRouter(t, c, newLeader("node-b", termB), nil, cfg)
+	routerB := newRouter(t, c, newMastership("node-b", termB), nil, cfg)
 	for i := range n {
 		mustSend(t, routerB, "slave-1", "work", i)
 	}

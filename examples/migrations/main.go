@@ -158,7 +158,7 @@ func newProcess(o options, out io.Writer) (*process, error) {
 		p.signal()
 		return nil
 	})
-	p.m.OnMasterAcquired(p.lead)
+	p.m.OnMasterAcquired(p.asMaster)
 	p.m.OnEvent(p.log.Roles)
 	return p, nil
 }
@@ -250,8 +250,8 @@ func (p *process) version(ctx context.Context) (int, error) {
 	return v, nil
 }
 
-// lead is the OnMasterAcquired handler: migrate, then tell the slaves.
-func (p *process) lead(ctx context.Context, term int64) {
+// asMaster is the OnMasterAcquired handler: migrate, then tell the slaves.
+func (p *process) asMaster(ctx context.Context, term int64) {
 	ran, err := p.m.RunIfMaster(ctx, p.migrate)
 	switch {
 	case !ran:

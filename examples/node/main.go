@@ -98,15 +98,16 @@ func (n *node) run(ctx context.Context, in io.Reader) error {
 	return n.stop(sctx)
 }
 
-// node is the process: election, subscriber, inbox and router on one client.
+// node is the process: election, subscriber, report receiver and router on
+// one client.
 type node struct {
-	o      options
-	log    *setup.Log
-	client *redis.Client
-	m      *masterelection.MasterElection
-	sub    *pubsub.Subscriber
-	inbox  *pubsub.Inbox
-	router *pubsub.Router
+	o        options
+	log      *setup.Log
+	client   *redis.Client
+	m        *masterelection.MasterElection
+	sub      *pubsub.Subscriber
+	receiver *pubsub.Reports // the master's side of the slaves' reports
+	router   *pubsub.Router
 
 	reg     *prometheus.Registry // the node's metrics; nil without -metrics
 	mx      *metrics.Metrics
@@ -156,17 +157,17 @@ func newNode(o options, out io.Writer) (*node, error) {
 		_ = n.client.Close()
 		return nil, err
 	}
-	icfg := pubsub.Config{}
-	icfg.OnError = func(err error) {
-		if !errors.Is(err, pubsub.ErrNotMaster) { // reports reaching a slave's inbox are expected
-			n.log.Printf("inbox: %v", err)
+	rcfg := pubsub.Config{}
+	rcfg.OnError = func(err error) {
+		if !errors.Is(err, pubsub.ErrNotMaster) { // reports reaching a slave's Reports are expected
+			n.log.Printf("reports: %v", err)
 		}
 	}
-	if n.inbox, err = pubsub.NewInbox(n.client, n.m, icfg); err != nil {
+	if n.receiver, err = pubsub.NewReports(n.client, n.m, rcfg); err != nil {
 		_ = n.client.Close()
 		return nil, err
 	}
-	// The election is the Router's leader, its slave list and its names.
+	// The election is the Router's Mastership, its slave list and its names.
 	if n.router, err = pubsub.NewRouter(n.client, n.m, nil, pubsub.Config{}); err != nil {
 		_ = n.client.Close()
 		return nil, err
@@ -179,8 +180,8 @@ func newNode(o options, out io.Writer) (*node, error) {
 		}
 	}
 	_ = n.sub.Handle("job", n.onJob)
-	_ = n.inbox.Handle("done", n.onReport)
-	n.m.OnMasterAcquired(n.lead)
+	_ = n.receiver.Handle("done", n.onReport)
+	n.m.OnMasterAcquired(n.asMaster)
 	n.m.OnEvent(n.onEvent)
 	return n, nil
 }
@@ -191,7 +192,7 @@ func (n *node) start(ctx context.Context) error {
 	if err := n.sub.Start(sctx); err != nil {
 		return fmt.Errorf("subscribe on %s: %w", n.o.Redis, err)
 	}
-	if err := n.inbox.Start(sctx); err != nil {
+	if err := n.receiver.Start(sctx); err != nil {
 		return fmt.Errorf("listen on the master inbox: %w", err)
 	}
 	if err := n.serveMetrics(); err != nil {
@@ -220,7 +221,7 @@ func (n *node) close() {
 		n.mx.Unregister()
 	}
 	_ = n.sub.Close()
-	_ = n.inbox.Close()
+	_ = n.receiver.Close()
 	_ = n.client.Close()
 }
 
@@ -257,9 +258,9 @@ func (n *node) onEvent(e masterelection.Event) {
 	}
 }
 
-// lead is the master's work: broadcast a job every -every until the
+// asMaster is the master's work: broadcast a job every -every until the
 // mastership ends (ctx is cancelled at that moment).
-func (n *node) lead(ctx context.Context, term int64) {
+func (n *node) asMaster(ctx context.Context, term int64) {
 	setup.Every(ctx, n.o.Every, func() {
 		seq := n.sent.Add(1)
 		delivered, err := n.router.Broadcast(ctx, "job", job{Seq: seq})

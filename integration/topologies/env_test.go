@@ -342,7 +342,7 @@ func waitRegistry(t *testing.T, master *proc, want []*proc, within time.Duration
 
 // checkRouting sends from master to every other live process through a
 // Router (one Send each, then one Broadcast), and reports from each of them
-// to the master's Inbox; every message must arrive, stamped with the
+// to the master's Reports; every message must arrive, stamped with the
 // master's term. After a failover (afterFailover), the Subscribers may still
 // be resubscribing, and pub/sub drops what is published meanwhile: each
 // first Send is then repeated until one arrives, and the connection errors
@@ -403,19 +403,19 @@ func checkRouting(t *testing.T, dep deployment, lock string, master *proc, slave
 		}
 	}
 
-	icfg := cfg
-	inErr := &errLog{}
-	icfg.OnError = inErr.add
-	in, err := pubsub.NewInbox(master.client, master.el, icfg)
+	rcfg := cfg
+	repErr := &errLog{}
+	rcfg.OnError = repErr.add
+	rep, err := pubsub.NewReports(master.client, master.el, rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reports := make(chan pubsub.Message, len(slaves))
-	in.HandleDefault(pubsub.Chan(reports))
-	if err := in.Start(ctx); err != nil {
+	rep.HandleDefault(pubsub.Chan(reports))
+	if err := rep.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
+	defer rep.Close()
 	for _, s := range slaves {
 		if err := s.sub.ReportToMaster(ctx, "status", "ok"); err != nil {
 			countError(t, dep, "ReportToMaster from "+s.id, err)
@@ -427,11 +427,11 @@ func checkRouting(t *testing.T, dep deployment, lock string, master *proc, slave
 		case m := <-reports:
 			from[m.From] = true
 		case <-time.After(5 * time.Second):
-			t.Fatalf("the inbox got reports from %v only", from)
+			t.Fatalf("the master's Reports got reports from %v only", from)
 		}
 	}
-	if errs := inErr.all(); len(errs) > 0 {
-		t.Errorf("inbox errors: %v", errs)
+	if errs := repErr.all(); len(errs) > 0 {
+		t.Errorf("Reports errors: %v", errs)
 	}
 	for _, s := range slaves {
 		for _, err := range s.subErr.all() {

@@ -15,6 +15,9 @@ import (
 type Clock interface {
 	Now() time.Time
 	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f on a goroutine of its own once d has passed, as
+	// time.AfterFunc does; the Timer's C is nil.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is the part of *time.Timer herd uses.
@@ -34,6 +37,9 @@ func (Real) Now() time.Time { return time.Now() }
 
 // NewTimer returns a time.Timer.
 func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+// AfterFunc returns a time.AfterFunc timer.
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
 
 type realTimer struct{ t *time.Timer }
 
@@ -70,6 +76,14 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
+// AfterFunc returns a timer that calls fn on a goroutine of its own when
+// the fake time reaches now + d, or at once when d is not positive.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	t := &fakeTimer{f: f, fn: fn}
+	t.Reset(d)
+	return t
+}
+
 // Advance moves the time forward by d and fires, in order, every timer due.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
@@ -84,10 +98,7 @@ func (f *Fake) Advance(d time.Duration) {
 		if t.when.After(f.now) {
 			f.now = t.when
 		}
-		select {
-		case t.c <- f.now:
-		default:
-		}
+		t.fire(f.now)
 	}
 	f.now = end
 	f.notify()
@@ -139,11 +150,25 @@ func (f *Fake) remove(t *fakeTimer) bool {
 
 type fakeTimer struct {
 	f    *Fake
-	c    chan time.Time
+	c    chan time.Time // nil for an AfterFunc timer
+	fn   func()         // AfterFunc's; nil for a channel timer
 	when time.Time
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+// fire sends now on C, unless a fire is waiting there already, or calls fn
+// on a goroutine of its own. t.f.mu is held.
+func (t *fakeTimer) fire(now time.Time) {
+	if t.fn != nil {
+		go t.fn()
+		return
+	}
+	select {
+	case t.c <- now:
+	default:
+	}
+}
 
 func (t *fakeTimer) Stop() bool {
 	t.f.mu.Lock()
@@ -164,7 +189,7 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	}
 	t.when = t.f.now.Add(d)
 	if d <= 0 {
-		t.c <- t.f.now // due now, as a real timer would be
+		t.fire(t.f.now) // due now, as a real timer would be
 	} else {
 		t.f.timers = append(t.f.timers, t)
 	}

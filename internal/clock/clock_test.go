@@ -99,3 +99,45 @@ func TestRealTimer(t *testing.T) {
 		t.Fatal("zero Now")
 	}
 }
+
+func TestFakeAfterFuncCallsAtItsTime(t *testing.T) {
+	f := NewFake(t0)
+	called := make(chan time.Time, 2)
+	tm := f.AfterFunc(time.Second, func() { called <- f.Now() })
+	if tm.C() != nil {
+		t.Fatal("an AfterFunc timer has a channel")
+	}
+	f.Advance(999 * time.Millisecond)
+	select {
+	case <-called:
+		t.Fatal("called early")
+	default:
+	}
+	f.Advance(time.Millisecond)
+	select {
+	case <-called:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not called when due")
+	}
+	// Reset arms it again; Stop disarms it.
+	tm.Reset(time.Second)
+	if !tm.Stop() {
+		t.Fatal("Stop of a pending AfterFunc timer returned false")
+	}
+	f.Advance(time.Hour)
+	select {
+	case <-called:
+		t.Fatal("a stopped AfterFunc timer was called")
+	case <-time.After(10 * time.Millisecond):
+	}
+}
+
+func TestRealAfterFunc(t *testing.T) {
+	called := make(chan struct{})
+	Real{}.AfterFunc(time.Millisecond, func() { close(called) })
+	select {
+	case <-called:
+	case <-time.After(5 * time.Second):
+		t.Fatal("real AfterFunc not called")
+	}
+}

@@ -41,8 +41,8 @@ func TestConstructorsRefuseTypedNil(t *testing.T) {
 			_, err := pubsub.NewRouter(c, leader{}, nil, pubsub.Config{})
 			return err
 		}},
-		{"pubsub.NewInbox", func(c redis.UniversalClient) error {
-			_, err := pubsub.NewInbox(c, nil, pubsub.Config{})
+		{"pubsub.NewReports", func(c redis.UniversalClient) error {
+			_, err := pubsub.NewReports(c, nil, pubsub.Config{})
 			return err
 		}},
 		{"durable.NewRouter", func(c redis.UniversalClient) error {

@@ -15,17 +15,17 @@ import (
 	"github.com/herdkit/herd/pubsub"
 )
 
-// leader is a route.Mastership whose answers the test sets; terms, when set,
+// fakeMastership is a route.Mastership whose answers the test sets; terms, when set,
 // gives Term's answer at each call in turn (the last one repeats).
-type leader struct {
+type fakeMastership struct {
 	master bool
 	term   int64
 	terms  []int64
 }
 
-func (l *leader) NodeID() string { return "master-1" }
-func (l *leader) IsMaster() bool { return l.master }
-func (l *leader) Term() int64 {
+func (l *fakeMastership) NodeID() string { return "master-1" }
+func (l *fakeMastership) IsMaster() bool { return l.master }
+func (l *fakeMastership) Term() int64 {
 	if len(l.terms) == 0 {
 		return l.term
 	}
@@ -94,7 +94,7 @@ func TestBatchChunks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, c := tt.batch(), &calls{}
-			if err := b.Send(context.Background(), &leader{master: true, term: 7}, time.Now(), c.call); err != nil {
+			if err := b.Send(context.Background(), &fakeMastership{master: true, term: 7}, time.Now(), c.call); err != nil {
 				t.Fatal(err)
 			}
 			var got []int
@@ -120,24 +120,24 @@ func TestBatchStops(t *testing.T) {
 	fenced := fmt.Errorf("route batch: %w", keyspace.ErrFenced)
 	n := 2*route.MaxChunk + 1
 	tests := []struct {
-		name    string
-		leader  *leader
-		fail    map[int]error
-		wantErr error
-		calls   int
+		name       string
+		mastership *fakeMastership
+		fail       map[int]error
+		wantErr    error
+		calls      int
 		// want is the error each message matches, by range of messages.
 		want func(i int) error
 	}{
-		{name: "not master", leader: &leader{}, wantErr: route.ErrNotMaster, calls: 0,
+		{name: "not master", mastership: &fakeMastership{}, wantErr: route.ErrNotMaster, calls: 0,
 			want: func(int) error { return route.ErrNotSent }},
-		{name: "fenced second call", leader: &leader{master: true, term: 7}, fail: map[int]error{1: fenced}, wantErr: keyspace.ErrFenced, calls: 2,
+		{name: "fenced second call", mastership: &fakeMastership{master: true, term: 7}, fail: map[int]error{1: fenced}, wantErr: keyspace.ErrFenced, calls: 2,
 			want: func(i int) error {
 				if i < route.MaxChunk {
 					return nil
 				}
 				return route.ErrNotSent
 			}},
-		{name: "second call lost in flight", leader: &leader{master: true, term: 7}, fail: map[int]error{1: inFlight}, wantErr: inFlight, calls: 2,
+		{name: "second call lost in flight", mastership: &fakeMastership{master: true, term: 7}, fail: map[int]error{1: inFlight}, wantErr: inFlight, calls: 2,
 			want: func(i int) error {
 				switch {
 				case i < route.MaxChunk:
@@ -147,7 +147,7 @@ func TestBatchStops(t *testing.T) {
 				}
 				return route.ErrNotSent
 			}},
-		{name: "new term between calls", leader: &leader{master: true, terms: []int64{7, 8}}, wantErr: route.ErrNotMaster, calls: 1,
+		{name: "new term between calls", mastership: &fakeMastership{master: true, terms: []int64{7, 8}}, wantErr: route.ErrNotMaster, calls: 1,
 			want: func(i int) error {
 				if i < route.MaxChunk {
 					return nil
@@ -158,7 +158,7 @@ func TestBatchStops(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, c := batchOf(n, "s1", 1), &calls{fail: tt.fail}
-			err := b.Send(context.Background(), tt.leader, time.Now(), c.call)
+			err := b.Send(context.Background(), tt.mastership, time.Now(), c.call)
 			if !errors.Is(err, tt.wantErr) || b.Calls != tt.calls {
 				t.Fatalf("Send: %v after %d calls; want %v after %d", err, b.Calls, tt.wantErr, tt.calls)
 			}
@@ -180,7 +180,7 @@ func TestBatchCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	b, c := batchOf(2, "s1", 1), &calls{}
-	if err := b.Send(ctx, &leader{master: true, term: 7}, time.Now(), c.call); !errors.Is(err, context.Canceled) || len(c.carried) != 0 {
+	if err := b.Send(ctx, &fakeMastership{master: true, term: 7}, time.Now(), c.call); !errors.Is(err, context.Canceled) || len(c.carried) != 0 {
 		t.Fatalf("Send: %v after %d calls", err, len(c.carried))
 	}
 	for i, err := range b.Errs {
@@ -199,7 +199,7 @@ func TestBatchRefused(t *testing.T) {
 	b.Add("s1", "work", json.RawMessage(`{`))
 	b.Add("gone", "work", 1)
 	c := &calls{}
-	if err := b.Send(context.Background(), &leader{}, time.Now(), c.call); !errors.Is(err, route.ErrNotMaster) {
+	if err := b.Send(context.Background(), &fakeMastership{}, time.Now(), c.call); !errors.Is(err, route.ErrNotMaster) {
 		t.Fatalf("not master: %v", err)
 	}
 	if !errors.Is(b.Errs[1], route.ErrInvalidName) || !errors.Is(b.Errs[2], route.ErrInvalidPayload) || !errors.Is(b.Errs[0], route.ErrNotSent) {
@@ -208,7 +208,7 @@ func TestBatchRefused(t *testing.T) {
 	b = route.NewBatch(2)
 	b.Add("s1", "work", 1)
 	b.Add("gone", "work", 1)
-	if err := b.Send(context.Background(), &leader{master: true, term: 3}, time.Now(), c.call); err != nil || b.Errs[0] != nil || b.Errs[1] == nil || b.Term != 3 {
+	if err := b.Send(context.Background(), &fakeMastership{master: true, term: 3}, time.Now(), c.call); err != nil || b.Errs[0] != nil || b.Errs[1] == nil || b.Term != 3 {
 		t.Fatalf("Send: %v, %v, term %d", err, b.Errs, b.Term)
 	}
 }

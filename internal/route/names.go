@@ -45,16 +45,16 @@ func CheckNode(fn string, client redis.UniversalClient, processID string) error 
 }
 
 // CheckMastership refuses what a Router cannot be built from: a nil client or
-// leader, or a leader whose NodeID cannot be a name (fn as for
+// mastership, or a mastership whose NodeID cannot be a name (fn as for
 // CheckClient).
-func CheckMastership(fn string, client redis.UniversalClient, leader Mastership) error {
+func CheckMastership(fn string, client redis.UniversalClient, mastership Mastership) error {
 	if err := CheckClient(fn, client); err != nil {
 		return err
 	}
-	if leader == nil {
-		return errors.New(fn + ": leader is nil")
+	if mastership == nil {
+		return errors.New(fn + ": mastership is nil")
 	}
-	return CheckName("leader NodeID", leader.NodeID())
+	return CheckName("mastership NodeID", mastership.NodeID())
 }
 
 // KeySource gives the Redis names of an election (pubsub.KeySource).

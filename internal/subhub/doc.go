@@ -1,6 +1,6 @@
 // Package subhub shares one pub/sub connection among every subscription
 // made on one go-redis client: the election's notice feed, the master's
-// registry tracker, every pubsub.Subscriber and pubsub.Inbox of a process
+// registry tracker, every pubsub.Subscriber and pubsub.Reports of a process
 // hold one connection to Redis, not one each.
 //
 //	sub, err := subhub.Subscribe(ctx, client, subhub.Options{

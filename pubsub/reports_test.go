@@ -16,30 +16,30 @@ func TestReportToMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No inbox yet: nobody received the report.
+	// No Reports yet: nobody received the report.
 	if err := slave.ReportToMaster(testCtx(t), "status", nil); !errors.Is(err, pubsub.ErrNoSubscriber) || !strings.Contains(err.Error(), "master-election:master-inbox") {
-		t.Fatalf("report without an inbox: %v", err)
+		t.Fatalf("report without a Reports: %v", err)
 	}
 
-	leader := newLeader("master-1", 3)
+	mastership := newMastership("master-1", 3)
 	log := newErrLog()
-	in, err := pubsub.NewInbox(c, leader, pubsub.Config{OnError: log.add})
+	rep, err := pubsub.NewReports(c, mastership, pubsub.Config{OnError: log.add})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Channel() != "master-election:master-inbox" || in.Channel() != (pubsub.Config{}).MasterInbox() {
-		t.Errorf("Channel() = %q", in.Channel())
+	if rep.Channel() != "master-election:master-inbox" || rep.Channel() != (pubsub.Config{}).MasterInbox() {
+		t.Errorf("Channel() = %q", rep.Channel())
 	}
 	status := make(chan pubsub.Message, 10)
 	other := make(chan pubsub.Message, 10)
-	if err := in.Handle("status", pubsub.Chan(status)); err != nil {
+	if err := rep.Handle("status", pubsub.Chan(status)); err != nil {
 		t.Fatal(err)
 	}
-	in.HandleDefault(pubsub.Chan(other))
-	if err := in.Start(testCtx(t)); err != nil {
+	rep.HandleDefault(pubsub.Chan(other))
+	if err := rep.Start(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
+	defer rep.Close()
 
 	if err := slave.ReportToMaster(testCtx(t), "status", map[string]int{"load": 42}); err != nil {
 		t.Fatal(err)
@@ -57,16 +57,16 @@ func TestReportToMaster(t *testing.T) {
 	}
 
 	// Not master: reports are dropped and counted.
-	leader.set(0)
+	mastership.set(0)
 	if err := slave.ReportToMaster(testCtx(t), "status", nil); err != nil {
-		t.Fatal(err) // the inbox is listening, so PUBLISH reached it
+		t.Fatal(err) // the Reports is listening, so PUBLISH reached it
 	}
 	err = log.next(t, pubsub.ErrNotMaster)
 	var me *pubsub.MessageError
-	if !errors.As(err, &me) || me.From != "slave-1" || in.Dropped() != 1 {
-		t.Errorf("drop: %v, Dropped %d", err, in.Dropped())
+	if !errors.As(err, &me) || me.From != "slave-1" || rep.Dropped() != 1 {
+		t.Errorf("drop: %v, Dropped %d", err, rep.Dropped())
 	}
-	leader.set(4)
+	mastership.set(4)
 
 	// Bad input on the sender side never reaches Redis.
 	for _, tt := range []struct {
@@ -83,7 +83,7 @@ func TestReportToMaster(t *testing.T) {
 		}
 	}
 	// Bad input on the wire is reported and skipped.
-	if err := c.Publish(testCtx(t), in.Channel(), "garbage").Err(); err != nil {
+	if err := c.Publish(testCtx(t), rep.Channel(), "garbage").Err(); err != nil {
 		t.Fatal(err)
 	}
 	log.next(t, pubsub.ErrMalformedEnvelope)
@@ -95,21 +95,21 @@ func TestReportToMaster(t *testing.T) {
 	}
 }
 
-func TestInboxWithoutLeaderDeliversAll(t *testing.T) {
+func TestReportsWithoutMastershipDeliversAll(t *testing.T) {
 	_, c := newMini(t)
-	in, err := pubsub.NewInbox(c, nil, pubsub.Config{LockName: "cams", Cluster: true})
+	rep, err := pubsub.NewReports(c, nil, pubsub.Config{LockName: "cams", Cluster: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Channel() != "{cams}:master-inbox" {
-		t.Errorf("Channel() = %q", in.Channel())
+	if rep.Channel() != "{cams}:master-inbox" {
+		t.Errorf("Channel() = %q", rep.Channel())
 	}
 	got := make(chan pubsub.Message, 1)
-	in.HandleDefault(pubsub.Chan(got))
-	if err := in.Start(testCtx(t)); err != nil {
+	rep.HandleDefault(pubsub.Chan(got))
+	if err := rep.Start(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
+	defer rep.Close()
 	slave, _ := pubsub.NewSubscriber(c, "s", pubsub.Config{LockName: "cams", Cluster: true})
 	if err := slave.ReportToMaster(testCtx(t), "hello", nil); err != nil {
 		t.Fatal(err)
@@ -117,14 +117,14 @@ func TestInboxWithoutLeaderDeliversAll(t *testing.T) {
 	if m := receive(t, got); m.From != "s" {
 		t.Errorf("got %+v", m)
 	}
-	if _, err := pubsub.NewInbox(nil, nil, pubsub.Config{}); err == nil {
+	if _, err := pubsub.NewReports(nil, nil, pubsub.Config{}); err == nil {
 		t.Error("nil client accepted")
 	}
 	var typed *redis.Client
-	if _, err := pubsub.NewInbox(typed, nil, pubsub.Config{}); err == nil || !strings.Contains(err.Error(), "client is nil") {
+	if _, err := pubsub.NewReports(typed, nil, pubsub.Config{}); err == nil || !strings.Contains(err.Error(), "client is nil") {
 		t.Errorf("typed nil client: %v, want \"client is nil\"", err)
 	}
-	if _, err := pubsub.NewInbox(c, nil, pubsub.Config{MaxRetryDelay: -1}); err == nil {
+	if _, err := pubsub.NewReports(c, nil, pubsub.Config{MaxRetryDelay: -1}); err == nil {
 		t.Error("bad config accepted")
 	}
 }
