@@ -39,25 +39,43 @@ const (
 // probe with p: want, when the server runs it, or the best one it runs when
 // want is BackendAuto.
 func pickBackend(p Probed, want Backend) (Backend, error) {
-	switch want {
-	case BackendAuto:
-		switch {
-		case p.Native:
-			return BackendNative, nil
-		case p.HPExpire:
-			return BackendHPExpire, nil
-		}
-		return BackendEmulated, nil
-	case BackendNative:
-		if !p.Native {
-			return "", fmt.Errorf("%w: %s needs HSETEX ... PX (Redis 8.0+, Valkey 9.0+)", ErrBackendUnsupported, want)
-		}
-	case BackendHPExpire:
-		if !p.HPExpire {
-			return "", fmt.Errorf("%w: %s needs HPEXPIRE (Redis 7.4+)", ErrBackendUnsupported, want)
-		}
+	if want == BackendAuto {
+		return p.best(), nil
+	}
+	if !p.runs(want) {
+		return "", fmt.Errorf("%w: %s needs %s", ErrBackendUnsupported, want, backendNeeds[want])
 	}
 	return want, nil
+}
+
+// backendNeeds names what the server must run for the backends that not
+// every server runs.
+var backendNeeds = map[Backend]string{
+	BackendNative:   "HSETEX ... PX (Redis 8.0+, Valkey 9.0+)",
+	BackendHPExpire: "HPEXPIRE (Redis 7.4+)",
+}
+
+// runs reports whether the server that answered p runs backend b (one of
+// the three; every server runs the emulated one).
+func (p Probed) runs(b Backend) bool {
+	switch b {
+	case BackendNative:
+		return p.Native
+	case BackendHPExpire:
+		return p.HPExpire
+	}
+	return true
+}
+
+// best returns the first backend the server that answered p runs, in the
+// order native, hpexpire, emulated (BackendAuto's choice).
+func (p Probed) best() Backend {
+	for _, b := range []Backend{BackendNative, BackendHPExpire} {
+		if p.runs(b) {
+			return b
+		}
+	}
+	return BackendEmulated
 }
 
 // store keeps the registry's entries, each with its own TTL, as its
@@ -103,8 +121,12 @@ func (s store) remove(ctx context.Context, id string, guard *string, reason stri
 	return v, s.check(err)
 }
 
-// removeOwn deletes the entry of id unless another incarnation wrote it.
+// removeOwn deletes the entry of id unless another incarnation than
+// incarnation wrote it; with no incarnation, whoever wrote it.
 func (s store) removeOwn(ctx context.Context, id, incarnation string) (int64, error) {
+	if incarnation == "" {
+		return s.remove(ctx, id, nil, "")
+	}
 	v, err := rdb.RegistryRemoveOwn(ctx, s.c, s.k, id, incarnation)
 	return v, s.check(err)
 }
@@ -123,32 +145,46 @@ func (s store) read(ctx context.Context, ids []string, versioned bool) (rdb.Regi
 		view, err := rdb.RegistryRead(ctx, s.c, s.k, emulated, ids...)
 		return view, s.check(err)
 	}
+	if len(ids) == 0 {
+		return s.readAll(ctx)
+	}
+	return s.readOne(ctx, ids[0])
+}
+
+// readAll is read's plain HGETALL, with the lock's holder, in one
+// pipeline.
+func (s store) readAll(ctx context.Context) (rdb.RegistryView, error) {
 	pipe := s.c.Pipeline()
 	holder := rdb.QueueHolder(ctx, pipe, s.k)
-	var all *redis.MapStringStringCmd
-	var one *redis.StringCmd
-	if len(ids) == 0 {
-		all = pipe.HGetAll(ctx, s.k.Processes)
-	} else {
-		one = pipe.HGet(ctx, s.k.Processes, ids[0])
-	}
+	all := pipe.HGetAll(ctx, s.k.Processes)
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	master, err := rdb.ReadHolder(holder)
 	if err != nil {
 		return rdb.RegistryView{}, err
 	}
-	if all != nil {
-		m, err := all.Result()
-		return rdb.RegistryView{Entries: m, Master: master}, s.check(err)
+	m, err := all.Result()
+	return rdb.RegistryView{Entries: m, Master: master}, s.check(err)
+}
+
+// readOne is read's plain HGET of id, with the lock's holder, in one
+// pipeline.
+func (s store) readOne(ctx context.Context, id string) (rdb.RegistryView, error) {
+	pipe := s.c.Pipeline()
+	holder := rdb.QueueHolder(ctx, pipe, s.k)
+	one := pipe.HGet(ctx, s.k.Processes, id)
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	master, err := rdb.ReadHolder(holder)
+	if err != nil {
+		return rdb.RegistryView{}, err
 	}
 	v, err := one.Result()
-	if errors.Is(err, redis.Nil) {
+	switch {
+	case errors.Is(err, redis.Nil):
 		return rdb.RegistryView{Entries: map[string]string{}, Master: master}, nil
-	}
-	if err != nil {
+	case err != nil:
 		return rdb.RegistryView{}, s.check(err)
 	}
-	return rdb.RegistryView{Entries: map[string]string{ids[0]: v}, Master: master}, nil
+	return rdb.RegistryView{Entries: map[string]string{id: v}, Master: master}, nil
 }
 
 // check turns Redis's WRONGTYPE into ErrCorruptEntry naming the keys.

@@ -27,52 +27,32 @@ import (
 func herdsForm(value string) (w ProcessInfo, ok bool) {
 	d := scanner{s: value}
 	ok = d.head(&w) && d.capabilities(&w.Capabilities) && d.optionals(&w) &&
-		d.lit(`}`) && d.i == len(d.s)
+		d.s[d.i:] == `}` // the closing brace ends the text
 	return w, ok
 }
 
 // head reads the opening brace and the members before capabilities:
 // processId, nodeId, role and lastSeen.
 func (d *scanner) head(w *ProcessInfo) bool {
-	var ok bool
-	if !d.lit(`{"processId":`) {
-		return false
-	}
-	if w.ProcessID, ok = d.str(); !ok || !d.lit(`,"nodeId":`) {
-		return false
-	}
-	if w.NodeID, ok = d.str(); !ok || !d.lit(`,"role":`) {
-		return false
-	}
 	var role string
-	if role, ok = d.str(); !ok || !d.lit(`,"lastSeen":`) {
-		return false
-	}
+	ok := required(d, `{"processId":`, &w.ProcessID, (*scanner).str) &&
+		required(d, `,"nodeId":`, &w.NodeID, (*scanner).str) &&
+		required(d, `,"role":`, &role, (*scanner).str) &&
+		required(d, `,"lastSeen":`, &w.LastSeen, (*scanner).time)
 	w.Role = internRole(role)
-	w.LastSeen, ok = d.time()
 	return ok
 }
 
 // capabilities reads the capabilities member, its name included, with its
 // three members in their order.
 func (d *scanner) capabilities(c *Capabilities) bool {
-	var ok bool
-	if !d.lit(`,"capabilities":{"canProcessDetections":`) {
-		return false
-	}
-	if c.CanProcessDetections, ok = d.boolean(); !ok || !d.lit(`,"maxSubscriptions":`) {
-		return false
-	}
-	var n int64
-	if n, ok = d.int(); !ok || !d.lit(`,"preferredWorkload":`) {
-		return false
-	}
-	c.MaxSubscriptions = int(n)
-	if n, ok = d.int(); !ok || !d.lit(`}`) {
-		return false
-	}
-	c.PreferredWorkload = int(n)
-	return true
+	var maxSubscriptions, preferredWorkload int64
+	ok := required(d, `,"capabilities":{"canProcessDetections":`, &c.CanProcessDetections, (*scanner).boolean) &&
+		required(d, `,"maxSubscriptions":`, &maxSubscriptions, (*scanner).int) &&
+		required(d, `,"preferredWorkload":`, &preferredWorkload, (*scanner).int) &&
+		d.lit(`}`)
+	c.MaxSubscriptions, c.PreferredWorkload = int(maxSubscriptions), int(preferredWorkload)
+	return ok
 }
 
 // optionals reads the optional members that come next, each in its place.
@@ -85,6 +65,17 @@ func (d *scanner) optionals(w *ProcessInfo) bool {
 		optional(d, `,"term":`, &w.Term, (*scanner).int) &&
 		optional(d, `,"incarnation":`, &w.Incarnation, (*scanner).str) &&
 		optional(d, `,"version":`, &w.Version, (*scanner).int)
+}
+
+// required reads the member whose name and colon are key into *v with
+// read. It reports false when the member does not come next or read fails.
+func required[T any](d *scanner, key string, v *T, read func(*scanner) (T, bool)) bool {
+	if !d.lit(key) {
+		return false
+	}
+	var ok bool
+	*v, ok = read(d)
+	return ok
 }
 
 // optional reads the optional member whose name and colon are key, when
@@ -117,6 +108,15 @@ type scanner struct {
 	i int
 }
 
+// peek returns the next byte, or 0 at the end of the text (a byte no
+// caller looks for: a JSON text holds none outside strings).
+func (d *scanner) peek() byte {
+	if d.i < len(d.s) {
+		return d.s[d.i]
+	}
+	return 0
+}
+
 // lit consumes lit when the text goes on with it.
 func (d *scanner) lit(lit string) bool {
 	if strings.HasPrefix(d.s[d.i:], lit) {
@@ -129,11 +129,10 @@ func (d *scanner) lit(lit string) bool {
 // str reads a string without escapes whose bytes are valid UTF-8, the case
 // in which the JSON text is the value itself.
 func (d *scanner) str() (string, bool) {
-	s, i := d.s, d.i
-	if i >= len(s) || s[i] != '"' {
+	if d.peek() != '"' {
 		return "", false
 	}
-	i++
+	s, i := d.s, d.i+1
 	start := i
 	var high byte // the OR of every byte: >= utf8.RuneSelf when not ASCII
 	for ; i < len(s); i++ {
@@ -157,27 +156,43 @@ func (d *scanner) str() (string, bool) {
 // int reads an integer in JSON's grammar without fraction or exponent, of
 // at most 18 digits (so that it cannot overflow).
 func (d *scanner) int() (int64, bool) {
-	neg := d.lit("-")
+	sign := int64(1)
+	if d.lit("-") {
+		sign = -1
+	}
 	start := d.i
+	n := d.digitRun()
+	if !integerDigits(d.s[start:d.i]) {
+		return 0, false
+	}
+	switch d.peek() {
+	case '.', 'e', 'E': // a fraction or an exponent
+		return 0, false
+	}
+	return sign * n, true
+}
+
+// digitRun consumes the decimal digits that come next and returns their
+// value, which is only right for at most 18 of them.
+func (d *scanner) digitRun() int64 {
 	var n int64
-	for d.i < len(d.s) && d.s[d.i] >= '0' && d.s[d.i] <= '9' {
+	for d.i < len(d.s) && isDigit(d.s[d.i]) {
 		n = n*10 + int64(d.s[d.i]-'0')
 		d.i++
 	}
-	digits := d.i - start
-	if digits == 0 || digits > 18 || (digits > 1 && d.s[start] == '0') {
-		return 0, false
-	}
-	if d.i < len(d.s) {
-		switch d.s[d.i] {
-		case '.', 'e', 'E':
-			return 0, false
-		}
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
+	return n
+}
+
+// integerDigits reports whether run, the digits of an integer, are what
+// JSON allows and an int64 holds whatever they are: 1 to 18 digits, no
+// leading zero.
+func integerDigits(run string) bool {
+	return len(run) == 1 || (inRange(len(run), 2, 18) && run[0] != '0')
+}
+
+// isDigit reports whether c is a decimal digit.
+func isDigit(c byte) bool {
+	return '0' <= c && c <= '9'
 }
 
 // priority reads an integer that fits an int (on every platform: 32 bits),
@@ -231,7 +246,7 @@ func digits(s string) int {
 	n := 0
 	for i := range len(s) {
 		c := s[i]
-		if c < '0' || c > '9' {
+		if !isDigit(c) {
 			return -1
 		}
 		n = n*10 + int(c-'0')
@@ -242,27 +257,36 @@ func digits(s string) int {
 // validDate reports whether year, month and day, each -1 when it was not
 // digits, name a day of the proleptic Gregorian calendar.
 func validDate(year, month, day int) bool {
-	return year >= 0 && month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month)
+	return year >= 0 && inRange(month, 1, 12) && inRange(day, 1, daysIn(year, month))
 }
 
 // validClock reports whether hour, minute, sec and ms, each -1 when it was
 // not digits, name a time of day to the millisecond; a leap second is not
 // one.
 func validClock(hour, minute, sec, ms int) bool {
-	return hour >= 0 && hour <= 23 && minute >= 0 && minute <= 59 && sec >= 0 && sec <= 59 && ms >= 0
+	return inRange(hour, 0, 23) && inRange(minute, 0, 59) && inRange(sec, 0, 59) && ms >= 0
 }
 
+// inRange reports whether lo <= v <= hi.
+func inRange(v, lo, hi int) bool {
+	return lo <= v && v <= hi
+}
+
+// monthDays are the days of each month (1 to 12) in a common year.
+var monthDays = [13]int{0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}
+
+// daysIn returns the number of days of month (1 to 12) of year.
 func daysIn(year, month int) int {
-	switch month {
-	case 2:
-		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
-			return 29
-		}
-		return 28
-	case 4, 6, 9, 11:
-		return 30
+	if month == 2 && leapYear(year) {
+		return 29
 	}
-	return 31
+	return monthDays[month]
+}
+
+// leapYear reports whether year is a leap year of the proleptic Gregorian
+// calendar.
+func leapYear(year int) bool {
+	return year%4 == 0 && (year%100 != 0 || year%400 == 0)
 }
 
 // metadata reads null or an object; the object, free-form, goes to
@@ -271,7 +295,7 @@ func (d *scanner) metadata() (map[string]any, bool) {
 	if d.lit("null") {
 		return nil, true
 	}
-	if d.i >= len(d.s) || d.s[d.i] != '{' {
+	if d.peek() != '{' {
 		return nil, false
 	}
 	start := d.i
@@ -308,15 +332,21 @@ func (d *scanner) skipComposite() bool {
 				return true
 			}
 		case '"':
-			d.i++
-			for d.i < len(d.s) && d.s[d.i] != '"' {
-				if d.s[d.i] == '\\' {
-					d.i++
-				}
-				d.i++
-			}
+			d.skipString()
 		}
 		d.i++
 	}
 	return false
+}
+
+// skipString moves from the opening quote at d.i to the closing one (or
+// the end of the text), stepping over each escaped byte.
+func (d *scanner) skipString() {
+	d.i++
+	for d.i < len(d.s) && d.s[d.i] != '"' {
+		if d.s[d.i] == '\\' {
+			d.i++
+		}
+		d.i++
+	}
 }

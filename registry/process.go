@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,11 @@ const (
 	RoleMaster Role = "master"
 	RoleSlave  Role = "slave"
 )
+
+// known reports whether r is one of the two roles.
+func (r Role) known() bool {
+	return r == RoleMaster || r == RoleSlave
+}
 
 // Capabilities are what a process offers for work assignment (the
 // specification's ProcessCapabilities).
@@ -174,6 +180,13 @@ func (p ProcessInfo) holds(master string) bool {
 	return master != "" && (p.ProcessID == master || p.NodeID == master)
 }
 
+// listedAs reports whether p is listed under role in a read that found
+// master holding the lock: its entry says role, and a slave's entry is not
+// the lock holder's.
+func (p ProcessInfo) listedAs(role Role, master string) bool {
+	return p.Role == role && !(role == RoleSlave && p.holds(master))
+}
+
 // jsTime is a time written as JavaScript's Date.prototype.toISOString.
 type jsTime time.Time
 
@@ -208,30 +221,45 @@ const MaxMetadataBytes = 16 << 10
 // masterelection calls it at New and SetMetadata, so that what would be
 // refused later is refused at the call.
 func (p ProcessInfo) Validate() error {
-	if err := keyspace.ValidateName("ProcessID", p.ProcessID); err != nil {
+	if err := p.checkNames(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
 	}
-	if p.NodeID != "" && p.NodeID != p.ProcessID {
-		if err := keyspace.ValidateName("NodeID", p.NodeID); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
-		}
-	}
-	if p.Incarnation != "" {
-		if err := keyspace.ValidateName("Incarnation", p.Incarnation); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidProcess, err)
-		}
-	}
-	if p.Role != RoleMaster && p.Role != RoleSlave {
+	if !p.Role.known() {
 		return fmt.Errorf("%w: role %q of process %q is neither %q nor %q", ErrInvalidProcess, p.Role, p.ProcessID, RoleMaster, RoleSlave)
 	}
-	if p.Metadata != nil {
-		b, err := json.Marshal(p.Metadata)
-		if err != nil {
-			return fmt.Errorf("%w: metadata of process %q: %w", ErrInvalidProcess, p.ProcessID, err)
-		}
-		if len(b) > MaxMetadataBytes {
-			return fmt.Errorf("%w: metadata of process %q is %d bytes encoded, the limit is %d", ErrMetadataTooLarge, p.ProcessID, len(b), MaxMetadataBytes)
-		}
+	return p.checkMetadata()
+}
+
+// checkNames checks the names of p that go into keys and channels
+// (keyspace.ValidateName): ProcessID, and NodeID and Incarnation unless
+// they are empty.
+func (p ProcessInfo) checkNames() error {
+	if err := keyspace.ValidateName("ProcessID", p.ProcessID); err != nil {
+		return err
+	}
+	if err := optionalName("NodeID", p.NodeID); err != nil {
+		return err
+	}
+	return optionalName("Incarnation", p.Incarnation)
+}
+
+// optionalName is keyspace.ValidateName for a name that may be empty.
+func optionalName(what, name string) error {
+	if name == "" {
+		return nil
+	}
+	return keyspace.ValidateName(what, name)
+}
+
+// checkMetadata checks that p's metadata encodes, to at most
+// MaxMetadataBytes.
+func (p ProcessInfo) checkMetadata() error {
+	b, err := json.Marshal(p.Metadata)
+	if err != nil {
+		return fmt.Errorf("%w: metadata of process %q: %w", ErrInvalidProcess, p.ProcessID, err)
+	}
+	if len(b) > MaxMetadataBytes {
+		return fmt.Errorf("%w: metadata of process %q is %d bytes encoded, the limit is %d", ErrMetadataTooLarge, p.ProcessID, len(b), MaxMetadataBytes)
 	}
 	return nil
 }
@@ -242,37 +270,49 @@ func (p ProcessInfo) Validate() error {
 // processId, as in the specification. The error describes what is wrong;
 // callers wrap it with ErrCorruptEntry and the place it was read from.
 func decodeProcess(field, value string) (ProcessInfo, error) {
-	p, ok := herdsForm(value)
-	if !ok {
-		// Not in the form herd writes: encoding/json reads it, leniently,
-		// and says what is wrong.
-		var w processJSON
-		if err := json.Unmarshal([]byte(value), &w); err != nil {
-			return ProcessInfo{}, err
-		}
-		p = w.info()
+	p, err := readEntry(value)
+	if err != nil {
+		return ProcessInfo{}, err
 	}
+	if err := checkShape(field, &p); err != nil {
+		return ProcessInfo{}, err
+	}
+	p.NodeID = cmp.Or(p.NodeID, p.ProcessID)
+	return p, nil
+}
+
+// readEntry reads value, in the form herd writes (herdsForm) or else
+// leniently with encoding/json, which says what is wrong.
+func readEntry(value string) (ProcessInfo, error) {
+	if p, ok := herdsForm(value); ok {
+		return p, nil
+	}
+	var w processJSON
+	if err := json.Unmarshal([]byte(value), &w); err != nil {
+		return ProcessInfo{}, err
+	}
+	return w.info(), nil
+}
+
+// checkShape checks what decodeProcess requires of an entry read from
+// field ("" when it is not read from a field): a processId, equal to
+// field, and a role of master or slave.
+func checkShape(field string, p *ProcessInfo) error {
 	switch {
 	case p.ProcessID == "":
-		return ProcessInfo{}, errors.New("no processId")
+		return errors.New("no processId")
 	case field != "" && p.ProcessID != field:
-		return ProcessInfo{}, fmt.Errorf("processId %q differs from the field name", wire.Truncate(p.ProcessID))
-	case p.Role != RoleMaster && p.Role != RoleSlave:
-		return ProcessInfo{}, fmt.Errorf("role %q is neither %q nor %q", wire.Truncate(string(p.Role)), RoleMaster, RoleSlave)
+		return fmt.Errorf("processId %q differs from the field name", wire.Truncate(p.ProcessID))
+	case !p.Role.known():
+		return fmt.Errorf("role %q is neither %q nor %q", wire.Truncate(string(p.Role)), RoleMaster, RoleSlave)
 	}
-	if p.NodeID == "" {
-		p.NodeID = p.ProcessID
-	}
-	return p, nil
+	return nil
 }
 
 // copyMetadata returns a deep copy of m made through its JSON form, so that
 // the registry keeps no reference into the caller's maps. m must encode.
 func copyMetadata(m map[string]any) map[string]any {
-	if m == nil {
-		return nil
-	}
-	b, err := json.Marshal(m)
+	b, err := json.Marshal(m) // nil encodes as null, which decodes as nil
 	if err != nil {
 		return nil
 	}

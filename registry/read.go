@@ -61,20 +61,14 @@ func (r *Registry) entry(ctx context.Context, processID string) (_ ProcessInfo, 
 // slave until its first write as master, and a process is never its own
 // slave.
 func (r *Registry) ProcessesByRole(ctx context.Context, role Role) ([]ProcessInfo, error) {
-	if role != RoleMaster && role != RoleSlave {
+	if !role.known() {
 		return nil, fmt.Errorf("%w: role %q is neither %q nor %q", ErrInvalidProcess, role, RoleMaster, RoleSlave)
 	}
 	snap, err := r.load(ctx, false)
 	if err != nil {
 		return nil, err
 	}
-	out := snap.infos[:0]
-	for _, p := range snap.infos {
-		if p.Role == role && !(role == RoleSlave && p.holds(snap.master)) {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(snap.infos, func(p ProcessInfo) bool { return !p.listedAs(role, snap.master) }), nil
 }
 
 // MasterProcess returns the master's info from Keys.MasterProcess, written
@@ -181,30 +175,38 @@ func (r *Registry) snapshotOf(view rdb.RegistryView) snapshot {
 	m := view.Entries
 	snap := snapshot{infos: make([]ProcessInfo, len(m)), raws: make([]string, len(m)), version: view.Version, master: view.Master}
 	errs := make([]error, len(m))
+	fields := r.decodeSorted(m, snap.raws, snap.infos, errs)
+	bad := r.dropCorrupt(&snap, fields, errs)
+	r.forgetReported(bad)
+	return snap
+}
+
+// decodeSorted decodes the entries of m in the order of their sorted ids
+// (decodeAll), and returns those ids: the ids of the last snapshot when
+// they are m's, else m's sorted, which it keeps for the next snapshot.
+func (r *Registry) decodeSorted(m map[string]string, raws []string, out []ProcessInfo, errs []error) []string {
 	r.mu.Lock()
 	fields := r.order
 	r.mu.Unlock()
-	if len(fields) != len(m) || !decodeAll(m, fields, snap.raws, snap.infos, errs) {
-		fields = make([]string, 0, len(m))
-		for f := range m {
-			fields = append(fields, f)
-		}
-		slices.Sort(fields)
-		decodeAll(m, fields, snap.raws, snap.infos, errs)
-		r.mu.Lock()
-		r.order = fields // never written again: snapshots may share it
-		r.mu.Unlock()
+	if len(fields) == len(m) && decodeAll(m, fields, raws, out, errs) {
+		return fields
 	}
+	fields = sortedKeys(m)
+	decodeAll(m, fields, raws, out, errs)
+	r.mu.Lock()
+	r.order = fields // never written again: snapshots may share it
+	r.mu.Unlock()
+	return fields
+}
 
-	// Drop the corrupt entries, reporting each.
+// dropCorrupt removes from snap the entries whose decoding failed (errs,
+// by position in fields), reporting each (reportOnce), and returns the
+// fields dropped with the hash of their values.
+func (r *Registry) dropCorrupt(snap *snapshot, fields []string, errs []error) (bad map[string]uint64) {
 	n := 0
-	var bad map[string]uint64
 	for i, field := range fields {
 		if errs[i] != nil {
-			if bad == nil {
-				bad = map[string]uint64{}
-			}
-			bad[field] = hashOf(snap.raws[i])
+			bad = addCorrupt(bad, field, snap.raws[i])
 			r.reportOnce(field, bad[field], errs[i])
 			continue
 		}
@@ -213,14 +215,30 @@ func (r *Registry) snapshotOf(view rdb.RegistryView) snapshot {
 	}
 	clear(snap.infos[n:]) // no references kept past the end
 	snap.infos, snap.raws = snap.infos[:n], snap.raws[:n]
+	return bad
+}
+
+// addCorrupt records in bad, made when nil (most snapshots have no corrupt
+// entry), the hash of raw, the corrupt value of field.
+func addCorrupt(bad map[string]uint64, field, raw string) map[string]uint64 {
+	if bad == nil {
+		bad = map[string]uint64{}
+	}
+	bad[field] = hashOf(raw)
+	return bad
+}
+
+// forgetReported forgets the corrupt fields reported before that are not
+// in bad, the corrupt fields of the last snapshot: they were fixed or
+// removed, and are reported again if they turn corrupt again.
+func (r *Registry) forgetReported(bad map[string]uint64) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for f := range r.reported {
 		if _, ok := bad[f]; !ok {
 			delete(r.reported, f)
 		}
 	}
-	r.mu.Unlock()
-	return snap
 }
 
 // decodeChunk is the least number of entries worth a goroutine of their own
@@ -232,34 +250,47 @@ const decodeChunk = 1024
 // state, when a field is not in m. A large registry is decoded on up to
 // GOMAXPROCS goroutines, which it waits for.
 func decodeAll(m map[string]string, fields, raws []string, out []ProcessInfo, errs []error) bool {
-	var missing atomic.Bool
-	decode := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			raw, ok := m[fields[i]]
-			if !ok {
-				missing.Store(true)
-				return
-			}
-			if i&63 == 0 && missing.Load() {
-				return
-			}
-			raws[i] = raw
-			out[i], errs[i] = decodeProcess(fields[i], raw)
-		}
-	}
+	job := &decodeJob{m: m, fields: fields, raws: raws, out: out, errs: errs}
 	parts := min(runtime.GOMAXPROCS(0), len(fields)/decodeChunk)
 	if parts < 2 {
-		decode(0, len(fields))
-		return !missing.Load()
+		job.decode(0, len(fields))
+		return !job.missing.Load()
 	}
 	var wg sync.WaitGroup
 	size := (len(fields) + parts - 1) / parts
 	for lo := size; lo < len(fields); lo += size {
-		wg.Go(func() { decode(lo, min(lo+size, len(fields))) })
+		wg.Go(func() { job.decode(lo, min(lo+size, len(fields))) })
 	}
-	decode(0, size)
+	job.decode(0, size)
 	wg.Wait()
-	return !missing.Load()
+	return !job.missing.Load()
+}
+
+// decodeJob is the work of one decodeAll, shared by its goroutines, each
+// decoding a range of positions.
+type decodeJob struct {
+	m            map[string]string
+	fields, raws []string
+	out          []ProcessInfo
+	errs         []error
+	missing      atomic.Bool // a field is not in m: every goroutine stops
+}
+
+// decode decodes the entries at positions lo to hi (excluded), and stops
+// at a field missing from m, or soon after another goroutine found one.
+func (j *decodeJob) decode(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		raw, ok := j.m[j.fields[i]]
+		if !ok {
+			j.missing.Store(true)
+			return
+		}
+		if i&63 == 0 && j.missing.Load() {
+			return
+		}
+		j.raws[i] = raw
+		j.out[i], j.errs[i] = decodeProcess(j.fields[i], raw)
+	}
 }
 
 // reportOnce hands the corrupt field to OnError unless the same value of

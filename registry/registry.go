@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,26 +56,26 @@ type Config struct {
 // Validate reports every problem of c at once; the error wraps
 // ErrInvalidConfig. New calls it.
 func (c Config) Validate() error {
-	var errs []error
-	if c.ProcessTTL < 0 {
-		errs = append(errs, fmt.Errorf("ProcessTTL %s is negative", c.ProcessTTL))
-	}
-	if c.Quiet < 0 {
-		errs = append(errs, fmt.Errorf("Quiet %s is negative", c.Quiet))
-	}
-	if _, err := parseBackend(c.Backend); err != nil {
-		errs = append(errs, err)
-	}
-	return invalid(errs)
+	_, backendErr := parseBackend(c.Backend)
+	return invalid(notNegative("ProcessTTL", c.ProcessTTL), notNegative("Quiet", c.Quiet), backendErr)
 }
 
-// invalid joins the problems of a configuration under ErrInvalidConfig; nil
-// when there are none.
-func invalid(errs []error) error {
-	if len(errs) == 0 {
-		return nil
+// notNegative is the problem of the duration setting name when d is
+// negative; nil when it is not.
+func notNegative(name string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%s %s is negative", name, d)
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return nil
+}
+
+// invalid joins the problems of a configuration (nil for each check that
+// found none) under ErrInvalidConfig; nil when there are none.
+func invalid(problems ...error) error {
+	if err := errors.Join(problems...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
 }
 
 // Registry is the process registry of one election: the hash
@@ -168,16 +169,9 @@ func newRegistry(ctx context.Context, client redis.UniversalClient, keys keyspac
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.ProcessTTL == 0 {
-		opts.ProcessTTL = DefaultProcessTTL
-	}
-	opts.ProcessTTL = ttlOf(opts.ProcessTTL)
+	opts.ProcessTTL = ttlOf(cmp.Or(opts.ProcessTTL, DefaultProcessTTL))
 	want, _ := parseBackend(opts.Backend) // valid: checked above
-	p, err := probe(ctx, client, keys, probed)
-	if err != nil {
-		return nil, err
-	}
-	kind, err := pickBackend(p, want)
+	kind, err := chooseBackend(ctx, client, keys, probed, want)
 	if err != nil {
 		return nil, err
 	}
@@ -200,11 +194,27 @@ func keysFor(client redis.UniversalClient, keys keyspace.Keys) (keyspace.Keys, e
 	if slices.Contains(names, "") {
 		return keys, fmt.Errorf("%w: keys are missing names; build them with keyspace.NewKeys", ErrInvalidConfig)
 	}
-	if _, cluster := client.(*redis.ClusterClient); cluster && !keys.Cluster() && keys.LockName != "" {
-		// The same hash tag as the election's, which detects the client too.
-		keys = keyspace.NewKeys(keys.LockName, true).WithSlavePrefix(keys.SlavePrefix)
+	return clusterKeys(client, keys), nil
+}
+
+// clusterKeys returns keys with the Cluster hash tag, the same as the
+// election's (which detects the client too), when client is a
+// *redis.ClusterClient and keys, built from a lock name, lack it.
+func clusterKeys(client redis.UniversalClient, keys keyspace.Keys) keyspace.Keys {
+	if _, cluster := client.(*redis.ClusterClient); !cluster || keys.Cluster() || keys.LockName == "" {
+		return keys
 	}
-	return keys, nil
+	return keyspace.NewKeys(keys.LockName, true).WithSlavePrefix(keys.SlavePrefix)
+}
+
+// chooseBackend returns the backend to use (pickBackend) on the server
+// behind client, asked with the probe unless probed has its answer.
+func chooseBackend(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, probed *Probed, want Backend) (Backend, error) {
+	p, err := probe(ctx, client, keys, probed)
+	if err != nil {
+		return "", err
+	}
+	return pickBackend(p, want)
 }
 
 // probe returns *probed, or when probed is nil the answer of the server
@@ -246,9 +256,7 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 	if err := info.Validate(); err != nil {
 		return err
 	}
-	if info.NodeID == "" {
-		info.NodeID = info.ProcessID
-	}
+	info.NodeID = cmp.Or(info.NodeID, info.ProcessID)
 	info.Metadata = copyMetadata(info.Metadata)
 	info.Version = 0 // minted by the script
 
@@ -256,24 +264,40 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 	defer o.mu.Unlock()
 	now := r.clock.Now()
 	if info.RegisteredAt.IsZero() {
-		info.RegisteredAt = now
-		if o.registered && !o.info.RegisteredAt.IsZero() {
-			info.RegisteredAt = o.info.RegisteredAt
-		}
+		info.RegisteredAt = o.registeredAt(now)
 	}
 	info.LastSeen = now
 	st, err := r.write(ctx, info, false, nil)
 	if err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
+	return r.record("register", o, info, st)
+}
+
+// registeredAt is the time of the first registration of o's process: that
+// of an earlier registration through the registry, else now.
+func (o *owned) registeredAt(now time.Time) time.Time {
+	if o.registered && !o.info.RegisteredAt.IsZero() {
+		return o.info.RegisteredAt
+	}
+	return now
+}
+
+// record keeps in o, the record of info's process, what the write of info
+// (a registration or a heartbeat, op) stored, as st says, and returns the
+// error of a write refused or fenced: refused (another incarnation's live
+// entry), nothing was stored, and o keeps only info's incarnation, so that
+// Unregister leaves the other's entry alone; fenced, info was stored with
+// role slave.
+func (r *Registry) record(op string, o *owned, info ProcessInfo, st rdb.Stored) error {
 	if st.InUse != nil {
-		o.info.Incarnation = info.Incarnation // Unregister leaves the other's entry alone
+		o.info.Incarnation = info.Incarnation
 		return inUse(info.ProcessID, st.InUse)
 	}
 	o.info, o.registered = info, true
 	if st.Fenced {
 		o.info = asSlave(o.info) // what the write stored instead
-		return r.fenced("register", info, st)
+		return r.fenced(op, info, st)
 	}
 	return nil
 }
@@ -325,35 +349,38 @@ type Sender func(ctx context.Context, p rdb.Put) (rdb.Stored, error)
 // registered; it is called at most once, while the registry holds the
 // process's record (a Register or Unregister of it waits).
 func (r *Registry) HeartbeatWith(ctx context.Context, processID string, send Sender) error {
-	r.mu.Lock()
-	o := r.own[processID]
-	r.mu.Unlock()
+	o := r.lockRegistered(processID)
 	if o == nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, ErrNotRegistered)
 	}
-	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.gone || !o.registered {
-		return fmt.Errorf("heartbeat %q: %w", processID, ErrNotRegistered)
-	}
 	info := o.info
 	info.LastSeen = r.clock.Now()
 	st, err := r.write(ctx, info, true, send)
 	if err != nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, err)
 	}
-	if st.InUse != nil {
-		return inUse(processID, st.InUse)
-	}
-	o.info.LastSeen = info.LastSeen
-	if st.Created {
+	if st.Created { // never with InUse: a refused write stores nothing
 		r.cfg.Logger.Info().Str("process", processID).Msg("entry was gone; heartbeat registered it again")
 	}
-	if st.Fenced {
-		o.info = asSlave(o.info) // what the write stored instead
-		return r.fenced("heartbeat", info, st)
+	return r.record("heartbeat", o, info, st)
+}
+
+// lockRegistered returns the owned record of id, locked, when id is
+// registered through r; nil when it is not, or was unregistered since.
+func (r *Registry) lockRegistered(id string) *owned {
+	r.mu.Lock()
+	o := r.own[id]
+	r.mu.Unlock()
+	if o == nil {
+		return nil
 	}
-	return nil
+	o.mu.Lock()
+	if o.gone || !o.registered {
+		o.mu.Unlock()
+		return nil
+	}
+	return o
 }
 
 // Unregister deletes the entry of processID and, when there was a live one,
@@ -377,13 +404,7 @@ func (r *Registry) Unregister(ctx context.Context, processID string) error {
 		incarnation = o.info.Incarnation
 		defer o.mu.Unlock()
 	}
-	var err error
-	if incarnation != "" {
-		_, err = r.be.removeOwn(ctx, processID, incarnation)
-	} else {
-		_, err = r.be.remove(ctx, processID, nil, "")
-	}
-	if err != nil {
+	if _, err := r.be.removeOwn(ctx, processID, incarnation); err != nil {
 		return fmt.Errorf("unregister %q: %w", processID, err)
 	}
 	return nil

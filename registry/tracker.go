@@ -1,10 +1,13 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/herdkit/herd/internal/clock"
 )
 
 // Defaults of TrackerConfig, the specification's values.
@@ -79,14 +82,7 @@ type TrackerConfig struct {
 // Validate reports every problem of c at once; the error wraps
 // ErrInvalidConfig. NewSlaveTracker calls it.
 func (c TrackerConfig) Validate() error {
-	var errs []error
-	if c.SlaveTimeout < 0 {
-		errs = append(errs, fmt.Errorf("SlaveTimeout %s is negative", c.SlaveTimeout))
-	}
-	if c.SweepInterval < 0 {
-		errs = append(errs, fmt.Errorf("SweepInterval %s is negative", c.SweepInterval))
-	}
-	return invalid(errs)
+	return invalid(notNegative("SlaveTimeout", c.SlaveTimeout), notNegative("SweepInterval", c.SweepInterval))
 }
 
 // SlaveTracker is the master's view of its slaves: it reports each slave
@@ -149,12 +145,8 @@ func NewSlaveTracker(reg *Registry, opts TrackerConfig) (*SlaveTracker, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.SlaveTimeout == 0 {
-		opts.SlaveTimeout = DefaultSlaveTimeout
-	}
-	if opts.SweepInterval == 0 {
-		opts.SweepInterval = DefaultSweepInterval
-	}
+	opts.SlaveTimeout = cmp.Or(opts.SlaveTimeout, DefaultSlaveTimeout)
+	opts.SweepInterval = cmp.Or(opts.SweepInterval, DefaultSweepInterval)
 	if opts.OnError == nil {
 		opts.OnError = reg.cfg.OnError
 	}
@@ -177,10 +169,17 @@ func (t *SlaveTracker) Notice(payload []byte) {
 	case t.notices <- append([]byte(nil), payload...):
 	default:
 		t.dropped.Add(1)
-		select {
-		case t.resync <- struct{}{}:
-		default:
-		}
+		t.requestSweep()
+	}
+}
+
+// requestSweep asks Run to sweep as soon as it can, to catch up on what
+// notices said that the tracker could not confirm. It never blocks: a
+// request pending already covers this one.
+func (t *SlaveTracker) requestSweep() {
+	select {
+	case t.resync <- struct{}{}:
+	default:
 	}
 }
 
@@ -197,25 +196,40 @@ func (t *SlaveTracker) Run(ctx context.Context) error {
 	}
 	defer t.running.Store(false)
 	t.discardQueued()
+	t.track(ctx, newTrackerState(t))
+	return nil
+}
 
-	s := newTrackerState(t)
+// track is Run's loop, with s its state: a sweep at once, then notices as
+// they come and a sweep each SweepInterval or when one is asked for
+// (requestSweep), until ctx is done.
+func (t *SlaveTracker) track(ctx context.Context, s *trackerState) {
 	timer := t.reg.clock.NewTimer(t.opts.SweepInterval)
 	defer timer.Stop()
 	s.sweep(ctx)
 	t.swept()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case p := <-t.notices:
-			s.notices(ctx, t.batch(p))
-			continue
-		case <-t.resync:
-		case <-timer.C():
-		}
+	for t.awaitSweep(ctx, s, timer) {
 		s.sweep(ctx)
 		timer.Reset(t.opts.SweepInterval)
 		t.swept()
+	}
+}
+
+// awaitSweep handles the notices that come until a sweep is due (timer
+// fired, or one was asked for), and reports whether one is: false when
+// ctx is done first.
+func (t *SlaveTracker) awaitSweep(ctx context.Context, s *trackerState, timer clock.Timer) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case p := <-t.notices:
+			s.notices(ctx, t.batch(p))
+		case <-t.resync:
+			return true
+		case <-timer.C():
+			return true
+		}
 	}
 }
 
@@ -234,6 +248,8 @@ func (t *SlaveTracker) batch(first []byte) [][]byte {
 	return out
 }
 
+// discardQueued empties the queue of notices and the pending sweep
+// request, which a Run before this one left.
 func (t *SlaveTracker) discardQueued() {
 	for {
 		select {
@@ -245,6 +261,7 @@ func (t *SlaveTracker) discardQueued() {
 	}
 }
 
+// swept calls the test hook after a sweep.
 func (t *SlaveTracker) swept() {
 	if t.afterSweep != nil {
 		t.afterSweep()

@@ -3,7 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/herdkit/herd/internal/wire"
@@ -31,6 +31,7 @@ type trackerState struct {
 	swept  int64                // the registry's version as of the last sweep
 }
 
+// newTrackerState returns the state of a Run of t that has seen nothing.
 func newTrackerState(t *SlaveTracker) *trackerState {
 	return &trackerState{t: t, known: map[string]SlaveNode{}, absent: map[string]bool{}, seen: map[string]int64{}}
 }
@@ -95,22 +96,43 @@ func (s *trackerState) hintOf(payload []byte) (id string, h hint, err error) {
 		return "", hint{}, fmt.Errorf("registry events: %w", err)
 	}
 	switch {
-	case n.Event != keyspace.NoticeRegistered && n.Event != keyspace.NoticeUnregistered:
+	case !registryNotice(n):
 		return "", hint{}, nil // a lock notice, or one of another program
 	case keyspace.ValidateName("node id", n.NodeID) != nil:
 		return "", hint{}, fmt.Errorf("%s notice %q: %w: no valid nodeId", n.Event, wire.Truncate(string(payload)), ErrUnconfirmedNotice)
-	case n.NodeID == s.t.opts.Self:
+	case s.ignores(n):
 		return "", hint{}, nil
-	case n.Event == keyspace.NoticeUnregistered && n.Reason == keyspace.ReasonExpired:
-		// An emulated read removed an expired entry. The native backends
-		// announce no expiry, so the sweep decides for all three alike.
-		return "", hint{}, nil
-	case n.Event == keyspace.NoticeRegistered:
-		if _, err := decodeProcess(n.NodeID, string(n.Process)); err != nil {
-			return "", hint{}, fmt.Errorf("registered notice for %q: %w: %w", wire.Truncate(n.NodeID), ErrCorruptEntry, err)
-		}
+	}
+	if err := checkCarried(n); err != nil {
+		return "", hint{}, err
 	}
 	return n.NodeID, hint{unregistered: n.Event == keyspace.NoticeUnregistered, version: n.Version}, nil
+}
+
+// registryNotice reports whether n is one of the registry's notices, a
+// registration or an unregistration.
+func registryNotice(n keyspace.Notice) bool {
+	return n.Event == keyspace.NoticeRegistered || n.Event == keyspace.NoticeUnregistered
+}
+
+// ignores reports whether the registry notice n, about a valid node id,
+// tells the tracker nothing to confirm: it is about the tracker's own
+// process, or an emulated read removed an expired entry (the native
+// backends announce no expiry, so the sweep decides for all three alike).
+func (s *trackerState) ignores(n keyspace.Notice) bool {
+	return n.NodeID == s.t.opts.Self || (n.Event == keyspace.NoticeUnregistered && n.Reason == keyspace.ReasonExpired)
+}
+
+// checkCarried checks the entry a registration notice carries: it must
+// decode as the entry of the notice's node.
+func checkCarried(n keyspace.Notice) error {
+	if n.Event != keyspace.NoticeRegistered {
+		return nil
+	}
+	if _, err := decodeProcess(n.NodeID, string(n.Process)); err != nil {
+		return fmt.Errorf("registered notice for %q: %w: %w", wire.Truncate(n.NodeID), ErrCorruptEntry, err)
+	}
+	return nil
 }
 
 // unread drops from hints every hint whose write a read reflects already,
@@ -118,23 +140,33 @@ func (s *trackerState) hintOf(payload []byte) (id string, h hint, err error) {
 func (s *trackerState) unread(ctx context.Context, hints map[string][]hint) []string {
 	var ids []string
 	for _, id := range sortedKeys(hints) {
-		fresh := hints[id][:0]
-		for _, h := range hints[id] {
-			if h.version > 0 && h.version <= s.applied(id) {
-				// A read reflects this write already. One thing may be left
-				// to learn: that a slave the read found gone unregistered.
-				if h.unregistered && s.absent[id] {
-					s.leave(ctx, id, LeftUnregistered)
-				}
-				continue
-			}
-			fresh = append(fresh, h)
-		}
-		if hints[id] = fresh; len(fresh) > 0 {
+		if hints[id] = s.unreadOf(ctx, id, hints[id]); len(hints[id]) > 0 {
 			ids = append(ids, id)
 		}
 	}
 	return ids
+}
+
+// unreadOf returns the hints about id whose write no read reflects yet,
+// in place of hints. Of the others, one thing may be left to learn: that a
+// slave the read found gone unregistered; it leaves then.
+func (s *trackerState) unreadOf(ctx context.Context, id string, hints []hint) []hint {
+	fresh := hints[:0]
+	for _, h := range hints {
+		if !h.readBy(s.applied(id)) {
+			fresh = append(fresh, h)
+		} else if h.unregistered && s.absent[id] {
+			s.leave(ctx, id, LeftUnregistered)
+		}
+	}
+	return fresh
+}
+
+// readBy reports whether the write h tells of is reflected by a read that
+// reflects every write up to version applied; a hint without a version
+// never is.
+func (h hint) readBy(applied int64) bool {
+	return h.version > 0 && h.version <= applied
 }
 
 // entryRead is what a confirming read showed of one process.
@@ -151,10 +183,7 @@ func (s *trackerState) confirm(ctx context.Context, ids []string, hints map[stri
 	entries, version, err := t.reg.entries(ctx, ids)
 	if err != nil {
 		s.fail(ctx, fmt.Errorf("confirm registry notices: %w", err))
-		select { // the next sweep catches up on what these notices said
-		case t.resync <- struct{}{}:
-		default:
-		}
+		t.requestSweep() // it catches up on what these notices said
 		return
 	}
 	now := t.reg.clock.Now()
@@ -204,23 +233,17 @@ func (h hint) unfoundedBy(e entryRead, version int64) bool {
 // unregistered is consistent with the read) or vanished.
 func (s *trackerState) apply(ctx context.Context, id string, e entryRead, left bool, now time.Time) {
 	switch {
-	case e.live && e.p.Role == RoleSlave:
-		delete(s.absent, id)
-		if _, ok := s.known[id]; ok {
-			s.known[id] = e.p.Slave() // keep its lastSeen current
-		} else {
-			s.join(ctx, e.p)
-		}
-	case e.present && e.p.Role == RoleSlave:
-		// Stale: the sweep removes it and reports it, as for any slave
-		// that stopped heartbeating.
-	case e.present:
-		s.leave(ctx, id, LeftMaster)
-	case left:
+	case !e.present && left:
 		s.leave(ctx, id, LeftUnregistered)
-	default:
+	case !e.present:
 		s.vanished(ctx, id, now)
+	case e.p.Role != RoleSlave:
+		s.leave(ctx, id, LeftMaster)
+	case e.live:
+		s.live(ctx, e.p)
 	}
+	// Otherwise a stale slave: the sweep removes it and reports it, as for
+	// any slave that stopped heartbeating.
 }
 
 // contradicted is the error of an unregistered notice for a process whose
@@ -278,17 +301,26 @@ func (s *trackerState) classify(ctx context.Context, snap snapshot, now time.Tim
 			r.masters[id] = true
 		case now.Sub(p.LastSeen) <= s.t.opts.SlaveTimeout:
 			r.present[id] = p
-		case s.removeStale(ctx, p, snap.raws[i]):
-			r.stale[id] = true
 		default:
-			// Not removed (an error), or rewritten or removed by someone else
-			// since the read: keep it as it is; the next sweep decides.
-			if _, ok := s.known[id]; ok {
-				r.present[id] = p
-			}
+			s.classifyStale(ctx, r, p, snap.raws[i])
 		}
 	}
 	return r
+}
+
+// classifyStale puts the stale slave p, read as raw, into r: removed, it
+// is stale; not removed (an error, or rewritten or removed by someone else
+// since the read), a known slave stays present as it is, and the next
+// sweep decides.
+func (s *trackerState) classifyStale(ctx context.Context, r sweepRead, p ProcessInfo, raw string) {
+	id := p.ProcessID
+	if s.removeStale(ctx, p, raw) {
+		r.stale[id] = true
+		return
+	}
+	if _, ok := s.known[id]; ok {
+		r.present[id] = p
+	}
 }
 
 // removeStale removes the entry of the stale slave p if it still holds
@@ -324,23 +356,37 @@ func (s *trackerState) sweptAt(version int64) {
 // slaves that left, then the slaves that joined, each in process id order.
 func (s *trackerState) reconcile(ctx context.Context, r sweepRead, now time.Time) {
 	for _, id := range sortedKeys(s.known) {
-		if p, ok := r.present[id]; ok {
-			s.known[id] = p.Slave() // keep its lastSeen current
-			delete(s.absent, id)
-			continue
-		}
-		switch {
-		case r.masters[id]:
-			s.leave(ctx, id, LeftMaster)
-		case r.stale[id]:
-			s.leave(ctx, id, LeftStale)
-		default:
-			s.vanished(ctx, id, now)
-		}
+		s.recheck(ctx, id, r, now)
 	}
 	for _, id := range sortedKeys(r.present) {
 		s.join(ctx, r.present[id])
 	}
+}
+
+// recheck holds the known slave id against the sweep r, read at now: it
+// is live, or it left (for a master, as stale), or it vanished.
+func (s *trackerState) recheck(ctx context.Context, id string, r sweepRead, now time.Time) {
+	switch p, present := r.present[id]; {
+	case present:
+		s.live(ctx, p)
+	case r.masters[id]:
+		s.leave(ctx, id, LeftMaster)
+	case r.stale[id]:
+		s.leave(ctx, id, LeftStale)
+	default:
+		s.vanished(ctx, id, now)
+	}
+}
+
+// live records that a read found the slave p live: a known one is kept
+// current (its lastSeen), one not known joins.
+func (s *trackerState) live(ctx context.Context, p ProcessInfo) {
+	delete(s.absent, p.ProcessID)
+	if _, ok := s.known[p.ProcessID]; ok {
+		s.known[p.ProcessID] = p.Slave()
+		return
+	}
+	s.join(ctx, p)
 }
 
 // vanished handles a known slave that a read found absent without a
@@ -384,6 +430,8 @@ func (s *trackerState) leave(ctx context.Context, id string, why LeaveReason) {
 	}
 }
 
+// fail reports err, a problem the tracker goes on after, to the log and
+// OnError, unless the run is over.
 func (s *trackerState) fail(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return // the run is over; the error is its cancellation
@@ -394,11 +442,12 @@ func (s *trackerState) fail(ctx context.Context, err error) {
 	}
 }
 
+// sortedKeys returns the keys of m, sorted.
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }

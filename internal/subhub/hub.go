@@ -3,10 +3,8 @@ package subhub
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"math"
-	"net"
 	"reflect"
 	"slices"
 	"sync"
@@ -23,14 +21,30 @@ type hubKey struct {
 }
 
 // hubs is the process-wide registry of the hubs that have a subscription.
-var hubs struct {
+var hubs = struct {
 	mu sync.Mutex
 	m  map[hubKey]*hub
-}
+}{m: map[hubKey]*hub{}}
 
 // acquire returns the hub of client for a subscription whose first channel
 // is first, made if need be, and counts the subscription.
 func acquire(client redis.UniversalClient, first string) *hub {
+	key := keyOf(client, first)
+	hubs.mu.Lock()
+	defer hubs.mu.Unlock()
+	h := hubs.m[key]
+	if h == nil {
+		h = &hub{client: client, key: key, chans: map[string]*channel{}, stale: map[string]int{}, subs: map[*Subscription]bool{}}
+		hubs.m[key] = h
+	}
+	h.refs++
+	return h
+}
+
+// keyOf returns the key of the hub of client for a subscription whose
+// first channel is first: under Redis Cluster, one hub per hash slot; a
+// client whose type cannot be a map key gets a hub of its own.
+func keyOf(client redis.UniversalClient, first string) hubKey {
 	key := hubKey{client: client, slot: -1}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		key.slot = Slot(first)
@@ -38,18 +52,7 @@ func acquire(client redis.UniversalClient, first string) *hub {
 	if !reflect.TypeOf(client).Comparable() {
 		key.client = new(byte) // cannot be a map key: a hub of its own
 	}
-	hubs.mu.Lock()
-	defer hubs.mu.Unlock()
-	h := hubs.m[key]
-	if h == nil {
-		if hubs.m == nil {
-			hubs.m = make(map[hubKey]*hub)
-		}
-		h = &hub{client: client, key: key, chans: map[string]*channel{}, stale: map[string]int{}, subs: map[*Subscription]bool{}}
-		hubs.m[key] = h
-	}
-	h.refs++
-	return h
+	return key
 }
 
 // release uncounts a subscription of h and reports whether it was the last
@@ -103,29 +106,39 @@ func (h *hub) add(ctx context.Context, s *Subscription) {
 	h.mu.Lock()
 	var fresh []string
 	for _, name := range s.channels {
-		c := h.chans[name]
-		if c == nil {
-			c = &channel{}
-			h.chans[name] = c
+		if h.hold(name, s) {
 			fresh = append(fresh, name)
 		}
-		c.subs = append(slices.Clip(c.subs), s)
 	}
 	h.subs[s] = true
 	h.checkReady(s)
 	ps := h.ps
 	if !h.started {
-		h.started = true
-		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		h.cancel, h.done = cancel, make(chan struct{})
-		go h.run(rctx, h.done) // it connects with every channel
+		h.startReader(ctx) // it connects with every channel
 	}
 	h.mu.Unlock()
-	if ps != nil && len(fresh) > 0 {
-		// On an error the connection is broken: the reader reconnects
-		// with every channel of the hub.
-		_ = ps.Subscribe(ctx, fresh...)
+	send(ctx, ps, (*redis.PubSub).Subscribe, fresh)
+}
+
+// hold adds s to the holders of channel name and reports whether nobody
+// held it before (the channel is then new to the hub). h.mu is held.
+func (h *hub) hold(name string, s *Subscription) (fresh bool) {
+	c, held := h.chans[name]
+	if !held {
+		c = &channel{}
+		h.chans[name] = c
 	}
+	c.subs = append(slices.Clip(c.subs), s)
+	return !held
+}
+
+// startReader starts the reader (run), which the hub's first subscription
+// does; it lives until shutdown, whatever ctx does. h.mu is held.
+func (h *hub) startReader(ctx context.Context) {
+	h.started = true
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.cancel, h.done = cancel, make(chan struct{})
+	go h.run(rctx, h.done)
 }
 
 // remove takes s's channels away and sends UNSUBSCRIBE for those nobody
@@ -137,25 +150,42 @@ func (h *hub) remove(ctx context.Context, s *Subscription) {
 	delete(h.subs, s)
 	var gone []string
 	for _, name := range s.channels {
-		c := h.chans[name]
-		if c == nil {
-			continue
-		}
-		c.subs = slices.DeleteFunc(slices.Clone(c.subs), func(x *Subscription) bool { return x == s })
-		if len(c.subs) > 0 {
-			continue
-		}
-		delete(h.chans, name)
-		gone = append(gone, name)
-		if !c.confirmed && h.ps != nil {
-			h.stale[name]++ // its confirmation is on its way
+		if h.unhold(name, s) {
+			gone = append(gone, name)
 		}
 	}
 	ps := h.ps
 	h.mu.Unlock()
-	if ps != nil && len(gone) > 0 {
-		_ = ps.Unsubscribe(ctx, gone...)
+	send(ctx, ps, (*redis.PubSub).Unsubscribe, gone)
+}
+
+// send sends the command cmd (SUBSCRIBE or UNSUBSCRIBE) for names on ps,
+// when there is a connection and there are names. An error is not
+// returned: the connection is broken, and the reader reconnects with
+// every channel the hub holds then.
+func send(ctx context.Context, ps *redis.PubSub, cmd func(*redis.PubSub, context.Context, ...string) error, names []string) {
+	if ps != nil && len(names) > 0 {
+		_ = cmd(ps, ctx, names...)
 	}
+}
+
+// unhold takes s off the holders of channel name and reports whether
+// nobody holds it any more: the channel is then gone from the hub, and a
+// confirmation still on its way for it is expected (stale). h.mu is held.
+func (h *hub) unhold(name string, s *Subscription) (gone bool) {
+	c := h.chans[name]
+	if c == nil {
+		return false
+	}
+	c.subs = slices.DeleteFunc(slices.Clone(c.subs), func(x *Subscription) bool { return x == s })
+	if len(c.subs) > 0 {
+		return false
+	}
+	delete(h.chans, name)
+	if !c.confirmed && h.ps != nil {
+		h.stale[name]++ // its confirmation is on its way
+	}
+	return true
 }
 
 // shutdown stops the reader, closes the connection and waits for the
@@ -214,31 +244,55 @@ var errNoChannels = errors.New("subhub: no channel to subscribe to")
 func (h *hub) connect(ctx context.Context) (*redis.PubSub, error) {
 	h.cmdMu.Lock()
 	defer h.cmdMu.Unlock()
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
+	names, closed := h.subscribeOrder()
+	switch {
+	case closed:
 		return nil, nil
-	}
-	names := slices.Sorted(maps.Keys(h.chans))
-	if h.key.slot >= 0 {
-		slices.SortStableFunc(names, func(a, b string) int {
-			ia, ib := Slot(a) == h.key.slot, Slot(b) == h.key.slot
-			switch {
-			case ia == ib:
-				return 0
-			case ia:
-				return -1
-			}
-			return 1
-		})
-	}
-	h.mu.Unlock()
-	if len(names) == 0 {
+	case len(names) == 0:
 		return nil, errNoChannels
 	}
-	// One SUBSCRIBE per channel: the server refuses a command as a whole
-	// when one of its channels is not allowed (ACL), which must cost only
-	// that channel. The first one dials.
+	ps, err := h.dial(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	return h.install(ps), nil
+}
+
+// subscribeOrder returns the channels of the hub in the order connect
+// subscribes to them: sorted, those of the hub's slot first under Redis
+// Cluster. closed is true when the hub was shut down.
+func (h *hub) subscribeOrder() (names []string, closed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, true
+	}
+	names = slices.Sorted(maps.Keys(h.chans))
+	if h.key.slot >= 0 {
+		names = slotFirst(names, h.key.slot)
+	}
+	return names, false
+}
+
+// slotFirst returns names with those of hash slot slot first, each part
+// in the order given.
+func slotFirst(names []string, slot int) []string {
+	first := make([]string, 0, len(names))
+	var rest []string
+	for _, name := range names {
+		if Slot(name) == slot {
+			first = append(first, name)
+		} else {
+			rest = append(rest, name)
+		}
+	}
+	return append(first, rest...)
+}
+
+// dial opens a connection subscribed to names, one SUBSCRIBE per channel:
+// the server refuses a command as a whole when one of its channels is not
+// allowed (ACL), which must cost only that channel. The first one dials.
+func (h *hub) dial(ctx context.Context, names []string) (*redis.PubSub, error) {
 	ps := h.client.Subscribe(ctx) // no channel: no I/O yet
 	for _, name := range names {
 		if err := ps.Subscribe(ctx, name); err != nil {
@@ -246,15 +300,21 @@ func (h *hub) connect(ctx context.Context) (*redis.PubSub, error) {
 			return nil, err
 		}
 	}
+	return ps, nil
+}
+
+// install makes ps the hub's connection, or closes it and returns nil
+// when the hub was shut down meanwhile.
+func (h *hub) install(ps *redis.PubSub) *redis.PubSub {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		_ = ps.Close()
-		return nil, nil
+		return nil
 	}
 	h.ps = ps
 	clear(h.stale)
-	return ps, nil
+	return ps
 }
 
 // fail drops the connection ps (nil: none was made) after err, and tells
@@ -326,126 +386,23 @@ func (h *hub) holders(name string) []*Subscription {
 	return nil
 }
 
-// run is the reader: it connects, reads, pings and reconnects until ctx
-// ends, and hands what it reads to the subscriptions.
-func (h *hub) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
-	r := reader{h: h}
-	for ctx.Err() == nil {
-		ping, retry := h.timing()
-		if r.ps == nil {
-			if !r.connect(ctx, retry) {
-				return
-			}
-			if r.ps == nil {
-				continue // it failed and waited: again
-			}
-		}
-		v, err := r.ps.ReceiveTimeout(ctx, ping)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if !r.readFailed(ctx, err, ping, retry) {
-				return
-			}
-			continue
-		}
-		r.delay, r.pinged = 0, false
-		h.dispatch(v)
-	}
-}
-
-// reader is the state of run's loop, owned by its goroutine.
-type reader struct {
-	h      *hub
-	ps     *redis.PubSub // the connection; nil while there is none
-	delay  time.Duration // the last wait before a reconnect; 0 after a read
-	pinged bool          // a PING on ps is unanswered
-}
-
-// connect opens a connection, and on an error tells the subscriptions and
-// waits (backoff), leaving r.ps nil. It reports false when the reader is to
-// stop: ctx ended or the hub was shut down.
-func (r *reader) connect(ctx context.Context, retry time.Duration) bool {
-	ps, err := r.h.connect(ctx)
-	if ctx.Err() != nil || (ps == nil && err == nil) {
-		return false
-	}
-	if err != nil {
-		return r.backoff(ctx, fmt.Errorf("connect: %w", err), retry)
-	}
-	r.ps, r.pinged = ps, false
-	return true
-}
-
-// readFailed handles an error of a read. A timeout sends a PING, or drops
-// the connection when the last PING is still unanswered; an error reply is
-// a command the server refused, on a connection that is fine; any other
-// error, or a PING that cannot be sent, drops the connection and waits
-// (backoff). It reports false when ctx ended during the wait.
-func (r *reader) readFailed(ctx context.Context, err error, ping, retry time.Duration) bool {
-	var rerr redis.Error
-	switch {
-	case isTimeout(err):
-		if r.pinged {
-			r.h.fail(r.ps, fmt.Errorf("no reply to PING within %s; reconnecting", ping))
-			r.ps = nil
-			return true
-		}
-		if err = r.ps.Ping(ctx); err == nil {
-			r.pinged = true
-			return true
-		}
-		err = fmt.Errorf("ping: %w", err)
-	case errors.As(err, &rerr):
-		r.delay, r.pinged = 0, false
-		r.h.refused(fmt.Errorf("the server refused a command: %w", err))
-		return true
-	default:
-		err = fmt.Errorf("receive: %w", err)
-	}
-	return r.backoff(ctx, err, retry)
-}
-
-// backoff drops the connection after err, tells the subscriptions, and
-// waits twice as long as last time (at least minRetryDelay, at most retry).
-// It reports false when ctx ended during the wait.
-func (r *reader) backoff(ctx context.Context, err error, retry time.Duration) bool {
-	r.h.fail(r.ps, err)
-	r.ps = nil
-	r.delay = min(max(2*r.delay, minRetryDelay), retry)
-	t := time.NewTimer(r.delay)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // dispatch hands what the reader read to the subscriptions: a message to
 // the holders of its channel, a confirmation of a channel to the running
 // subscriptions that were resubscribed to it (confirm).
 func (h *hub) dispatch(v any) {
 	switch v := v.(type) {
 	case *redis.Message:
-		for _, s := range h.holders(v.Channel) {
-			s.deliver(event{msg: v})
-		}
+		deliverAll(h.holders(v.Channel), event{msg: v})
 	case *redis.Subscription:
 		if v.Kind == "subscribe" {
-			for _, s := range h.confirm(v.Channel) {
-				s.deliver(event{subscribed: v.Channel})
-			}
+			deliverAll(h.confirm(v.Channel), event{subscribed: v.Channel})
 		}
 	}
 }
 
-// isTimeout reports whether err is a network timeout: a read that got
-// nothing within its deadline.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+// deliverAll hands ev to each of subs, in order.
+func deliverAll(subs []*Subscription, ev event) {
+	for _, s := range subs {
+		s.deliver(ev)
+	}
 }

@@ -3,17 +3,28 @@ package subhub
 import "strings"
 
 // Slot returns the Redis Cluster hash slot of name: CRC16 (XMODEM) of its
-// hash tag (the text between the first "{" and the next "}", when not empty)
-// or of the whole name, modulo 16384.
+// hash tag, or of the whole name when it has none, modulo 16384.
 func Slot(name string) int {
-	if i := strings.IndexByte(name, '{'); i >= 0 {
-		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
-			name = name[i+1 : i+1+j]
+	return int(crc16(hashTag(name))) % 16384
+}
+
+// hashTag returns the part of name that Redis Cluster hashes: the text
+// between the first "{" and the next "}" when it is not empty, else the
+// whole name.
+func hashTag(name string) string {
+	if _, after, ok := strings.Cut(name, "{"); ok {
+		if tag, _, ok := strings.Cut(after, "}"); ok && tag != "" {
+			return tag
 		}
 	}
+	return name
+}
+
+// crc16 is the CRC16 (XMODEM: polynomial 0x1021, initial value 0) of s.
+func crc16(s string) uint16 {
 	var crc uint16
-	for k := 0; k < len(name); k++ {
-		crc ^= uint16(name[k]) << 8
+	for k := 0; k < len(s); k++ {
+		crc ^= uint16(s[k]) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -22,5 +33,5 @@ func Slot(name string) int {
 			}
 		}
 	}
-	return int(crc) % 16384
+	return crc
 }

@@ -116,24 +116,11 @@ type event struct {
 // the server's refusal of a command) if any. The hub keeps reconnecting
 // meanwhile.
 func Subscribe(ctx context.Context, client redis.UniversalClient, o Options) (*Subscription, error) {
-	if client == nil || len(o.Channels) == 0 || slices.Contains(o.Channels, "") || o.OnMessage == nil {
+	if client == nil || !o.complete() {
 		return nil, errors.New("subhub: Subscribe needs a client, channels (not empty) and OnMessage")
 	}
-	if o.MaxQueue <= 0 {
-		o.MaxQueue = DefaultMaxQueue
-	}
-	if o.PingInterval <= 0 {
-		o.PingInterval = DefaultPingInterval
-	}
-	if o.MaxRetryDelay <= 0 {
-		o.MaxRetryDelay = DefaultMaxRetryDelay
-	}
-	var channels []string
-	for _, c := range o.Channels {
-		if !slices.Contains(channels, c) {
-			channels = append(channels, c)
-		}
-	}
+	o.fillDefaults()
+	channels := distinct(o.Channels)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Subscription{
 		hub:      acquire(client, channels[0]),
@@ -145,39 +132,103 @@ func Subscribe(ctx context.Context, client redis.UniversalClient, o Options) (*S
 	}
 	s.cond.L = &s.mu
 	s.hub.add(ctx, s)
+	if err := s.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	for _, c := range channels {
+		o.OnSubscribed(ctx, c)
+	}
+	s.start()
+	return s, nil
+}
+
+// complete reports whether o has what Subscribe requires: channels, none
+// of them empty, and OnMessage.
+func (o *Options) complete() bool {
+	return len(o.Channels) > 0 && !slices.Contains(o.Channels, "") && o.OnMessage != nil
+}
+
+// fillDefaults sets the limits o leaves at zero (or below) to their
+// defaults, and the callbacks it leaves nil to ones that do nothing, so
+// that the delivery calls each without a check.
+func (o *Options) fillDefaults() {
+	o.MaxQueue = positiveOr(o.MaxQueue, DefaultMaxQueue)
+	o.PingInterval = positiveOr(o.PingInterval, DefaultPingInterval)
+	o.MaxRetryDelay = positiveOr(o.MaxRetryDelay, DefaultMaxRetryDelay)
+	if o.OnSubscribed == nil {
+		o.OnSubscribed = func(context.Context, string) {}
+	}
+	if o.OnError == nil {
+		o.OnError = func(error) {}
+	}
+	if o.OnDropped == nil {
+		o.OnDropped = func(int) {}
+	}
+}
+
+// positiveOr returns v when it is positive, else def.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// distinct returns the channels without repeats, in the order given.
+func distinct(channels []string) []string {
+	var out []string
+	for _, c := range channels {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// awaitReady waits until every channel of s is confirmed. When ctx ends
+// first it gives s up (abandon).
+func (s *Subscription) awaitReady(ctx context.Context) error {
 	select {
 	case <-s.ready:
+		return nil
 	case <-ctx.Done():
-		s.mu.Lock()
-		last := s.lastErr
-		s.mu.Unlock()
-		s.Close()
-		if last != nil {
-			return nil, fmt.Errorf("subscribe to %q: %w (last error: %w)", channels, ctx.Err(), last)
-		}
-		return nil, fmt.Errorf("subscribe to %q: %w", channels, ctx.Err())
+		return s.abandon(ctx)
 	}
-	if o.OnSubscribed != nil {
-		for _, c := range channels {
-			o.OnSubscribed(ctx, c)
-		}
+}
+
+// abandon closes s, whose Subscribe gave up when ctx ended, and returns
+// Subscribe's error: ctx's, with the last error of the connection
+// meanwhile if any.
+func (s *Subscription) abandon(ctx context.Context) error {
+	s.mu.Lock()
+	last := s.lastErr
+	s.mu.Unlock()
+	s.Close()
+	if last != nil {
+		return fmt.Errorf("subscribe to %q: %w (last error: %w)", s.channels, ctx.Err(), last)
 	}
+	return fmt.Errorf("subscribe to %q: %w", s.channels, ctx.Err())
+}
+
+// start begins the delivery once Subscribe has called OnSubscribed: an
+// inline subscription handles what queued meanwhile at once, a queued one
+// starts its goroutine (pump). A subscription closed meanwhile stays so.
+func (s *Subscription) start() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.state != stateStarting { // closed meanwhile
-		return s, nil
+	if s.state != stateStarting {
+		return
 	}
 	s.state = stateRunning
-	if o.Inline {
-		for _, ev := range s.queue {
-			s.handle(ev)
-		}
-		s.queue, s.queued = nil, 0
-	} else {
+	if !s.opts.Inline {
 		s.pumped = make(chan struct{})
 		go s.pump(s.pumped)
+		return
 	}
-	return s, nil
+	for _, ev := range s.queue {
+		s.handle(ev)
+	}
+	s.queue, s.queued = nil, 0
 }
 
 // Close ends the subscription: no callback is called after it returns
@@ -234,9 +285,7 @@ func (s *Subscription) failed(err error) {
 		s.lastErr = err
 		return
 	}
-	if s.opts.OnError != nil {
-		s.deliverLocked(event{err: err})
-	}
+	s.deliverLocked(event{err: err})
 }
 
 // deliver hands ev to s: to the callback at once when s is inline and
@@ -258,23 +307,37 @@ func (s *Subscription) deliverLocked(ev event) {
 }
 
 // enqueue queues ev, or, for a message that does not fit, counts it as
-// dropped (in a marker after the last queued message). s.mu is held.
+// dropped. s.mu is held.
 func (s *Subscription) enqueue(ev event) {
-	if ev.msg != nil {
-		size := len(ev.msg.Channel) + len(ev.msg.Payload)
-		if s.queued+size > s.opts.MaxQueue {
-			if n := len(s.queue); n > 0 && s.queue[n-1].dropped > 0 {
-				s.queue[n-1].dropped++
-			} else {
-				s.queue = append(s.queue, event{dropped: 1})
-			}
-			s.cond.Signal()
-			return
-		}
-		s.queued += size
+	size := ev.size()
+	if s.queued+size > s.opts.MaxQueue {
+		s.countDropped()
+		return
 	}
+	s.queued += size
 	s.queue = append(s.queue, ev)
 	s.cond.Signal()
+}
+
+// countDropped counts a message dropped, in the marker after the last
+// queued message (one is queued when the last event is not a marker).
+// s.mu is held.
+func (s *Subscription) countDropped() {
+	if n := len(s.queue); n > 0 && s.queue[n-1].dropped > 0 {
+		s.queue[n-1].dropped++
+	} else {
+		s.queue = append(s.queue, event{dropped: 1})
+	}
+	s.cond.Signal()
+}
+
+// size is what ev counts against Options.MaxQueue: the bytes of a
+// message's channel and payload, 0 for the other events.
+func (ev event) size() int {
+	if ev.msg == nil {
+		return 0
+	}
+	return len(ev.msg.Channel) + len(ev.msg.Payload)
 }
 
 // pump runs the callbacks of a queued subscription until Close.
@@ -282,26 +345,35 @@ func (s *Subscription) pump(done chan struct{}) {
 	defer close(done)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for {
-		for len(s.queue) == 0 && s.state != stateClosed {
-			s.cond.Wait()
-		}
-		if s.state == stateClosed {
-			return
-		}
-		ev := s.queue[0]
-		s.queue[0] = event{}
-		s.queue = s.queue[1:]
-		if len(s.queue) == 0 {
-			s.queue = nil
-		}
-		if ev.msg != nil {
-			s.queued -= len(ev.msg.Channel) + len(ev.msg.Payload)
-		}
+	for s.awaitWork() {
+		ev := s.pop()
 		s.mu.Unlock()
 		s.handle(ev)
 		s.mu.Lock()
 	}
+}
+
+// awaitWork waits until the queue has an event or s is closed, and reports
+// whether there is an event to handle (false once s is closed). s.mu is
+// held.
+func (s *Subscription) awaitWork() bool {
+	for len(s.queue) == 0 && s.state != stateClosed {
+		s.cond.Wait()
+	}
+	return s.state != stateClosed
+}
+
+// pop takes the first event off the queue, which is not empty. s.mu is
+// held.
+func (s *Subscription) pop() event {
+	ev := s.queue[0]
+	s.queue[0] = event{}
+	s.queue = s.queue[1:]
+	if len(s.queue) == 0 {
+		s.queue = nil
+	}
+	s.queued -= ev.size()
+	return ev
 }
 
 // handle calls the callback of ev.
@@ -310,16 +382,10 @@ func (s *Subscription) handle(ev event) {
 	case ev.msg != nil:
 		s.opts.OnMessage(s.ctx, ev.msg)
 	case ev.subscribed != "":
-		if s.opts.OnSubscribed != nil {
-			s.opts.OnSubscribed(s.ctx, ev.subscribed)
-		}
+		s.opts.OnSubscribed(s.ctx, ev.subscribed)
 	case ev.err != nil:
-		if s.opts.OnError != nil {
-			s.opts.OnError(ev.err)
-		}
+		s.opts.OnError(ev.err)
 	case ev.dropped > 0:
-		if s.opts.OnDropped != nil {
-			s.opts.OnDropped(ev.dropped)
-		}
+		s.opts.OnDropped(ev.dropped)
 	}
 }

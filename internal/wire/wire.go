@@ -7,8 +7,10 @@ package wire
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -32,35 +34,66 @@ const (
 // is an error, which does not name the member (the caller does).
 func ParseTime(raw []byte) (time.Time, error) {
 	raw = bytes.TrimSpace(raw)
-	s := string(raw)
-	if s == "" || s == "null" || s == `""` {
+	switch string(raw) {
+	case "", "null", `""`:
 		return time.Time{}, nil
 	}
-	if s[0] != '"' {
-		var ms float64
-		if err := json.Unmarshal(raw, &ms); err != nil {
-			return time.Time{}, fmt.Errorf("timestamp %q is neither an RFC 3339 string nor milliseconds since the epoch", Truncate(s))
-		}
-		if ms < minMillis || ms > maxMillis {
-			return time.Time{}, fmt.Errorf("timestamp %s ms is outside the years 0000-9999", Truncate(s))
-		}
-		return time.UnixMilli(int64(ms)).UTC(), nil
+	if raw[0] != '"' {
+		return parseMillis(raw)
+	}
+	str, err := unquote(raw)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return parseRFC3339(str)
+}
+
+// parseMillis reads raw, a JSON number, as milliseconds since the epoch,
+// cut to whole milliseconds, in the years 0000 to 9999.
+func parseMillis(raw []byte) (time.Time, error) {
+	var ms float64
+	if err := json.Unmarshal(raw, &ms); err != nil {
+		return time.Time{}, fmt.Errorf("timestamp %q is neither an RFC 3339 string nor milliseconds since the epoch", Truncate(string(raw)))
+	}
+	if !within(ms, minMillis, maxMillis) {
+		return time.Time{}, fmt.Errorf("timestamp %s ms is outside the years 0000-9999", Truncate(string(raw)))
+	}
+	return time.UnixMilli(int64(ms)).UTC(), nil
+}
+
+// unquote returns the JSON string raw (which starts with a quote) without
+// its quotes. A string with nothing escaped, which is what herd writes, is
+// cut out of raw; any other goes through encoding/json.
+func unquote(raw []byte) (string, error) {
+	s := string(raw)
+	if str, ok := strings.CutSuffix(s[1:], `"`); ok && !strings.Contains(str, `\`) {
+		return str, nil
 	}
 	var str string
-	if len(s) >= 2 && s[len(s)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
-		str = s[1 : len(s)-1] // nothing escaped: what herd writes
-	} else if err := json.Unmarshal(raw, &str); err != nil {
-		return time.Time{}, fmt.Errorf("timestamp %q: %w", Truncate(s), err)
+	if err := json.Unmarshal(raw, &str); err != nil {
+		return "", fmt.Errorf("timestamp %q: %w", Truncate(s), err)
 	}
+	return str, nil
+}
+
+// parseRFC3339 reads str as an RFC 3339 time of any precision and offset,
+// converted to UTC, in the years 0000 to 9999.
+func parseRFC3339(str string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, str)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("timestamp %q is not RFC 3339", Truncate(str))
 	}
 	t = t.UTC()
-	if y := t.Year(); y < 0 || y > 9999 {
+	if !within(t.Year(), 0, 9999) {
 		return time.Time{}, fmt.Errorf("timestamp %q is outside the years 0000-9999 in UTC", Truncate(str))
 	}
 	return t, nil
+}
+
+// within reports whether lo <= v <= hi: the range checks of ParseTime,
+// on milliseconds and on years.
+func within[T cmp.Ordered](v, lo, hi T) bool {
+	return lo <= v && v <= hi
 }
 
 // Truncate shortens s to its first 64 bytes (and an ellipsis), to quote a
