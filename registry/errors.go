@@ -33,8 +33,8 @@ var (
 	// ErrBackendUnsupported: Config.Backend names a backend whose commands
 	// the server does not run.
 	ErrBackendUnsupported = errors.New("registry: backend not supported by the server")
-	// ErrInvalidConfig: Config, TrackerConfig or the timings given to
-	// ValidateTimings are inconsistent; the message names the values.
+	// ErrInvalidConfig: Config or TrackerConfig is inconsistent; the message
+	// names the values.
 	ErrInvalidConfig = errors.New("registry: invalid config")
 	// ErrNotMaster: a registration or heartbeat with role master was refused
 	// by Redis because the process does not hold the lock (Keys.Master) under

@@ -605,33 +605,6 @@ func TestNewProbed(t *testing.T) {
 	}
 }
 
-func TestValidateTimings(t *testing.T) {
-	for _, tc := range []struct {
-		name                  string
-		ttl, beat, slaveLimit time.Duration
-		want                  string // part of the error, "" for none
-	}{
-		{"defaults", 45 * time.Second, 10 * time.Second, 15 * time.Second, ""},
-		{"slave interval", 45 * time.Second, 5 * time.Second, 15 * time.Second, ""},
-		{"ttl twice the heartbeat", 20 * time.Second, 10 * time.Second, 15 * time.Second, "ProcessTTL 20s must exceed twice the heartbeat interval 10s"},
-		{"ttl below the heartbeat", 5 * time.Second, 10 * time.Second, 15 * time.Second, "ProcessTTL 5s"},
-		{"slave timeout equal to the heartbeat", 45 * time.Second, 10 * time.Second, 10 * time.Second, "SlaveTimeout 10s must exceed the heartbeat interval 10s"},
-		{"zero ttl", 0, time.Second, time.Second, "ProcessTTL 0s must be positive"},
-		{"zero heartbeat", time.Second, 0, time.Second, "heartbeat interval 0s must be positive"},
-		{"negative slave timeout", time.Minute, time.Second, -time.Second, "SlaveTimeout -1s must be positive"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := ValidateTimings(tc.ttl, tc.beat, tc.slaveLimit)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("ValidateTimings = %v, want nil", err)
-			case tc.want != "" && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("ValidateTimings = %v, want ErrInvalidConfig with %q", err, tc.want)
-			}
-		})
-	}
-}
-
 // testRoundTrips counts the commands each operation sends once the scripts
 // are cached on the server: every operation is one round trip.
 func testRoundTrips(t *testing.T, tg target) {

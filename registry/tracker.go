@@ -120,7 +120,7 @@ func (c TrackerConfig) Validate() error {
 // slave leaves only if it stays away until its lastSeen is older than
 // SlaveTimeout. So a Redis restart that loses the data reports nothing for
 // the slaves whose next heartbeat succeeds before their lastSeen is
-// SlaveTimeout old (ValidateTimings makes room for one heartbeat interval).
+// SlaveTimeout old (SlaveTimeout exceeds the heartbeat interval: masterelection.Config).
 // Not guaranteed: a slave that joins and leaves between two reads while its
 // notices are dropped is never reported; a forged "unregistered" notice with
 // a plausible version for a slave whose entry is absent at the read (lost
