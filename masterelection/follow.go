@@ -122,29 +122,43 @@ func (f *follower) notice(n notice) {
 	c, ls := f.c, f.ls
 	switch c.followHint(ls, n) {
 	case hintContend:
-		wait := time.Duration(0)
-		if n.To != c.cfg.NodeID {
-			wait = c.contendDelay(ls, n.Term, true)
-		}
-		// A notice never postpones an attempt already due: a stream of
-		// forged ones would hold it back for good.
-		if !f.contend || c.clock.Now().Add(wait).Before(f.due) {
-			f.contend = true
-			f.arm(wait)
-		}
+		f.contendInTurn(n)
 	case hintAsk:
-		switch {
-		case ls.unresolved: // Start's first attempt asks Redis anyway
-		case !f.contend:
-			f.askSoon() // learn the new master and its term from Redis
-		case !ls.yielded:
-			// Someone took the lock while this process waited its turn:
-			// ask Redis instead of sending an acquire that would fail. Once
-			// per free lock, so that forged notices cannot hold this
-			// process back for good.
-			ls.yielded, f.contend = true, false
-			f.arm(c.noticeCheckDelay(ls)) // in place of the pending attempt
-		}
+		f.askAboutClaim()
+	}
+}
+
+// contendInTurn sets an attempt at the lock that notice n released: at
+// once when n names this process the successor, else in its turn.
+func (f *follower) contendInTurn(n notice) {
+	c := f.c
+	wait := time.Duration(0)
+	if n.To != c.cfg.NodeID {
+		wait = c.contendDelay(f.ls, n.Term, true)
+	}
+	// A notice never postpones an attempt already due: a stream of forged
+	// ones would hold it back for good.
+	if !f.contend || c.clock.Now().Add(wait).Before(f.due) {
+		f.contend = true
+		f.arm(wait)
+	}
+}
+
+// askAboutClaim sets a look at the lock after another node's acquired
+// notice: the new master and its term come from Redis.
+func (f *follower) askAboutClaim() {
+	ls := f.ls
+	switch {
+	case ls.unresolved: // Start's first attempt asks Redis anyway
+	case !f.contend:
+		f.askSoon()
+	case !ls.yielded:
+		// Someone took the lock while this process waited its turn: ask
+		// Redis instead of sending an acquire that would fail. Once per
+		// free lock, so that forged notices cannot hold this process back
+		// for good.
+		ls.yielded, f.contend = true, false
+		f.arm(f.c.noticeCheckDelay(ls)) // in place of the pending attempt
 	}
 }
 

@@ -47,6 +47,28 @@ func (mb *membership) checkBeat(ctx context.Context) (rdb.MasterState, error) {
 	return st, nil
 }
 
+// startLoop starts the registry loop (loop) until ctx ends or halt is
+// called; halt also waits for it to return. The loop closes registered at
+// the first registration.
+func (mb *membership) startLoop(ctx context.Context) (halt func()) {
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	mb.bg.Add(1)
+	go func() {
+		defer mb.bg.Done()
+		defer close(done)
+		mb.loop(lctx, mb.registered)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// wait waits for every goroutine membership started: the loop and the
+// slave trackers of masterships that have ended.
+func (mb *membership) wait() { mb.bg.Wait() }
+
 // loop is the registry loop: it registers this process whenever its
 // role changes and heartbeats its entry, every HeartbeatInterval as master
 // and every CheckInterval as slave, until ctx ends. A slave's heartbeat

@@ -2,7 +2,6 @@ package masterelection
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/herdkit/herd/internal/rdb"
@@ -18,30 +17,18 @@ func (c *core) run(ctx context.Context, feed *noticeFeed) {
 		c.runStandalone(ctx)
 		return
 	}
-	defer c.members.bg.Wait()
-	memCtx, stopMembership := context.WithCancel(ctx)
-	defer stopMembership()
-	membershipDone := make(chan struct{})
+	defer c.members.wait()
+	haltMembership := c.members.startLoop(ctx)
+	defer haltMembership()
 	firstRegistered := c.members.registered
-	c.members.bg.Add(1)
-	go func() {
-		defer c.members.bg.Done()
-		defer close(membershipDone)
-		c.members.loop(memCtx, firstRegistered)
-	}()
-	var wg sync.WaitGroup
-	closeFeed := c.readFeed(ctx, &wg, feed)
-	defer wg.Wait()
+	closeFeed := c.readFeed(ctx, feed)
 	defer closeFeed()
 
 	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered}
 	if c.awaitingID.Load() {
 		ls.awaitID = firstRegistered
 	}
-	ls.haltMembership = func() {
-		stopMembership()
-		<-membershipDone
-	}
+	ls.haltMembership = haltMembership
 	defer ls.renewAttempts.Wait()
 	for ctx.Err() == nil && !ls.stopRequested {
 		if l := c.followLoop(ctx, ls); l != nil {
@@ -49,13 +36,18 @@ func (c *core) run(ctx context.Context, feed *noticeFeed) {
 		}
 	}
 	if ls.heldTerm != 0 && c.mastership.Load() == nil {
-		// Stop came while a lock of ours outlived its mastership: release
-		// it, pinned to its term, so the others need not wait out its TTL.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout())
-		if _, err := rdb.Release(rctx, c.client, c.keys, c.cfg.NodeID, ls.heldTerm); err != nil {
-			c.log.Warn().Err(err).Int64("term", ls.heldTerm).Msg("could not release a lock left from an earlier mastership")
-		}
-		cancel()
+		c.releaseLeftLock(ctx, ls.heldTerm)
+	}
+}
+
+// releaseLeftLock releases the lock of term, pinned to it: Stop came while
+// a lock of ours outlived its mastership, and the others need not wait out
+// its TTL.
+func (c *core) releaseLeftLock(ctx context.Context, term int64) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout())
+	defer cancel()
+	if _, err := rdb.Release(rctx, c.client, c.keys, c.cfg.NodeID, term); err != nil {
+		c.log.Warn().Err(err).Int64("term", term).Msg("could not release a lock left from an earlier mastership")
 	}
 }
 

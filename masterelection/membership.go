@@ -40,6 +40,15 @@ func newMembership(n *node, core coreView) *membership {
 	}
 }
 
+// holdingSlaveEvents runs fn while no slave event is being emitted
+// (slaveEvent): a slave event of a mastership that fn ends comes before fn,
+// or never.
+func (mb *membership) holdingSlaveEvents(fn func()) {
+	mb.trackMu.Lock()
+	defer mb.trackMu.Unlock()
+	fn()
+}
+
 // infoChangedNow tells the loop to register again: the entry's metadata
 // or candidacy changed.
 func (mb *membership) infoChangedNow() {

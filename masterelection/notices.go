@@ -95,38 +95,44 @@ func (c *core) openFeed(ctx context.Context, opened <-chan struct{}) *noticeFeed
 		PingInterval:  healthCheckInterval,
 		MaxRetryDelay: feedRetryDelay,
 	}
-	go func() {
-		defer close(f.done)
-		closeReady := sync.OnceFunc(func() { close(f.ready) })
-		defer closeReady()
-		attempt := func() (*subhub.Subscription, error) {
-			rctx, cancel := context.WithTimeout(sctx, c.startTimeout())
-			defer cancel()
-			return subhub.Subscribe(rctx, c.client, opts)
-		}
-		sub, err := attempt()
-		if err != nil {
-			select {
-			case <-opened:
-			case <-sctx.Done():
-				return
-			}
-			sub, err = attempt()
-		}
-		if err != nil {
-			if sctx.Err() != nil {
-				return
-			}
-			c.emitError(fmt.Errorf("notice feed: %w", err)) // err names the channels
-			closeReady()
-			if sub, err = subhub.Subscribe(sctx, c.client, opts); err != nil {
-				return // ctx ended
-			}
-		}
-		f.sub = sub
-		close(f.confirmed)
-	}()
+	go c.subscribeFeed(sctx, f, opts, opened)
 	return f
+}
+
+// subscribeFeed is openFeed's goroutine: it subscribes feed f with opts
+// (see openFeed for the attempts), sets f.sub and closes f.confirmed once
+// subscribed, closes f.ready when Start need wait no longer, and closes
+// f.done when it returns.
+func (c *core) subscribeFeed(ctx context.Context, f *noticeFeed, opts subhub.Options, opened <-chan struct{}) {
+	defer close(f.done)
+	closeReady := sync.OnceFunc(func() { close(f.ready) })
+	defer closeReady()
+	attempt := func() (*subhub.Subscription, error) {
+		rctx, cancel := context.WithTimeout(ctx, c.startTimeout())
+		defer cancel()
+		return subhub.Subscribe(rctx, c.client, opts)
+	}
+	sub, err := attempt()
+	if err != nil {
+		select {
+		case <-opened:
+		case <-ctx.Done():
+			return
+		}
+		sub, err = attempt()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		c.emitError(fmt.Errorf("notice feed: %w", err)) // err names the channels
+		closeReady()
+		if sub, err = subhub.Subscribe(ctx, c.client, opts); err != nil {
+			return // ctx ended
+		}
+	}
+	f.sub = sub
+	close(f.confirmed)
 }
 
 // feedChannels are the channels of the notice feed: the events channel,
@@ -149,36 +155,46 @@ func (c *core) feedChannels() []string {
 // far behind: polling covers what notices only speed up. The shared
 // connection reconnects and resubscribes by itself. It returns the
 // function that closes f.
-func (c *core) readFeed(ctx context.Context, _ *sync.WaitGroup, f *noticeFeed) (closeFeed func()) {
+func (c *core) readFeed(ctx context.Context, f *noticeFeed) (closeFeed func()) {
 	read := func(msg *redis.Message) {
 		if msg.Channel == c.keys.Control {
-			if c.term() == 0 {
-				return // only the master hands over
-			}
-			if req, ok := c.remoteTransfer(ctx, msg.Payload); ok {
-				select {
-				case c.transfers <- req:
-				default: // a transfer is pending already
-				}
-			}
+			c.controlMessage(ctx, msg.Payload)
 			return
 		}
-		n, err := parseNotice(msg.Payload)
-		if err != nil {
-			c.emitError(err)
-			return
-		}
-		if !n.Lock() {
-			return // not a lock notice: another version's, or someone else's
-		}
-		select {
-		case c.notices <- n:
-		default:
-			c.log.Debug().Str("event", n.Event).Msg("election loop busy: notice dropped, polling will catch up")
-		}
+		c.lockNotice(msg.Payload)
 	}
 	f.read.Store(&read)
 	return f.close
+}
+
+// controlMessage hands a transfer request of the control channel to the
+// loop, when this process is master and honours it (remoteTransfer).
+func (c *core) controlMessage(ctx context.Context, payload string) {
+	if c.term() == 0 {
+		return // only the master hands over
+	}
+	if req, ok := c.remoteTransfer(ctx, payload); ok {
+		c.offer(req) // unless a transfer is pending already
+	}
+}
+
+// lockNotice hands a lock notice to the loop; one that is not a notice of
+// herd's is an error event, and one the busy loop has no room for is
+// dropped.
+func (c *core) lockNotice(payload string) {
+	n, err := parseNotice(payload)
+	if err != nil {
+		c.emitError(err)
+		return
+	}
+	if !n.Lock() {
+		return // not a lock notice: another version's, or someone else's
+	}
+	select {
+	case c.notices <- n:
+	default:
+		c.log.Debug().Str("event", n.Event).Msg("election loop busy: notice dropped, polling will catch up")
+	}
 }
 
 // noticeHint is what a lock notice suggests to the loop that reads it. A

@@ -73,22 +73,14 @@ func (m *MasterElection) begin(ctx context.Context) (context.Context, error) {
 // election to resolve, for the first registration, and for the notice
 // feed.
 func (m *MasterElection) awaitStarted(ctx context.Context, feed *noticeFeed) error {
-	select {
-	case <-m.core.resolved:
-	case <-m.core.done:
-		return m.stoppedWhileStarting()
-	case <-ctx.Done():
-		return m.startCut(ctx, "first election did not resolve")
+	if err := m.awaitStartStep(ctx, m.core.resolved, "first election did not resolve"); err != nil {
+		return err
 	}
 	if !m.cfg.Standalone {
 		// The first registration: the node id is this process's, or a
 		// twin's, and then this process steps aside (twins.go).
-		select {
-		case <-m.members.registered:
-		case <-m.core.done:
-			return m.stoppedWhileStarting()
-		case <-ctx.Done():
-			return m.startCut(ctx, "first registration did not succeed")
+		if err := m.awaitStartStep(ctx, m.members.registered, "first registration did not succeed"); err != nil {
+			return err
 		}
 	}
 	if feed != nil {
@@ -100,6 +92,19 @@ func (m *MasterElection) awaitStarted(ctx context.Context, feed *noticeFeed) err
 		}
 	}
 	return nil
+}
+
+// awaitStartStep waits for step, a channel closed when a step of the
+// start is done; what names the step in Start's error when ctx ends first.
+func (m *MasterElection) awaitStartStep(ctx context.Context, step <-chan struct{}, what string) error {
+	select {
+	case <-step:
+		return nil
+	case <-m.core.done:
+		return m.stoppedWhileStarting()
+	case <-ctx.Done():
+		return m.startCut(ctx, what)
+	}
 }
 
 // stoppedWhileStarting is Start's error when the election stopped before
@@ -167,13 +172,7 @@ func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster 
 func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, error) {
 	openCtx, stopOpen := context.WithCancel(ctx)
 	defer stopOpen()
-	go func() {
-		select {
-		case <-runCtx.Done(): // Stop while Start waits
-			stopOpen()
-		case <-openCtx.Done():
-		}
-	}()
+	defer context.AfterFunc(runCtx, stopOpen)() // Stop while Start waits
 
 	opened := make(chan struct{}) // the registry is open: Redis answers
 	feed := m.core.openFeed(runCtx, opened)
@@ -190,21 +189,30 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, erro
 	close(opened)
 	m.setRegistry(reg)
 
-	eviction := first.eviction
-	if eviction.err != nil && !eviction.refused() {
-		eviction = m.readEviction(openCtx)
-	}
-	m.reportEviction(eviction)
-	m.reportCoverage(m.readFullCoverage(openCtx))
-	garbage, answered := first.garbage, first.checked
-	if !answered {
-		garbage, _ = m.foreignLock(openCtx)
-	}
-	if garbage != nil { // no election can work on this lock
+	if garbage := m.diagnose(openCtx, first); garbage != nil { // no election can work on this lock
 		feed.close()
 		return nil, garbage
 	}
 	return feed, nil
+}
+
+// diagnose reports, as error events, what the server's settings put at
+// risk (its eviction policy, Cluster's full coverage), reading again what
+// Start's first round trip could not, and returns the lock check's verdict:
+// an error wrapping ErrGarbage when the lock keys hold another program's
+// data.
+func (m *MasterElection) diagnose(ctx context.Context, first answers) error {
+	eviction := first.eviction
+	if eviction.err != nil && !eviction.refused() {
+		eviction = m.readEviction(ctx)
+	}
+	m.reportEviction(eviction)
+	m.reportCoverage(m.readFullCoverage(ctx))
+	if first.checked {
+		return first.garbage
+	}
+	garbage, _ := m.foreignLock(ctx)
+	return garbage
 }
 
 // answers is what Start's first round trip (ask) found.

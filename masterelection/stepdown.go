@@ -21,19 +21,7 @@ import (
 func (c *core) resign(ctx context.Context, l *mastership, handlerWait time.Duration, reason, successor string, window time.Duration) (released bool, err error) {
 	l.endCtx()
 	var errs []error
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if handlerWait > 0 {
-		wctx, cancel = context.WithTimeout(ctx, handlerWait)
-	}
-	handlersDone := make(chan struct{})
-	go func() { l.handlers.Wait(); close(handlersDone) }()
-	var running error // the handlers had not returned when the wait ended
-	select {
-	case <-handlersDone:
-	case <-wctx.Done():
-		running = wctx.Err()
-	}
-	cancel()
+	running := awaitHandlers(ctx, l, handlerWait) // the handlers had not returned when the wait ended
 	// IsMaster turns false before the release: the release notice wakes
 	// the slaves, and one of them may be master a round trip later.
 	l.deadline.Store(0)
@@ -46,14 +34,39 @@ func (c *core) resign(ctx context.Context, l *mastership, handlerWait time.Durat
 		}
 	}
 	if running != nil {
-		what := "the lock was released while an OnMasterAcquired handler still ran: another process may be master before it returns"
-		if !released {
-			what = "an OnMasterAcquired handler still ran when the wait for it ended"
-		}
-		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrHandlersRunning, what, running))
+		errs = append(errs, handlersRunning(running, released))
 	}
 	c.endMastership(l, reason)
 	return released, errors.Join(errs...)
+}
+
+// awaitHandlers waits for the OnMasterAcquired handlers of mastership l to
+// return, bounded by ctx and, when positive, by wait. It returns why the
+// wait ended before they did, or nil.
+func awaitHandlers(ctx context.Context, l *mastership, wait time.Duration) error {
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	handlersDone := make(chan struct{})
+	go func() { l.handlers.Wait(); close(handlersDone) }()
+	select {
+	case <-handlersDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// handlersRunning is resign's error when a handler still ran (running is
+// why the wait ended), as the lock was released or not.
+func handlersRunning(running error, released bool) error {
+	what := "the lock was released while an OnMasterAcquired handler still ran: another process may be master before it returns"
+	if !released {
+		what = "an OnMasterAcquired handler still ran when the wait for it ended"
+	}
+	return fmt.Errorf("%w: %s: %w", ErrHandlersRunning, what, running)
 }
 
 // endMastership ends mastership l: IsMaster turns false, l's ctx is
@@ -66,11 +79,11 @@ func (c *core) endMastership(l *mastership, reason string) {
 	// events, which may be queued behind a slow handler's): nothing may keep
 	// it live once the mastership is over.
 	l.endCtx()
-	c.members.trackMu.Lock()
-	c.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
-	c.bus.obs.steppedDown(l.term, reason)
-	c.bus.emit(topicMasterLost, payload{term: l.term})
-	c.members.trackMu.Unlock()
+	c.members.holdingSlaveEvents(func() {
+		c.log.Info().Int64("term", l.term).Str("reason", reason).Msg("no longer master")
+		c.bus.obs.steppedDown(l.term, reason)
+		c.bus.emit(topicMasterLost, payload{term: l.term})
+	})
 	c.members.setRole(registry.RoleSlave, 0)
 }
 
