@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/herdkit/herd/internal/beat"
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
@@ -23,7 +24,7 @@ func (mb *membership) checkBeat(ctx context.Context) (rdb.MasterState, error) {
 	var st rdb.MasterState
 	var callErr error
 	sent := false
-	err := reg.HeartbeatWith(ctx, mb.cfg.NodeID, func(ctx context.Context, p rdb.Put) (rdb.Stored, error) {
+	err := beat.HeartbeatWith(ctx, reg, mb.cfg.NodeID, func(ctx context.Context, p rdb.Put) (rdb.Stored, error) {
 		sent = true
 		var stored rdb.Stored
 		var beatErr error

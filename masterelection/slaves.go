@@ -30,26 +30,14 @@ func (mb *membership) trackSlaves(l *mastership) {
 		mb.bg.Add(1)
 		go back.run()
 	}
-	writer := mb.startSuccessionWriter(l)
+	w := &slaveWatch{mb: mb, l: l, next: next, writer: mb.startSuccessionWriter(l), back: back}
 	tracker, err := registry.NewSlaveTracker(mb.reg, registry.TrackerConfig{
 		SlaveTimeout:  mb.cfg.SlaveTimeout,
 		SweepInterval: mb.cfg.CheckInterval,
 		Self:          mb.cfg.NodeID,
-		OnJoin: func(s registry.SlaveNode) {
-			mb.slaveEvent(l, topicSlaveRegistered, payload{slave: s})
-			if !s.NonCandidate && next.join(s.NodeID, s.Priority) {
-				writer.write(next.order)
-			}
-			back.join(s)
-		},
-		OnLeave: func(id string, why registry.LeaveReason) {
-			mb.slaveEvent(l, topicSlaveRemoved, payload{nodeID: id, reason: why})
-			if next.leave(id) {
-				writer.write(next.order)
-			}
-			back.leave(id)
-		},
-		OnError: func(err error) { mb.emitError(fmt.Errorf("track slaves: %w", err)) },
+		OnJoin:        w.joined,
+		OnLeave:       w.left,
+		OnError:       func(err error) { mb.emitError(fmt.Errorf("track slaves: %w", err)) },
 	})
 	if err != nil {
 		mb.emitError(fmt.Errorf("track slaves: %w", err))
@@ -74,6 +62,35 @@ func (mb *membership) trackSlaves(l *mastership) {
 	if err := tracker.Run(l.ctx); err != nil {
 		mb.emitError(fmt.Errorf("track slaves: %w", err))
 	}
+}
+
+// slaveWatch is what a master does with the tracker's joins and leaves:
+// a slave event, the succession ranking (written when it changes) and the
+// hand-back's watch. Only the tracker's goroutine calls it.
+type slaveWatch struct {
+	mb     *membership
+	l      *mastership
+	next   *succession
+	writer *successionWriter
+	back   *handBack // nil without hand-back
+}
+
+// joined handles slave s's join.
+func (w *slaveWatch) joined(s registry.SlaveNode) {
+	w.mb.slaveEvent(w.l, topicSlaveRegistered, payload{slave: s})
+	if !s.NonCandidate && w.next.join(s.NodeID, s.Priority) {
+		w.writer.write(w.next.order)
+	}
+	w.back.join(s)
+}
+
+// left handles slave id's leave, for reason why.
+func (w *slaveWatch) left(id string, why registry.LeaveReason) {
+	w.mb.slaveEvent(w.l, topicSlaveRemoved, payload{nodeID: id, reason: why})
+	if w.next.leave(id) {
+		w.writer.write(w.next.order)
+	}
+	w.back.leave(id)
 }
 
 // successionWriter writes a master's latest succession ranking to Redis

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/beat"
 	"github.com/herdkit/herd/internal/rdb"
 
 	"github.com/herdkit/herd/keyspace"
@@ -102,7 +103,7 @@ type store struct {
 // put writes the entry of p.ID (p.Fallback instead when a master write is
 // fenced) and reports whether it was absent before. send, when not nil,
 // sends the write instead of rdb.RegistryPut.
-func (s store) put(ctx context.Context, p rdb.Put, send Sender) (rdb.Stored, error) {
+func (s store) put(ctx context.Context, p rdb.Put, send beat.Sender) (rdb.Stored, error) {
 	p.Mode = s.mode
 	if send == nil {
 		send = func(ctx context.Context, p rdb.Put) (rdb.Stored, error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/herdkit/herd/internal/beat"
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/internal/rdb"
@@ -334,22 +335,23 @@ func (r *Registry) fenced(op string, info ProcessInfo, st rdb.Stored) error {
 // It returns ErrNotRegistered for a process that was not registered through
 // r, or was unregistered since.
 func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
-	return r.HeartbeatWith(ctx, processID, nil)
+	return r.heartbeatWith(ctx, processID, nil)
 }
 
-// Sender runs the registry's write p (rdb.RegistryPut's script with p)
-// for HeartbeatWith, alone or in one call with other work
-// (rdb.CheckBeat), and returns its outcome.
-type Sender func(ctx context.Context, p rdb.Put) (rdb.Stored, error)
+func init() {
+	beat.HeartbeatWith = func(ctx context.Context, reg any, processID string, send beat.Sender) error {
+		return reg.(*Registry).heartbeatWith(ctx, processID, send)
+	}
+}
 
-// HeartbeatWith is Heartbeat with the write sent by send (nil: by the
-// registry itself, as Heartbeat does), so that a caller can send the
-// heartbeat in the same round trip and script call as its own work: the
-// election's slaves send it with their periodic look at the lock. send is
-// not called, and ErrNotRegistered returned, when processID is not
+// heartbeatWith is Heartbeat with the write sent by send (nil: by the
+// registry itself, as Heartbeat does), so that the election can send the
+// heartbeat in the same round trip and script call as its own work: its
+// slaves send it with their periodic look at the lock (beat.HeartbeatWith).
+// send is not called, and ErrNotRegistered returned, when processID is not
 // registered; it is called at most once, while the registry holds the
 // process's record (a Register or Unregister of it waits).
-func (r *Registry) HeartbeatWith(ctx context.Context, processID string, send Sender) error {
+func (r *Registry) heartbeatWith(ctx context.Context, processID string, send beat.Sender) error {
 	o := r.lockRegistered(processID)
 	if o == nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, ErrNotRegistered)
@@ -424,7 +426,7 @@ func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, erro
 // write stores info, encoded whole; with role master it also sends the
 // slave form of info, which Redis stores instead when the write is fenced.
 // send, when not nil, sends the write (HeartbeatWith).
-func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, send Sender) (rdb.Stored, error) {
+func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, send beat.Sender) (rdb.Stored, error) {
 	b, err := encodeEntry(info)
 	if err != nil {
 		return rdb.Stored{}, err

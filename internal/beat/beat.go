@@ -1,0 +1,23 @@
+// Package beat lets the election send a process's registry heartbeat in
+// the same script call as its look at the lock (a slave's check), without
+// a public API for it: the hook takes the data layer's types, which only
+// herd can name. Package registry sets HeartbeatWith when it is loaded.
+package beat
+
+import (
+	"context"
+
+	"github.com/herdkit/herd/internal/rdb"
+)
+
+// Sender runs the registry's write p (rdb.RegistryPut's script with p),
+// alone or in one call with other work (rdb.CheckBeat), and returns its
+// outcome.
+type Sender func(ctx context.Context, p rdb.Put) (rdb.Stored, error)
+
+// HeartbeatWith is a registry's Heartbeat of processID with the write sent
+// by send (nil: by the registry itself). reg is the *registry.Registry.
+// send is not called when processID is not registered through reg, and at
+// most once otherwise, while the registry holds the process's record. Set
+// by package registry's init.
+var HeartbeatWith func(ctx context.Context, reg any, processID string, send Sender) error
