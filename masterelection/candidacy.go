@@ -15,8 +15,5 @@ func (m *MasterElection) SetCandidate(candidate bool) {
 	case m.core.candidacy <- struct{}{}:
 	default: // a change is already pending; the loop reads the latest value
 	}
-	select {
-	case m.members.infoChanged <- struct{}{}: // the registry entry says whether it contends
-	default:
-	}
+	m.members.infoChangedNow() // the registry entry says whether it contends
 }

@@ -30,6 +30,7 @@ type core struct {
 	doneOnce  sync.Once
 }
 
+// newCore returns the core of the election of n, not running yet.
 func newCore(n *node) *core {
 	return &core{
 		node:      n,
@@ -42,6 +43,7 @@ func newCore(n *node) *core {
 	}
 }
 
+// view is what membership sees of c.
 func (c *core) view() coreView {
 	return coreView{current: c.current, offer: c.offer}
 }

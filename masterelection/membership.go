@@ -26,10 +26,12 @@ type membership struct {
 	// process holds its node id in the registry.
 	registered chan struct{}
 	trackMu    sync.Mutex     // orders slave events before master-lost
-	bg         sync.WaitGroup // slave tracking goroutines
+	bg         sync.WaitGroup // the loop, and each mastership's tracker, succession writer and hand-back
 	aside      error          // set once when the process stepped aside for a twin (under mu)
 }
 
+// newMembership returns the membership of the election of n, which sees
+// the core through core; nothing runs until the core starts its loop.
 func newMembership(n *node, core coreView) *membership {
 	return &membership{
 		node:        n,
