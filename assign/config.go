@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -100,30 +101,14 @@ func (c Config) withDefaults(lockTTL time.Duration) Config {
 	if lockTTL <= 0 {
 		lockTTL = masterelection.DefaultLockTTL
 	}
-	if c.Set == "" {
-		c.Set = DefaultSet
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = lockTTL / LeaseTTLPerLockTTL
-	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = c.LeaseTTL / 3
-	}
-	if c.Margin == 0 {
-		c.Margin = c.LeaseTTL / 10
-	}
-	if c.Settle == 0 {
-		c.Settle = lockTTL / SettlePerLockTTL
-	}
-	if c.Resync == 0 {
-		c.Resync = 10 * c.Settle
-	}
-	if c.Grace == 0 {
-		c.Grace = time.Duration(float64(lockTTL) / GracePerLockTTL)
-	}
-	if c.clock == nil {
-		c.clock = clock.Real{}
-	}
+	c.Set = cmp.Or(c.Set, DefaultSet)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, lockTTL/LeaseTTLPerLockTTL)
+	c.RenewInterval = cmp.Or(c.RenewInterval, c.LeaseTTL/3)
+	c.Margin = cmp.Or(c.Margin, c.LeaseTTL/10)
+	c.Settle = cmp.Or(c.Settle, lockTTL/SettlePerLockTTL)
+	c.Resync = cmp.Or(c.Resync, 10*c.Settle)
+	c.Grace = cmp.Or(c.Grace, time.Duration(float64(lockTTL)/GracePerLockTTL))
+	c.clock = cmp.Or[clock.Clock](c.clock, clock.Real{})
 	return c
 }
 
@@ -142,21 +127,34 @@ func (c Config) validate(lockTTL time.Duration) error {
 	if err := keyspace.ValidateName("Set", c.Set); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	switch {
-	case c.LeaseTTL < time.Millisecond:
-		return fmt.Errorf("%w: LeaseTTL %v is below 1ms", ErrInvalidConfig, c.LeaseTTL)
-	case c.Margin < 0 || c.Margin >= c.LeaseTTL:
-		return fmt.Errorf("%w: Margin %v must be at least 0 and below LeaseTTL %v", ErrInvalidConfig, c.Margin, c.LeaseTTL)
-	case c.RenewInterval <= 0 || c.RenewInterval >= c.LeaseTTL-c.Margin:
-		return fmt.Errorf("%w: RenewInterval %v must be above 0 and below LeaseTTL - Margin = %v", ErrInvalidConfig, c.RenewInterval, c.LeaseTTL-c.Margin)
-	case c.Settle < 0:
-		return fmt.Errorf("%w: Settle %v is negative", ErrInvalidConfig, c.Settle)
-	case c.Resync <= 0:
-		return fmt.Errorf("%w: Resync %v must be above 0", ErrInvalidConfig, c.Resync)
-	case c.Grace > masterelection.MaxDuration:
-		return fmt.Errorf("%w: Grace %v is above %v (a negative Grace turns the grace off)", ErrInvalidConfig, c.Grace, masterelection.MaxDuration)
+	for _, r := range c.timingRules() {
+		if r.broken {
+			return fmt.Errorf("%w: %s", ErrInvalidConfig, r.why)
+		}
 	}
 	return nil
+}
+
+// timingRule is one rule of the timings: broken, and why, naming the
+// field and both values where two are involved.
+type timingRule struct {
+	broken bool
+	why    string
+}
+
+// timingRules are the rules c's timings, defaults applied, must keep, in
+// the order validate checks them.
+func (c Config) timingRules() []timingRule {
+	return []timingRule{
+		{c.LeaseTTL < time.Millisecond, fmt.Sprintf("LeaseTTL %v is below 1ms", c.LeaseTTL)},
+		{c.Margin < 0 || c.Margin >= c.LeaseTTL, fmt.Sprintf("Margin %v must be at least 0 and below LeaseTTL %v", c.Margin, c.LeaseTTL)},
+		{c.RenewInterval <= 0 || c.RenewInterval >= c.LeaseTTL-c.Margin,
+			fmt.Sprintf("RenewInterval %v must be above 0 and below LeaseTTL - Margin = %v", c.RenewInterval, c.LeaseTTL-c.Margin)},
+		{c.Settle < 0, fmt.Sprintf("Settle %v is negative", c.Settle)},
+		{c.Resync <= 0, fmt.Sprintf("Resync %v must be above 0", c.Resync)},
+		{c.Grace > masterelection.MaxDuration,
+			fmt.Sprintf("Grace %v is above %v (a negative Grace turns the grace off)", c.Grace, masterelection.MaxDuration)},
+	}
 }
 
 // report hands err to OnError when it is set.

@@ -50,60 +50,98 @@ func (d *departures) update(now time.Time, live map[string]time.Time, owners map
 	d.mu.Lock()
 	removed := maps.Clone(d.removed)
 	d.mu.Unlock()
+	d.saw(live)
+	waiting := map[string]time.Time{}
+	for id := range owners {
+		if _, ok := live[id]; ok || id == self {
+			continue
+		}
+		if end := d.endOf(id, now, removed); now.Before(end) {
+			waiting[id] = end
+		}
+	}
+	d.forget(live, owners)
+	return waiting
+}
+
+// saw records the last heartbeat of each live slave: its departure, if
+// any, is over.
+func (d *departures) saw(live map[string]time.Time) {
 	for id, lastSeen := range live {
 		if lastSeen.After(d.seen[id]) {
 			d.seen[id] = lastSeen
 		}
 		delete(d.ends, id) // back, or never gone
 	}
-	waiting := map[string]time.Time{}
-	for id := range owners {
-		if _, ok := live[id]; ok || id == self {
-			continue
-		}
-		end, ok := d.ends[id]
-		if !ok {
-			end = d.end(id, now, removed)
-			d.ends[id] = end
-		}
-		if now.Before(end) {
-			waiting[id] = end
-		}
+}
+
+// endOf returns when the grace of the departed slave id ends, fixed when
+// it was first found departed.
+func (d *departures) endOf(id string, now time.Time, removed map[string]removal) time.Time {
+	end, ok := d.ends[id]
+	if !ok {
+		end = d.end(id, now, removed)
+		d.ends[id] = end
 	}
-	forget := func(id string) bool { _, ok := live[id]; return !ok && !owners[id] }
-	maps.DeleteFunc(d.seen, func(id string, _ time.Time) bool { return forget(id) })
-	maps.DeleteFunc(d.ends, func(id string, _ time.Time) bool { return forget(id) })
+	return end
+}
+
+// forget drops the slaves that are neither live nor owners, and the
+// slave-removed events of slaves unknown or back since.
+func (d *departures) forget(live map[string]time.Time, owners map[string]bool) {
+	gone := func(id string) bool { _, ok := live[id]; return !ok && !owners[id] }
+	maps.DeleteFunc(d.seen, func(id string, _ time.Time) bool { return gone(id) })
+	maps.DeleteFunc(d.ends, func(id string, _ time.Time) bool { return gone(id) })
 	d.mu.Lock()
 	maps.DeleteFunc(d.removed, func(id string, r removal) bool {
 		_, seen := d.seen[id]
 		return !seen || live[id].After(r.at) // unknown, or back since
 	})
 	d.mu.Unlock()
-	return waiting
 }
 
 // end returns when the grace of id, found departed at now, ends: Grace
-// after it left. The slave-removed event says why: unregistered (a Stop),
-// it left when the event came; removed for silence (a crash) or otherwise
-// gone, it left at its last heartbeat listed. Without an event it left when
-// the Planner found it gone, unless its last heartbeat listed was then more
-// than SlaveTimeout old (then at that heartbeat). The zero time (no grace)
-// for a slave never listed, or with the grace off.
+// after it left (left). The zero time (no grace) for a slave never listed,
+// or with the grace off.
 func (d *departures) end(id string, now time.Time, removed map[string]removal) time.Time {
 	lastSeen, ok := d.seen[id]
 	if !ok || d.grace < 0 {
 		return time.Time{}
 	}
-	left := now
 	r, heard := removed[id]
-	if heard && r.at.After(lastSeen) && r.at.Before(now) {
+	return d.left(lastSeen, now, r, heard).Add(d.grace)
+}
+
+// left returns when a slave found departed at now left, from its last
+// heartbeat listed and the slave-removed event r, when heard, that named
+// it. The event says why: unregistered (a Stop), it left when the event
+// came; removed for silence (a crash) or otherwise gone, it left at its
+// last heartbeat listed. Without an event it left when the Planner found
+// it gone, unless its last heartbeat listed was then more than
+// SlaveTimeout old (then at that heartbeat).
+func (d *departures) left(lastSeen, now time.Time, r removal, heard bool) time.Time {
+	if !heard {
+		return d.silentSince(lastSeen, now)
+	}
+	left := now
+	if r.at.After(lastSeen) && r.at.Before(now) {
 		left = r.at
 	}
 	switch {
-	case heard && r.why == registry.LeftUnregistered:
-		// It stopped: from when it left, however old the last listing.
-	case heard && r.why != "", left.Sub(lastSeen) > d.slaveTimeout:
-		left = lastSeen // silent (or no longer a slave): from its last heartbeat
+	case r.why == registry.LeftUnregistered:
+		return left // it stopped: from when it left, however old the last listing
+	case r.why != "":
+		return lastSeen // silent (or no longer a slave): from its last heartbeat
 	}
-	return left.Add(d.grace)
+	return d.silentSince(lastSeen, left)
+}
+
+// silentSince returns t, when a slave was found gone, or its last
+// heartbeat lastSeen when t is more than SlaveTimeout after it: it fell
+// silent there.
+func (d *departures) silentSince(lastSeen, t time.Time) time.Time {
+	if t.Sub(lastSeen) > d.slaveTimeout {
+		return lastSeen
+	}
+	return t
 }

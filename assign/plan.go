@@ -187,31 +187,10 @@ func (p *placement) give(i int, item string) {
 // roundings up go to the slaves whose best surplus item they rank highest,
 // so a plan that already holds them keeps them.
 func (p *placement) keep(prev Plan, sorted []string) {
-	index := make(map[string]int, len(p.eligible))
-	for i, s := range p.eligible {
-		index[s.ID] = i
-	}
-	kept := make([][]string, len(p.eligible))
-	for _, item := range sorted {
-		if i, ok := index[prev.Owner[item]]; ok {
-			kept[i] = append(kept[i], item)
-		}
-	}
-	type surplus struct {
-		slave int
-		item  string
-		score float64
-	}
 	var extra []surplus
-	for i, own := range kept {
-		slices.SortFunc(own, func(a, b string) int { return cmpScore(p.score(i, a), p.score(i, b), a, b) })
-		n := min(len(own), p.q.lo[i])
-		for _, item := range own[:n] {
-			p.plan.Owner[item] = p.eligible[i].ID
-		}
-		p.q.count[i] = n
-		if n < len(own) && p.q.lo[i] < p.q.hi[i] {
-			extra = append(extra, surplus{i, own[n], p.score(i, own[n])})
+	for i, own := range p.owned(prev, sorted) {
+		if x, ok := p.keepBest(i, own); ok {
+			extra = append(extra, x)
 		}
 	}
 	slices.SortFunc(extra, func(a, b surplus) int { return cmpScore(a.score, b.score, a.item, b.item) })
@@ -220,6 +199,46 @@ func (p *placement) keep(prev Plan, sorted []string) {
 			p.give(x.slave, x.item)
 		}
 	}
+}
+
+// surplus is the best item a slave held in the previous plan beyond its
+// lower quota: a rounding up lets it keep that one too.
+type surplus struct {
+	slave int
+	item  string
+	score float64
+}
+
+// owned returns, for each eligible slave, the items of sorted it owns in
+// prev, in sorted's order.
+func (p *placement) owned(prev Plan, sorted []string) [][]string {
+	index := make(map[string]int, len(p.eligible))
+	for i, s := range p.eligible {
+		index[s.ID] = i
+	}
+	owned := make([][]string, len(p.eligible))
+	for _, item := range sorted {
+		if i, ok := index[prev.Owner[item]]; ok {
+			owned[i] = append(owned[i], item)
+		}
+	}
+	return owned
+}
+
+// keepBest lets slave i keep the items of own, those it owned, that it
+// ranks highest, up to its lower quota, and returns its best item beyond
+// when its quota may round up.
+func (p *placement) keepBest(i int, own []string) (surplus, bool) {
+	slices.SortFunc(own, func(a, b string) int { return cmpScore(p.score(i, a), p.score(i, b), a, b) })
+	n := min(len(own), p.q.lo[i])
+	for _, item := range own[:n] {
+		p.plan.Owner[item] = p.eligible[i].ID
+	}
+	p.q.count[i] = n
+	if n < len(own) && p.q.lo[i] < p.q.hi[i] {
+		return surplus{i, own[n], p.score(i, own[n])}, true
+	}
+	return surplus{}, false
 }
 
 // fill gives every item not kept to the slave under quota that ranks it
@@ -284,7 +303,9 @@ func newQuotas(n int, weights []float64, caps []int) quotas {
 	}
 	total := min(n, room)
 	q.extra = total - q.share(total, weights, caps)
-	q.meetTotal(caps)
+	// Floats may put the quotas a unit off the total: meet it.
+	q.lowerRoundings()
+	q.raiseRoundings(caps)
 	return q
 }
 
@@ -344,27 +365,38 @@ func (q *quotas) round(j int, share float64, limit int) int {
 	return lo
 }
 
-// meetTotal corrects the quotas when floats put them a unit off the total:
-// it lowers or raises roundings, in the slaves' order, until they meet it.
-func (q *quotas) meetTotal(caps []int) {
+// lowerRoundings lowers, in the slaves' order, the quotas that are not
+// rounded up while the roundings exceed the total.
+func (q *quotas) lowerRoundings() {
 	for i := 0; q.extra < 0 && i < len(q.lo); i++ {
 		if q.lo[i] > 0 && q.lo[i] == q.hi[i] {
 			q.lo[i]--
 			q.extra++
 		}
 	}
-	open := 0
-	for i := range q.lo {
-		if q.hi[i] > q.lo[i] {
-			open++
-		}
-	}
+}
+
+// raiseRoundings lets, in the slaves' order, quotas under their cap round
+// up while fewer are open to a rounding up than the total needs.
+func (q *quotas) raiseRoundings(caps []int) {
+	open := q.open()
 	for i := 0; q.extra > open && i < len(q.lo); i++ {
 		if q.lo[i] == q.hi[i] && q.hi[i] < caps[i] {
 			q.hi[i]++
 			open++
 		}
 	}
+}
+
+// open returns how many quotas may round up (hi above lo).
+func (q *quotas) open() int {
+	open := 0
+	for i := range q.lo {
+		if q.hi[i] > q.lo[i] {
+			open++
+		}
+	}
+	return open
 }
 
 // room reports whether slave i may take one more item.

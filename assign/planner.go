@@ -44,17 +44,6 @@ type Planner struct {
 	restores atomic.Uint64
 }
 
-// itemsCopy is a Planner's copy of its set's items: what it puts back when
-// Redis loses them (Restores).
-type itemsCopy struct {
-	version string   // the version key's value the items were read with
-	items   []string // sorted
-}
-
-// known reports whether the copy was ever taken: a set never read or
-// written has neither a version nor items.
-func (c itemsCopy) known() bool { return c.version != "" || len(c.items) > 0 }
-
 // NewPlanner returns the Planner of e's item set cfg.Set, its timings'
 // defaults following e's LockTTL; e is the process's election
 // (*masterelection.MasterElection). It does no I/O; Run plans.
@@ -71,132 +60,6 @@ func NewPlanner(client redis.UniversalClient, e PlannerElection, cfg Config) (*P
 	cfg = cfg.withDefaults(e.LockTTL())
 	return &Planner{client: client, e: e, keys: e.Keys().Assign(cfg.Set), cfg: cfg, kick: make(chan struct{}, 1),
 		gone: newDepartures(cfg.Grace, e.SlaveTimeout())}, nil
-}
-
-// SetItems replaces the set's items with items (none empties the set, which
-// then stays empty: see Restores). Any process may call it; the master plans
-// the change within Settle when it is this process, within Resync
-// otherwise.
-func (p *Planner) SetItems(ctx context.Context, items ...string) error {
-	if err := validItems(items); err != nil {
-		return err
-	}
-	var version *redis.IntCmd
-	_, err := p.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.Del(ctx, p.keys.Items)
-		if len(items) > 0 {
-			pipe.SAdd(ctx, p.keys.Items, anys(items)...)
-		}
-		version = pipe.Incr(ctx, p.keys.Version)
-		return nil
-	})
-	if err == nil {
-		p.keep(fmt.Sprint(version.Val()), slices.Compact(slices.Sorted(slices.Values(items))))
-	}
-	return p.changed("set items", err)
-}
-
-// AddItems adds items to the set. Between a loss of Redis's data and the
-// master putting the set back, it returns ErrSetLost when this Planner knew
-// the set had items (a change then would keep the rest from coming back):
-// try again after the master's next plan.
-func (p *Planner) AddItems(ctx context.Context, items ...string) error {
-	if err := validItems(items); err != nil || len(items) == 0 {
-		return err
-	}
-	return p.changed("add items", p.change(ctx, false, items))
-}
-
-// RemoveItems removes items from the set; their owners' ctxs end once the
-// plan drops them. It returns ErrSetLost as AddItems does.
-func (p *Planner) RemoveItems(ctx context.Context, items ...string) error {
-	if err := validItems(items); err != nil || len(items) == 0 {
-		return err
-	}
-	return p.changed("remove items", p.change(ctx, true, items))
-}
-
-// change adds or removes items and counts the change in the version, in one
-// script call; one that would act on a set Redis lost while this Planner
-// holds a copy of it is refused with ErrSetLost.
-func (p *Planner) change(ctx context.Context, remove bool, items []string) error {
-	p.mu.Lock()
-	known := len(p.kept.items) > 0
-	p.mu.Unlock()
-	_, err := rdb.AssignItems(ctx, p.client, p.keys, remove, known, items)
-	if errors.Is(err, rdb.ErrSetLost) {
-		return fmt.Errorf("%w: %w", ErrSetLost, err)
-	}
-	return err
-}
-
-// read returns the set's items, sorted, and its version ("" when Redis has
-// none), in one round trip.
-func (p *Planner) read(ctx context.Context) ([]string, string, error) {
-	var items *redis.StringSliceCmd
-	var version *redis.StringCmd
-	_, err := p.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		items = pipe.SMembers(ctx, p.keys.Items)
-		version = pipe.Get(ctx, p.keys.Version)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, "", fmt.Errorf("assign: read items: %w", err)
-	}
-	sorted := items.Val()
-	slices.Sort(sorted)
-	return sorted, version.Val(), nil
-}
-
-// keep records items, read or written with version, as this Planner's copy;
-// a read that found neither (a set never written, or lost) leaves the copy
-// as it was, to be put back.
-func (p *Planner) keep(version string, items []string) {
-	c := itemsCopy{version: version, items: items}
-	if !c.known() {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.kept = c
-}
-
-// refresh brings this Planner's copy of the items up to date when their
-// version changed: one GET, and the items when they changed. A process that
-// is not master keeps its copy this way (every Resync), so that whichever
-// process is master next can put the items back after Redis lost them.
-func (p *Planner) refresh(ctx context.Context) error {
-	version, err := p.client.Get(ctx, p.keys.Version).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("assign: read items version: %w", err)
-	}
-	p.mu.Lock()
-	// A missing version is a set never written, or lost: a copy stays
-	// what it was, to be put back.
-	current := p.kept.known() && (p.kept.version == version || version == "")
-	p.mu.Unlock()
-	if current {
-		return nil
-	}
-	items, version, err := p.read(ctx)
-	if err != nil {
-		return err
-	}
-	p.keep(version, items)
-	return nil
-}
-
-// Restores returns how many times this Planner put back its set's items
-// after Redis lost them (a restart without persistence, a failover that
-// dropped recent writes). The master puts back the copy it last read or
-// wrote, fenced by its term, when Redis has neither the items nor their
-// version; a set emptied with SetItems keeps its version and stays empty.
-func (p *Planner) Restores() uint64 { return p.restores.Load() }
-
-// Items returns the set's items, sorted.
-func (p *Planner) Items(ctx context.Context) ([]string, error) {
-	items, _, err := p.read(ctx)
-	return items, err
 }
 
 // Stored returns the plan as Redis holds it: each assigned item's slave.
@@ -248,13 +111,10 @@ func (p *Planner) Set() string { return p.cfg.Set }
 func (p *Planner) Moves() uint64 { return p.moves.Load() }
 
 // Kick asks Run to plan after Settle.
-func (p *Planner) Kick() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
+func (p *Planner) Kick() { signal(p.kick) }
 
+// changed wraps the error of a change to the items, what, or, when there
+// is none, asks Run to plan it.
 func (p *Planner) changed(what string, err error) error {
 	if err != nil {
 		return fmt.Errorf("assign: %s: %w", what, err)
@@ -273,33 +133,11 @@ func (p *Planner) changed(what string, err error) error {
 // occasion. It returns ctx's error.
 func (p *Planner) Run(ctx context.Context) error {
 	acquired := make(chan struct{}, 1)
-	for _, unsubscribe := range []func(){
-		p.e.OnMasterAcquired(func(context.Context, int64) {
-			select {
-			case acquired <- struct{}{}:
-			default:
-			}
-		}),
-		p.e.OnSlaveRegistered(func(registry.SlaveNode) { p.Kick() }),
-		p.e.OnEvent(func(e masterelection.Event) {
-			if e.Kind == masterelection.EventSlaveRemoved {
-				p.gone.removedAt(e.NodeID, p.cfg.clock.Now(), e.Reason)
-				p.Kick()
-			}
-		}),
-	} {
-		defer unsubscribe()
-	}
-	clk := p.cfg.clock
-	resync := clk.NewTimer(p.cfg.Resync) // every Resync, as a ticker
+	defer p.subscribe(acquired)()
+	resync := p.cfg.clock.NewTimer(p.cfg.Resync) // every Resync, as a ticker
 	defer resync.Stop()
-	var grace clock.Timer // fires when the first grace of the last planning ends
-	var graceC <-chan time.Time
-	defer func() {
-		if grace != nil {
-			grace.Stop()
-		}
-	}()
+	grace := graceTimer{clock: p.cfg.clock} // fires when the first grace of the last planning ends
+	defer grace.stop()
 	p.Kick()
 	for {
 		select {
@@ -307,38 +145,116 @@ func (p *Planner) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-resync.C():
 			resync.Reset(p.cfg.Resync)
-		case <-graceC:
+		case <-grace.C():
 		case <-acquired:
 			// At once: this process's own Worker gives its items up only
 			// when the plan moves them to the slaves.
 		case <-p.kick:
-			settle := clk.NewTimer(p.cfg.Settle)
-			select {
-			case <-ctx.Done():
-				settle.Stop()
-				return ctx.Err()
-			case <-settle.C():
-			}
-			select { // the changes of the window are planned together
-			case <-p.kick:
-			default:
+			if err := p.settle(ctx); err != nil {
+				return err
 			}
 		}
-		_, err := p.e.RunIfMaster(ctx, p.plan)
-		if errors.Is(err, keyspace.ErrNotMaster) {
-			err = p.refresh(ctx)
+		p.planOnce(ctx)
+		grace.set(p.graceEnd())
+	}
+}
+
+// subscribe registers Run's handlers with the election: a master-acquired
+// event signals acquired, a slave registered or removed asks for a plan.
+// It returns the function that unsubscribes them, the last first.
+func (p *Planner) subscribe(acquired chan<- struct{}) (unsubscribe func()) {
+	unsubscribes := []func(){
+		p.e.OnMasterAcquired(func(context.Context, int64) { signal(acquired) }),
+		p.e.OnSlaveRegistered(func(registry.SlaveNode) { p.Kick() }),
+		p.e.OnEvent(p.onEvent),
+	}
+	return func() {
+		for _, u := range slices.Backward(unsubscribes) {
+			u()
 		}
-		if err != nil && ctx.Err() == nil {
-			p.cfg.report(err)
-		}
-		if grace != nil {
-			grace.Stop()
-		}
-		graceC = nil
-		if end := p.graceEnd(); !end.IsZero() {
-			grace = clk.NewTimer(max(end.Sub(clk.Now()), 0) + time.Millisecond)
-			graceC = grace.C()
-		}
+	}
+}
+
+// onEvent handles an election event: a slave removed starts the grace of
+// its items and asks for a plan.
+func (p *Planner) onEvent(e masterelection.Event) {
+	if e.Kind == masterelection.EventSlaveRemoved {
+		p.gone.removedAt(e.NodeID, p.cfg.clock.Now(), e.Reason)
+		p.Kick()
+	}
+}
+
+// settle waits Settle after a kick, so that the changes of that window are
+// planned together, and takes the kick that came meanwhile; ctx's error
+// when ctx ends first.
+func (p *Planner) settle(ctx context.Context) error {
+	settle := p.cfg.clock.NewTimer(p.cfg.Settle)
+	select {
+	case <-ctx.Done():
+		settle.Stop()
+		return ctx.Err()
+	case <-settle.C():
+	}
+	select {
+	case <-p.kick:
+	default:
+	}
+	return nil
+}
+
+// planOnce plans if this process is master, and otherwise brings its copy
+// of the items up to date; a failure is reported unless ctx ended.
+func (p *Planner) planOnce(ctx context.Context) {
+	_, err := p.e.RunIfMaster(ctx, p.plan)
+	if errors.Is(err, keyspace.ErrNotMaster) {
+		err = p.refresh(ctx)
+	}
+	if ctx.Err() == nil {
+		p.cfg.report(err)
+	}
+}
+
+// graceTimer is Run's timer for the graces of departed slaves: it fires
+// when the first grace of the last planning ends, so that the items
+// waiting for that slave move. Run's own.
+type graceTimer struct {
+	clock clock.Clock
+	timer clock.Timer // nil while no grace is timed
+}
+
+// set times the grace that ends at end, replacing the one timed before;
+// none when end is zero.
+func (g *graceTimer) set(end time.Time) {
+	g.stop()
+	if end.IsZero() {
+		return
+	}
+	g.timer = g.clock.NewTimer(max(end.Sub(g.clock.Now()), 0) + time.Millisecond)
+}
+
+// stop stops the timer.
+func (g *graceTimer) stop() {
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+}
+
+// C is the timer's channel; nil, which never fires, while no grace is
+// timed.
+func (g *graceTimer) C() <-chan time.Time {
+	if g.timer == nil {
+		return nil
+	}
+	return g.timer.C()
+}
+
+// signal sends on ch, buffered 1, without blocking: a signal already
+// waiting covers this one.
+func signal(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -362,32 +278,57 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 	if err != nil {
 		return err
 	}
-	procs, err := p.e.ProcessesByRole(ctx, registry.RoleSlave)
+	slaves, live, err := p.slaves(ctx)
 	if err != nil {
-		return fmt.Errorf("assign: list slaves: %w", err)
+		return err
 	}
 	now := p.cfg.clock.Now()
+	stored, err := p.Stored(ctx)
+	if err != nil {
+		return err
+	}
+	self := p.e.NodeID()
+	waiting := p.gone.update(now, live, owners(stored), self)
+	next, err := pinned(stored, items, slaves, waiting)
+	if err != nil {
+		return err
+	}
+	n, err := rdb.AssignPlan(ctx, p.client, p.e.Keys(), p.keys, self, term, stored.Owner, changes(stored, next))
+	if err != nil {
+		return fmt.Errorf("assign: write plan: %w", err)
+	}
+	p.moves.Add(uint64(n))
+	p.mu.Lock()
+	p.last = next
+	p.waiting = waiting
+	p.mu.Unlock()
+	return nil
+}
+
+// slaves lists the live slaves a plan is for, and the last heartbeat of
+// each. The master's own entry may still say slave for a moment after it
+// acquired: it is never a slave of its own plan.
+func (p *Planner) slaves(ctx context.Context) ([]Slave, map[string]time.Time, error) {
+	procs, err := p.e.ProcessesByRole(ctx, registry.RoleSlave)
+	if err != nil {
+		return nil, nil, fmt.Errorf("assign: list slaves: %w", err)
+	}
 	self := p.e.NodeID()
 	slaves := make([]Slave, 0, len(procs))
 	live := make(map[string]time.Time, len(procs))
 	for _, pr := range procs {
-		// The master's own entry may still say slave for a moment after
-		// it acquired: it is never a slave of its own plan.
 		if pr.ProcessID == self || pr.NodeID == self {
 			continue
 		}
 		slaves = append(slaves, Slave{ID: pr.ProcessID, Capabilities: pr.Capabilities})
 		live[pr.ProcessID] = pr.LastSeen
 	}
-	stored, err := p.Stored(ctx)
-	if err != nil {
-		return err
-	}
-	waiting := p.gone.update(now, live, owners(stored), self)
-	next, err := pinned(stored, items, slaves, waiting)
-	if err != nil {
-		return err
-	}
+	return slaves, live, nil
+}
+
+// changes returns the owners next sets apart from stored: each item whose
+// owner differs, "" for an item next no longer assigns.
+func changes(stored, next Plan) map[string]string {
 	owners := map[string]string{}
 	for item, to := range next.Owner {
 		if stored.Owner[item] != to {
@@ -399,16 +340,7 @@ func (p *Planner) plan(ctx context.Context, term int64) error {
 			owners[item] = ""
 		}
 	}
-	n, err := rdb.AssignPlan(ctx, p.client, p.e.Keys(), p.keys, self, term, stored.Owner, owners)
-	if err != nil {
-		return fmt.Errorf("assign: write plan: %w", err)
-	}
-	p.moves.Add(uint64(n))
-	p.mu.Lock()
-	p.last = next
-	p.waiting = waiting
-	p.mu.Unlock()
-	return nil
+	return owners
 }
 
 // owners returns the slaves plan names.
@@ -445,56 +377,4 @@ func pinned(stored Plan, items []string, slaves []Slave, waiting map[string]time
 	}
 	maps.Copy(next.Owner, keep)
 	return next, nil
-}
-
-// items returns the set's items for the master's plan under term. When
-// Redis lost the set (neither the items nor their version exist) and this
-// Planner has a copy, it puts the copy back first.
-func (p *Planner) items(ctx context.Context, term int64) ([]string, error) {
-	items, version, err := p.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	kept := p.kept
-	p.mu.Unlock()
-	if len(items) == 0 && version == "" && len(kept.items) > 0 {
-		restored, err := rdb.AssignRestore(ctx, p.client, p.e.Keys(), p.keys, p.e.NodeID(), term, kept.items)
-		if err != nil {
-			return nil, fmt.Errorf("assign: put back %d lost items: %w", len(kept.items), err)
-		}
-		if restored {
-			p.restores.Add(1)
-		}
-		if items, version, err = p.read(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if version == "" && len(items) > 0 {
-		// A set written before sets had versions: give it one, so that the
-		// other Planners' copies follow its changes.
-		if err := p.client.SetNX(ctx, p.keys.Version, 1, 0).Err(); err != nil {
-			return nil, fmt.Errorf("assign: version the items: %w", err)
-		}
-		version = "1"
-	}
-	p.keep(version, items)
-	return items, nil
-}
-
-func validItems(items []string) error {
-	for _, item := range items {
-		if err := keyspace.ValidateName("item", item); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
-		}
-	}
-	return nil
-}
-
-func anys(items []string) []any {
-	out := make([]any, len(items))
-	for i, s := range items {
-		out[i] = s
-	}
-	return out
 }

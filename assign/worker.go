@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/nilclient"
 	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/subhub"
@@ -118,53 +119,76 @@ func (w *Worker) Start(ctx context.Context) error {
 // RenewInterval; the timer syncs meanwhile.
 func (w *Worker) listen() {
 	defer close(w.listenDone)
-	base, stopped := context.WithCancel(context.Background()) // ends at Stop
-	defer stopped()
-	go func() {
-		select {
-		case <-w.stop:
-			stopped()
-		case <-base.Done():
-		}
-	}()
+	base, cancel := w.untilStop()
+	defer cancel()
 	for {
-		ctx, cancel := context.WithTimeout(base, w.cfg.RenewInterval)
-		sub, err := subhub.Subscribe(ctx, w.client, subhub.Options{
-			Channels:     []string{w.keys.PlanOf(w.id)},
-			OnMessage:    func(context.Context, *redis.Message) { w.poke() },
-			OnSubscribed: func(context.Context, string) { w.poke() },
-			OnError:      func(err error) { w.cfg.report(fmt.Errorf("assign: worker %s: notices: %w", w.id, err)) },
-			Inline:       true,
-		})
-		cancel()
+		sub, err := w.subscribe(base)
 		if err == nil {
 			<-w.stop
 			sub.Close()
 			return
 		}
-		select {
-		case <-w.stop:
+		if w.stopped() {
 			return
-		default:
 		}
 		w.cfg.report(fmt.Errorf("assign: worker %s: subscribe to its notices (the timer syncs meanwhile): %w", w.id, err))
-		retry := w.cfg.clock.NewTimer(w.cfg.RenewInterval)
-		select {
-		case <-w.stop:
-			retry.Stop()
+		if !w.sleep(w.cfg.RenewInterval) {
 			return
-		case <-retry.C():
 		}
 	}
 }
 
-// poke asks the loop to sync now; a request already waiting covers it.
-func (w *Worker) poke() {
+// subscribe makes one attempt, bounded by RenewInterval, to subscribe to
+// the notice channel.
+func (w *Worker) subscribe(base context.Context) (*subhub.Subscription, error) {
+	ctx, cancel := context.WithTimeout(base, w.cfg.RenewInterval)
+	defer cancel()
+	return subhub.Subscribe(ctx, w.client, subhub.Options{
+		Channels:     []string{w.keys.PlanOf(w.id)},
+		OnMessage:    func(context.Context, *redis.Message) { w.poke() },
+		OnSubscribed: func(context.Context, string) { w.poke() },
+		OnError:      func(err error) { w.cfg.report(fmt.Errorf("assign: worker %s: notices: %w", w.id, err)) },
+		Inline:       true,
+	})
+}
+
+// untilStop returns a ctx that ends at Stop, or when cancel is called.
+func (w *Worker) untilStop() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-w.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// sleep waits d on the Worker's clock; false when Stop came first.
+func (w *Worker) sleep(d time.Duration) bool {
+	t := w.cfg.clock.NewTimer(d)
 	select {
-	case w.kick <- struct{}{}:
-	default:
+	case <-w.stop:
+		t.Stop()
+		return false
+	case <-t.C():
+		return true
 	}
 }
+
+// stopped reports whether Stop was called.
+func (w *Worker) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// poke asks the loop to sync now; a request already waiting covers it.
+func (w *Worker) poke() { signal(w.kick) }
 
 // loop renews every RenewInterval, and at once after a notice or after a
 // handler's ctx ended, so that the item is given up without delay.
@@ -178,22 +202,26 @@ func (w *Worker) loop() {
 			return
 		case <-t.C():
 		case <-w.kick:
-			if !t.Stop() {
-				select {
-				case <-t.C():
-				default:
-				}
-			}
+			drain(t)
 		}
-		select {
-		case <-w.stop: // a kick and Stop at once: Stop wins
+		if w.stopped() { // a kick and Stop at once: Stop wins
 			return
-		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.RenewInterval)
 		w.cfg.report(w.sync(ctx))
 		cancel()
 		t.Reset(w.cfg.RenewInterval)
+	}
+}
+
+// drain stops t and takes a fire it sent already, so that a Reset times
+// afresh.
+func drain(t clock.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C():
+		default:
+		}
 	}
 }
 
@@ -222,22 +250,32 @@ func (w *Worker) sync(ctx context.Context) error {
 		// done. Take nothing; the next round trip claims again.
 		return fmt.Errorf("assign: worker %s: renewal answered %v after its own deadline; items not taken", w.id, now().Sub(deadline).Round(time.Millisecond))
 	}
-	owned := make(map[string]bool, len(s.Owned))
-	var start []string
-	ended := false
 	w.mu.Lock()
-	defer func() {
+	if w.stopped() {
 		w.mu.Unlock()
-		if ended {
-			w.poke()
-		}
-	}()
-	select {
-	case <-w.stop:
 		return nil // Stop gives everything up
-	default:
 	}
-	for _, item := range s.Owned {
+	owned, start := w.claim(s.Owned, deadline)
+	ended := w.revoke(owned)
+	for _, item := range start {
+		w.run(w.leases[item], item)
+	}
+	w.mu.Unlock()
+	if ended {
+		w.poke()
+	}
+	return nil
+}
+
+// claim takes items, those the round trip says this Worker owns until
+// deadline: a live lease moves to deadline, an item whose last handler
+// still runs is taken again once that returned, and every other item gets
+// a new lease. It returns the items owned and those whose handler is to
+// start. w.mu is held.
+func (w *Worker) claim(items []string, deadline time.Time) (map[string]bool, []string) {
+	owned := make(map[string]bool, len(items))
+	var start []string
+	for _, item := range items {
 		owned[item] = true
 		if l := w.leases[item]; l != nil && l.extend(deadline) {
 			continue
@@ -249,27 +287,33 @@ func (w *Worker) sync(ctx context.Context) error {
 		w.claimed.Add(1)
 		start = append(start, item)
 	}
+	return owned, start
+}
+
+// revoke ends the lease of every item not in owned (revoked by the plan,
+// or expired) and gives the item up: at the next round trip, or, while its
+// handler runs, once that returned. It reports whether an item waits for
+// the next round trip. w.mu is held.
+func (w *Worker) revoke(owned map[string]bool) (ended bool) {
 	for item, l := range w.leases {
-		if !owned[item] {
-			if errors.Is(l.Err(), context.DeadlineExceeded) {
-				w.expired.Add(1)
-			} else {
-				w.revoked.Add(1)
-			}
-			l.end(context.Canceled)
-			delete(w.leases, item)
-			if l.running {
-				w.ending[item] = l // given up when the handler returns
-				continue
-			}
-			w.released = append(w.released, item)
-			ended = true
+		if owned[item] {
+			continue
 		}
+		if errors.Is(l.Err(), context.DeadlineExceeded) {
+			w.expired.Add(1)
+		} else {
+			w.revoked.Add(1)
+		}
+		l.end(context.Canceled)
+		delete(w.leases, item)
+		if l.running {
+			w.ending[item] = l // given up when the handler returns
+			continue
+		}
+		w.released = append(w.released, item)
+		ended = true
 	}
-	for _, item := range start {
-		w.run(w.leases[item], item)
-	}
-	return nil
+	return ended
 }
 
 // run starts the handler for item under l. w.mu is held.
@@ -345,12 +389,10 @@ func (w *Worker) Owned() []string {
 // idempotent; a Worker cannot be started again.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	select {
-	case <-w.stop:
+	if w.stopped() {
 		w.mu.Unlock()
 		<-w.loopDone
 		return nil
-	default:
 	}
 	close(w.stop)
 	if !w.started {
@@ -367,18 +409,30 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	<-w.loopDone
 	<-w.listenDone
-	var errs []error
+	return errors.Join(w.awaitHandlers(ctx), w.giveUpAll(ctx))
+}
+
+// awaitHandlers waits for the handlers to return, as long as ctx allows;
+// an error wrapping ErrHandlersRunning when ctx ended first.
+func (w *Worker) awaitHandlers(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { w.handlers.Wait(); close(done) }()
 	select {
 	case <-done:
+		return nil
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("%w: %w", ErrHandlersRunning, ctx.Err()))
+		return fmt.Errorf("%w: %w", ErrHandlersRunning, ctx.Err())
 	}
+}
+
+// giveUpAll gives every item up on Redis in one round trip, bounded by
+// RenewInterval also when ctx has ended, so that the next owners start
+// without waiting for the ownership to expire.
+func (w *Worker) giveUpAll(ctx context.Context) error {
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RenewInterval)
 	defer cancel()
 	if _, err := rdb.AssignSync(leaveCtx, w.client, w.keys, w.id, w.e.Incarnation(), w.cfg.LeaseTTL, true, nil); err != nil {
-		errs = append(errs, fmt.Errorf("assign: worker %s: give up items: %w", w.id, err))
+		return fmt.Errorf("assign: worker %s: give up items: %w", w.id, err)
 	}
-	return errors.Join(errs...)
+	return nil
 }

@@ -197,21 +197,7 @@ func DefaultConfig() Config {
 // name). Zero values are valid: they mean the default.
 func (c Config) Validate() error {
 	errs := c.names().Check()
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"ReassignTimeout", c.ReassignTimeout}, {"Block", c.Block}, {"RetryDelay", c.RetryDelay}, {"MaxRetryDelay", c.MaxRetryDelay},
-		{"SweepInterval", c.SweepInterval}, {"OpTimeout", c.OpTimeout}} {
-		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%s (%s) is negative", d.name, d.v))
-		}
-		if d.v > 0 && d.v < time.Millisecond {
-			errs = append(errs, fmt.Errorf("%s (%s) is below the minimum of 1ms", d.name, d.v))
-		}
-	}
-	if c.Grace > 0 && c.Grace < time.Millisecond {
-		errs = append(errs, fmt.Errorf("Grace (%s) is below the minimum of 1ms (negative turns the grace off)", c.Grace))
-	}
+	errs = append(errs, c.durationErrors()...)
 	if c.ReassignBatch < 0 {
 		errs = append(errs, fmt.Errorf("ReassignBatch (%d) is negative", c.ReassignBatch))
 	}
@@ -225,6 +211,38 @@ func (c Config) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+}
+
+// durationErrors checks the durations: none negative but Grace (which a
+// negative value turns off), none set below 1ms.
+func (c Config) durationErrors() []error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ReassignTimeout", c.ReassignTimeout}, {"Block", c.Block}, {"RetryDelay", c.RetryDelay}, {"MaxRetryDelay", c.MaxRetryDelay},
+		{"SweepInterval", c.SweepInterval}, {"OpTimeout", c.OpTimeout}} {
+		if err := durationError(d.name, d.v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Grace > 0 && c.Grace < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Grace (%s) is below the minimum of 1ms (negative turns the grace off)", c.Grace))
+	}
+	return errs
+}
+
+// durationError says what is wrong with the duration field name of value
+// v: negative, or set below 1ms; nil when it is zero (the default) or at
+// least 1ms.
+func durationError(name string, v time.Duration) error {
+	switch {
+	case v < 0:
+		return fmt.Errorf("%s (%s) is negative", name, v)
+	case v > 0 && v < time.Millisecond:
+		return fmt.Errorf("%s (%s) is below the minimum of 1ms", name, v)
+	}
+	return nil
 }
 
 // withDefaults validates c and fills in its zero fields. The names come
@@ -246,6 +264,18 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 	c.SweepInterval = cmp.Or(c.SweepInterval, d.SweepInterval)
 	c.ReadCount = cmp.Or(c.ReadCount, d.ReadCount)
 	c.Block = cmp.Or(c.Block, d.Block)
+	c = c.withRetryDefaults(d)
+	c.MaxDeliveries = max(cmp.Or(c.MaxDeliveries, d.MaxDeliveries), 0) // negative: 0, no limit
+	c.OpTimeout = cmp.Or(c.OpTimeout, d.OpTimeout)
+	c.Grace = cmp.Or(c.Grace, defaultGrace(from))
+	c.clock = cmp.Or(c.clock, d.clock)
+	return c, nil
+}
+
+// withRetryDefaults fills in the retry delays from d, the defaults, so
+// that they stay in order: RetryDelay's default at most a MaxRetryDelay
+// set, MaxRetryDelay's at least the RetryDelay.
+func (c Config) withRetryDefaults(d Config) Config {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = d.RetryDelay
 		if c.MaxRetryDelay > 0 {
@@ -255,16 +285,16 @@ func (c Config) withDefaults(client redis.UniversalClient, from any) (Config, er
 	if c.MaxRetryDelay == 0 {
 		c.MaxRetryDelay = max(d.MaxRetryDelay, c.RetryDelay)
 	}
-	c.MaxDeliveries = max(cmp.Or(c.MaxDeliveries, d.MaxDeliveries), 0) // negative: 0, no limit
-	c.OpTimeout = cmp.Or(c.OpTimeout, d.OpTimeout)
-	if c.Grace == 0 {
-		c.Grace = d.Grace
-		if l, ok := from.(interface{ LockTTL() time.Duration }); ok && l.LockTTL() > 0 {
-			c.Grace = l.LockTTL() * 2 / 3
-		}
+	return c
+}
+
+// defaultGrace is Grace's default: two thirds of from's LockTTL when from
+// has one (the election's), DefaultGrace otherwise.
+func defaultGrace(from any) time.Duration {
+	if l, ok := from.(interface{ LockTTL() time.Duration }); ok && l.LockTTL() > 0 {
+		return l.LockTTL() * 2 / 3
 	}
-	c.clock = cmp.Or(c.clock, d.clock)
-	return c, nil
+	return DefaultGrace
 }
 
 // logger is the logger of a Consumer: Slog through an adapter when it is
@@ -280,5 +310,12 @@ func (c Config) logger() zerolog.Logger {
 func (c Config) report(err error) {
 	if c.OnError != nil {
 		c.OnError(err)
+	}
+}
+
+// swept hands a sweep's outcome to OnSweep, when there is one.
+func (c Config) swept(s Swept) {
+	if c.OnSweep != nil {
+		c.OnSweep(s)
 	}
 }

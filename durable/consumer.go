@@ -207,13 +207,17 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 		join = p.SAdd(ctx, c.keys.Inboxes, c.processID)
 		return nil
 	})
-	if err != nil && join != nil && join.Err() == nil && create.Err() != nil && strings.HasPrefix(create.Err().Error(), "BUSYGROUP") {
-		err = nil // the group exists: kept
-	}
-	if err != nil {
+	if err != nil && !groupExists(create, join) {
 		return fmt.Errorf("durable: create group %q of %q: %w: %w", keyspace.InboxGroup, c.inbox, pubsub.ErrConnection, err)
 	}
 	return nil
+}
+
+// groupExists reports whether createGroup's transaction failed only
+// because the group exists (BUSYGROUP), the inbox joining the set all the
+// same: the group is kept.
+func groupExists(create *redis.StatusCmd, join *redis.IntCmd) bool {
+	return join != nil && join.Err() == nil && create.Err() != nil && strings.HasPrefix(create.Err().Error(), "BUSYGROUP")
 }
 
 // loop reads and handles until ctx is cancelled. It starts with a pass over
@@ -223,35 +227,66 @@ func (c *Consumer) createGroup(ctx context.Context) error {
 // entries pending that this process never saw).
 func (c *Consumer) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	first := true
-	var next time.Time // the next pass over the pending entries
+	passes := passSchedule{first: true}
 	for ctx.Err() == nil {
-		if c.cfg.Holds != nil && !c.cfg.Holds() {
+		if !c.holds() {
 			// Not this process's NodeID (yet, or any more): read nothing.
 			c.wait(ctx, c.cfg.Block)
 			continue
 		}
-		if !c.cfg.clock.Now().Before(next) {
-			if err := c.pendingPass(ctx, first); err != nil {
-				c.readFailed(ctx, err)
-				continue
-			}
-			c.succeeded(opRead)
-			first, next = false, c.cfg.clock.Now().Add(c.cfg.RetryDelay)
-		}
-		block := min(c.cfg.Block, max(next.Sub(c.cfg.clock.Now()), time.Millisecond))
-		entries, err := c.read(ctx, block)
-		if err != nil {
-			c.readFailed(ctx, err)
-			next = time.Time{}
+		if !c.passIfDue(ctx, &passes) {
 			continue
 		}
-		c.succeeded(opRead)
-		for _, e := range entries {
-			if ctx.Err() != nil {
-				return
-			}
-			c.deliver(ctx, e, 1)
+		if !c.readNew(ctx, passes.next) {
+			passes.next = time.Time{}
 		}
 	}
+}
+
+// passSchedule is when the loop's next pass over the pending entries is
+// due, and whether it is the first (at Start, every pending entry is due).
+// The loop's own.
+type passSchedule struct {
+	first bool
+	next  time.Time // zero: at once
+}
+
+// holds reports whether this process holds its NodeID (Config.Holds;
+// always, without one).
+func (c *Consumer) holds() bool { return c.cfg.Holds == nil || c.cfg.Holds() }
+
+// passIfDue makes the pass over the pending entries when s says it is due,
+// and schedules the next one RetryDelay later; false when the pass failed
+// (reported, and waited after).
+func (c *Consumer) passIfDue(ctx context.Context, s *passSchedule) bool {
+	if c.cfg.clock.Now().Before(s.next) {
+		return true
+	}
+	if err := c.pendingPass(ctx, s.first); err != nil {
+		c.readFailed(ctx, err)
+		return false
+	}
+	c.succeeded(opRead)
+	s.first, s.next = false, c.cfg.clock.Now().Add(c.cfg.RetryDelay)
+	return true
+}
+
+// readNew reads new entries, waiting for them up to Config.Block and no
+// later than next, the next pending pass, and delivers them until ctx
+// ends; false when the read failed (reported, and waited after).
+func (c *Consumer) readNew(ctx context.Context, next time.Time) bool {
+	block := min(c.cfg.Block, max(next.Sub(c.cfg.clock.Now()), time.Millisecond))
+	entries, err := c.read(ctx, block)
+	if err != nil {
+		c.readFailed(ctx, err)
+		return false
+	}
+	c.succeeded(opRead)
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return true
+		}
+		c.deliver(ctx, e, 1)
+	}
+	return true
 }

@@ -22,9 +22,10 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 	}
 	prior, _ := strconv.ParseInt(fmt.Sprint(e.Values[rdb.InboxFieldDeliveries]), 10, 64)
 	d := Delivery{Message: m, EntryID: e.ID, Term: term, Deliveries: prior + c.lost.delivered(e.ID, count)}
-	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries > limit {
-		// Delivered that often with no outcome: the process stopped in its
-		// handler each time, or the replies were lost.
+	if c.exhausted(d.Deliveries - 1) {
+		// The deliveries before this one used up MaxDeliveries with no
+		// outcome: the process stopped in its handler each time, or the
+		// replies were lost.
 		c.bury(ctx, e, d, fmt.Errorf("delivered %d times without an outcome (the process stopped during its handler?)", d.Deliveries-1))
 		return
 	}
@@ -45,24 +46,28 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 func (c *Consumer) parseEntry(ctx context.Context, e redis.XMessage) (m pubsub.Message, term int64, ok bool) {
 	raw, ok := e.Values[rdb.InboxFieldMessage].(string)
 	if !ok {
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, rdb.InboxFieldMessage)})
-		c.ack(ctx, e.ID)
+		c.malformed(ctx, e.ID, &pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, rdb.InboxFieldMessage)})
 		return m, 0, false
 	}
 	m, err := pubsub.ParseMessage([]byte(raw))
 	if err != nil {
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
-		c.ack(ctx, e.ID)
+		c.malformed(ctx, e.ID, &pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
 		return m, 0, false
 	}
 	term, err = strconv.ParseInt(fmt.Sprint(e.Values[rdb.InboxFieldTerm]), 10, 64)
 	if err != nil || term <= 0 {
-		c.cfg.report(&pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
+		c.malformed(ctx, e.ID, &pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
 			Err: fmt.Errorf("%w: entry %s has no positive term", pubsub.ErrMalformedEnvelope, e.ID)})
-		c.ack(ctx, e.ID)
 		return m, 0, false
 	}
 	return m, term, true
+}
+
+// malformed reports the malformed entry id, err saying why, and deletes it:
+// no delivery would read it better.
+func (c *Consumer) malformed(ctx context.Context, id string, err *pubsub.MessageError) {
+	c.cfg.report(err)
+	c.ack(ctx, id)
 }
 
 // admit judges the term of entry id against the fence and reports whether
@@ -72,33 +77,55 @@ func (c *Consumer) parseEntry(ctx context.Context, e redis.XMessage) (m pubsub.M
 // master to adopt.
 func (c *Consumer) admit(ctx context.Context, id string, m pubsub.Message, term int64) bool {
 	c.fence.Poll()
-	if ok, stored, err := c.fence.Verify(ctx, term); !ok {
-		refused := &pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err}
-		if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
-			c.redisFailed(opVerify, refused)
-			c.failed.Add(1)
-			return false // left pending: Redis could not be asked, ask again later
-		}
-		c.unverified.Add(1)
-		c.cfg.report(refused)
-		c.ack(ctx, id)
-		return false
+	return c.verified(ctx, id, m, term) && c.fresh(ctx, id, m, term)
+}
+
+// verified reports whether Redis minted term, the term of entry id. An
+// entry whose term Redis does not confirm is refused (acknowledged,
+// deleted), or left pending when Redis could not be asked.
+func (c *Consumer) verified(ctx context.Context, id string, m pubsub.Message, term int64) bool {
+	ok, stored, err := c.fence.Verify(ctx, term)
+	if ok {
+		c.succeeded(opVerify)
+		return true
 	}
-	c.succeeded(opVerify)
-	if h, ok := c.fence.Admit(term); !ok {
-		// Not this master's order: leave it for the master to adopt (or
-		// drop). Acknowledged, so no pass delivers it again; not deleted.
-		// Expected at every master change: no error.
-		c.rejected.Add(1)
-		c.log.Debug().Str("inbox", c.inbox).Str("entry", id).Str("id", m.ID).Str("from", m.From).Int64("term", term).Int64("highest", h).
-			Msg("entry of an older term left for the new master to adopt")
-		if c.cfg.OnStale != nil {
-			c.cfg.OnStale(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
-		}
-		c.leave(ctx, id)
-		return false
+	refused := &pubsub.UnverifiedTermError{Channel: c.inbox, Term: term, Stored: stored, From: m.From, ID: m.ID, Type: m.Type, Err: err}
+	if err != nil && !errors.Is(err, pubsub.ErrTermMissing) {
+		c.redisFailed(opVerify, refused)
+		c.failed.Add(1)
+		return false // left pending: Redis could not be asked, ask again later
 	}
-	return true
+	c.unverified.Add(1)
+	c.cfg.report(refused)
+	c.ack(ctx, id)
+	return false
+}
+
+// fresh reports whether term, the term of entry id, is not below the
+// highest term seen. An entry of an older term is left, acknowledged but
+// not deleted, for the new master to adopt.
+func (c *Consumer) fresh(ctx context.Context, id string, m pubsub.Message, term int64) bool {
+	h, ok := c.fence.Admit(term)
+	if ok {
+		return true
+	}
+	// Not this master's order: leave it for the master to adopt (or
+	// drop). Acknowledged, so no pass delivers it again; not deleted.
+	// Expected at every master change: no error.
+	c.rejected.Add(1)
+	c.log.Debug().Str("inbox", c.inbox).Str("entry", id).Str("id", m.ID).Str("from", m.From).Int64("term", term).Int64("highest", h).
+		Msg("entry of an older term left for the new master to adopt")
+	if c.cfg.OnStale != nil {
+		c.cfg.OnStale(&pubsub.StaleTermError{Term: term, Highest: h, From: m.From, ID: m.ID, Type: m.Type})
+	}
+	c.leave(ctx, id)
+	return false
+}
+
+// exhausted reports whether an entry delivered n times has had its last
+// delivery: n reached Config.MaxDeliveries (0: no limit).
+func (c *Consumer) exhausted(n int64) bool {
+	return c.cfg.MaxDeliveries > 0 && n >= c.cfg.MaxDeliveries
 }
 
 // handlerFailed counts and reports a handler's error on delivery d of
@@ -113,7 +140,7 @@ func (c *Consumer) handlerFailed(ctx context.Context, e redis.XMessage, d Delive
 		return
 	}
 	c.cfg.report(failed)
-	if limit := c.cfg.MaxDeliveries; limit > 0 && d.Deliveries >= limit && ctx.Err() == nil {
+	if c.exhausted(d.Deliveries) && ctx.Err() == nil {
 		c.bury(ctx, e, d, err) // not when Close came meanwhile
 	}
 }

@@ -92,45 +92,13 @@ func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
 	start := "-"
 	listed := map[string]bool{} // the whole pending list, once the pass reaches its end
 	for ctx.Err() == nil {
-		opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
-		pend, err := c.client.XPendingExt(opCtx, &redis.XPendingExtArgs{
-			Stream: c.inbox, Group: keyspace.InboxGroup, Start: start, End: "+", Count: c.cfg.ReadCount, Consumer: c.processID,
-		}).Result()
-		cancel()
+		pend, err := c.pending(ctx, start)
 		if err != nil {
 			return err
 		}
-		var due []string
-		counts := make(map[string]int64, len(pend))
-		for _, p := range pend {
-			c.lost.saw(p.ID, p.RetryCount)
-			listed[p.ID] = true
-			if all || p.Idle >= c.backoff(p.RetryCount) {
-				due = append(due, p.ID)
-				counts[p.ID] = p.RetryCount + 1
-			}
-		}
-		if len(due) > 0 {
-			opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
-			entries, err := c.client.XClaim(opCtx, &redis.XClaimArgs{
-				Stream: c.inbox, Group: keyspace.InboxGroup, Consumer: c.processID, Messages: due,
-			}).Result()
-			cancel()
-			if err != nil {
-				return err
-			}
-			for _, e := range entries {
-				if ctx.Err() != nil {
-					return nil
-				}
-				if len(e.Values) == 0 {
-					if e.ID != "" {
-						c.ack(ctx, e.ID) // deleted by a move while pending here (servers that still return it)
-					}
-					continue
-				}
-				c.deliver(ctx, e, counts[e.ID])
-			}
+		due, counts := c.due(pend, all, listed)
+		if err := c.claim(ctx, due, counts); err != nil {
+			return err
 		}
 		if int64(len(pend)) < c.cfg.ReadCount {
 			c.lost.keep(listed)
@@ -139,6 +107,68 @@ func (c *Consumer) pendingPass(ctx context.Context, all bool) error {
 		start = "(" + pend[len(pend)-1].ID
 	}
 	return nil
+}
+
+// pending lists one page of this consumer's pending entries, from start.
+func (c *Consumer) pending(ctx context.Context, start string) ([]redis.XPendingExt, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	defer cancel()
+	return c.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: c.inbox, Group: keyspace.InboxGroup, Start: start, End: "+", Count: c.cfg.ReadCount, Consumer: c.processID,
+	}).Result()
+}
+
+// due returns the entries of one page of the pending list to deliver now,
+// all of them when all is set, otherwise those idle for at least their
+// backoff, with the delivery count each will have in this inbox. It adds
+// the page to listed and tells lost the counts Redis shows.
+func (c *Consumer) due(pend []redis.XPendingExt, all bool, listed map[string]bool) ([]string, map[string]int64) {
+	var due []string
+	counts := make(map[string]int64, len(pend))
+	for _, p := range pend {
+		c.lost.saw(p.ID, p.RetryCount)
+		listed[p.ID] = true
+		if all || p.Idle >= c.backoff(p.RetryCount) {
+			due = append(due, p.ID)
+			counts[p.ID] = p.RetryCount + 1
+		}
+	}
+	return due, counts
+}
+
+// claim takes the due entries with XCLAIM and delivers them, each with its
+// count, until ctx ends.
+func (c *Consumer) claim(ctx context.Context, due []string, counts map[string]int64) error {
+	if len(due) == 0 {
+		return nil
+	}
+	opCtx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	entries, err := c.client.XClaim(opCtx, &redis.XClaimArgs{
+		Stream: c.inbox, Group: keyspace.InboxGroup, Consumer: c.processID, Messages: due,
+	}).Result()
+	cancel()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.deliverClaimed(ctx, e, counts[e.ID])
+	}
+	return nil
+}
+
+// deliverClaimed delivers one entry XCLAIM returned. An entry deleted by a
+// move while pending here comes without values (from servers that still
+// return it): it is acknowledged, which drops it from the pending list.
+func (c *Consumer) deliverClaimed(ctx context.Context, e redis.XMessage, count int64) {
+	switch {
+	case len(e.Values) > 0:
+		c.deliver(ctx, e, count)
+	case e.ID != "":
+		c.ack(ctx, e.ID)
+	}
 }
 
 // backoff is how long an entry delivered n times in this inbox waits in the

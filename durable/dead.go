@@ -131,14 +131,10 @@ func (d *DeadLetters) decode(e redis.XMessage) DeadLetter {
 // live process (ErrNotRegistered), or when no term was ever minted.
 func (d *DeadLetters) Retry(ctx context.Context, id, to string) (string, error) {
 	if to == "" {
-		es, err := d.client.XRange(ctx, d.keys.Dead, id, id).Result()
-		if err != nil {
+		var err error
+		if to, err = d.inboxOf(ctx, id); err != nil {
 			return "", fmt.Errorf("durable: retry dead letter %s: %w", id, err)
 		}
-		if len(es) == 0 {
-			return "", fmt.Errorf("durable: retry dead letter %s: %w", id, rdb.ErrNoDeadLetter)
-		}
-		to = d.decode(es[0]).Inbox
 	}
 	if err := route.CheckName("process id", to); err != nil {
 		return "", fmt.Errorf("durable: retry dead letter %s: %w", id, err)
@@ -151,6 +147,19 @@ func (d *DeadLetters) Retry(ctx context.Context, id, to string) (string, error) 
 		return "", fmt.Errorf("durable: %w", err)
 	}
 	return entry, nil
+}
+
+// inboxOf returns the process whose inbox the dead letter id was in;
+// rdb.ErrNoDeadLetter when there is no such dead letter.
+func (d *DeadLetters) inboxOf(ctx context.Context, id string) (string, error) {
+	es, err := d.client.XRange(ctx, d.keys.Dead, id, id).Result()
+	if err != nil {
+		return "", err
+	}
+	if len(es) == 0 {
+		return "", rdb.ErrNoDeadLetter
+	}
+	return d.decode(es[0]).Inbox, nil
 }
 
 // Drop deletes the dead letters ids for good and returns how many there

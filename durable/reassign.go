@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/rendezvous"
 	"github.com/herdkit/herd/internal/route"
@@ -91,57 +93,117 @@ func (r *Router) Reassign(ctx context.Context, fromID string, pick Pick) (Reassi
 	if err != nil {
 		return res, err
 	}
-	from := r.keys.Inbox(fromID)
-	var slaves []string
+	mv := &reassignment{r: r, fromID: fromID, from: r.keys.Inbox(fromID), term: term, pick: pick}
 	for {
-		entries, err := r.client.XRangeN(ctx, from, "-", "+", int64(r.cfg.ReassignBatch)).Result()
+		entries, err := r.client.XRangeN(ctx, mv.from, "-", "+", int64(r.cfg.ReassignBatch)).Result()
 		if err != nil {
-			return res, fmt.Errorf("reassign: read %q: %w", from, err)
+			return res, fmt.Errorf("reassign: read %q: %w", mv.from, err)
 		}
 		if len(entries) == 0 {
 			return res, nil
 		}
-		if slaves == nil {
-			if r.slaves == nil {
-				return res, errors.New("durable: Reassign: the Router has no SlaveLister")
-			}
-			if slaves, err = r.liveSlaves(ctx, fromID); err != nil {
-				return res, err
-			}
-		}
-		moves := make([]rdb.Move, len(entries))
-		for i, e := range entries {
-			m := pubsub.Message{ID: e.ID}
-			if raw, ok := e.Values[rdb.InboxFieldMessage].(string); ok {
-				if pm, err := pubsub.ParseMessage([]byte(raw)); err == nil {
-					m = pm
-				}
-			}
-			to := pick(m, slaves)
-			if _, ok := slices.BinarySearch(slaves, to); !ok {
-				return res, fmt.Errorf("%w: %q is not one of %q", ErrBadPick, to, slaves)
-			}
-			moves[i] = rdb.Move{EntryID: e.ID, To: r.keys.Inbox(to)}
-		}
-		res.Calls++
-		ids, err := rdb.InboxMove(ctx, r.client, r.keys, r.mastership.NodeID(), term, keyspace.InboxGroup, from, moves)
-		if errors.Is(err, keyspace.ErrFenced) {
-			return res, fmt.Errorf("reassign the inbox of %q: %w", fromID, err) // matches ErrNotMaster too
-		}
-		if err != nil {
-			return res, fmt.Errorf("reassign the inbox of %q: %w", fromID, err)
-		}
-		for i, id := range ids {
-			switch id {
-			case rdb.MovedGone:
-				res.Gone++
-			case rdb.MovedDropped:
-				res.Dropped++
-			default:
-				res.Moved[moves[i].To[len(r.keys.Inbox("")):]]++
-			}
+		if err := mv.batch(ctx, entries, &res); err != nil {
+			return res, err
 		}
 	}
+}
+
+// reassignment is one Reassign call under way: the inbox it empties, the
+// term its moves are fenced by, and the live slaves the entries go to,
+// listed once, when the first batch is read.
+type reassignment struct {
+	r      *Router
+	fromID string // the process whose inbox is emptied
+	from   string // its inbox
+	term   int64
+	pick   Pick
+	slaves []string // nil until the first batch
+}
+
+// batch moves entries, the oldest of the inbox, in one fenced inbox_move
+// call, each to the slave pick chooses, and counts the outcome in res.
+func (mv *reassignment) batch(ctx context.Context, entries []redis.XMessage, res *Reassigned) error {
+	slaves, err := mv.targets(ctx)
+	if err != nil {
+		return err
+	}
+	moves, err := mv.moves(entries, slaves)
+	if err != nil {
+		return err
+	}
+	res.Calls++
+	r := mv.r
+	ids, err := rdb.InboxMove(ctx, r.client, r.keys, r.mastership.NodeID(), mv.term, keyspace.InboxGroup, mv.from, moves)
+	if err != nil {
+		return fmt.Errorf("reassign the inbox of %q: %w", mv.fromID, err) // matches ErrNotMaster too when fenced
+	}
+	res.count(ids, moves, len(r.keys.Inbox("")))
+	return nil
+}
+
+// targets returns the live slaves the entries may move to, listing them
+// at the first call.
+func (mv *reassignment) targets(ctx context.Context) ([]string, error) {
+	if mv.slaves != nil {
+		return mv.slaves, nil
+	}
+	if mv.r.slaves == nil {
+		return nil, errors.New("durable: Reassign: the Router has no SlaveLister")
+	}
+	var err error
+	mv.slaves, err = mv.r.liveSlaves(ctx, mv.fromID)
+	return mv.slaves, err
+}
+
+// moves asks pick for the slave of each entry; ErrBadPick when it names
+// one that is not among slaves.
+func (mv *reassignment) moves(entries []redis.XMessage, slaves []string) ([]rdb.Move, error) {
+	moves := make([]rdb.Move, len(entries))
+	for i, e := range entries {
+		to := mv.pick(envelope(e), slaves)
+		if _, ok := slices.BinarySearch(slaves, to); !ok {
+			return nil, fmt.Errorf("%w: %q is not one of %q", ErrBadPick, to, slaves)
+		}
+		moves[i] = rdb.Move{EntryID: e.ID, To: mv.r.keys.Inbox(to)}
+	}
+	return moves, nil
+}
+
+// envelope is the message a Pick sees for entry e: its envelope, or, when
+// the entry has none that decodes, a message with only ID set, to the
+// entry's stream id.
+func envelope(e redis.XMessage) pubsub.Message {
+	raw, ok := e.Values[rdb.InboxFieldMessage].(string)
+	if !ok {
+		return pubsub.Message{ID: e.ID}
+	}
+	m, err := pubsub.ParseMessage([]byte(raw))
+	if err != nil {
+		return pubsub.Message{ID: e.ID}
+	}
+	return m
+}
+
+// count adds the outcome of one inbox_move call: ids answers moves, in
+// order; an inbox's name is its process id after prefix bytes.
+func (r *Reassigned) count(ids []string, moves []rdb.Move, prefix int) {
+	for i, id := range ids {
+		switch id {
+		case rdb.MovedGone:
+			r.Gone++
+		case rdb.MovedDropped:
+			r.Dropped++
+		default:
+			r.Moved[moves[i].To[prefix:]]++
+		}
+	}
+}
+
+// mayTake reports whether the live slave id may take the entries of the
+// inbox of fromID: it is neither fromID nor this process, and its id is a
+// valid name.
+func (r *Router) mayTake(id, fromID string) bool {
+	return id != fromID && id != r.mastership.NodeID() && route.CheckName("slave id", id) == nil
 }
 
 // liveSlaves lists the live slaves other than fromID and this process,
@@ -151,13 +213,11 @@ func (r *Router) liveSlaves(ctx context.Context, fromID string) ([]string, error
 	if err != nil {
 		return nil, fmt.Errorf("reassign: list slaves: %w", err)
 	}
-	self := r.mastership.NodeID()
 	var ids []string
 	for _, n := range nodes {
-		if n.NodeID == fromID || n.NodeID == self || route.CheckName("slave id", n.NodeID) != nil {
-			continue
+		if r.mayTake(n.NodeID, fromID) {
+			ids = append(ids, n.NodeID)
 		}
-		ids = append(ids, n.NodeID)
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)

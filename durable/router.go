@@ -115,8 +115,23 @@ func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]e
 		return nil, err
 	}
 	errs := make([]error, len(items))
+	queued, at := r.queue(items, errs)
+	ids, err := rdb.InboxSend(ctx, r.client, r.keys, r.mastership.NodeID(), term, r.cfg.MaxLen, queued)
+	if err != nil {
+		return nil, err
+	}
+	for q, id := range ids {
+		errs[at[q]] = r.refused(items[at[q]].SlaveID, id)
+	}
+	return errs, nil
+}
+
+// queue returns the messages of items inbox_send is to add, with the index
+// in items of each; an item for this process itself is not queued, and
+// gets ErrMasterInbox in errs.
+func (r *Router) queue(items []route.Item, errs []error) ([]rdb.Queued, []int) {
 	queued := make([]rdb.Queued, 0, len(items))
-	at := make([]int, 0, len(items)) // the index in items of each queued message
+	at := make([]int, 0, len(items))
 	for j, it := range items {
 		if it.SlaveID == r.mastership.NodeID() {
 			errs[j] = fmt.Errorf("send to slave %q: %w", it.SlaveID, ErrMasterInbox)
@@ -125,20 +140,20 @@ func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]e
 		queued = append(queued, rdb.Queued{Inbox: r.keys.Inbox(it.SlaveID), Message: it.Data})
 		at = append(at, j)
 	}
-	ids, err := rdb.InboxSend(ctx, r.client, r.keys, r.mastership.NodeID(), term, r.cfg.MaxLen, queued)
-	if err != nil {
-		return nil, err
+	return queued, at
+}
+
+// refused is the error of a message to slaveID that inbox_send answered
+// with id: ErrInboxFull or ErrNotRegistered when it was not added, nil
+// when id is its new entry's.
+func (r *Router) refused(slaveID, id string) error {
+	switch id {
+	case rdb.SentFull:
+		return fmt.Errorf("send to slave %q: %w (%d entries)", slaveID, ErrInboxFull, r.cfg.MaxLen)
+	case rdb.SentNotLive:
+		return fmt.Errorf("send to slave %q: %w", slaveID, ErrNotRegistered)
 	}
-	for q, id := range ids {
-		j := at[q]
-		switch id {
-		case rdb.SentFull:
-			errs[j] = fmt.Errorf("send to slave %q: %w (%d entries)", items[j].SlaveID, ErrInboxFull, r.cfg.MaxLen)
-		case rdb.SentNotLive:
-			errs[j] = fmt.Errorf("send to slave %q: %w", items[j].SlaveID, ErrNotRegistered)
-		}
-	}
-	return errs, nil
+	return nil
 }
 
 // Outcome is what became of one message of Router.SendBatch: pubsub's,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/internal/route"
 	"github.com/herdkit/herd/keyspace"
-	"github.com/herdkit/herd/registry"
 )
 
 // Swept is the outcome of Router.Sweep.
@@ -47,8 +45,12 @@ type Swept struct {
 }
 
 // changed reports whether the sweep did or left anything worth reporting.
-func (s Swept) changed() bool {
-	return s.Adopted+s.Dropped+s.Malformed+s.Deleted+len(s.Moved)+len(s.Orphans) > 0
+func (s Swept) changed() bool { return s.acted() || len(s.Orphans) > 0 }
+
+// acted reports whether the sweep changed the inboxes: entries adopted,
+// dropped, deleted as malformed or moved, inboxes deleted.
+func (s Swept) acted() bool {
+	return s.Adopted+s.Dropped+s.Malformed+s.Deleted+len(s.Moved) > 0
 }
 
 // Sweep makes every inbox (the set keyspace.Keys.Inboxes lists) hold only
@@ -90,52 +92,83 @@ func (r *Router) Sweep(ctx context.Context, pick Pick) (Swept, error) {
 	}
 	r.backlog.done(term)
 	var errs []error
+	now := r.cfg.clock.Now()
+	for _, id := range r.moveOrder(gone, own) {
+		if r.inGrace(id, now) {
+			res.Waiting = append(res.Waiting, id)
+			continue
+		}
+		err := r.move(ctx, id, pick, &res)
+		if errors.Is(err, ErrNotMaster) {
+			r.orphans.set(res.Orphans)
+			return res, err
+		}
+		if err != nil && !errors.Is(err, ErrNoSlaves) {
+			errs = append(errs, err)
+		}
+	}
+	r.orphans.set(res.Orphans)
+	return res, sweepError(res.Orphans, errs)
+}
+
+// moveOrder returns the inboxes a sweep moves: gone, the processes not
+// live, with this process's own inbox first when own (it is listed). That
+// inbox holds what was sent to this process while it was a slave, which
+// the slaves take over whether or not it still runs a Consumer; this
+// process is live, whatever the registry said a moment ago.
+func (r *Router) moveOrder(gone []string, own bool) []string {
 	self := r.mastership.NodeID()
-	// This process's own inbox first: it holds what was sent to it while
-	// it was a slave, which the slaves take over whether or not this
-	// process still runs a Consumer. It is live, whatever the registry
-	// said a moment ago.
 	gone = slices.DeleteFunc(gone, func(id string) bool { return id == self })
 	if own {
 		gone = append([]string{self}, gone...)
 	}
-	now := r.cfg.clock.Now()
-	for _, id := range gone {
-		if id != self {
-			if end := r.waits.until(id, now, r.cfg.Grace); now.Before(end) {
-				res.Waiting = append(res.Waiting, id)
-				continue
-			}
-		}
-		moved, err := r.Reassign(ctx, id, pick)
-		res.Calls += moved.Calls
-		res.Malformed += moved.Dropped
-		if n := moved.Total(); n > 0 {
-			if res.Moved == nil {
-				res.Moved = map[string]int{}
-			}
-			res.Moved[id] += n
-		}
-		if err != nil {
-			res.Orphans = append(res.Orphans, id)
-			if errors.Is(err, ErrNotMaster) {
-				r.orphans.set(res.Orphans)
-				return res, err
-			}
-			if !errors.Is(err, ErrNoSlaves) {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		if id != self || moved.Total()+moved.Gone+moved.Dropped > 0 {
-			res.Deleted++ // Reassign deletes the inbox it emptied
-		}
+	return gone
+}
+
+// inGrace reports whether the inbox of id, a process found gone at now,
+// stays in place for its Config.Grace; this process's own inbox never
+// does.
+func (r *Router) inGrace(id string, now time.Time) bool {
+	return id != r.mastership.NodeID() && now.Before(r.waits.until(id, now, r.cfg.Grace))
+}
+
+// move empties the inbox of id with Reassign and counts the outcome in
+// res: an inbox left with entries is an orphan; an emptied one was deleted
+// by Reassign (this process's own only when it held entries).
+func (r *Router) move(ctx context.Context, id string, pick Pick, res *Swept) error {
+	moved, err := r.Reassign(ctx, id, pick)
+	res.addMoved(id, moved)
+	if err != nil {
+		res.Orphans = append(res.Orphans, id)
+		return err
 	}
-	r.orphans.set(res.Orphans)
-	if len(res.Orphans) > 0 && len(errs) == 0 {
-		errs = append(errs, fmt.Errorf("sweep: the inboxes of %q: %w", res.Orphans, ErrNoSlaves))
+	if id != r.mastership.NodeID() || moved.Total()+moved.Gone+moved.Dropped > 0 {
+		res.Deleted++
 	}
-	return res, errors.Join(errs...)
+	return nil
+}
+
+// addMoved counts what Reassign did to the inbox of id.
+func (s *Swept) addMoved(id string, moved Reassigned) {
+	s.Calls += moved.Calls
+	s.Malformed += moved.Dropped
+	n := moved.Total()
+	if n == 0 {
+		return
+	}
+	if s.Moved == nil {
+		s.Moved = map[string]int{}
+	}
+	s.Moved[id] += n
+}
+
+// sweepError is a sweep's error: the errors of its moves, or, when it
+// left orphans only for want of a slave, ErrNoSlaves naming them.
+func sweepError(orphans []string, errs []error) error {
+	if len(orphans) > 0 && len(errs) == 0 {
+		return fmt.Errorf("sweep: the inboxes of %q: %w", orphans, ErrNoSlaves)
+	}
+	return errors.Join(errs...)
 }
 
 // sweepChunk is the most inboxes one inbox_adopt call walks.
@@ -153,57 +186,80 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	}
 	slices.Sort(ids)
 	res.Inboxes = len(ids)
-	mode := rdb.AdoptKeep
-	if r.cfg.DropBacklog {
-		mode = rdb.AdoptDrop
-	}
 	self := r.mastership.NodeID()
 	own = slices.Contains(ids, self)
 	// This process's own inbox is not adopted but moved to the slaves, by
 	// Sweep: adopted in place, its entries would be this term's and read by
 	// its own Consumer, if any, while a sweep moves them.
 	todo := slices.DeleteFunc(ids, func(id string) bool { return id == self || route.CheckName("process id", id) != nil })
-	known := map[string]bool{} // the inboxes that still exist, with their process live or not
-	defer func() {
-		if err == nil {
-			r.waits.keep(known)
-		}
-	}()
+	a := adoption{res: &res, drop: r.cfg.DropBacklog, known: map[string]bool{}}
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), sweepChunk)]
 		res.Calls++
-		states, err := rdb.InboxAdopt(ctx, r.client, r.keys, r.mastership.NodeID(), term, keyspace.InboxGroup, mode, r.cfg.ReassignBatch, chunk)
+		states, err := rdb.InboxAdopt(ctx, r.client, r.keys, self, term, keyspace.InboxGroup, a.mode(), r.cfg.ReassignBatch, chunk)
 		if err != nil {
-			return res, gone, own, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
+			return res, a.gone, own, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
 		}
-		var again []string
+		a.again = nil
 		for i, st := range states {
-			if mode == rdb.AdoptDrop {
-				res.Dropped += st.Taken
-			} else {
-				res.Adopted += st.Taken
-			}
-			res.Malformed += st.Malformed
 			if st.Live {
 				r.waits.sawLive(chunk[i])
 			}
-			switch {
-			case st.More:
-				again = append(again, chunk[i])
-			case st.Gone:
-				if !st.Live {
-					res.Deleted++
-				}
-			case !st.Live:
-				gone = append(gone, chunk[i])
-				known[chunk[i]] = true
-			default:
-				known[chunk[i]] = true
-			}
+			a.record(chunk[i], st)
 		}
-		todo = append(again, todo[len(chunk):]...)
+		todo = append(a.again, todo[len(chunk):]...)
 	}
-	return res, gone, own, nil
+	r.waits.keep(a.known)
+	return res, a.gone, own, nil
+}
+
+// adoption is adopt's walk over the inboxes: what each inbox_adopt call
+// found, inbox by inbox.
+type adoption struct {
+	res   *Swept
+	drop  bool            // Config.DropBacklog: the old entries are deleted, not adopted
+	known map[string]bool // the inboxes that still exist, their process live or not
+	gone  []string        // the processes not live whose inboxes still exist
+	again []string        // the inboxes of the last call with entries left to adopt
+}
+
+// mode is the inbox_adopt mode of the walk.
+func (a *adoption) mode() rdb.AdoptMode {
+	if a.drop {
+		return rdb.AdoptDrop
+	}
+	return rdb.AdoptKeep
+}
+
+// record counts the state st of the inbox of id after a call: the entries
+// taken, and whether the inbox is walked again (more to adopt), is gone,
+// or remains.
+func (a *adoption) record(id string, st rdb.InboxState) {
+	a.res.taken(st, a.drop)
+	switch {
+	case st.More:
+		a.again = append(a.again, id)
+	case st.Gone:
+		if !st.Live {
+			a.res.Deleted++
+		}
+	default:
+		a.known[id] = true
+		if !st.Live {
+			a.gone = append(a.gone, id)
+		}
+	}
+}
+
+// taken counts the entries one inbox_adopt call took from an inbox:
+// adopted, or dropped with Config.DropBacklog, and the malformed ones.
+func (s *Swept) taken(st rdb.InboxState, drop bool) {
+	if drop {
+		s.Dropped += st.Taken
+	} else {
+		s.Adopted += st.Taken
+	}
+	s.Malformed += st.Malformed
 }
 
 // takeOver runs the adoption step of a sweep once per term, before this
@@ -214,10 +270,8 @@ func (r *Router) takeOver(ctx context.Context, term int64) error {
 	}
 	// One adoption at a time; a sender waiting for another's gives up
 	// with its own ctx.
-	select {
-	case r.backlog.turn <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("take over the inboxes of the earlier masters: %w", ctx.Err())
+	if err := r.backlog.await(ctx); err != nil {
+		return fmt.Errorf("take over the inboxes of the earlier masters: %w", err)
 	}
 	defer func() { <-r.backlog.turn }()
 	if r.backlog.term.Load() == term {
@@ -228,8 +282,8 @@ func (r *Router) takeOver(ctx context.Context, term int64) error {
 		return fmt.Errorf("take over the inboxes of the earlier masters: %w", err)
 	}
 	r.backlog.done(term)
-	if res.changed() && r.cfg.OnSweep != nil {
-		r.cfg.OnSweep(res)
+	if res.changed() {
+		r.cfg.swept(res)
 	}
 	return nil
 }
@@ -240,260 +294,17 @@ type backlog struct {
 	term atomic.Int64
 }
 
-func (b *backlog) done(term int64) { atomicmax.Raise(&b.term, term) }
-
-// waits is a Router's memory for Config.Grace: the processes whose inbox
-// a sweep found live, and when each of them was learned gone.
-type waits struct {
-	mu   sync.Mutex
-	live map[string]bool      // guarded by mu: seen live, inbox still there
-	left map[string]time.Time // guarded by mu: when each process of live was learned gone
-}
-
-// sawLive records that a sweep found id live: it is no longer waited for.
-func (w *waits) sawLive(id string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.live == nil {
-		w.live, w.left = map[string]bool{}, map[string]time.Time{}
-	}
-	w.live[id] = true
-	delete(w.left, id)
-}
-
-// removed records that the master removed id at t (its slave-removed
-// event), if a sweep saw it live and it was not learned gone before.
-func (w *waits) removed(id string, t time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, ok := w.left[id]; w.live[id] && !ok {
-		w.left[id] = t
-	}
-}
-
-// until returns when the grace of id, found gone at now, ends: grace after
-// it was learned gone; the zero time for a process never seen live, or
-// grace negative.
-func (w *waits) until(id string, now time.Time, grace time.Duration) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if grace < 0 || !w.live[id] {
-		return time.Time{}
-	}
-	t, ok := w.left[id]
-	if !ok {
-		t = now
-		w.left[id] = t
-	}
-	return t.Add(grace)
-}
-
-// next returns the earliest end of a grace after now; zero when none.
-func (w *waits) next(now time.Time, grace time.Duration) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var first time.Time
-	for _, t := range w.left {
-		if end := t.Add(grace); now.Before(end) && (first.IsZero() || end.Before(first)) {
-			first = end
-		}
-	}
-	return first
-}
-
-// keep forgets the processes whose inbox is not in inboxes (deleted).
-func (w *waits) keep(inboxes map[string]bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for id := range w.live {
-		if !inboxes[id] {
-			delete(w.live, id)
-			delete(w.left, id)
-		}
-	}
-}
-
-// Orphans returns the processes, not live, whose inboxes the last sweep
-// could not move to a slave (sorted).
-func (r *Router) Orphans() []string { return r.orphans.list() }
-
-// orphans is the set of inboxes the last sweep left behind.
-type orphans struct {
-	mu  sync.Mutex
-	ids []string // guarded by mu
-}
-
-func (o *orphans) set(ids []string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.ids = slices.Sorted(slices.Values(ids))
-}
-
-func (o *orphans) list() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Clone(o.ids)
-}
-
-// Events is the part of the election Maintain listens to;
-// *masterelection.MasterElection implements it (its handlers run on
-// goroutines of their own). When it also has RunIfMaster, as the election
-// has, Maintain covers a mastership that began before it was called.
-type Events interface {
-	OnMasterAcquired(fn func(ctx context.Context, term int64)) (unsubscribe func())
-	OnSlaveRemoved(fn func(nodeID string)) (unsubscribe func())
-	OnSlaveRegistered(fn func(registry.SlaveNode)) (unsubscribe func())
-}
-
-// masterRunner is the election's RunIfMaster.
-type masterRunner interface {
-	RunIfMaster(ctx context.Context, fn func(ctx context.Context, term int64) error) (bool, error)
-}
-
-// Maintain keeps the inboxes swept while this process is master: it runs
-// Sweep(pick) at each master-acquired, at each slave-registered and
-// slave-removed event, and every Config.SweepInterval, each run bounded by
-// Config.ReassignTimeout, on one goroutine per mastership that ends with
-// the mastership. So the predecessors' backlog is adopted (or dropped, with
-// Config.DropBacklog) as soon as this process becomes master, and the
-// entries of a process that left the registry move to the live slaves
-// within SweepInterval of its removal, also when it left between a send and
-// its handling. Outcomes go to Config.OnSweep, errors to Config.OnError.
-//
-// The returned function unsubscribes and waits for a sweep in progress to
-// end.
-func (r *Router) Maintain(events Events, pick Pick) (stop func()) {
-	m := &maintainer{r: r, pick: pick, kick: make(chan struct{}, 1), quit: make(chan struct{})}
-	u1 := events.OnMasterAcquired(func(ctx context.Context, _ int64) { m.start(ctx) })
-	u2 := events.OnSlaveRemoved(func(id string) {
-		r.waits.removed(id, r.cfg.clock.Now())
-		m.poke()
-	})
-	u3 := events.OnSlaveRegistered(func(registry.SlaveNode) { m.poke() })
-	if mr, ok := events.(masterRunner); ok && m.r.mastership.IsMaster() {
-		// A mastership already under way: its ctx lives as long as
-		// RunIfMaster's fn, so the sweeps run inside it.
-		quit, cancel := context.WithCancel(context.Background())
-		go func() {
-			<-m.quit
-			cancel()
-		}()
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			defer cancel()
-			_, _ = mr.RunIfMaster(quit, func(ctx context.Context, _ int64) error {
-				m.loop(ctx)
-				return nil
-			})
-		}()
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			u1()
-			u2()
-			u3()
-			m.mu.Lock()
-			m.stopped = true
-			close(m.quit)
-			m.mu.Unlock()
-			m.wg.Wait()
-		})
-	}
-}
-
-// maintainer is Maintain's state: one sweeping goroutine per mastership.
-type maintainer struct {
-	r    *Router
-	pick Pick
-	kick chan struct{} // a sweep is wanted; buffered 1
-	quit chan struct{} // closed by stop
-
-	mu      sync.Mutex
-	stopped bool // guarded by mu
-	wg      sync.WaitGroup
-
-	orphans []string // guarded by mu; the last sweep's
-}
-
-func (m *maintainer) poke() {
+// await takes the turn to run an adoption step, waiting while another
+// sender's runs, or returns ctx's error; the taker gives the turn back by
+// receiving from turn.
+func (b *backlog) await(ctx context.Context) error {
 	select {
-	case m.kick <- struct{}{}:
-	default:
+	case b.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
-// start runs loop on a goroutine of its own, unless Maintain stopped.
-func (m *maintainer) start(ctx context.Context) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped {
-		return
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.loop(ctx)
-	}()
-}
-
-// loop sweeps until the mastership's ctx is done or Maintain stops, also
-// when the first grace of an inbox left in place ends.
-func (m *maintainer) loop(ctx context.Context) {
-	clk := m.r.cfg.clock
-	t := clk.NewTimer(m.r.cfg.SweepInterval) // every SweepInterval, as a ticker
-	defer t.Stop()
-	grace := clk.NewTimer(time.Hour)
-	defer grace.Stop()
-	for {
-		m.sweep(ctx)
-		var graceC <-chan time.Time
-		if end := m.r.waits.next(clk.Now(), m.r.cfg.Grace); !end.IsZero() {
-			grace.Reset(end.Sub(clk.Now()) + time.Millisecond)
-			graceC = grace.C()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.quit:
-			return
-		case <-t.C():
-			t.Reset(m.r.cfg.SweepInterval)
-		case <-m.kick:
-		case <-graceC:
-		}
-	}
-}
-
-func (m *maintainer) sweep(mastership context.Context) {
-	ctx, cancel := context.WithTimeout(mastership, m.r.cfg.ReassignTimeout)
-	defer cancel()
-	res, err := m.r.Sweep(ctx, m.pick)
-	if mastership.Err() != nil {
-		return // the mastership ended: its errors are no news
-	}
-	// The same orphans as the sweep before, waiting for a slave, are no
-	// news either: reported once, not every SweepInterval.
-	m.mu.Lock()
-	same := slices.Equal(res.Orphans, m.orphans)
-	m.orphans = res.Orphans
-	m.mu.Unlock()
-	news := res.Adopted+res.Dropped+res.Malformed+res.Deleted+len(res.Moved) > 0 || !same
-	if news && m.r.cfg.OnSweep != nil {
-		m.r.cfg.OnSweep(res)
-	}
-	if err != nil && !(same && errors.Is(err, ErrNoSlaves) && len(res.Orphans) > 0 && isOnly(err, ErrNoSlaves)) {
-		m.r.cfg.report(err)
-	}
-}
-
-// isOnly reports whether err is target wrapped alone, not joined with
-// other errors.
-func isOnly(err, target error) bool {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs := j.Unwrap()
-		return len(errs) == 1 && isOnly(errs[0], target)
-	}
-	return errors.Is(err, target)
-}
+// done records that the adoption step of term ran to its end.
+func (b *backlog) done(term int64) { atomicmax.Raise(&b.term, term) }
