@@ -5,7 +5,6 @@ import (
 	_ "embed" // access.lua
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -41,17 +40,9 @@ func (c *AccessCall) Result() ([]string, error) {
 	case err != nil:
 		return nil, fmt.Errorf("access script: %w", err)
 	}
-	arr, ok := reply.([]any)
+	refused, ok := appendStrings([]string{}, reply)
 	if !ok {
 		return nil, unexpected("access", reply)
-	}
-	refused := make([]string, 0, len(arr))
-	for _, v := range arr {
-		s, ok := v.(string)
-		if !ok {
-			return nil, unexpected("access", reply)
-		}
-		refused = append(refused, s)
 	}
 	return refused, nil
 }
@@ -62,14 +53,9 @@ func (c *AccessCall) Result() ([]string, error) {
 // (NOPERM; inside a script Redis 7.0 says "can't run this command" and
 // Redis 8 / Valkey 9 "ACL failure in script"). Retrying does not help.
 func IsRefusal(err error) bool {
-	if err == nil {
-		return false
-	}
-	msg := err.Error()
-	for _, s := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "can't run this command", "ACL failure in script"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
+	return err != nil && containsAny(err.Error(), refusals)
 }
+
+// refusals are the texts of Redis refusing the user (IsRefusal): those of
+// authentication, then those of the ACL.
+var refusals = append([]string{"WRONGPASS", "NOAUTH"}, aclRefusals...)

@@ -88,16 +88,12 @@ func (o *OwnEntry) Result() (entry string, now time.Time, err error) {
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	arr, ok := v.([]any)
-	if !ok || len(arr) != 2 {
+	f := fieldsOf(v, 2)
+	entry, us := f.strAt(0), f.intAt(1)
+	if !f.ok {
 		return "", time.Time{}, unexpected("own entry", v)
 	}
-	e, ok1 := arr[0].(string)
-	us, ok2 := arr[1].(int64)
-	if !ok1 || !ok2 {
-		return "", time.Time{}, unexpected("own entry", v)
-	}
-	return e, time.UnixMicro(us), nil
+	return entry, time.UnixMicro(us), nil
 }
 
 // Ask puts masterelection's Start questions to the server c reaches in one
@@ -116,9 +112,23 @@ func (o *OwnEntry) Result() (entry string, now time.Time, err error) {
 func Ask(ctx context.Context, c redis.Scripter, k keyspace.Keys, ownTurn, ownID string) Asked {
 	keys := []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor, k.Processes, k.ProcessesExpiry, k.ProcessesVersion, k.Next}
 	reply, err := c.Eval(ctx, askSrc, keys, k.Events, k.RegistryEvents, ownTurn, registryProbeField, ownID).Result()
-	parts := [5]*redis.Cmd{}
-	arr, ok := reply.([]any)
-	if err == nil && (!ok || len(arr) != len(parts)) {
+	parts := answers(ctx, reply, err)
+	return Asked{
+		Access: &AccessCall{cmd: parts[0]},
+		Probe:  &RegistryProbeCall{cmd: parts[1]},
+		Info:   textOf(ctx, parts[2]),
+		Check:  &CheckCall{k: k, cmd: parts[3]},
+		Own:    &OwnEntry{cmd: parts[4]},
+	}
+}
+
+// answers splits the reply of askSrc, or the error of its call, into one
+// command per question, each with its own answer; an error of the call,
+// or a reply of another shape, is every answer's.
+func answers(ctx context.Context, reply any, err error) [5]*redis.Cmd {
+	var parts [5]*redis.Cmd
+	arr, ok := array(reply, len(parts))
+	if err == nil && !ok {
 		err = unexpected("start questions", reply)
 	}
 	for i := range parts {
@@ -127,30 +137,35 @@ func Ask(ctx context.Context, c redis.Scripter, k keyspace.Keys, ownTurn, ownID 
 			parts[i].SetErr(err)
 			continue
 		}
-		a, ok := arr[i].([]any)
-		if !ok || len(a) != 2 {
-			parts[i].SetErr(unexpected("start questions", reply))
-			continue
-		}
-		if okFlag, _ := a[0].(int64); okFlag == 1 {
-			parts[i].SetVal(a[1])
-		} else {
-			parts[i].SetErr(answerError(fmt.Sprint(a[1])))
-		}
+		setAnswer(parts[i], arr[i], reply)
 	}
-	info := redis.NewStringCmd(ctx)
-	if s, err := parts[2].Text(); err != nil {
-		info.SetErr(err)
-	} else {
-		info.SetVal(s)
+	return parts
+}
+
+// setAnswer gives cmd a question's answer a, {1, reply} or {0, error text},
+// as the question's call alone would have been answered; reply, the whole
+// reply, is quoted when a has another shape.
+func setAnswer(cmd *redis.Cmd, a, reply any) {
+	arr, ok := array(a, 2)
+	if !ok {
+		cmd.SetErr(unexpected("start questions", reply))
+		return
 	}
-	return Asked{
-		Access: &AccessCall{cmd: parts[0]},
-		Probe:  &RegistryProbeCall{cmd: parts[1]},
-		Info:   info,
-		Check:  &CheckCall{k: k, cmd: parts[3]},
-		Own:    &OwnEntry{cmd: parts[4]},
+	if answered, _ := arr[0].(int64); answered == 1 {
+		cmd.SetVal(arr[1])
+		return
 	}
+	cmd.SetErr(answerError(fmt.Sprint(arr[1])))
+}
+
+// textOf is cmd, the answer of INFO, as the string command INFO alone
+// would have given.
+func textOf(ctx context.Context, cmd *redis.Cmd) *redis.StringCmd {
+	text := redis.NewStringCmd(ctx)
+	s, err := cmd.Text()
+	text.SetVal(s)
+	text.SetErr(err)
+	return text
 }
 
 // answerError is the error a question of Ask was answered with: the
@@ -158,6 +173,7 @@ func Ask(ctx context.Context, c redis.Scripter, k keyspace.Keys, ownTurn, ownID 
 // would have been.
 type answerError string
 
+// Error returns the server's answer as it came.
 func (e answerError) Error() string { return string(e) }
 
 // RedisError marks answerError as a server's answer (redis.Error).

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,19 +64,8 @@ func AssignItems(ctx context.Context, c redis.Scripter, a keyspace.AssignKeys, r
 	if len(items) == 0 {
 		return 0, nil
 	}
-	op, state := "add", "new"
-	if remove {
-		op = "remove"
-	}
-	if known {
-		state = "known"
-	}
-	args := make([]any, 0, 2+len(items))
-	args = append(args, op, state)
-	for _, item := range items {
-		args = append(args, item)
-	}
-	reply, err := run(ctx, c, assignItemsScript, "assign items", []string{a.Items, a.Version}, args...)
+	op, state := itemsMode(remove, known)
+	reply, err := run(ctx, c, assignItemsScript, "assign items", []string{a.Items, a.Version}, argv(items, op, state)...)
 	if err != nil {
 		return 0, err
 	}
@@ -89,6 +79,19 @@ func AssignItems(ctx context.Context, c redis.Scripter, a keyspace.AssignKeys, r
 	}
 }
 
+// itemsMode is assign_items.lua's ARGV[1] and ARGV[2]: the operation, and
+// whether the caller knew the set had items.
+func itemsMode(remove, known bool) (op, state string) {
+	op, state = "add", "new"
+	if remove {
+		op = "remove"
+	}
+	if known {
+		state = "known"
+	}
+	return op, state
+}
+
 // AssignRestore runs assign_restore.lua: if nodeID still holds the lock
 // under term and Redis holds neither the items nor the version of a (the
 // set was lost, not emptied), it adds items to the set, sets its version
@@ -100,22 +103,15 @@ func AssignRestore(ctx context.Context, c redis.Scripter, k keyspace.Keys, a key
 	if len(items) == 0 {
 		return false, nil
 	}
-	args := make([]any, 0, 2+len(items))
-	args = append(args, nodeID, termArg(term))
-	for _, item := range items {
-		args = append(args, item)
-	}
-	reply, err := run(ctx, c, assignRestoreScript, "assign restore", []string{k.Master, k.Term, a.Items, a.Version}, args...)
+	reply, err := run(ctx, c, assignRestoreScript, "assign restore", []string{k.Master, k.Term, a.Items, a.Version},
+		argv(items, nodeID, termArg(term))...)
 	if err != nil {
 		return false, err
 	}
-	switch n, _ := reply.(int64); {
-	case reply == int64(-1):
+	if reply == int64(-1) {
 		return false, fmt.Errorf("assign restore of %d items as %q with term %d: %w", len(items), nodeID, term, keyspace.ErrFenced)
-	case reply == int64(0) || reply == int64(1):
-		return n == 1, nil
 	}
-	return false, unexpected("assign restore", reply)
+	return oneOrZero("assign restore", reply)
 }
 
 // AssignPlan runs assign_plan.lua: if nodeID still holds the lock under
@@ -129,25 +125,7 @@ func AssignPlan(ctx context.Context, c redis.Scripter, k keyspace.Keys, a keyspa
 	if len(owners) == 0 {
 		return 0, nil
 	}
-	keys := []string{k.Master, k.Term, a.Plan}
-	seen := map[string]bool{}
-	slave := func(id string) {
-		if id != "" && !seen[id] {
-			seen[id] = true
-			keys = append(keys, a.PlanOf(id))
-		}
-	}
-	items := make([]string, 0, len(owners))
-	for item := range owners {
-		items = append(items, item)
-	}
-	slices.Sort(items)
-	args := []any{nodeID, termArg(term), a.PlanOf("")} // PlanOf(""): the prefix of every slave's plan set
-	for _, item := range items {
-		slave(before[item])
-		slave(owners[item])
-		args = append(args, item, owners[item])
-	}
+	keys, args := planCall(k, a, nodeID, term, before, owners)
 	reply, err := run(ctx, c, assignPlanScript, "assign plan", keys, args...)
 	if err != nil {
 		return 0, err
@@ -160,6 +138,25 @@ func AssignPlan(ctx context.Context, c redis.Scripter, k keyspace.Keys, a keyspa
 		return 0, fmt.Errorf("assign plan of %d items as %q with term %d: %w", len(owners), nodeID, term, keyspace.ErrFenced)
 	}
 	return int(n), nil
+}
+
+// planCall returns the KEYS and ARGV of assign_plan.lua: after the lock,
+// the term and the plan, the plan set of every slave an item leaves or
+// joins, each once; the items in sorted order, each with its new owner.
+func planCall(k keyspace.Keys, a keyspace.AssignKeys, nodeID string, term int64, before, owners map[string]string) ([]string, []any) {
+	keys := []string{k.Master, k.Term, a.Plan}
+	args := []any{nodeID, termArg(term), a.PlanOf("")} // PlanOf(""): the prefix of every slave's plan set
+	listed := map[string]bool{"": true}                // "": no slave, no set
+	for _, item := range slices.Sorted(maps.Keys(owners)) {
+		for _, id := range [...]string{before[item], owners[item]} {
+			if !listed[id] {
+				listed[id] = true
+				keys = append(keys, a.PlanOf(id))
+			}
+		}
+		args = append(args, item, owners[item])
+	}
+	return keys, args
 }
 
 // Synced is the reply of AssignSync.
@@ -192,38 +189,23 @@ func AssignSync(ctx context.Context, c redis.Scripter, a keyspace.AssignKeys, id
 	if leave {
 		mode = "leave"
 	}
-	args := make([]any, 0, 4+len(released))
-	args = append(args, id, ttl.Milliseconds(), mode, incarnation)
-	for _, item := range released {
-		args = append(args, item)
-	}
-	reply, err := run(ctx, c, assignSyncScript, "assign sync", []string{a.Own, a.PlanOf(id), a.Held(id), a.Plan}, args...)
+	reply, err := run(ctx, c, assignSyncScript, "assign sync", []string{a.Own, a.PlanOf(id), a.Held(id), a.Plan},
+		argv(released, id, ttl.Milliseconds(), mode, incarnation)...)
 	if err != nil {
 		return Synced{}, err
 	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 4 {
+	return parseSynced(reply)
+}
+
+// parseSynced reads the reply of assign_sync.lua: {owned, revoked,
+// waiting, now}, three lists of items and the server's time in ms.
+func parseSynced(reply any) (Synced, error) {
+	f := fieldsOf(reply, 4)
+	s := Synced{Owned: f.stringsAt(0), Revoked: f.stringsAt(1), Waiting: f.stringsAt(2), Now: time.UnixMilli(f.intAt(3))}
+	if !f.ok {
 		return Synced{}, unexpected("assign sync", reply)
 	}
-	var lists [3][]string
-	for i := range lists {
-		l, ok := arr[i].([]any)
-		if !ok {
-			return Synced{}, unexpected("assign sync", reply)
-		}
-		for _, v := range l {
-			s, ok := v.(string)
-			if !ok {
-				return Synced{}, unexpected("assign sync", reply)
-			}
-			lists[i] = append(lists[i], s)
-		}
-	}
-	now, ok := arr[3].(int64)
-	if !ok {
-		return Synced{}, unexpected("assign sync", reply)
-	}
-	return Synced{Owned: lists[0], Revoked: lists[1], Waiting: lists[2], Now: time.UnixMilli(now)}, nil
+	return s, nil
 }
 
 // ParseOwner reads a value of keyspace.AssignKeys.Own, "<deadline ms> <slave id>
@@ -234,9 +216,17 @@ func AssignSync(ctx context.Context, c redis.Scripter, a keyspace.AssignKeys, id
 func ParseOwner(v string) (slave string, deadline time.Time, ok bool) {
 	ms, rest, found := strings.Cut(v, " ")
 	n, err := strconv.ParseInt(ms, 10, 64)
-	id, inc, two := strings.Cut(rest, " ")
-	if !found || err != nil || n < 0 || id == "" || (two && (inc == "" || strings.Contains(inc, " "))) {
+	id, named := ownerID(rest)
+	if !found || err != nil || n < 0 || !named {
 		return "", time.Time{}, false
 	}
 	return id, time.UnixMilli(n), true
+}
+
+// ownerID reads the rest of an owner's value after the deadline, "<slave
+// id> <incarnation>" or "<slave id>": the slave id, and whether both are
+// there as they must be (not empty, no space in the incarnation).
+func ownerID(rest string) (id string, ok bool) {
+	id, inc, two := strings.Cut(rest, " ")
+	return id, id != "" && (!two || inc != "" && !strings.Contains(inc, " "))
 }

@@ -59,16 +59,22 @@ func CheckBeat(ctx context.Context, c redis.Scripter, k keyspace.Keys, p Put) (s
 	if err != nil {
 		return MasterState{}, Stored{}, nil, err
 	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2 {
+	arr, ok := array(reply, 2)
+	if !ok {
 		return MasterState{}, Stored{}, nil, unexpected("check beat", reply)
 	}
 	if st, err = parseCheck(k, arr[0]); err != nil {
 		return MasterState{}, Stored{}, nil, err
 	}
-	if msg, ok := arr[1].(string); ok {
-		return st, Stored{}, fmt.Errorf("registry put script: %s%s", msg, aclHint("registry put", fmt.Errorf("%s", msg))), nil
-	}
-	stored, beatErr = parsePut(arr[1])
+	stored, beatErr = parseBeat(arr[1])
 	return st, stored, beatErr, nil
+}
+
+// parseBeat reads the heartbeat's part of the reply of checkBeatSrc:
+// registry_put.lua's reply, or the text of its error.
+func parseBeat(reply any) (Stored, error) {
+	if msg, ok := reply.(string); ok {
+		return Stored{}, fmt.Errorf("registry put script: %s%s", msg, aclHint("registry put", fmt.Errorf("%s", msg)))
+	}
+	return parsePut(reply)
 }

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/wire"
 	"github.com/herdkit/herd/keyspace"
 )
 
@@ -70,12 +72,9 @@ func QueueCheck(ctx context.Context, pipe redis.Pipeliner, k keyspace.Keys) *Che
 // Result is what Check would have returned: the reply of the queued check,
 // read after the pipeline ran, with its errors wrapped alike.
 func (c *CheckCall) Result() (MasterState, error) {
-	reply, err := c.cmd.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return MasterState{}, unexpected("check", nil)
-	case err != nil:
-		return MasterState{}, fmt.Errorf("check script: %w%s", err, aclHint("check", err))
+	reply, err := queuedResult(c.cmd, "check")
+	if err != nil {
+		return MasterState{}, err
 	}
 	return parseCheck(c.k, reply)
 }
@@ -86,22 +85,27 @@ func parseCheck(k keyspace.Keys, reply any) (MasterState, error) {
 	if !ok {
 		return MasterState{}, unexpected("check", reply)
 	}
-	st := MasterState{TermMissing: r.term == ""}
+	var st MasterState
 	if r.pttl != -2 {
 		st.Exists, st.NodeID, st.TTL, st.Garbage = true, r.holder, pttlDuration(r.pttl), lockGarbage(k, r.holder, r.pttl)
 	}
-	if r.term != "" {
-		var garbage string
-		st.Term, garbage = termOf(k, r.term)
-		st.TermGarbage = garbage != ""
-		if st.Garbage == "" {
-			st.Garbage = garbage
-		}
-	}
-	if next, ok := parseSuccession(r.next); ok && st.Term != 0 && next.Term == st.Term {
-		st.Next = next
-	}
+	st.readTerm(k, r.term)
+	st.Next = successionOf(r.next, st.Term)
 	return st, nil
+}
+
+// readTerm sets st's term fields from raw, the term key as check.lua
+// returns it ("" when the key is missing). What is wrong with the lock is
+// named before what is wrong with the term.
+func (st *MasterState) readTerm(k keyspace.Keys, raw string) {
+	if raw == "" {
+		st.TermMissing = true
+		return
+	}
+	var garbage string
+	st.Term, garbage = termOf(k, raw)
+	st.TermGarbage = garbage != ""
+	st.Garbage = cmp.Or(st.Garbage, garbage)
 }
 
 // checkReply is the reply of check.lua, {holder, term, pttl, next}, its
@@ -115,16 +119,9 @@ type checkReply struct {
 // readCheckReply reads the four elements of check.lua's reply; ok is false
 // for a reply of another shape.
 func readCheckReply(reply any) (r checkReply, ok bool) {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 4 {
-		return checkReply{}, false
-	}
-	var ok1, ok2, ok3, ok4 bool
-	r.holder, ok1 = arr[0].(string)
-	r.term, ok2 = arr[1].(string)
-	r.pttl, ok3 = arr[2].(int64)
-	r.next, ok4 = arr[3].(string)
-	return r, ok1 && ok2 && ok3 && ok4
+	f := fieldsOf(reply, 4)
+	r = checkReply{holder: f.strAt(0), term: f.strAt(1), pttl: f.intAt(2), next: f.strAt(3)}
+	return r, f.ok
 }
 
 // termOf reads raw, the content of the term key k.Term as check.lua
@@ -135,15 +132,20 @@ func termOf(k keyspace.Keys, raw string) (term int64, garbage string) {
 	if err == nil && t >= 0 && t <= keyspace.MaxTerm {
 		return t, ""
 	}
-	shown := raw
-	if len(shown) > 64 { // garbage of any length: quote its start
-		shown = shown[:64] + "…"
-	}
-	what := strconv.Quote(shown)
+	return 0, fmt.Sprintf("key %q holds %s, not a term", k.Term, notATerm(raw, t, err))
+}
+
+// notATerm describes raw, a term key's content that is not a term, as
+// termOf parsed it (t, err): "a <type>" for a key check.lua found of
+// another type ("!<type>"), otherwise the start of raw, quoted, and why a
+// number is refused when it is above the largest term.
+func notATerm(raw string, t int64, err error) string {
 	if typ, ok := strings.CutPrefix(raw, "!"); ok {
-		what = "a " + typ
-	} else if err == nil && t > keyspace.MaxTerm || errors.Is(err, strconv.ErrRange) {
+		return "a " + typ
+	}
+	what := strconv.Quote(wire.Truncate(raw)) // garbage of any length: quote its start
+	if err == nil && t > keyspace.MaxTerm || errors.Is(err, strconv.ErrRange) {
 		what += " (above 2^53 - 1, the largest term herd can mint exactly)"
 	}
-	return 0, fmt.Sprintf("key %q holds %s, not a term", k.Term, what)
+	return what
 }

@@ -42,25 +42,26 @@ func TakeHandBack(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID
 	if err != nil {
 		return HandBack{}, err
 	}
-	r, ok := reply.([]any)
-	if !ok || len(r) != 2 {
+	f := fieldsOf(reply, 2)
+	h, ok := handBackOf(f.intAt(0), f.intAt(1))
+	if !f.ok || !ok {
 		return HandBack{}, unexpected("hand back", reply)
 	}
-	state, ok1 := r[0].(int64)
-	pttl, ok2 := r[1].(int64)
-	switch {
-	case !ok1 || !ok2:
-		return HandBack{}, unexpected("hand back", reply)
-	case state == 1:
-		return HandBack{Taken: true}, nil
-	case state == -1:
-		return HandBack{NotMaster: true}, nil
-	case state == 0 && pttl == -1:
-		return HandBack{Wait: -1}, nil
-	case state == 0 && pttl >= 0:
-		return HandBack{Wait: time.Duration(pttl) * time.Millisecond}, nil
+	return h, nil
+}
+
+// handBackOf reads handback.lua's reply {state, pttl}: 1 taken, -1 not the
+// master, 0 taken before and pttl its rest (-1 without a TTL). ok is false
+// for another state, or a PTTL of -2 (the key expiring between SET and
+// PTTL cannot happen in a script).
+func handBackOf(state, pttl int64) (h HandBack, ok bool) {
+	switch state {
+	case 1:
+		return HandBack{Taken: true}, true
+	case -1:
+		return HandBack{NotMaster: true}, true
+	case 0:
+		return HandBack{Wait: pttlDuration(pttl)}, pttl >= -1
 	}
-	// PTTL -2 (the key expired between SET and PTTL cannot happen in a
-	// script) or another state.
-	return HandBack{}, unexpected("hand back", reply)
+	return HandBack{}, false
 }

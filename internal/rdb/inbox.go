@@ -92,8 +92,7 @@ func InboxSend(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID st
 	if maxLen < 0 {
 		return nil, fmt.Errorf("inbox send: maxLen %d is negative", maxLen)
 	}
-	keys := make([]string, 0, 5+len(msgs))
-	keys = append(keys, k.Master, k.Term, k.Processes, k.ProcessesExpiry, k.Inboxes)
+	keys := fencedInboxKeys(k, len(msgs))
 	args := make([]any, 0, 4+len(msgs))
 	args = append(args, nodeID, termArg(term), maxLen, k.Inbox(""))
 	for _, m := range msgs {
@@ -138,16 +137,28 @@ func InboxMove(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID st
 	if len(moves) == 0 {
 		return nil, nil
 	}
+	keys, args, err := moveCall(k, nodeID, term, group, from, moves)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := run(ctx, c, inboxMoveScript, "inbox move", keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	return entryIDs("inbox move", reply, len(moves), fmt.Sprintf("inbox move of %d entries from %q as %q with term %d", len(moves), from, nodeID, term), map[int64]string{0: MovedGone, -2: MovedDropped})
+}
+
+// moveCall checks moves and returns the KEYS and ARGV of inbox_move.lua for
+// them: each destination inbox is a key once, and each move names its
+// entry and the KEYS index of its destination.
+func moveCall(k keyspace.Keys, nodeID string, term int64, group, from string, moves []Move) ([]string, []any, error) {
 	keys := []string{k.Master, k.Term, k.Inboxes, from}
 	index := make(map[string]int)
 	args := make([]any, 0, 4+2*len(moves))
 	args = append(args, nodeID, termArg(term), group, k.Inbox(""))
 	for _, m := range moves {
-		if !validEntryID(m.EntryID) {
-			return nil, fmt.Errorf("inbox move: %q is not a stream entry id", m.EntryID)
-		}
-		if m.To == from {
-			return nil, fmt.Errorf("inbox move: entry %s would move to the inbox it is in, %q", m.EntryID, from)
+		if err := checkMove(m, from); err != nil {
+			return nil, nil, err
 		}
 		i, ok := index[m.To]
 		if !ok {
@@ -157,43 +168,52 @@ func InboxMove(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID st
 		}
 		args = append(args, m.EntryID, i)
 	}
-	reply, err := run(ctx, c, inboxMoveScript, "inbox move", keys, args...)
-	if err != nil {
-		return nil, err
+	return keys, args, nil
+}
+
+// checkMove returns what makes m a move inbox_move.lua must not be sent
+// out of the inbox from, or nil.
+func checkMove(m Move, from string) error {
+	switch {
+	case !validEntryID(m.EntryID):
+		return fmt.Errorf("inbox move: %q is not a stream entry id", m.EntryID)
+	case m.To == from:
+		return fmt.Errorf("inbox move: entry %s would move to the inbox it is in, %q", m.EntryID, from)
 	}
-	return entryIDs("inbox move", reply, len(moves), fmt.Sprintf("inbox move of %d entries from %q as %q with term %d", len(moves), from, nodeID, term), map[int64]string{0: MovedGone, -2: MovedDropped})
+	return nil
 }
 
 // entryIDs reads the reply of inbox_send.lua or inbox_move.lua: n entry ids
 // or integers, each replaced by its string in codes, or -1 when the caller
 // was fenced (an error wrapping keyspace.ErrFenced, prefixed with fenced).
 func entryIDs(name string, reply any, n int, fenced string, codes map[int64]string) ([]string, error) {
-	if v, ok := reply.(int64); ok && v == -1 {
+	if reply == int64(-1) {
 		return nil, fmt.Errorf("%s: %w", fenced, keyspace.ErrFenced)
 	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != n {
+	arr, ok := array(reply, n)
+	if !ok {
 		return nil, unexpected(name, reply)
 	}
 	ids := make([]string, len(arr))
 	for i, v := range arr {
-		switch v := v.(type) {
-		case string:
-			if !validEntryID(v) {
-				return nil, unexpected(name, reply)
-			}
-			ids[i] = v
-		case int64:
-			s, ok := codes[v]
-			if !ok {
-				return nil, unexpected(name, reply)
-			}
-			ids[i] = s
-		default:
+		if ids[i], ok = entryIDOf(v, codes); !ok {
 			return nil, unexpected(name, reply)
 		}
 	}
 	return ids, nil
+}
+
+// entryIDOf reads one element of an entryIDs reply: an entry id, or an
+// integer replaced by its string in codes.
+func entryIDOf(v any, codes map[int64]string) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, validEntryID(v)
+	case int64:
+		s, ok := codes[v]
+		return s, ok
+	}
+	return "", false
 }
 
 // AdoptMode is what InboxAdopt does with an entry of an older term.
@@ -236,8 +256,7 @@ func InboxAdopt(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID s
 	if budget <= 0 {
 		return nil, fmt.Errorf("inbox adopt: budget %d is not positive", budget)
 	}
-	keys := make([]string, 0, 5+len(ids))
-	keys = append(keys, k.Master, k.Term, k.Processes, k.ProcessesExpiry, k.Inboxes)
+	keys := fencedInboxKeys(k, len(ids))
 	for _, id := range ids {
 		keys = append(keys, k.Inbox(id))
 	}
@@ -245,7 +264,7 @@ func InboxAdopt(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID s
 	if err != nil {
 		return nil, err
 	}
-	if v, ok := reply.(int64); ok && v == -1 {
+	if reply == int64(-1) {
 		return nil, fmt.Errorf("inbox adopt of %d inboxes as %q with term %d: %w", len(ids), nodeID, term, keyspace.ErrFenced)
 	}
 	return parseAdopted(reply, len(ids))
@@ -254,24 +273,27 @@ func InboxAdopt(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID s
 // parseAdopted reads the reply of inbox_adopt.lua that was not fenced:
 // four integers per inbox, for n inboxes.
 func parseAdopted(reply any, n int) ([]InboxState, error) {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 4*n {
+	arr, ok := array(reply, 4*n)
+	if !ok {
 		return nil, unexpected("inbox adopt", reply)
 	}
 	out := make([]InboxState, n)
 	for i := range out {
-		var v [4]int64
-		for j := range v {
-			if v[j], ok = arr[4*i+j].(int64); !ok || v[j] < 0 {
-				return nil, unexpected("inbox adopt", reply)
-			}
-		}
-		if v[0] > 2 || v[1] > 1 {
+		if out[i], ok = inboxStateOf(arr[4*i : 4*i+4]); !ok {
 			return nil, unexpected("inbox adopt", reply)
 		}
-		out[i] = InboxState{Gone: v[0] == 0, More: v[0] == 2, Live: v[1] == 1, Taken: int(v[2]), Malformed: int(v[3])}
 	}
 	return out, nil
+}
+
+// inboxStateOf reads the four integers inbox_adopt.lua returns for one
+// inbox: the walk (0 gone, 1 done, 2 more), live (0 or 1), taken and
+// malformed.
+func inboxStateOf(v []any) (InboxState, bool) {
+	f := fieldsOf(v, 4)
+	walk, live := f.countAt(0), f.countAt(1)
+	s := InboxState{Gone: walk == 0, More: walk == 2, Live: live == 1, Taken: int(f.countAt(2)), Malformed: int(f.countAt(3))}
+	return s, f.ok && walk <= 2 && live <= 1
 }
 
 // Fields of a dead letter in keyspace.Keys.Dead, as inbox_dead.lua writes them
@@ -329,22 +351,33 @@ func DeadRetry(ctx context.Context, c redis.Scripter, k keyspace.Keys, deadID, p
 	if err != nil {
 		return "", err
 	}
-	switch v := reply.(type) {
-	case string:
-		if validEntryID(v) {
-			return v, nil
-		}
-	case int64:
-		switch v {
-		case 0:
-			return "", fmt.Errorf("dead retry of %s: %w", deadID, ErrNoDeadLetter)
-		case -3:
-			return "", fmt.Errorf("dead retry of %s to %q: %w", deadID, processID, ErrNotLive)
-		case -4:
-			return "", fmt.Errorf("dead retry of %s: %q: %w", deadID, k.Term, ErrNoTerm)
-		}
+	if id, ok := reply.(string); ok && validEntryID(id) {
+		return id, nil
 	}
-	return "", unexpected("dead retry", reply)
+	return "", deadRetryRefused(reply, deadID, processID, k.Term)
+}
+
+// deadRetryRefused is the error of a reply of dead_retry.lua that is not
+// an entry id: why it did nothing (0 no dead letter, -3 the process is not
+// live, -4 no term in termKey), or ErrUnexpectedReply.
+func deadRetryRefused(reply any, deadID, processID, termKey string) error {
+	switch reply {
+	case int64(0):
+		return fmt.Errorf("dead retry of %s: %w", deadID, ErrNoDeadLetter)
+	case int64(-3):
+		return fmt.Errorf("dead retry of %s to %q: %w", deadID, processID, ErrNotLive)
+	case int64(-4):
+		return fmt.Errorf("dead retry of %s: %q: %w", deadID, termKey, ErrNoTerm)
+	}
+	return unexpected("dead retry", reply)
+}
+
+// fencedInboxKeys are the first KEYS of inbox_send.lua and
+// inbox_adopt.lua: the lock, the term, the registry's entries and
+// deadlines and the set of inboxes, with room for n inboxes after them.
+func fencedInboxKeys(k keyspace.Keys, n int) []string {
+	keys := make([]string, 0, 5+n)
+	return append(keys, k.Master, k.Term, k.Processes, k.ProcessesExpiry, k.Inboxes)
 }
 
 // validEntryID reports whether s is a complete stream entry id, "<ms>-<seq>".

@@ -37,13 +37,16 @@ type Succession struct {
 // Rank returns the place of nodeID in the order, or -1.
 func (s Succession) Rank(nodeID string) int { return slices.Index(s.Order, nodeID) }
 
-// parseSuccession reads the content of keyspace.Keys.Next; ok is false when it is
-// empty or not a succession (garbage is ignored: it only costs speed).
-func parseSuccession(raw string) (s Succession, ok bool) {
-	if raw == "" || json.Unmarshal([]byte(raw), &s) != nil || s.Term <= 0 {
-		return Succession{}, false
+// successionOf reads raw, the content of keyspace.Keys.Next, as the
+// succession of the master of term; zero when term is 0 or raw is empty,
+// not a succession (garbage is ignored: it only costs speed) or another
+// term's.
+func successionOf(raw string, term int64) Succession {
+	var s Succession
+	if term <= 0 || raw == "" || json.Unmarshal([]byte(raw), &s) != nil || s.Term != term {
+		return Succession{}
 	}
-	return s, true
+	return s
 }
 
 // WriteSuccession stores s under k.Next with next.lua, only while nodeID
@@ -58,9 +61,5 @@ func WriteSuccession(ctx context.Context, c redis.Scripter, k keyspace.Keys, nod
 	if err != nil {
 		return false, err
 	}
-	n, ok := reply.(int64)
-	if !ok || n != 0 && n != 1 {
-		return false, unexpected("next", reply)
-	}
-	return n == 1, nil
+	return oneOrZero("next", reply)
 }

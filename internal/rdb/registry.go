@@ -1,11 +1,11 @@
 package rdb
 
 import (
-	_ "embed"
-
+	"cmp"
 	"context"
-	"errors"
+	_ "embed"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -91,29 +91,21 @@ func QueueRegistryProbe(ctx context.Context, pipe redis.Pipeliner, k keyspace.Ke
 // Result is what RegistryProbe would have returned: the reply of the queued
 // probe, read after the pipeline ran, with its errors wrapped alike.
 func (p *RegistryProbeCall) Result() (native, hpexpire bool, err error) {
-	const name = "registry probe"
-	reply, err := p.cmd.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return false, false, unexpected(name, nil)
-	case err != nil:
-		return false, false, fmt.Errorf("%s script: %w%s", name, err, aclHint(name, err))
+	reply, err := queuedResult(p.cmd, "registry probe")
+	if err != nil {
+		return false, false, err
 	}
 	return parseRegistryProbe(reply)
 }
 
 // parseRegistryProbe reads the reply of registry_probe.lua.
 func parseRegistryProbe(reply any) (native, hpexpire bool, err error) {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2 {
+	f := fieldsOf(reply, 2)
+	native, hpexpire = f.intAt(0) == 1, f.intAt(1) == 1
+	if !f.ok {
 		return false, false, unexpected("registry probe", reply)
 	}
-	n, ok1 := arr[0].(int64)
-	h, ok2 := arr[1].(int64)
-	if !ok1 || !ok2 {
-		return false, false, unexpected("registry probe", reply)
-	}
-	return n == 1, h == 1, nil
+	return native, hpexpire, nil
 }
 
 // Put is the input of RegistryPut.
@@ -208,10 +200,7 @@ func putCall(k keyspace.Keys, p Put) (keys []string, args []any, err error) {
 	if err := checkPut(p); err != nil {
 		return nil, nil, err
 	}
-	node := p.Node
-	if node == "" {
-		node = p.ID
-	}
+	node := cmp.Or(p.Node, p.ID)
 	op := "register"
 	if p.Heartbeat {
 		op = "heartbeat"
@@ -226,23 +215,41 @@ func putCall(k keyspace.Keys, p Put) (keys []string, args []any, err error) {
 		nil
 }
 
+// The TTL modes and roles RegistryPut knows.
+var (
+	ttlModes = []string{TTLNative, TTLHPExpire, TTLEmulated}
+	roles    = []string{"master", "slave"}
+)
+
 // checkPut returns what makes p a write registry_put.lua must not be sent,
-// or nil.
+// or nil: the checks of the entry, then those of its role.
 func checkPut(p Put) error {
 	switch {
-	case p.Mode != TTLNative && p.Mode != TTLHPExpire && p.Mode != TTLEmulated:
+	case !slices.Contains(ttlModes, p.Mode):
 		return fmt.Errorf("registry put: unknown TTL mode %q", p.Mode)
 	case p.TTL < time.Millisecond:
 		return fmt.Errorf("registry put: TTL %s is shorter than one millisecond", p.TTL)
 	case !isObject(p.Value):
 		return fmt.Errorf("registry put: process info is not a JSON object")
-	case p.Role != "master" && p.Role != "slave":
-		return fmt.Errorf("registry put: role %q is neither master nor slave", p.Role)
-	case p.Role == "master" && !isObject(p.Fallback):
-		return fmt.Errorf("registry put: the fallback of a master write is not a JSON object")
+	}
+	if err := checkRole(p); err != nil {
+		return err
 	}
 	if err := keyspace.ValidateName("process id", p.ID); err != nil {
 		return fmt.Errorf("registry put: %w", err)
+	}
+	return nil
+}
+
+// checkRole returns what is wrong with p's role: one RegistryPut does not
+// know, or a master write without the slave entry that replaces it when
+// it is fenced (Put.Fallback).
+func checkRole(p Put) error {
+	switch {
+	case !slices.Contains(roles, p.Role):
+		return fmt.Errorf("registry put: role %q is neither master nor slave", p.Role)
+	case p.Role == "master" && !isObject(p.Fallback):
+		return fmt.Errorf("registry put: the fallback of a master write is not a JSON object")
 	}
 	return nil
 }
@@ -262,27 +269,22 @@ func quietArg(incarnation string, quiet time.Duration) int64 {
 // fenced, holder, term} when it was done.
 func parsePut(reply any) (Stored, error) {
 	arr, _ := reply.([]any)
-	var st Stored
-	ok := false
-	switch {
-	case len(arr) == 4 && arr[0] == "in use":
-		st, ok = storedInUse(arr[1:])
-	case len(arr) == 5:
-		st, ok = storedWrite(arr)
+	read := storedWrite
+	if len(arr) > 0 && arr[0] == "in use" {
+		read = storedInUse
 	}
+	st, ok := read(arr)
 	if !ok {
 		return Stored{}, unexpected("registry put", reply)
 	}
 	return st, nil
 }
 
-// storedInUse reads the rest of an {"in use", incarnation, age, identifier}
-// reply.
-func storedInUse(rest []any) (Stored, bool) {
-	inc, ok1 := rest[0].(string)
-	age, ok2 := rest[1].(int64)
-	who, ok3 := rest[2].(string)
-	if !ok1 || !ok2 || !ok3 || inc == "" {
+// storedInUse reads an {"in use", incarnation, age, identifier} reply.
+func storedInUse(arr []any) (Stored, bool) {
+	f := fieldsOf(arr, 4)
+	inc, age, who := f.strAt(1), f.intAt(2), f.strAt(3)
+	if !f.ok || inc == "" {
 		return Stored{}, false
 	}
 	return Stored{InUse: &InUse{Incarnation: inc, Age: time.Duration(max(age, 0)) * time.Millisecond, Identifier: who}}, true
@@ -290,26 +292,16 @@ func storedInUse(rest []any) (Stored, bool) {
 
 // storedWrite reads a {created, version, fenced, holder, term} reply.
 func storedWrite(arr []any) (Stored, bool) {
-	created, ok1 := flag(arr[0])
-	version, ok2 := arr[1].(int64)
-	fenced, ok3 := flag(arr[2])
-	holder, ok4 := arr[3].(string)
-	term, ok5 := arr[4].(string)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || version <= 0 {
+	f := fieldsOf(arr, 5)
+	st := Stored{Created: f.flagAt(0), Version: f.intAt(1), Fenced: f.flagAt(2)}
+	holder, term := f.strAt(3), f.strAt(4)
+	if !f.ok || st.Version <= 0 {
 		return Stored{}, false
 	}
-	st := Stored{Created: created, Version: version, Fenced: fenced}
 	if st.Fenced {
 		st.Holder, st.HolderTerm = holder, term
 	}
 	return st, true
-}
-
-// flag reads a reply element that is the integer 0 or 1; ok is false for
-// anything else.
-func flag(v any) (set, ok bool) {
-	n, ok := v.(int64)
-	return n == 1, ok && (n == 0 || n == 1)
 }
 
 // isObject reports whether b looks like a JSON object with at least one
@@ -340,13 +332,8 @@ func RegistryRemoveOwn(ctx context.Context, c redis.Scripter, k keyspace.Keys, i
 // registryRemove runs registry_remove.lua with the guard mode guarded
 // ("", "1" or "i") and its value.
 func registryRemove(ctx context.Context, c redis.Scripter, k keyspace.Keys, id, guarded, value, reason string) (int64, error) {
-	if err := keyspace.ValidateName("process id", id); err != nil {
-		return 0, fmt.Errorf("registry remove: %w", err)
-	}
-	if reason != "" {
-		if err := keyspace.ValidateName("reason", reason); err != nil {
-			return 0, fmt.Errorf("registry remove: %w", err)
-		}
+	if err := checkRemove(id, reason); err != nil {
+		return 0, err
 	}
 	reply, err := run(ctx, c, registryRemoveScript, "registry remove",
 		registryKeys(k), id, guarded, value, reason, k.RegistryEvents)
@@ -358,4 +345,17 @@ func registryRemove(ctx context.Context, c redis.Scripter, k keyspace.Keys, id, 
 		return 0, unexpected("registry remove", reply)
 	}
 	return v, nil
+}
+
+// checkRemove returns what makes id or reason unfit for registry_remove.lua
+// (an empty reason is fit: the process unregistered itself), or nil.
+func checkRemove(id, reason string) error {
+	err := keyspace.ValidateName("process id", id)
+	if err == nil && reason != "" {
+		err = keyspace.ValidateName("reason", reason)
+	}
+	if err != nil {
+		return fmt.Errorf("registry remove: %w", err)
+	}
+	return nil
 }

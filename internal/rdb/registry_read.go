@@ -62,10 +62,8 @@ func registryRead(ctx context.Context, c redis.Cmdable, k keyspace.Keys, expire,
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	var view RegistryView
 	var err error
-	if tx.gone != nil {
-		if view.Removed, err = tx.removed(cached); err != nil {
-			return RegistryView{}, err
-		}
+	if view.Removed, err = tx.removed(cached); err != nil {
+		return RegistryView{}, err
 	}
 	if view.Entries, err = tx.entries(ids); err != nil {
 		return RegistryView{}, err
@@ -92,13 +90,7 @@ type registryReadTx struct {
 
 // queueRegistryRead queues RegistryRead's commands in pipe, in their order.
 func queueRegistryRead(ctx context.Context, pipe redis.Pipeliner, k keyspace.Keys, expire, cached bool, ids []string) registryReadTx {
-	var tx registryReadTx
-	switch {
-	case expire && cached:
-		tx.gone = pipe.EvalSha(ctx, registryExpireScript.Hash(), registryKeys(k), k.RegistryEvents)
-	case expire:
-		tx.gone = pipe.Eval(ctx, withWrites(registryExpireSrc), registryKeys(k), k.RegistryEvents)
-	}
+	tx := registryReadTx{gone: queueExpiry(ctx, pipe, k, expire, cached)}
 	if len(ids) == 0 {
 		tx.all = pipe.HGetAll(ctx, k.Processes)
 		tx.read = tx.all
@@ -111,32 +103,48 @@ func queueRegistryRead(ctx context.Context, pipe redis.Pipeliner, k keyspace.Key
 	return tx
 }
 
-// removed reads the reply of the expiry script: the ids it deleted.
-func (tx registryReadTx) removed(cached bool) ([]string, error) {
-	if err := tx.gone.Err(); err != nil {
-		if strings.HasPrefix(err.Error(), "EXECABORT") && queueRefused(tx.read) {
-			// Redis refused to queue the read (an ACL without HGETALL, say):
-			// that is the cause, not the aborted transaction.
-			return nil, registryReadError(tx.read.Err())
-		}
-		if cached && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return nil, errNoScript
-		}
-		return nil, fmt.Errorf("%s: expiry script: %w%s", registryReadName, err, aclHint(registryReadName, err))
+// queueExpiry queues registry_expire.lua in pipe when expire is set (the
+// emulated backend), by its digest when cached and by its source
+// otherwise; it returns nil without expire.
+func queueExpiry(ctx context.Context, pipe redis.Pipeliner, k keyspace.Keys, expire, cached bool) *redis.Cmd {
+	switch {
+	case !expire:
+		return nil
+	case cached:
+		return pipe.EvalSha(ctx, registryExpireScript.Hash(), registryKeys(k), k.RegistryEvents)
 	}
-	gone, ok := tx.gone.Val().([]any)
+	return pipe.Eval(ctx, withWrites(registryExpireSrc), registryKeys(k), k.RegistryEvents)
+}
+
+// removed reads the reply of the expiry script: the ids it deleted; none
+// when it was not queued.
+func (tx registryReadTx) removed(cached bool) ([]string, error) {
+	if tx.gone == nil {
+		return nil, nil
+	}
+	if err := tx.gone.Err(); err != nil {
+		return nil, tx.expiryError(err, cached)
+	}
+	removed, ok := appendStrings(nil, tx.gone.Val())
 	if !ok {
 		return nil, unexpected(registryReadName, tx.gone.Val())
 	}
-	var removed []string
-	for _, g := range gone {
-		s, ok := g.(string)
-		if !ok {
-			return nil, unexpected(registryReadName, tx.gone.Val())
-		}
-		removed = append(removed, s)
-	}
 	return removed, nil
+}
+
+// expiryError is the error of the transaction whose expiry script failed
+// with err: the refusal of the read when Redis refused to queue it (an ACL
+// without HGETALL, say), which is the cause rather than the aborted
+// transaction; errNoScript when the script, sent by its digest (cached),
+// was not cached; err itself otherwise.
+func (tx registryReadTx) expiryError(err error, cached bool) error {
+	switch {
+	case strings.HasPrefix(err.Error(), "EXECABORT") && queueRefused(tx.read):
+		return registryReadError(tx.read.Err())
+	case cached && noScript(err):
+		return errNoScript
+	}
+	return fmt.Errorf("%s: expiry script: %w%s", registryReadName, err, aclHint(registryReadName, err))
 }
 
 // queueRefused reports whether Redis refused to queue cmd in a MULTI: its
@@ -146,8 +154,8 @@ func queueRefused(cmd redis.Cmder) bool {
 	return err != nil && !errors.Is(err, redis.Nil) && !strings.HasPrefix(err.Error(), "EXECABORT")
 }
 
-// entries reads the reply of HGETALL, or that of HMGET of ids: the entries
-// that exist, by process id.
+// entries reads the reply of HGETALL, or that of HMGET of ids
+// (someEntries): the entries that exist, by process id.
 func (tx registryReadTx) entries(ids []string) (map[string]string, error) {
 	if tx.all != nil {
 		entries, err := tx.all.Result()
@@ -156,7 +164,13 @@ func (tx registryReadTx) entries(ids []string) (map[string]string, error) {
 		}
 		return entries, nil
 	}
-	vals, err := tx.some.Result()
+	return someEntries(tx.some, ids)
+}
+
+// someEntries reads the reply of HMGET of ids: the entries that exist, by
+// process id.
+func someEntries(cmd *redis.SliceCmd, ids []string) (map[string]string, error) {
+	vals, err := cmd.Result()
 	if err != nil {
 		return nil, registryReadError(err)
 	}
@@ -174,7 +188,7 @@ func (tx registryReadTx) entries(ids []string) (map[string]string, error) {
 func readVersion(cmd *redis.StringCmd) (int64, error) {
 	v, err := cmd.Result()
 	switch {
-	case errors.Is(err, redis.Nil), err != nil && strings.Contains(err.Error(), "WRONGTYPE"):
+	case noString(err):
 		return 0, nil
 	case err != nil:
 		return 0, registryReadError(err)
@@ -183,6 +197,12 @@ func readVersion(cmd *redis.StringCmd) (int64, error) {
 		return n, nil
 	}
 	return 0, nil
+}
+
+// noString reports whether err is a GET's answer that the key holds no
+// string: it is missing (redis.Nil) or of another type (WRONGTYPE).
+func noString(err error) bool {
+	return errors.Is(err, redis.Nil) || err != nil && strings.Contains(err.Error(), "WRONGTYPE")
 }
 
 // registryReadError wraps err, met by RegistryRead, with the transaction's
@@ -202,13 +222,14 @@ func QueueHolder(ctx context.Context, pipe redis.Pipeliner, k keyspace.Keys) *re
 // names no holder).
 func ReadHolder(cmd *redis.StringCmd) (string, error) { return readHolder(cmd) }
 
+// readHolder is ReadHolder.
 func readHolder(cmd *redis.StringCmd) (string, error) {
 	v, err := cmd.Result()
 	switch {
-	case err == nil:
-		return v, nil
-	case errors.Is(err, redis.Nil), strings.Contains(err.Error(), "WRONGTYPE"):
+	case noString(err):
 		return "", nil
+	case err != nil:
+		return "", err
 	}
-	return "", err
+	return v, nil
 }

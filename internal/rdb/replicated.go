@@ -3,7 +3,6 @@ package rdb
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,24 +48,13 @@ func RenewReplicated(ctx context.Context, c redis.UniversalClient, k keyspace.Ke
 // keys' slot (a cluster pipeline could send WAIT to another node). A server
 // without the script cached gets it by EVAL, in a second pipeline.
 func runWaited(ctx context.Context, c redis.UniversalClient, s *redis.Script, src, name string, keys []string, r Replication, args ...any) (any, int64, error) {
-	var pipe redis.Pipeliner
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s script: find the node of %q: %w", name, keys[0], err)
-		}
-		pipe = node.Pipeline()
-	} else {
-		pipe = c.Pipeline()
+	pipe, err := pipelineFor(ctx, c, name, keys[0])
+	if err != nil {
+		return nil, 0, err
 	}
-	timeout := max(r.Timeout, time.Millisecond)
-	eval := pipe.EvalSha(ctx, s.Hash(), keys, args...)
-	wait := pipe.Do(ctx, "wait", r.Replicas, timeout.Milliseconds())
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	if err := eval.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		eval = pipe.Eval(ctx, src, keys, args...)
-		wait = pipe.Do(ctx, "wait", r.Replicas, timeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
+	eval, wait := r.send(ctx, pipe, pipe.EvalSha(ctx, s.Hash(), keys, args...))
+	if noScript(eval.Err()) {
+		eval, wait = r.send(ctx, pipe, pipe.Eval(ctx, src, keys, args...))
 	}
 	if err := eval.Err(); err != nil {
 		return nil, 0, fmt.Errorf("%s script: %w", name, err)
@@ -76,4 +64,28 @@ func runWaited(ctx context.Context, c redis.UniversalClient, s *redis.Script, sr
 		return nil, 0, fmt.Errorf("%s script: wait for %d replicas: %w", name, r.Replicas, err)
 	}
 	return eval.Val(), acked, nil
+}
+
+// pipelineFor returns a pipeline to the server that holds key: the master
+// of its slot under Redis Cluster, c's server otherwise. name is the
+// script's, for the error.
+func pipelineFor(ctx context.Context, c redis.UniversalClient, name, key string) (redis.Pipeliner, error) {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return c.Pipeline(), nil
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%s script: find the node of %q: %w", name, key, err)
+	}
+	return node.Pipeline(), nil
+}
+
+// send queues WAIT behind eval, a script call already queued on pipe, and
+// sends both; it returns them, their replies set.
+func (r Replication) send(ctx context.Context, pipe redis.Pipeliner, eval *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
+	timeout := max(r.Timeout, time.Millisecond)
+	wait := pipe.Do(ctx, "wait", r.Replicas, timeout.Milliseconds())
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	return eval, wait
 }

@@ -13,12 +13,7 @@ import (
 // holds the lock under term, and returns the number of receivers of each
 // channel, in order. It returns keyspace.ErrFenced, and publishes nothing, otherwise.
 func Route(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID string, term int64, msg []byte, channels ...string) ([]int64, error) {
-	args := make([]any, 0, 3+len(channels))
-	args = append(args, nodeID, termArg(term), msg)
-	for _, ch := range channels {
-		args = append(args, ch)
-	}
-	reply, err := run(ctx, c, routeScript, "route", []string{k.Master, k.Term}, args...)
+	reply, err := run(ctx, c, routeScript, "route", []string{k.Master, k.Term}, argv(channels, nodeID, termArg(term), msg)...)
 	if err != nil {
 		return nil, err
 	}
@@ -30,18 +25,16 @@ func Route(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID string
 // prefixed with what fenced returns: it is formatted only then, not on
 // every message).
 func routeCounts(name string, reply any, n int, fenced func() string) ([]int64, error) {
-	if v, ok := reply.(int64); ok && v == -1 {
+	if reply == int64(-1) {
 		return nil, fmt.Errorf("%s: %w", fenced(), keyspace.ErrFenced)
 	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != n {
-		return nil, unexpected(name, reply)
+	f := fieldsOf(reply, n)
+	counts := make([]int64, n)
+	for i := range counts {
+		counts[i] = f.countAt(i)
 	}
-	counts := make([]int64, len(arr))
-	for i, v := range arr {
-		if counts[i], ok = v.(int64); !ok || counts[i] < 0 {
-			return nil, unexpected(name, reply)
-		}
+	if !f.ok {
+		return nil, unexpected(name, reply)
 	}
 	return counts, nil
 }

@@ -144,91 +144,88 @@ func Acquire(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID stri
 	return parseAcquired(k, reply)
 }
 
+// acquireKeys are the KEYS of acquire.lua, and the first ones of
+// renew.lua and release.lua.
 func acquireKeys(k keyspace.Keys) []string {
 	return []string{k.Master, k.Heartbeat, k.MasterProcess, k.Term, k.Successor}
 }
 
+// acquireArgs are the ARGV of acquire.lua.
 func acquireArgs(k keyspace.Keys, nodeID string, ttl time.Duration, info []byte, seen int64) []any {
 	return []any{nodeID, ttl.Milliseconds(), info, k.Events, termArg(seen)}
 }
 
 // parseAcquired reads the reply of acquire.lua on the keys k: one of the
-// shapes its header lists, told apart by the first element and the length.
+// shapes its header lists, told apart by the first element, the code.
 func parseAcquired(k keyspace.Keys, reply any) (Acquired, error) {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) < 1 || len(arr) > 4 {
+	arr, _ := reply.([]any)
+	if len(arr) == 0 {
 		return Acquired{}, unexpected("acquire", reply)
 	}
-	term, ok := arr[0].(int64)
+	code, ok := arr[0].(int64)
 	if !ok {
 		return Acquired{}, unexpected("acquire", reply)
 	}
-	var a Acquired
-	valid := false
-	switch {
-	case len(arr) == 1: // {term}
-		a, valid = Acquired{Term: term}, term > 0
-	case term == -3 && len(arr) <= 3: // {-3, what} or {-3, what, why}
-		a, valid = acquiredTermGarbage(k, arr[1:])
-	case term == -1 && len(arr) == 2: // {-1, term}
-		a, valid = acquiredDataLoss(arr[1])
-	case len(arr) == 4: // {0, holder, pttl, term} or {-2, successor, pttl, term}
-		a, valid = acquiredHeld(k, term, arr[1:])
-	}
-	if !valid {
+	a, ok := acquiredRest(k, code, arr[1:])
+	if !ok {
 		return Acquired{}, unexpected("acquire", reply)
 	}
 	return a, nil
 }
 
+// acquiredRest reads what follows code in acquire.lua's reply: nothing
+// after a new term ({term}), or the rest of a reply that says why none was
+// minted. ok is false for a rest that does not fit code.
+func acquiredRest(k keyspace.Keys, code int64, rest []any) (Acquired, bool) {
+	switch {
+	case code > 0:
+		return Acquired{Term: code}, len(rest) == 0
+	case code == -1:
+		return acquiredDataLoss(rest)
+	case code == -3:
+		return acquiredTermGarbage(k, rest)
+	}
+	return acquiredHeld(k, code, rest)
+}
+
 // acquiredTermGarbage reads the rest of a {-3, what} or {-3, what, why}
 // reply: the lock is free but the term key holds garbage.
 func acquiredTermGarbage(k keyspace.Keys, rest []any) (Acquired, bool) {
-	what, ok := rest[0].(string)
-	if !ok {
-		return Acquired{}, false
-	}
+	f := fields{arr: rest, ok: len(rest) == 1 || len(rest) == 2}
+	what := f.strAt(0)
 	if !strings.HasPrefix(what, "a ") {
 		what = strconv.Quote(what)
 	}
 	if len(rest) == 2 {
-		why, ok := rest[1].(string)
-		if !ok {
-			return Acquired{}, false
-		}
-		what += " (" + why + ")"
+		what += " (" + f.strAt(1) + ")"
 	}
 	return Acquired{TermGarbage: true, TTL: -1, Garbage: fmt.Sprintf(
 		"key %q holds %s, not a term: herd writes nothing to this lock until an operator who knows it is no other program's data deletes it (DEL %s)",
-		k.Term, what, k.Term)}, true
+		k.Term, what, k.Term)}, f.ok
 }
 
 // acquiredDataLoss reads the rest of a {-1, term} reply: the lock is free
 // but Redis lost data the caller had seen.
-func acquiredDataLoss(prev any) (Acquired, bool) {
-	term, ok := prev.(int64)
-	if !ok || term < 0 {
-		return Acquired{}, false
-	}
-	return Acquired{DataLoss: true, HolderTerm: term, TTL: -1}, true
+func acquiredDataLoss(rest []any) (Acquired, bool) {
+	f := fieldsOf(rest, 1)
+	return Acquired{DataLoss: true, HolderTerm: f.countAt(0), TTL: -1}, f.ok
 }
 
 // acquiredHeld reads the rest of a {0, holder, pttl, term} reply (the lock
 // is held) or of a {-2, successor, pttl, term} one (the free lock is
 // reserved for successor, never "").
 func acquiredHeld(k keyspace.Keys, code int64, rest []any) (Acquired, bool) {
-	holder, ok1 := rest[0].(string)
-	pttl, ok2 := rest[1].(int64)
-	holderTerm, ok3 := rest[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
+	f := fieldsOf(rest, 3)
+	holder, pttl, holderTerm := f.strAt(0), f.intAt(1), f.intAt(2)
+	if !f.ok {
 		return Acquired{}, false
 	}
 	a := Acquired{Holder: holder, TTL: pttlDuration(pttl), HolderTerm: holderTerm}
-	switch {
-	case code == -2 && holder != "":
+	switch code {
+	case -2:
 		a.Reserved = true
-		return a, true
-	case code == 0:
+		return a, holder != ""
+	case 0:
 		a.Garbage = lockGarbage(k, holder, pttl)
 		return a, true
 	}
@@ -243,7 +240,7 @@ func acquiredHeld(k keyspace.Keys, code int64, rest []any) (Acquired, bool) {
 func SplitMasterProcess(raw []byte) (info []byte, term int64, ok bool) {
 	const member = `,"term":`
 	i := bytes.LastIndex(raw, []byte(member))
-	if i < 0 || len(raw) < 2 || raw[len(raw)-1] != '}' {
+	if i < 0 || raw[len(raw)-1] != '}' { // i >= 0: raw holds member
 		return nil, 0, false
 	}
 	digits := raw[i+len(member) : len(raw)-1]

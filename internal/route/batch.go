@@ -108,14 +108,7 @@ func (b *Batch) Add(slaveID, msgType string, payload any) {
 // call too when it was fenced or never made, and otherwise get the call's
 // error (their outcome is unknown).
 func (b *Batch) Send(ctx context.Context, l Mastership, now time.Time, call Call) error {
-	items := make([]Item, len(b.msgs))
-	valid := 0
-	for i, m := range b.msgs {
-		if b.Errs[i] == nil {
-			items[i].SlaveID = m.slaveID
-			valid++
-		}
-	}
+	items, valid := b.addressed()
 	if valid == 0 {
 		return nil
 	}
@@ -125,14 +118,32 @@ func (b *Batch) Send(ctx context.Context, l Mastership, now time.Time, call Call
 		return err
 	}
 	b.Term = term
-	from, sentAt := l.NodeID(), sentAtText(now)
+	b.stamp(items, l.NodeID(), sentAtText(now))
+	return b.run(ctx, l, items, call, "send batch", "messages")
+}
+
+// addressed returns one item per message, its SlaveID set for each valid
+// one (no error yet), and how many are valid.
+func (b *Batch) addressed() (items []Item, valid int) {
+	items = make([]Item, len(b.msgs))
+	for i, m := range b.msgs {
+		if b.Errs[i] == nil {
+			items[i].SlaveID = m.slaveID
+			valid++
+		}
+	}
+	return items, valid
+}
+
+// stamp gives each valid message a fresh id and encodes its envelope
+// from from under b.Term, sent at sentAt (sentAtText), into its item.
+func (b *Batch) stamp(items []Item, from string, sentAt []byte) {
 	for i, m := range b.msgs {
 		if b.Errs[i] == nil {
 			b.IDs[i] = uuid.NewString()
-			items[i].Data = encodeAt(b.IDs[i], from, term, m.msgType, m.payload, sentAt)
+			items[i].Data = encodeAt(b.IDs[i], from, b.Term, m.msgType, m.payload, sentAt)
 		}
 	}
-	return b.run(ctx, l, items, call, "send batch", "messages")
 }
 
 // Fanout sends env, one envelope stamped by Stamp, to each of slaveIDs
@@ -168,36 +179,16 @@ func Fanout(ctx context.Context, l Mastership, env Envelope, slaveIDs []string, 
 // in order, under b.Term, as Send describes; what names the operation and
 // unit the items in its errors.
 func (b *Batch) run(ctx context.Context, l Mastership, items []Item, call Call, what, unit string) error {
-	term := b.Term
 	chunks := split(items)
 	for c, ch := range chunks {
-		var err error
-		switch {
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		case c > 0 && (!l.IsMaster() || l.Term() != term):
-			// The election knows before Redis would tell: stop here.
-			err = ErrNotMaster
-		}
-		if err != nil {
+		if err := b.interrupted(ctx, l, c); err != nil {
 			b.stop(ch.first, err)
 			return fmt.Errorf("%s: stopped before call %d of %d (%s %d to %d not sent): %w", what, c+1, len(chunks), unit, ch.first, len(items)-1, err)
 		}
-		carried := make([]Item, 0, len(ch.index))
-		for _, i := range ch.index {
-			carried = append(carried, items[i])
-		}
-		errs, err := call(ctx, term, carried)
+		errs, err := call(ctx, b.Term, ch.of(items))
 		b.Calls++
 		if err != nil {
-			if errors.Is(err, keyspace.ErrFenced) { // it matches ErrNotMaster too
-				b.stop(ch.first, err)
-			} else {
-				for _, i := range ch.index {
-					b.Errs[i] = err
-				}
-				b.stop(ch.next, err)
-			}
+			b.failed(ch, err)
 			return fmt.Errorf("%s: call %d of %d (%s %d to %d): %w", what, c+1, len(chunks), unit, ch.first, ch.next-1, err)
 		}
 		for j, i := range ch.index {
@@ -205,6 +196,33 @@ func (b *Batch) run(ctx context.Context, l Mastership, items []Item, call Call, 
 		}
 	}
 	return nil
+}
+
+// interrupted says why call c of the batch must not be made: ctx's error,
+// or ErrNotMaster when, after the first call, l is no longer master under
+// b.Term (the election knows before Redis would tell); nil to go on.
+func (b *Batch) interrupted(ctx context.Context, l Mastership, c int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c > 0 && (!l.IsMaster() || l.Term() != b.Term) {
+		return ErrNotMaster
+	}
+	return nil
+}
+
+// failed records the error of ch's call: fenced, nothing of it was sent;
+// otherwise its messages' outcome is unknown and they get err. The
+// messages after it were not sent.
+func (b *Batch) failed(ch chunk, err error) {
+	if errors.Is(err, keyspace.ErrFenced) { // it matches ErrNotMaster too
+		b.stop(ch.first, err)
+		return
+	}
+	for _, i := range ch.index {
+		b.Errs[i] = err
+	}
+	b.stop(ch.next, err)
 }
 
 // stop gives every message from index from on that has no error yet (it
@@ -219,10 +237,12 @@ func (b *Batch) stop(from int, reason error) {
 }
 
 // chunk is one script call of a batch: the indexes of its messages in the
-// batch, the first of them, and the index after the last.
+// batch, the first of them, the index after the last, and the bytes of
+// their envelopes.
 type chunk struct {
 	index       []int
 	first, next int
+	size        int
 }
 
 // split groups the stamped messages (those with Data) into consecutive
@@ -230,25 +250,44 @@ type chunk struct {
 // (a single larger message goes alone).
 func split(items []Item) []chunk {
 	var chunks []chunk
-	var cur chunk
-	size := 0
+	cur := chunk{}
 	for i, it := range items {
 		if it.Data == nil {
 			continue
 		}
-		if len(cur.index) > 0 && (len(cur.index) == MaxChunk || size+len(it.Data) > MaxChunkBytes) {
+		if !cur.fits(len(it.Data)) {
 			chunks = append(chunks, cur)
-			cur, size = chunk{}, 0
+			cur = chunk{}
 		}
-		if len(cur.index) == 0 {
-			cur.first = i
-		}
-		cur.index = append(cur.index, i)
-		cur.next = i + 1
-		size += len(it.Data)
+		cur.add(i, len(it.Data))
 	}
 	if len(cur.index) > 0 {
 		chunks = append(chunks, cur)
 	}
 	return chunks
+}
+
+// fits reports whether a message of n bytes may join ch: ch is empty, or
+// stays within MaxChunk messages and MaxChunkBytes bytes with it.
+func (ch *chunk) fits(n int) bool {
+	return len(ch.index) == 0 || len(ch.index) < MaxChunk && ch.size+n <= MaxChunkBytes
+}
+
+// add puts message i, of n bytes, at the end of ch.
+func (ch *chunk) add(i, n int) {
+	if len(ch.index) == 0 {
+		ch.first = i
+	}
+	ch.index = append(ch.index, i)
+	ch.next = i + 1
+	ch.size += n
+}
+
+// of returns the items ch carries, in order.
+func (ch chunk) of(items []Item) []Item {
+	carried := make([]Item, 0, len(ch.index))
+	for _, i := range ch.index {
+		carried = append(carried, items[i])
+	}
+	return carried
 }

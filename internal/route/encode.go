@@ -75,35 +75,53 @@ func Stamp(l Mastership, msgType string, payload any, now time.Time) (Envelope, 
 // limit is ever scanned.
 func EncodePayload(p any) (json.RawMessage, error) {
 	var raw json.RawMessage
+	var err error
 	switch v := p.(type) {
 	case nil:
 		return json.RawMessage("null"), nil
 	case json.RawMessage:
-		if len(v) > MaxPayloadSize {
-			return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrPayloadTooLarge, len(v), MaxPayloadSize)
-		}
-		var buf bytes.Buffer
-		buf.Grow(len(v))
-		if err := json.Compact(&buf, v); err != nil {
-			return nil, fmt.Errorf("%w: json.RawMessage %s is not valid JSON", ErrInvalidPayload, Excerpt(v))
-		}
-		raw = buf.Bytes()
-		if bytes.ContainsAny(raw, "<>&\u2028\u2029") {
-			var esc bytes.Buffer
-			json.HTMLEscape(&esc, raw)
-			raw = esc.Bytes()
-		}
+		raw, err = compactRaw(v)
 	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+		if raw, err = json.Marshal(v); err != nil {
+			err = fmt.Errorf("%w: %w", ErrInvalidPayload, err)
 		}
-		raw = b
 	}
-	if len(raw) > MaxPayloadSize {
-		return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrPayloadTooLarge, len(raw), MaxPayloadSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize(len(raw)); err != nil {
+		return nil, err
 	}
 	return raw, nil
+}
+
+// compactRaw is EncodePayload of a json.RawMessage: v compacted, with
+// HTML characters escaped as json.Marshal escapes them. v is refused
+// before it is scanned when it is above the limit.
+func compactRaw(v json.RawMessage) (json.RawMessage, error) {
+	if err := checkSize(len(v)); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(v))
+	if err := json.Compact(&buf, v); err != nil {
+		return nil, fmt.Errorf("%w: json.RawMessage %s is not valid JSON", ErrInvalidPayload, Excerpt(v))
+	}
+	raw := buf.Bytes()
+	if bytes.ContainsAny(raw, "<>&\u2028\u2029") {
+		var esc bytes.Buffer
+		json.HTMLEscape(&esc, raw)
+		raw = esc.Bytes()
+	}
+	return raw, nil
+}
+
+// checkSize refuses a payload of n bytes when it is above MaxPayloadSize.
+func checkSize(n int) error {
+	if n > MaxPayloadSize {
+		return fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrPayloadTooLarge, n, MaxPayloadSize)
+	}
+	return nil
 }
 
 // Encode builds the envelope bytes of a message this process sends, sent
@@ -141,7 +159,7 @@ func encodeAt(id, from string, term int64, msgType string, payload json.RawMessa
 // escaping (every name herd makes), through json.Marshal otherwise.
 func appendName(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if escaped(s[i]) {
 			q, _ := json.Marshal(s) // a string always encodes
 			return append(b, q...)
 		}
@@ -149,6 +167,18 @@ func appendName(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// escaped reports whether json.Marshal writes the byte c of a string
+// otherwise than as it is: a control character, a byte outside ASCII
+// (part of a character it may escape), a quote, a backslash or an HTML
+// character.
+func escaped(c byte) bool {
+	switch c {
+	case '"', '\\', '<', '>', '&':
+		return true
+	}
+	return c < 0x20 || c >= 0x7f
 }
 
 // Excerpt quotes the start of b for an error message.

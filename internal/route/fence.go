@@ -148,6 +148,12 @@ func ReadTerm(ctx context.Context, client redis.Cmdable, key string) (int64, err
 	case err != nil:
 		return 0, fmt.Errorf("read %q: %w: %w", key, ErrConnection, err)
 	}
+	return parseTerm(key, raw)
+}
+
+// parseTerm reads raw, the content of the term key key: a term, or an
+// error matching ErrNotATerm.
+func parseTerm(key, raw string) (int64, error) {
 	term, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || term < 0 {
 		return 0, fmt.Errorf("key %q holds %q, %w", key, wire.Truncate(raw), ErrNotATerm)
@@ -184,29 +190,56 @@ type termRead struct {
 	err  error
 }
 
+// wait waits for r's answer; the error is ctx's when ctx ends first.
+func (r *termRead) wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // atLeast returns the term key's value, read or shared as described on
 // termReads; a nil error with a value below term is a refusal. ctx bounds
 // the caller's wait, and the read when the caller is the one sending it.
 func (t *termReads) atLeast(ctx context.Context, term int64) (int64, error) {
-	for first := true; ; first = false {
-		r, own := t.join()
-		if own {
-			r.term, r.err = t.read(ctx)
-			t.mu.Lock()
-			t.inFlight = nil
-			t.mu.Unlock()
-			close(r.done)
-		} else {
-			select {
-			case <-r.done:
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
-		if own || !first || (r.err == nil && r.term >= term) {
-			return r.term, r.err
-		}
+	r, own := t.join()
+	if own {
+		return t.send(ctx, r)
 	}
+	if err := r.wait(ctx); err != nil {
+		return 0, err
+	}
+	if r.err == nil && r.term >= term {
+		return r.term, nil
+	}
+	return t.after(ctx)
+}
+
+// after returns the answer of a read that started after the read the
+// caller joined had ended, so after the caller arrived: its own, or one
+// in flight that it joins.
+func (t *termReads) after(ctx context.Context) (int64, error) {
+	r, own := t.join()
+	if own {
+		return t.send(ctx, r)
+	}
+	if err := r.wait(ctx); err != nil {
+		return 0, err
+	}
+	return r.term, r.err
+}
+
+// send makes the read r that the caller owns (join), bounded by ctx, and
+// gives its answer to every caller waiting for it.
+func (t *termReads) send(ctx context.Context, r *termRead) (int64, error) {
+	r.term, r.err = t.read(ctx)
+	t.mu.Lock()
+	t.inFlight = nil
+	t.mu.Unlock()
+	close(r.done)
+	return r.term, r.err
 }
 
 // latest returns the term key's value from a read that started after the

@@ -95,25 +95,45 @@ func (n Names) Check() []error {
 // defaults for what is still empty. The error names the field that
 // disagrees; the caller wraps it with its ErrInvalidConfig.
 func (n Names) Resolve(client redis.UniversalClient, from ...any) (Names, error) {
-	for _, f := range from {
-		src, ok := f.(KeySource)
-		if !ok {
-			continue
-		}
-		k := src.Keys()
-		if n.LockName != "" && n.LockName != k.LockName {
-			return Names{}, fmt.Errorf("LockName %q differs from the election's %q; leave it empty", n.LockName, k.LockName)
-		}
-		if n.SlavePrefix != "" && n.SlavePrefix != k.SlavePrefix {
-			return Names{}, fmt.Errorf("SlavePrefix %q differs from the election's %q; leave it empty", n.SlavePrefix, k.SlavePrefix)
+	if k, ok := electionKeys(from); ok {
+		if err := n.agree(k); err != nil {
+			return Names{}, err
 		}
 		n = Names{LockName: k.LockName, SlavePrefix: k.SlavePrefix, Cluster: k.Cluster()}
-		break
 	}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		n.Cluster = true
 	}
 	return n.withDefaults(), nil
+}
+
+// electionKeys returns the names of the first of from that is a
+// KeySource; ok is false when none is.
+func electionKeys(from []any) (k keyspace.Keys, ok bool) {
+	for _, f := range from {
+		if src, ok := f.(KeySource); ok {
+			return src.Keys(), true
+		}
+	}
+	return keyspace.Keys{}, false
+}
+
+// agree returns an error naming the first name set in n that differs from
+// the election's in k, or nil.
+func (n Names) agree(k keyspace.Keys) error {
+	if err := sameName("LockName", n.LockName, k.LockName); err != nil {
+		return err
+	}
+	return sameName("SlavePrefix", n.SlavePrefix, k.SlavePrefix)
+}
+
+// sameName refuses the name field of a Config, set to v, when it is not
+// empty and differs from the election's, elected.
+func sameName(field, v, elected string) error {
+	if v != "" && v != elected {
+		return fmt.Errorf("%s %q differs from the election's %q; leave it empty", field, v, elected)
+	}
+	return nil
 }
 
 // withDefaults fills in the empty names.
