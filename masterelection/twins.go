@@ -93,10 +93,14 @@ func (mb *membership) stepAside(cause error) {
 	mb.mu.Unlock()
 	mb.log.Error().Err(err).Msg("stepping aside")
 	mb.emitError(err)
+	stop := mb.stop // set by Start before the loops that step aside run
+	if stop == nil {
+		return
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), mb.cfg.LockTTL)
 		defer cancel()
-		_ = mb.stop(ctx)
+		_ = stop(ctx)
 	}()
 }
 
