@@ -134,7 +134,7 @@ func (p *Planner) changed(what string, err error) error {
 func (p *Planner) Run(ctx context.Context) error {
 	acquired := make(chan struct{}, 1)
 	defer p.subscribe(acquired)()
-	resync := p.cfg.clock.NewTimer(p.cfg.Resync) // every Resync, as a ticker
+	resync := clock.NewTicker(p.cfg.clock, p.cfg.Resync)
 	defer resync.Stop()
 	grace := graceTimer{clock: p.cfg.clock} // fires when the first grace of the last planning ends
 	defer grace.stop()
@@ -144,7 +144,7 @@ func (p *Planner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-resync.C():
-			resync.Reset(p.cfg.Resync)
+			resync.Next()
 		case <-grace.C():
 		case <-acquired:
 			// At once: this process's own Worker gives its items up only

@@ -129,7 +129,7 @@ func (m *maintainer) stop() {
 // loop sweeps until the mastership's ctx is done or Maintain stops, also
 // when the first grace of an inbox left in place ends.
 func (m *maintainer) loop(ctx context.Context) {
-	t := m.r.cfg.clock.NewTimer(m.r.cfg.SweepInterval) // every SweepInterval, as a ticker
+	t := clock.NewTicker(m.r.cfg.clock, m.r.cfg.SweepInterval)
 	defer t.Stop()
 	grace := m.r.cfg.clock.NewTimer(time.Hour)
 	defer grace.Stop()
@@ -142,7 +142,7 @@ func (m *maintainer) loop(ctx context.Context) {
 		case <-m.quit:
 			return
 		case <-t.C():
-			t.Reset(m.r.cfg.SweepInterval)
+			t.Next()
 		case <-m.kick:
 		case <-graceC:
 		}

@@ -141,3 +141,40 @@ func TestRealAfterFunc(t *testing.T) {
 		t.Fatal("real AfterFunc not called")
 	}
 }
+
+// TestTickerKeepsItsSchedule: a fire taken late does not push the next one
+// back, and fires missed meanwhile are dropped, as with a time.Ticker; a
+// timer reset at each fire would have drifted by the delay.
+func TestTickerKeepsItsSchedule(t *testing.T) {
+	start := time.Unix(1000, 0)
+	f := NewFake(start)
+	tk := NewTicker(f, 10*time.Second)
+	defer tk.Stop()
+	f.Advance(10 * time.Second)
+	if at, ok := fired(fakeOf(tk)); !ok || !at.Equal(start.Add(10*time.Second)) {
+		t.Fatalf("first fire %v %v, want at 10s", at, ok)
+	}
+	f.Advance(4 * time.Second) // the loop takes the fire late: at 14s
+	tk.Next()
+	f.Advance(5 * time.Second) // 19s
+	if _, ok := fired(fakeOf(tk)); ok {
+		t.Fatal("fired before 20s")
+	}
+	f.Advance(time.Second) // 20s: on the schedule, not at 24s
+	if at, ok := fired(fakeOf(tk)); !ok || !at.Equal(start.Add(20*time.Second)) {
+		t.Fatalf("second fire %v %v, want at 20s", at, ok)
+	}
+	f.Advance(25 * time.Second) // 45s: the fires of 30s and 40s are missed
+	tk.Next()
+	f.Advance(4 * time.Second) // 49s
+	if _, ok := fired(fakeOf(tk)); ok {
+		t.Fatal("a missed fire was delivered")
+	}
+	f.Advance(time.Second) // 50s
+	if at, ok := fired(fakeOf(tk)); !ok || !at.Equal(start.Add(50*time.Second)) {
+		t.Fatalf("fire after the missed ones %v %v, want at 50s", at, ok)
+	}
+}
+
+// fakeOf is the Ticker's timer, for fired.
+func fakeOf(tk *Ticker) Timer { return tk.timer }
