@@ -32,14 +32,13 @@ func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Du
 	actx, cancel := context.WithTimeout(ctx, c.acquireLimit(ls))
 	res, err := c.acquire(actx, info, c.seenForAcquire(ls))
 	cancel()
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, c.acquireFailed(ctx, ls, res, info, err)
-	case res.DataLoss || res.TermGarbage || res.Reserved || res.Term == 0:
-		ls.retry.reset()
-		return nil, c.notAcquired(ls, res, info)
 	}
 	ls.retry.reset()
+	if res.DataLoss || res.TermGarbage || res.Reserved || res.Term == 0 {
+		return nil, c.notAcquired(ls, res, info)
+	}
 	return c.becomeMaster(ctx, ls, res.Term, sent), 0
 }
 
