@@ -39,6 +39,10 @@ func main() {
 		ttl         = flag.Duration("ttl", time.Second, "lock TTL of handovers and failovers, on every peer (etcd: whole seconds)")
 		idleWindow  = flag.Duration("idle", 30*time.Second, "window over which idle round trips are counted (0 skips them)")
 		idleProcs   = flag.Int("idle-processes", 5, "processes per peer while idle")
+		sends       = flag.Int("sends", 3000, "durable sends and asynq enqueues per round (0 skips them)")
+		sendWorkers = flag.Int("send-workers", 4, "slaves with a durable Consumer, and asynq's Concurrency")
+		sendRounds  = flag.Int("send-rounds", 2, "rounds of sends per sender, taking turns")
+		onlySends   = flag.Bool("only-sends", false, "measure the store round trips and the sends alone (writes no document)")
 		quick       = flag.Bool("quick", false, "a few trials of everything: checks the program, numbers not worth keeping")
 		showVersion = flag.Bool("versions", false, "print the versions measured and exit")
 	)
@@ -47,6 +51,10 @@ func main() {
 	log.SetPrefix("bench-peers: ")
 	if *quick {
 		*roundTrips, *solo, *handoverN, *crashN, *idleWindow, *out = 100, 5, 5, 2, 3*time.Second, ""
+		*sends, *sendRounds = 200, 1
+	}
+	if *onlySends {
+		*out = ""
 	}
 	if *showVersion {
 		fmt.Println(strings.Join(versions(), "\n"))
@@ -60,6 +68,7 @@ func main() {
 	r, err := run(ctx, config{
 		server: *server, roundTrips: *roundTrips, uncontested: *solo, handovers: *handoverN,
 		crashes: *crashN, ttl: *ttl, idleWindow: *idleWindow, idleProcesses: *idleProcs,
+		sends: sendPlan{messages: *sends, workers: *sendWorkers, rounds: *sendRounds}, onlySends: *onlySends,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -85,6 +94,8 @@ type config struct {
 	roundTrips, uncontested, handovers int
 	crashes, idleProcesses             int
 	ttl, idleWindow                    time.Duration
+	sends                              sendPlan
+	onlySends                          bool
 }
 
 // display names of the peers in the table.
@@ -133,6 +144,11 @@ func run(ctx context.Context, cfg config) (report, error) {
 	r.rtWhat["redis"] = "Redis PING through go-redis, one connection"
 	r.rtWhat["etcd"] = "etcd Get of one key through clientv3, linearizable (the default), one connection"
 
+	if cfg.onlySends {
+		r.rows = append(r.rows, sendRows(ctx, rs.Addr, cfg.sends)...)
+		r.elapsed = time.Since(start)
+		return r, nil
+	}
 	t := timingsOf(cfg.ttl)
 	traces := map[string]int{}
 	herd := herdPeer(rs.Addr, nil, func(s string) { traces[s]++ })
@@ -194,6 +210,10 @@ func run(ctx context.Context, cfg config) (report, error) {
 			return r, err
 		}
 		r.rows = append(r.rows, rows...)
+	}
+	if p := cfg.sends; p.messages > 0 && p.workers > 0 && p.rounds > 0 {
+		log.Printf("durable sends beside task enqueues (%d rounds of %d, %d workers)", p.rounds, p.messages, p.workers)
+		r.rows = append(r.rows, sendRows(ctx, rs.Addr, p)...)
 	}
 	r.elapsed = time.Since(start)
 	return r, nil
@@ -265,6 +285,7 @@ func versions() []string {
 		{"github.com/bsm/redislock", "bsm/redislock"},
 		{"github.com/go-redsync/redsync/v4", "go-redsync/redsync"},
 		{"github.com/redis/go-redis/v9", "go-redis"},
+		{"github.com/hibiken/asynq", "hibiken/asynq"},
 	}
 	for _, w := range want {
 		for _, d := range bi.Deps {

@@ -24,11 +24,15 @@ type row struct {
 	// ttl, when set, also shows p50 and p99 as multiples of it.
 	ttl time.Duration
 	// herd is herd's row of the same measurement, when this row is a peer's;
-	// goal50 and goal99 are the largest herd ÷ peer ratios the issue accepts.
+	// goal50 and goal99 are the largest herd ÷ peer ratios the issue accepts
+	// (goal99 0: a goal on p50 alone).
 	herd           *row
 	goal50, goal99 float64
-	err            error
-	note           string
+	// goalText and metText, when set, are the goal and met cells of a row
+	// whose goal is not a ratio to a peer ("≤ 10µs").
+	goalText, metText string
+	err               error
+	note              string
 }
 
 // report is one run.
@@ -72,10 +76,17 @@ func (r report) cells(x row) []string {
 	}
 	if x.herd != nil && x.goal50 > 0 {
 		out[8] = "≤ " + benchkit.FormatRatio(x.goal50)
-		if x.value == "" {
+		switch {
+		case x.value != "":
+		case x.goal99 > 0:
 			out[8] += " / ≤ " + benchkit.FormatRatio(x.goal99)
+		default:
+			out[8] += " (p50)"
 		}
 		out[9] = r.met(x)
+	}
+	if x.goalText != "" {
+		out[8], out[9] = x.goalText, x.metText
 	}
 	return out
 }
@@ -97,6 +108,9 @@ func (r report) met(x row) string {
 		return "—"
 	}
 	ok50 := float64(h.s.P50)/float64(x.s.P50) <= x.goal50
+	if x.goal99 <= 0 { // a goal on p50 alone
+		return metIf(ok50)
+	}
 	ok99 := float64(h.s.P99)/float64(x.s.P99) <= x.goal99
 	switch {
 	case ok50 && ok99:

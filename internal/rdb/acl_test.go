@@ -130,7 +130,11 @@ func TestRefusedInboxScriptsWriteNothing(t *testing.T) {
 			}
 		}
 		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("b"), Message: []byte(`{"id":"m3"}`)}})
-		refused("inbox send", err)
+		refused("inbox send to a new inbox", err)
+		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m3"}`)}})
+		refused("inbox send to an inbox that exists", err)
+		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m3"}`)}, {Inbox: k.Inbox("b"), Message: []byte(`{"id":"m4"}`)}})
+		refused("inbox send to two inboxes", err)
 		_, err = rdb.InboxMove(ctx, c, k, "n1", a.Term, "g", k.Inbox("a"), []rdb.Move{{EntryID: old, To: k.Inbox("b")}})
 		refused("inbox move", err)
 		_, err = rdb.InboxAdopt(ctx, c, k, "n1", a.Term, "g", rdb.AdoptKeep, 10, []string{"a"})
@@ -139,6 +143,60 @@ func TestRefusedInboxScriptsWriteNothing(t *testing.T) {
 		refused("inbox dead", err)
 		_, err = rdb.DeadRetry(ctx, c, k, dead, "b")
 		refused("dead retry", err)
+	})
+}
+
+// TestInboxSendToAnInboxTheUserMayNotWrite: a send to two inboxes by a
+// user whose ACL lets it XADD to the first inbox but not to the second (a
+// selector: EVALSHA itself, which checks the keys it is given, is
+// allowed) adds nothing to either: inbox_send checks every write before
+// its first when a call writes to more than one inbox.
+func TestInboxSendToAnInboxTheUserMayNotWrite(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		admin := inst.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		k := keyspace.NewKeys("svc", false)
+		a, err := rdb.Acquire(ctx, admin, k, "n1", time.Minute, nil, 0)
+		if err != nil || a.Term == 0 {
+			t.Fatalf("admin acquire = %+v, %v", a, err)
+		}
+		for _, id := range []string{"a", "b"} {
+			if _, err := rdb.RegistryPut(ctx, admin, k, rdb.Put{Mode: rdb.TTLEmulated, ID: id, Value: []byte(`{"processId":"` + id + `"}`), Role: "slave", TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			// Both inboxes exist: the sends take the path without SADD.
+			if err := admin.XGroupCreateMkStream(ctx, k.Inbox(id), keyspace.InboxGroup, "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := admin.SAdd(ctx, k.Inboxes, id).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Every command but XADD on every key; XADD on a's inbox alone.
+		if err := admin.Do(ctx, "ACL", "SETUSER", "onlya", "on", ">pw", "+@all", "-xadd", "~*", "&*",
+			"(+xadd ~"+k.Inbox("a")+")").Err(); err != nil {
+			t.Fatal(err)
+		}
+		opts := inst.Options()
+		opts.Username, opts.Password = "onlya", "pw"
+		c := redis.NewClient(opts)
+		defer c.Close()
+		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m1"}`)}, {Inbox: k.Inbox("b"), Message: []byte(`{"id":"m2"}`)}})
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "XADD "+k.Inbox("b")) {
+			t.Errorf("send to a and b = %v, want NOPERM naming XADD to %s", err, k.Inbox("b"))
+		}
+		for _, id := range []string{"a", "b"} {
+			if n, err := admin.XLen(ctx, k.Inbox(id)).Result(); err != nil || n != 0 {
+				t.Errorf("XLEN of %s's inbox = %d, %v; want 0: nothing written", id, n, err)
+			}
+		}
+		// Alone, a's message goes.
+		ids, err := rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m1"}`)}})
+		if err != nil || len(ids) != 1 || ids[0] == rdb.SentFull || ids[0] == rdb.SentNotLive {
+			t.Errorf("send to a alone = %q, %v; want a new entry", ids, err)
+		}
 	})
 }
 

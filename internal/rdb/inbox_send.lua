@@ -28,18 +28,58 @@
 --          Or the integer -1, and nothing is added, when the lock is not the
 --          sender's under that term. An error when KEYS and ARGV do not pair
 --          up or an inbox key does not start with ARGV[4].
-if #KEYS - 5 ~= #ARGV - 4 or #KEYS < 6 then
-  return redis.error_reply('ERR inbox_send: want one inbox key per message, got ' .. (#KEYS - 5) .. ' keys and ' .. (#ARGV - 4) .. ' messages')
+--
+-- The cost of one call is what a producer pays per message, so the common
+-- case does only what safety needs: the fence (two GETs), the registry
+-- check (HEXISTS, plus ZSCORE on the emulated registry), XLEN when there is
+-- a limit, and one XADD NOMKSTREAM. Only an inbox that does not exist yet
+-- is added to the inbox set (SADD) and created: every inbox that exists is
+-- in the set, as herd writes them (a Consumer creates its inbox and joins
+-- the set in one transaction; an inbox leaves the set only when it is
+-- deleted). A call is refused by the ACL without writing anything: when it
+-- writes to one inbox, its first write is the XADD itself (NOMKSTREAM; a
+-- refusal ends the script before anything was written), or on a new inbox
+-- the SADD and XADD, checked before (refused in writes.lua); when it writes
+-- to several, every write is checked before the first.
+local n = #KEYS - 5
+if n < 1 or n ~= #ARGV - 4 then
+  return redis.error_reply('ERR inbox_send: want one inbox key per message, got ' .. n .. ' keys and ' .. (#ARGV - 4) .. ' messages')
 end
 local prefix = ARGV[4]
--- The inbox keys checked, then the fence, then every write checked against
--- the user's ACL before the first one (writes.lua).
-local stop = notInbox('inbox_send', prefix, 6) or fencedWrites('inbox send', {{'SADD', KEYS[5], 'x'}}, 6)
+local stop = notInbox('inbox_send', prefix, 6)
 if stop then
   return stop
 end
-local live = {}
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
+  return -1
+end
+local checked = false
+for i = 7, #KEYS do
+  if KEYS[i] ~= KEYS[6] then
+    checked = true
+    break
+  end
+end
+if checked then
+  local writes = {{'SADD', KEYS[5], 'x'}}
+  for i = 6, #KEYS do
+    writes[#writes + 1] = {'XADD', KEYS[i], '*', 't', '0', 'm', 'x'}
+  end
+  stop = refused('inbox send', writes)
+  if stop then
+    return stop
+  end
+end
+-- aclRefusal tells whether err is the ACL's refusal of a command, in the
+-- words of Redis 7.0 ("can't run this command"), Redis 8 and Valkey ("ACL
+-- failure") or outside scripts (NOPERM).
+local function aclRefusal(err)
+  return string.find(err, 'NOPERM', 1, true) or string.find(err, "can't run this command", 1, true) or
+    string.find(err, 'ACL failure', 1, true)
+end
+local term = ARGV[2]
 local cap = tonumber(ARGV[3]) or 0
+local live = {}
 local len = {}
 local ids = {}
 for i = 6, #KEYS do
@@ -47,11 +87,8 @@ for i = 6, #KEYS do
   local id = string.sub(k, #prefix + 1)
   if live[id] == nil then
     live[id] = isLive(KEYS[3], KEYS[4], id)
-    if live[id] then
-      redis.call('SADD', KEYS[5], id)
-    end
   end
-  if cap > 0 and len[k] == nil then
+  if cap > 0 and live[id] and len[k] == nil then
     len[k] = redis.call('XLEN', k)
   end
   if not live[id] then
@@ -59,7 +96,27 @@ for i = 6, #KEYS do
   elseif cap > 0 and len[k] >= cap then
     ids[#ids + 1] = 0
   else
-    ids[#ids + 1] = redis.call('XADD', k, '*', 't', ARGV[2], 'm', ARGV[i - 1])
+    local e = redis.pcall('XADD', k, 'NOMKSTREAM', '*', 't', term, 'm', ARGV[i - 1])
+    if type(e) == 'table' then
+      -- Refused (or the key holds another type): nothing was written when
+      -- the writes were not checked before, as this is the first.
+      if not checked and aclRefusal(e.err) then
+        return redis.error_reply('NOPERM this user has no permissions to run XADD ' .. k .. ' (herd inbox send script; nothing was written)')
+      end
+      return redis.error_reply(e.err)
+    end
+    if not e then
+      -- No inbox yet: it joins the set as it is created.
+      if not checked then
+        stop = refused('inbox send', {{'SADD', KEYS[5], 'x'}, {'XADD', k, '*', 't', '0', 'm', 'x'}})
+        if stop then
+          return stop
+        end
+      end
+      redis.call('SADD', KEYS[5], id)
+      e = redis.call('XADD', k, '*', 't', term, 'm', ARGV[i - 1])
+    end
+    ids[#ids + 1] = e
     if cap > 0 then
       len[k] = len[k] + 1
     end

@@ -3,6 +3,7 @@ package rdb_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/internal/testkit/benchkit"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/keyspace"
 )
@@ -311,4 +314,62 @@ func TestLoadCachesTheInboxScripts(t *testing.T) {
 	if got := h.Take(); !slices.Equal(got, []string{"evalsha", "evalsha"}) {
 		t.Errorf("round trips %q; want two EVALSHA", got)
 	}
+}
+
+// TestInboxSendCost guards what one send costs Redis: on an inbox that
+// exists, one script call whose body runs two GETs (the fence), HEXISTS
+// and ZSCORE (the registry check), XLEN (the limit) and one XADD, and no
+// SADD; the first send to a new inbox also adds it to the inbox set.
+// Counted from INFO commandstats of a server of the test's own.
+func TestInboxSendCost(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		c := redistest.Start(t, s).Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		k := keyspace.NewKeys("svc", false)
+		a, err := rdb.Acquire(ctx, c, k, "m", time.Minute, nil, 0)
+		if err != nil || a.Term == 0 {
+			t.Fatalf("acquire = %+v, %v", a, err)
+		}
+		if _, err := rdb.RegistryPut(ctx, c, k, rdb.Put{Mode: rdb.TTLEmulated, ID: "p1", Value: []byte(`{"processId":"p1"}`), Role: "slave", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		send := func() {
+			t.Helper()
+			ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 1000, []rdb.Queued{{Inbox: k.Inbox("p1"), Message: []byte(`{"id":"x"}`)}})
+			if err != nil || len(ids) != 1 || ids[0] == rdb.SentFull || ids[0] == rdb.SentNotLive {
+				t.Fatalf("send = %q, %v", ids, err)
+			}
+		}
+		calls := func() benchkit.CommandStats {
+			t.Helper()
+			info, err := c.Info(ctx, "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return benchkit.ParseCommandStats(info)
+		}
+		before := calls()
+		send()
+		first := calls().Sub(before)
+		delete(first, "info")
+		// The NOMKSTREAM XADD finds no inbox, so the inbox joins the set and
+		// is created; the script is not cached yet (EVALSHA, then EVAL).
+		if want := (benchkit.CommandStats{"evalsha": 1, "eval": 1, "get": 2, "hexists": 1, "zscore": 1, "time": 1, "xlen": 1, "xadd": 2, "sadd": 1}); !maps.Equal(first, want) {
+			t.Errorf("first send ran %v, want %v", first, want)
+		}
+		if ok, err := c.SIsMember(ctx, k.Inboxes, "p1").Result(); err != nil || !ok {
+			t.Errorf("p1 in the inbox set = %v, %v; want true", ok, err)
+		}
+		const n = 10
+		before = calls()
+		for range n {
+			send()
+		}
+		warm := calls().Sub(before)
+		delete(warm, "info")
+		if want := (benchkit.CommandStats{"evalsha": n, "get": 2 * n, "hexists": n, "zscore": n, "time": n, "xlen": n, "xadd": n}); !maps.Equal(warm, want) {
+			t.Errorf("%d sends to an inbox that exists ran %v, want %v", n, warm, want)
+		}
+	})
 }

@@ -190,3 +190,18 @@ func TestMachineString(t *testing.T) {
 		t.Errorf("String with a load = %q", got)
 	}
 }
+
+func TestCommandUsec(t *testing.T) {
+	info := "# Commandstats\r\n" +
+		"cmdstat_get:calls=12,usec=3,usec_per_call=0.25,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha:calls=7,usec=87,usec_per_call=12.4,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_broken:calls=x\r\n"
+	if calls, usec, ok := CommandUsec(info, "evalsha"); !ok || calls != 7 || usec != 87 {
+		t.Errorf("CommandUsec(evalsha) = %d, %d, %v; want 7, 87, true", calls, usec, ok)
+	}
+	for _, cmd := range []string{"broken", "ping", "client"} {
+		if _, _, ok := CommandUsec(info, cmd); ok {
+			t.Errorf("CommandUsec(%s) found, want not found", cmd)
+		}
+	}
+}

@@ -55,3 +55,28 @@ func (s CommandStats) Total(except ...string) int64 {
 	}
 	return t
 }
+
+// CommandUsec reads the calls of command and the microseconds Redis spent
+// executing them from an INFO commandstats reply.
+func CommandUsec(info, command string) (calls, usec int64, ok bool) {
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, found := strings.Cut(strings.TrimSpace(line), ":")
+		if !found || name != "cmdstat_"+command {
+			continue
+		}
+		var gotCalls, gotUsec bool
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, err := strconv.ParseInt(v, 10, 64)
+			switch {
+			case err != nil:
+			case k == "calls":
+				calls, gotCalls = n, true
+			case k == "usec":
+				usec, gotUsec = n, true
+			}
+		}
+		return calls, usec, gotCalls && gotUsec
+	}
+	return 0, 0, false
+}

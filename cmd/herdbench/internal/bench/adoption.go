@@ -60,7 +60,7 @@ func usecs(ctx context.Context, c redis.UniversalClient, cmds []string) (map[str
 	}
 	out := make(map[string]int64, len(cmds))
 	for _, cmd := range cmds {
-		_, usec, _ := commandUsec(info, cmd) // absent: not called yet
+		_, usec, _ := benchkit.CommandUsec(info, cmd) // absent: not called yet
 		out[cmd] = usec
 	}
 	return out, nil

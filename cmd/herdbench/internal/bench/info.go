@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -73,31 +72,6 @@ func serverCPU(ctx context.Context, c redis.UniversalClient) (float64, error) {
 	return ServerCPU(info)
 }
 
-// commandUsec reads the calls of command and the microseconds Redis spent
-// executing them from an INFO commandstats reply.
-func commandUsec(info, command string) (calls, usec int64, ok bool) {
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, found := strings.Cut(strings.TrimSpace(line), ":")
-		if !found || name != "cmdstat_"+command {
-			continue
-		}
-		var gotCalls, gotUsec bool
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, err := strconv.ParseInt(v, 10, 64)
-			switch {
-			case err != nil:
-			case k == "calls":
-				calls, gotCalls = n, true
-			case k == "usec":
-				usec, gotUsec = n, true
-			}
-		}
-		return calls, usec, gotCalls && gotUsec
-	}
-	return 0, 0, false
-}
-
 // ServerMicros calls op.Do n times (with op.Reset after each, untimed) and
 // returns the mean time Redis spent executing command per call, in
 // microseconds, from INFO commandstats before and after: what one call
@@ -113,7 +87,7 @@ func ServerMicros(ctx context.Context, c redis.UniversalClient, op Op, command s
 		if err != nil {
 			return 0, 0, err
 		}
-		calls, usec, _ := commandUsec(info, command) // absent: no call yet
+		calls, usec, _ := benchkit.CommandUsec(info, command) // absent: no call yet
 		return calls, usec, nil
 	}
 	calls0, usec0, err := read()

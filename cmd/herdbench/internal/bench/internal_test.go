@@ -9,21 +9,6 @@ import (
 	"github.com/herdkit/herd/internal/testkit/benchkit"
 )
 
-func TestCommandUsec(t *testing.T) {
-	info := "# Commandstats\r\n" +
-		"cmdstat_get:calls=12,usec=3,usec_per_call=0.25,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_evalsha:calls=7,usec=87,usec_per_call=12.4,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_broken:calls=x\r\n"
-	if calls, usec, ok := commandUsec(info, "evalsha"); !ok || calls != 7 || usec != 87 {
-		t.Errorf("commandUsec(evalsha) = %d, %d, %v; want 7, 87, true", calls, usec, ok)
-	}
-	for _, cmd := range []string{"broken", "ping", "client"} {
-		if _, _, ok := commandUsec(info, cmd); ok {
-			t.Errorf("commandUsec(%s) found, want not found", cmd)
-		}
-	}
-}
-
 func TestServerCPU(t *testing.T) {
 	tests := []struct {
 		name    string

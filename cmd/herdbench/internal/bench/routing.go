@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/testkit/benchkit"
 	"github.com/herdkit/herd/pubsub"
 )
 
@@ -49,7 +50,7 @@ func meterScripts(ctx context.Context, admin redis.UniversalClient) func() time.
 		if err != nil {
 			return 0, 0, false
 		}
-		calls, usec, _ := commandUsec(info, "evalsha") // absent: no call yet
+		calls, usec, _ := benchkit.CommandUsec(info, "evalsha") // absent: no call yet
 		return calls, usec, true
 	}
 	c0, u0, ok0 := read()

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/testkit/benchkit"
+	"github.com/herdkit/herd/masterelection"
+)
+
+// sendPlan sizes the durable-send comparison: rounds rounds of each sender,
+// taking turns (herd, asynq, herd, asynq, ...), each round messages sends
+// one at a time to workers workers that handle one message at a time.
+type sendPlan struct {
+	messages, workers, rounds int
+}
+
+// job is the payload of every message: what a web backend hands a worker.
+type job struct {
+	N    int    `json:"n"`
+	Kind string `json:"kind"`
+}
+
+// sendRound is what one round of one sender measured.
+type sendRound struct {
+	calls   []time.Duration // each Send or Enqueue call
+	elapsed time.Duration   // first call → every message handled
+	// scripts and scriptUsec are the script calls (EVALSHA) Redis ran during
+	// the sends and the microseconds it spent in them (INFO commandstats).
+	scripts, scriptUsec int64
+}
+
+// sendTotals pools the rounds of one sender.
+type sendTotals struct {
+	calls               []time.Duration
+	messages            int
+	elapsed             time.Duration
+	scripts, scriptUsec int64
+	err                 error
+}
+
+func (t *sendTotals) add(r sendRound, n int, err error) {
+	if err != nil {
+		t.err = errors.Join(t.err, err)
+		return
+	}
+	t.calls = append(t.calls, r.calls...)
+	t.messages += n
+	t.elapsed += r.elapsed
+	t.scripts += r.scripts
+	t.scriptUsec += r.scriptUsec
+}
+
+// rate is the end-to-end throughput, messages per second.
+func (t *sendTotals) rate() float64 {
+	if t.elapsed <= 0 {
+		return 0
+	}
+	return float64(t.messages) / t.elapsed.Seconds()
+}
+
+// perScript is the mean time Redis spent in one script call.
+func (t *sendTotals) perScript() time.Duration {
+	if t.scripts == 0 {
+		return 0
+	}
+	return time.Duration(t.scriptUsec) * time.Microsecond / time.Duration(t.scripts)
+}
+
+// sendRows measures a durable Router.Send beside asynq's Client.Enqueue, the
+// Redis task queue Go users pick to hand work to workers at least once, and
+// beside a plain XADD, on the server at addr.
+func sendRows(ctx context.Context, addr string, plan sendPlan) []row {
+	var herd, queue sendTotals
+	for i := range plan.rounds {
+		r, err := herdSends(ctx, addr, plan, i)
+		herd.add(r, plan.messages, err)
+		r, err = asynqSends(ctx, addr, plan)
+		queue.add(r, plan.messages, err)
+	}
+	xadd, xaddUsec, xerr := xaddCalls(ctx, addr, plan.messages)
+
+	call := &row{id: "5a", what: "durable send call: Router.Send of one message, one at a time", peer: "herd", store: "redis", s: benchkit.Summarize(herd.calls), err: herd.err,
+		note: fmt.Sprintf("A master (masterelection.New, default timings) with a durable.Router on its client; %d slaves (NonCandidate elections) each with a durable.Consumer (Terms and Holds set from its election, defaults otherwise) whose handler does nothing; %d rounds of %d sends, taking turns with asynq's, round-robin over the slaves, each Send timed on its own. The payload is a small struct, JSON-encoded by Send.", plan.workers, plan.rounds, plan.messages)}
+	tput := &row{id: "5d", what: "durable end to end: sequential Router.Send → every message handled", peer: "herd", store: "redis", err: herd.err,
+		value: fmt.Sprintf("%.0f msg/s", herd.rate()), x: 1 / herd.rate(),
+		note: "As 5a: from the first Send of a round until each slave's handler ran for every message of the round, summed over the rounds."}
+	inside := &row{id: "5f", what: "durable send inside Redis: EVALSHA time per call (inbox_send)", peer: "herd", store: "redis", err: herd.err,
+		value: benchkit.FormatDuration(herd.perScript()), goalText: "≤ 10µs", metText: metIf(herd.err == nil && herd.perScript() <= 10*time.Microsecond),
+		note: fmt.Sprintf("INFO commandstats over 5a's sends: %d script calls (the sends, and the elections' few renewals and heartbeats among them), %d µs in all.", herd.scripts, herd.scriptUsec)}
+	return []row{*call,
+		{id: "5b", what: "task enqueue call: Client.Enqueue of one task, one at a time", peer: "hibiken/asynq", store: "redis", s: benchkit.Summarize(queue.calls), err: queue.err, herd: call, goal50: 1,
+			note: fmt.Sprintf("asynq's Client and a Server with Concurrency %d (one queue, defaults otherwise) whose handler does nothing; rounds as 5a's, the same payload JSON-encoded by the caller.", plan.workers)},
+		{id: "5c", what: "plain XADD of one entry, one at a time", peer: "go-redis", store: "redis", s: benchkit.Summarize(xadd), err: xerr, herd: call,
+			note: fmt.Sprintf("The floor under 5a: XADD of an entry of the size of 5a's (fields t and m, a 160-byte value) to a stream nobody reads; %s inside Redis per call.", benchkit.FormatDuration(xaddUsec))},
+		*tput,
+		{id: "5e", what: "task queue end to end: sequential Enqueue → every task handled", peer: "hibiken/asynq", store: "redis", err: queue.err, herd: tput, goal50: 1,
+			value: fmt.Sprintf("%.0f msg/s", queue.rate()), x: 1 / queue.rate(),
+			note: "As 5d. asynq's workers look for tasks again a random 0.5-1.5 s after they found none (its TaskCheckInterval, 1 s by default), which counts here as it would for a user. herd ÷ peer compares the time per message."},
+		*inside,
+		{id: "5g", what: "task enqueue inside Redis: EVALSHA time per call", peer: "hibiken/asynq", store: "redis", err: queue.err,
+			value: benchkit.FormatDuration(queue.perScript()),
+			note:  fmt.Sprintf("As 5f over 5b's enqueues: %d script calls (the enqueues, and the workers' dequeues and completions among them), %d µs in all.", queue.scripts, queue.scriptUsec)},
+	}
+}
+
+// metIf is a goal's "met" cell.
+func metIf(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+// herdSends runs one round of durable sends on a lock of its own.
+func herdSends(ctx context.Context, addr string, plan sendPlan, round int) (sendRound, error) {
+	lock := fmt.Sprintf("herdpeers-send-%d", round)
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	start := func(id string, nonCandidate bool) (*masterelection.MasterElection, *redis.Client, error) {
+		c, err := connectRedis(ctx, addr, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		stops = append(stops, func() { _ = c.Close() })
+		cfg := masterelection.DefaultConfig()
+		cfg.LockName, cfg.NodeID, cfg.NonCandidate = lock, id, nonCandidate
+		m, err := masterelection.New(c, cfg)
+		if err == nil {
+			err = m.Start(ctx)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("herd %s: %w", id, err)
+		}
+		stops = append(stops, func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = m.Stop(sctx)
+		})
+		return m, c, nil
+	}
+	master, mc, err := start("master", false)
+	if err != nil {
+		return sendRound{}, err
+	}
+	if !master.IsMaster() {
+		return sendRound{}, fmt.Errorf("herd: Start on the fresh lock %q returned as slave", lock)
+	}
+	var handled atomic.Int64
+	ids := make([]string, plan.workers)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("worker-%d", i)
+		e, c, err := start(ids[i], true)
+		if err != nil {
+			return sendRound{}, err
+		}
+		con, err := durable.NewConsumer(c, ids[i], durable.Config{LockName: lock, Terms: e, Holds: e.HoldsNodeID})
+		if err != nil {
+			return sendRound{}, err
+		}
+		con.HandleDefault(func(context.Context, durable.Delivery) error { handled.Add(1); return nil })
+		if err := con.Start(ctx); err != nil {
+			return sendRound{}, err
+		}
+		stops = append(stops, func() { _ = con.Close() })
+	}
+	router, err := durable.NewRouter(mc, master, nil, durable.Config{LockName: lock})
+	if err != nil {
+		return sendRound{}, err
+	}
+	send := func(ctx context.Context, i int) error {
+		_, err := router.Send(ctx, ids[i%len(ids)], "job", job{N: i, Kind: "resize"})
+		return err
+	}
+	return timeSends(ctx, mc, plan.messages, send, &handled)
+}
+
+// asynqSends runs one round of asynq enqueues.
+func asynqSends(ctx context.Context, addr string, plan sendPlan) (sendRound, error) {
+	opt := asynq.RedisClientOpt{Addr: addr}
+	client := asynq.NewClient(opt)
+	defer client.Close()
+	var handled atomic.Int64
+	srv := asynq.NewServer(opt, asynq.Config{Concurrency: plan.workers, LogLevel: asynq.ErrorLevel})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("job", func(context.Context, *asynq.Task) error { handled.Add(1); return nil })
+	if err := srv.Start(mux); err != nil {
+		return sendRound{}, fmt.Errorf("asynq server: %w", err)
+	}
+	defer srv.Shutdown()
+	admin, err := connectRedis(ctx, addr, nil)
+	if err != nil {
+		return sendRound{}, err
+	}
+	defer admin.Close()
+	send := func(ctx context.Context, i int) error {
+		b, err := json.Marshal(job{N: i, Kind: "resize"})
+		if err != nil {
+			return err
+		}
+		_, err = client.EnqueueContext(ctx, asynq.NewTask("job", b))
+		return err
+	}
+	return timeSends(ctx, admin, plan.messages, send, &handled)
+}
+
+// warmUp is the number of messages each round sends, and waits to be
+// handled, before it measures: connections are open, scripts loaded, the
+// workers busy.
+const warmUp = 100
+
+// timeSends sends warmUp messages and waits until handled counts them, then
+// times n calls of send one after the other and waits until handled counts
+// every message; admin reads the server's script time around the n calls.
+func timeSends(ctx context.Context, admin *redis.Client, n int, send func(context.Context, int) error, handled *atomic.Int64) (sendRound, error) {
+	for i := range warmUp {
+		if err := send(ctx, i); err != nil {
+			return sendRound{}, fmt.Errorf("warm-up send %d: %w", i, err)
+		}
+	}
+	if err := waitCount(ctx, handled, warmUp); err != nil {
+		return sendRound{}, fmt.Errorf("warm-up: %w", err)
+	}
+	before, err := scriptTime(ctx, admin)
+	if err != nil {
+		return sendRound{}, err
+	}
+	r := sendRound{calls: make([]time.Duration, n)}
+	t0 := time.Now()
+	for i := range n {
+		t := time.Now()
+		if err := send(ctx, warmUp+i); err != nil {
+			return sendRound{}, fmt.Errorf("send %d: %w", i, err)
+		}
+		r.calls[i] = time.Since(t)
+	}
+	after, err := scriptTime(ctx, admin)
+	if err != nil {
+		return sendRound{}, err
+	}
+	if err := waitCount(ctx, handled, int64(warmUp+n)); err != nil {
+		return sendRound{}, err
+	}
+	r.elapsed = time.Since(t0)
+	r.scripts, r.scriptUsec = after[0]-before[0], after[1]-before[1]
+	return r, nil
+}
+
+// scriptTime reads the script calls Redis ran and the microseconds it
+// spent in them.
+func scriptTime(ctx context.Context, c *redis.Client) ([2]int64, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return [2]int64{}, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	calls, usec, _ := benchkit.CommandUsec(info, "evalsha") // absent: none yet
+	return [2]int64{calls, usec}, nil
+}
+
+// waitCount waits until c reaches want, for at most a minute.
+func waitCount(ctx context.Context, c *atomic.Int64, want int64) error {
+	deadline := time.Now().Add(time.Minute)
+	for c.Load() < want {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d messages handled after a minute", c.Load(), want)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
+}
+
+// xaddCalls times n plain XADDs of an entry of a durable send's size, one
+// at a time, and returns them with Redis's time per XADD.
+func xaddCalls(ctx context.Context, addr string, n int) ([]time.Duration, time.Duration, error) {
+	c, err := connectRedis(ctx, addr, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer c.Close()
+	const stream = "herdpeers-send-xadd"
+	defer c.Del(context.WithoutCancel(ctx), stream)
+	value := strings.Repeat("x", 160)
+	add := func() error {
+		return c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"t", "1", "m", value}}).Err()
+	}
+	for range warmUp {
+		if err := add(); err != nil {
+			return nil, 0, err
+		}
+	}
+	usec := func() (int64, int64, error) {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return 0, 0, err
+		}
+		calls, us, _ := benchkit.CommandUsec(info, "xadd")
+		return calls, us, nil
+	}
+	c0, u0, err := usec()
+	if err != nil {
+		return nil, 0, err
+	}
+	calls := make([]time.Duration, n)
+	for i := range calls {
+		t := time.Now()
+		if err := add(); err != nil {
+			return nil, 0, err
+		}
+		calls[i] = time.Since(t)
+	}
+	c1, u1, err := usec()
+	if err != nil || c1 <= c0 {
+		return calls, 0, err
+	}
+	return calls, time.Duration(u1-u0) * time.Microsecond / time.Duration(c1-c0), nil
+}
