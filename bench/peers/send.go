@@ -33,19 +33,28 @@ type job struct {
 // sendRound is what one round of one sender measured.
 type sendRound struct {
 	calls   []time.Duration // each Send or Enqueue call
+	started time.Time       // the first call
 	elapsed time.Duration   // first call → every message handled
-	// scripts and scriptUsec are the script calls (EVALSHA) Redis ran during
-	// the sends and the microseconds it spent in them (INFO commandstats).
-	scripts, scriptUsec int64
+	// inside is, per command of insideCommands, the calls Redis ran during
+	// the sends and the microseconds it spent in them (INFO commandstats):
+	// EVALSHA's whole time, and the commands scripts ran.
+	inside map[string]usage
 }
+
+// usage is one command's calls and microseconds.
+type usage struct{ calls, usec int64 }
+
+// insideCommands are the commands whose time inside Redis the rounds
+// report: the script calls, and what inbox_send.lua runs.
+var insideCommands = []string{"evalsha", "get", "hexists", "zscore", "time", "xlen", "xadd", "sadd"}
 
 // sendTotals pools the rounds of one sender.
 type sendTotals struct {
-	calls               []time.Duration
-	messages            int
-	elapsed             time.Duration
-	scripts, scriptUsec int64
-	err                 error
+	calls    []time.Duration
+	messages int
+	elapsed  time.Duration
+	inside   map[string]usage
+	err      error
 }
 
 func (t *sendTotals) add(r sendRound, n int, err error) {
@@ -56,8 +65,12 @@ func (t *sendTotals) add(r sendRound, n int, err error) {
 	t.calls = append(t.calls, r.calls...)
 	t.messages += n
 	t.elapsed += r.elapsed
-	t.scripts += r.scripts
-	t.scriptUsec += r.scriptUsec
+	if t.inside == nil {
+		t.inside = map[string]usage{}
+	}
+	for cmd, u := range r.inside {
+		t.inside[cmd] = usage{t.inside[cmd].calls + u.calls, t.inside[cmd].usec + u.usec}
+	}
 }
 
 // rate is the end-to-end throughput, messages per second.
@@ -69,48 +82,86 @@ func (t *sendTotals) rate() float64 {
 }
 
 // perScript is the mean time Redis spent in one script call.
-func (t *sendTotals) perScript() time.Duration {
-	if t.scripts == 0 {
+func (t *sendTotals) perScript() time.Duration { return t.per("evalsha", t.inside["evalsha"].calls) }
+
+// per is the time Redis spent in cmd over the rounds, per n calls of the
+// script (0 without calls).
+func (t *sendTotals) per(cmd string, n int64) time.Duration {
+	if n == 0 {
 		return 0
 	}
-	return time.Duration(t.scriptUsec) * time.Microsecond / time.Duration(t.scripts)
+	return time.Duration(t.inside[cmd].usec) * time.Microsecond / time.Duration(n)
+}
+
+// breakdown tells, per script call, the calls and time of each command a
+// script ran: "GET 2.00 × 0.25µs, ...".
+func (t *sendTotals) breakdown() string {
+	n := t.inside["evalsha"].calls
+	var parts []string
+	for _, cmd := range insideCommands[1:] {
+		u := t.inside[cmd]
+		if u.calls == 0 || n == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f in %s", strings.ToUpper(cmd), float64(u.calls)/float64(n), benchkit.FormatDuration(t.per(cmd, n))))
+	}
+	if len(parts) == 0 {
+		return "none counted"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // sendRows measures a durable Router.Send beside asynq's Client.Enqueue, the
 // Redis task queue Go users pick to hand work to workers at least once, and
 // beside a plain XADD, on the server at addr.
 func sendRows(ctx context.Context, addr string, plan sendPlan) []row {
-	var herd, queue sendTotals
+	var herd, alone, queue sendTotals
 	for i := range plan.rounds {
-		r, err := herdSends(ctx, addr, plan, i)
+		r, a, err := herdSends(ctx, addr, plan, i)
 		herd.add(r, plan.messages, err)
+		alone.add(a, plan.messages, err)
 		r, err = asynqSends(ctx, addr, plan)
 		queue.add(r, plan.messages, err)
 	}
 	xadd, xaddUsec, xerr := xaddCalls(ctx, addr, plan.messages)
 
-	call := &row{id: "5a", what: "durable send call: Router.Send of one message, one at a time", peer: "herd", store: "redis", s: benchkit.Summarize(herd.calls), err: herd.err,
-		note: fmt.Sprintf("A master (masterelection.New, default timings) with a durable.Router on its client; %d slaves (NonCandidate elections) each with a durable.Consumer (Terms and Holds set from its election, defaults otherwise) whose handler does nothing; %d rounds of %d sends, taking turns with asynq's, round-robin over the slaves, each Send timed on its own. The payload is a small struct, JSON-encoded by Send.", plan.workers, plan.rounds, plan.messages)}
-	tput := &row{id: "5d", what: "durable end to end: sequential Router.Send → every message handled", peer: "herd", store: "redis", err: herd.err,
+	call := &row{id: "5a", what: "durable send call: Router.Send of one message, one at a time, slaves reading", peer: "herd", store: "redis", s: benchkit.Summarize(herd.calls), err: herd.err,
+		note: fmt.Sprintf("A master (masterelection.New, default timings) with a durable.Router on its client; %d slaves (NonCandidate elections) each with a durable.Consumer (Terms and Holds set from its election, defaults otherwise) whose handler does nothing, all in this process; %d rounds of %d sends, taking turns with asynq's, round-robin over the slaves, each Send timed on its own. The payload is a small struct, JSON-encoded by Send. Each send wakes a Consumer, whose read, handler and acknowledgement share the two cores with the next send.", plan.workers, plan.rounds, plan.messages)}
+	quiet := &row{id: "5c", what: "durable send call: Router.Send of one message, one at a time, no slave reading", peer: "herd", store: "redis", s: benchkit.Summarize(alone.calls), err: alone.err,
+		note: fmt.Sprintf("After each 5a round, its Consumers closed, %d more sends as 5a's: the condition asynq's enqueues (5b) run in, whose workers look for tasks only a random 0.5-1.5 s after they found none. herd ÷ asynq p50: %s.", plan.messages, ratioText(alone.calls, queue.calls))}
+	tput := &row{id: "5e", what: "durable end to end: sequential Router.Send → every message handled", peer: "herd", store: "redis", err: herd.err,
 		value: fmt.Sprintf("%.0f msg/s", herd.rate()), x: 1 / herd.rate(),
 		note: "As 5a: from the first Send of a round until each slave's handler ran for every message of the round, summed over the rounds."}
-	inside := &row{id: "5f", what: "durable send inside Redis: EVALSHA time per call (inbox_send)", peer: "herd", store: "redis", err: herd.err,
-		value: benchkit.FormatDuration(herd.perScript()), goalText: "≤ 10µs", metText: metIf(herd.err == nil && herd.perScript() <= 10*time.Microsecond),
-		note: fmt.Sprintf("INFO commandstats over 5a's sends: %d script calls (the sends, and the elections' few renewals and heartbeats among them), %d µs in all.", herd.scripts, herd.scriptUsec)}
+	insideNote := "INFO commandstats over the sends: %d script calls (the sends, and the elections' few renewals and heartbeats among them), %d µs in all. Per call, the commands the scripts ran (how many, then their own time; the rest of the script's time is Lua, calling them and the call itself): %s."
 	return []row{*call,
 		{id: "5b", what: "task enqueue call: Client.Enqueue of one task, one at a time", peer: "hibiken/asynq", store: "redis", s: benchkit.Summarize(queue.calls), err: queue.err, herd: call, goal50: 1,
 			note: fmt.Sprintf("asynq's Client and a Server with Concurrency %d (one queue, defaults otherwise) whose handler does nothing; rounds as 5a's, the same payload JSON-encoded by the caller.", plan.workers)},
-		{id: "5c", what: "plain XADD of one entry, one at a time", peer: "go-redis", store: "redis", s: benchkit.Summarize(xadd), err: xerr, herd: call,
+		*quiet,
+		{id: "5d", what: "plain XADD of one entry, one at a time", peer: "go-redis", store: "redis", s: benchkit.Summarize(xadd), err: xerr, herd: call,
 			note: fmt.Sprintf("The floor under 5a: XADD of an entry of the size of 5a's (fields t and m, a 160-byte value) to a stream nobody reads; %s inside Redis per call.", benchkit.FormatDuration(xaddUsec))},
 		*tput,
-		{id: "5e", what: "task queue end to end: sequential Enqueue → every task handled", peer: "hibiken/asynq", store: "redis", err: queue.err, herd: tput, goal50: 1,
+		{id: "5f", what: "task queue end to end: sequential Enqueue → every task handled", peer: "hibiken/asynq", store: "redis", err: queue.err, herd: tput, goal50: 1,
 			value: fmt.Sprintf("%.0f msg/s", queue.rate()), x: 1 / queue.rate(),
-			note: "As 5d. asynq's workers look for tasks again a random 0.5-1.5 s after they found none (its TaskCheckInterval, 1 s by default), which counts here as it would for a user. herd ÷ peer compares the time per message."},
-		*inside,
-		{id: "5g", what: "task enqueue inside Redis: EVALSHA time per call", peer: "hibiken/asynq", store: "redis", err: queue.err,
+			note: "As 5e. asynq's workers look for tasks again a random 0.5-1.5 s after they found none (its TaskCheckInterval, 1 s by default), which counts here as it would for a user. herd ÷ peer compares the time per message."},
+		{id: "5g", what: "durable send inside Redis: EVALSHA time per call (inbox_send), slaves reading", peer: "herd", store: "redis", err: herd.err,
+			value: benchkit.FormatDuration(herd.perScript()), goalText: "≤ 10µs", metText: metIf(herd.err == nil && herd.perScript() <= 10*time.Microsecond),
+			note: fmt.Sprintf("5a's sends. "+insideNote+" Redis's clock runs on while the consumers' threads take the core from it.", herd.inside["evalsha"].calls, herd.inside["evalsha"].usec, herd.breakdown())},
+		{id: "5h", what: "durable send inside Redis: EVALSHA time per call (inbox_send), no slave reading", peer: "herd", store: "redis", err: alone.err,
+			value: benchkit.FormatDuration(alone.perScript()), goalText: "≤ 10µs", metText: metIf(alone.err == nil && alone.perScript() <= 10*time.Microsecond),
+			note: fmt.Sprintf("5c's sends. "+insideNote, alone.inside["evalsha"].calls, alone.inside["evalsha"].usec, alone.breakdown())},
+		{id: "5i", what: "task enqueue inside Redis: EVALSHA time per call", peer: "hibiken/asynq", store: "redis", err: queue.err,
 			value: benchkit.FormatDuration(queue.perScript()),
-			note:  fmt.Sprintf("As 5f over 5b's enqueues: %d script calls (the enqueues, and the workers' dequeues and completions among them), %d µs in all.", queue.scripts, queue.scriptUsec)},
+			note:  fmt.Sprintf("As 5g over 5b's enqueues: %d script calls (the enqueues, and any of the workers' dequeues and completions among them), %d µs in all.", queue.inside["evalsha"].calls, queue.inside["evalsha"].usec)},
 	}
+}
+
+// ratioText is a's p50 over b's: "0.92×"; "—" without samples.
+func ratioText(a, b []time.Duration) string {
+	sa, sb := benchkit.Summarize(a), benchkit.Summarize(b)
+	if sa.N == 0 || sb.N == 0 || sb.P50 <= 0 {
+		return "—"
+	}
+	return benchkit.FormatRatio(float64(sa.P50) / float64(sb.P50))
 }
 
 // metIf is a goal's "met" cell.
@@ -121,8 +172,9 @@ func metIf(ok bool) string {
 	return "no"
 }
 
-// herdSends runs one round of durable sends on a lock of its own.
-func herdSends(ctx context.Context, addr string, plan sendPlan, round int) (sendRound, error) {
+// herdSends runs one round of durable sends on a lock of its own, then
+// the same number of sends with the Consumers closed (alone).
+func herdSends(ctx context.Context, addr string, plan sendPlan, round int) (r, alone sendRound, err error) {
 	lock := fmt.Sprintf("herdpeers-send-%d", round)
 	var stops []func()
 	defer func() {
@@ -154,38 +206,51 @@ func herdSends(ctx context.Context, addr string, plan sendPlan, round int) (send
 	}
 	master, mc, err := start("master", false)
 	if err != nil {
-		return sendRound{}, err
+		return sendRound{}, sendRound{}, err
 	}
 	if !master.IsMaster() {
-		return sendRound{}, fmt.Errorf("herd: Start on the fresh lock %q returned as slave", lock)
+		return sendRound{}, sendRound{}, fmt.Errorf("herd: Start on the fresh lock %q returned as slave", lock)
 	}
 	var handled atomic.Int64
+	var consumers []*durable.Consumer
 	ids := make([]string, plan.workers)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("worker-%d", i)
 		e, c, err := start(ids[i], true)
 		if err != nil {
-			return sendRound{}, err
+			return sendRound{}, sendRound{}, err
 		}
 		con, err := durable.NewConsumer(c, ids[i], durable.Config{LockName: lock, Terms: e, Holds: e.HoldsNodeID})
 		if err != nil {
-			return sendRound{}, err
+			return sendRound{}, sendRound{}, err
 		}
 		con.HandleDefault(func(context.Context, durable.Delivery) error { handled.Add(1); return nil })
 		if err := con.Start(ctx); err != nil {
-			return sendRound{}, err
+			return sendRound{}, sendRound{}, err
 		}
 		stops = append(stops, func() { _ = con.Close() })
+		consumers = append(consumers, con)
 	}
 	router, err := durable.NewRouter(mc, master, nil, durable.Config{LockName: lock})
 	if err != nil {
-		return sendRound{}, err
+		return sendRound{}, sendRound{}, err
 	}
 	send := func(ctx context.Context, i int) error {
 		_, err := router.Send(ctx, ids[i%len(ids)], "job", job{N: i, Kind: "resize"})
 		return err
 	}
-	return timeSends(ctx, mc, plan.messages, send, &handled)
+	r, err = timeSends(ctx, mc, plan.messages, send, &handled)
+	if err != nil {
+		return r, sendRound{}, err
+	}
+	// The same sends with no Consumer reading: as asynq's enqueues run while
+	// its workers wait for their next look (5b), and Redis runs the script
+	// without the readers' commands between.
+	for _, con := range consumers {
+		_ = con.Close()
+	}
+	alone, err = timeCalls(ctx, mc, warmUp+plan.messages, plan.messages, send)
+	return r, alone, err
 }
 
 // asynqSends runs one round of asynq enqueues.
@@ -223,8 +288,8 @@ func asynqSends(ctx context.Context, addr string, plan sendPlan) (sendRound, err
 const warmUp = 100
 
 // timeSends sends warmUp messages and waits until handled counts them, then
-// times n calls of send one after the other and waits until handled counts
-// every message; admin reads the server's script time around the n calls.
+// times n calls of send one after the other (timeCalls) and waits until
+// handled counts every message.
 func timeSends(ctx context.Context, admin *redis.Client, n int, send func(context.Context, int) error, handled *atomic.Int64) (sendRound, error) {
 	for i := range warmUp {
 		if err := send(ctx, i); err != nil {
@@ -234,40 +299,56 @@ func timeSends(ctx context.Context, admin *redis.Client, n int, send func(contex
 	if err := waitCount(ctx, handled, warmUp); err != nil {
 		return sendRound{}, fmt.Errorf("warm-up: %w", err)
 	}
-	before, err := scriptTime(ctx, admin)
-	if err != nil {
-		return sendRound{}, err
-	}
-	r := sendRound{calls: make([]time.Duration, n)}
-	t0 := time.Now()
-	for i := range n {
-		t := time.Now()
-		if err := send(ctx, warmUp+i); err != nil {
-			return sendRound{}, fmt.Errorf("send %d: %w", i, err)
-		}
-		r.calls[i] = time.Since(t)
-	}
-	after, err := scriptTime(ctx, admin)
+	r, err := timeCalls(ctx, admin, warmUp, n, send)
 	if err != nil {
 		return sendRound{}, err
 	}
 	if err := waitCount(ctx, handled, int64(warmUp+n)); err != nil {
 		return sendRound{}, err
 	}
-	r.elapsed = time.Since(t0)
-	r.scripts, r.scriptUsec = after[0]-before[0], after[1]-before[1]
+	r.elapsed = time.Since(r.started)
 	return r, nil
 }
 
-// scriptTime reads the script calls Redis ran and the microseconds it
-// spent in them.
-func scriptTime(ctx context.Context, c *redis.Client) ([2]int64, error) {
+// timeCalls times n calls of send (numbered from first) one after the
+// other; admin reads the server's time inside scripts around them.
+func timeCalls(ctx context.Context, admin *redis.Client, first, n int, send func(context.Context, int) error) (sendRound, error) {
+	before, err := insideTime(ctx, admin)
+	if err != nil {
+		return sendRound{}, err
+	}
+	r := sendRound{calls: make([]time.Duration, n), started: time.Now()}
+	for i := range n {
+		t := time.Now()
+		if err := send(ctx, first+i); err != nil {
+			return sendRound{}, fmt.Errorf("send %d: %w", i, err)
+		}
+		r.calls[i] = time.Since(t)
+	}
+	after, err := insideTime(ctx, admin)
+	if err != nil {
+		return sendRound{}, err
+	}
+	r.inside = map[string]usage{}
+	for cmd, a := range after {
+		r.inside[cmd] = usage{a.calls - before[cmd].calls, a.usec - before[cmd].usec}
+	}
+	return r, nil
+}
+
+// insideTime reads, for each of insideCommands, the calls Redis ran and
+// the microseconds it spent in them.
+func insideTime(ctx context.Context, c *redis.Client) (map[string]usage, error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return [2]int64{}, fmt.Errorf("INFO commandstats: %w", err)
+		return nil, fmt.Errorf("INFO commandstats: %w", err)
 	}
-	calls, usec, _ := benchkit.CommandUsec(info, "evalsha") // absent: none yet
-	return [2]int64{calls, usec}, nil
+	out := make(map[string]usage, len(insideCommands))
+	for _, cmd := range insideCommands {
+		calls, usec, _ := benchkit.CommandUsec(info, cmd) // absent: none yet
+		out[cmd] = usage{calls, usec}
+	}
+	return out, nil
 }
 
 // waitCount waits until c reaches want, for at most a minute.
