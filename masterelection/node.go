@@ -41,10 +41,41 @@ type node struct {
 	// first registration makes the id its own (twins.go).
 	awaitingID atomic.Bool
 
+	// claims fires at every acquired notice the feed reads: Transfer waits
+	// on it for its successor (awaitSuccessor).
+	claims broadcast
+
 	mu       sync.Mutex
 	metadata map[string]any
 	reg      *registry.Registry // set by Start before the loops run; nil in standalone mode
 	lastErr  error              // the latest error event, for Start's error
+}
+
+// broadcast wakes every goroutine waiting on it at its next fire. The zero
+// value is ready; it is safe for concurrent use.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next fire.
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+// fire wakes every waiter.
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+	b.mu.Unlock()
 }
 
 // metadataCopy returns a copy of this process's metadata.

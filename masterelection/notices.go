@@ -190,6 +190,9 @@ func (c *core) lockNotice(payload string) {
 	if !n.Lock() {
 		return // not a lock notice: another version's, or someone else's
 	}
+	if n.Event == keyspace.NoticeAcquired {
+		c.claims.fire()
+	}
 	select {
 	case c.notices <- n:
 	default:

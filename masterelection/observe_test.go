@@ -239,3 +239,29 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("after Stop: %+v", st)
 	}
 }
+
+// Transfer returns at its successor's acquired notice: it asks Redis again
+// when the notice comes, not at the next tick of its own clock, which this
+// test never advances.
+func TestTransferReturnsAtTheSuccessorsNotice(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.node(testConfig("a")), w.node(testConfig("b"))
+	w.start(a)
+	w.start(b)
+	b.rec.waitEvents(t, "started", "completed:slave")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Transfer(ctx, "b") }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Transfer: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Transfer had not returned 3s (real time) after it was called, with no fake time passing")
+	}
+	if !b.IsMaster() {
+		t.Fatal("Transfer returned, but b is not master")
+	}
+}

@@ -88,10 +88,14 @@ func (m *MasterElection) requestTransfer(ctx context.Context, to string) error {
 }
 
 // awaitSuccessor waits until Redis shows a mastership after term from,
-// and tells whether it is the one Transfer asked for.
+// and tells whether it is the one Transfer asked for. It asks Redis at
+// once, then at each acquired notice (the successor's, in the common case:
+// one round trip after it), and, should notices be lost, after
+// CheckInterval/8, doubling up to CheckInterval.
 func (n *node) awaitSuccessor(ctx context.Context, to string, from int64) error {
-	poll := time.Millisecond
+	poll := max(n.cfg.CheckInterval/8, time.Millisecond)
 	for {
+		claimed := n.claims.wait()
 		st, err := rdb.Check(ctx, n.client, n.keys)
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("masterelection: transfer: waiting for the successor: %w", ctx.Err())
@@ -106,9 +110,11 @@ func (n *node) awaitSuccessor(ctx context.Context, to string, from int64) error 
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("masterelection: transfer: waiting for the successor: %w", ctx.Err())
+		case <-claimed:
 		case <-t.C():
 		}
-		poll = min(2*poll, max(n.cfg.CheckInterval/8, time.Millisecond))
+		t.Stop()
+		poll = min(2*poll, n.cfg.CheckInterval)
 	}
 }
 
