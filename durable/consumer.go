@@ -49,9 +49,10 @@ type Handler func(ctx context.Context, d Delivery) error
 // Consumer is a slave's side of durable routing: it reads its own inbox
 // through the consumer group keyspace.InboxGroup (XREADGROUP, consumer name
 // = process id), hands each entry to the handler of its type, and
-// acknowledges it (XACK and XDEL, one round trip) only after the handler
-// returned nil. At Start it first handles the entries it had read and not
-// acknowledged before (a restart under the same process id), then new ones;
+// acknowledges it (XDEL and XACK, no MULTI) only after the handler
+// returned nil, in the round trip of its next read. At Start it first
+// handles the entries it had read and not acknowledged before (a restart
+// under the same process id), then new ones;
 // every Config.RetryDelay it looks at its pending entries again (XPENDING)
 // and takes back (XCLAIM) those due: an entry whose handler failed, once its
 // backoff has passed, and an entry whose delivery reply was lost.
@@ -75,6 +76,7 @@ type Consumer struct {
 	mux   route.Mux[Delivery]
 	fence *route.Fence // the highest term seen, and its verification
 	lost  lostReplies  // the loop's own
+	acks  acks         // the loop's own: entries done, to acknowledge
 	log   zerolog.Logger
 	// failing counts, per kind of Redis call, the calls of the loop that
 	// failed in a row: one failure is logged, a second reported (a fault
@@ -169,7 +171,10 @@ func (c *Consumer) ObserveTerm(term int64) { c.fence.Observe(term) }
 // HighestTerm returns the highest master term seen so far (0: none yet).
 func (c *Consumer) HighestTerm() int64 { return c.fence.Highest() }
 
-// Handled returns how many entries were handled and acknowledged.
+// Handled returns how many entries were handled and acknowledged. An
+// acknowledgement goes to Redis with the Consumer's next read and counts
+// once that read's reply came: up to Config.Block after the handler
+// returned when no new entry comes meanwhile.
 func (c *Consumer) Handled() uint64 { return c.handled.Load() }
 
 // Rejected returns how many entries were left, not handled, for a stale
@@ -227,10 +232,12 @@ func groupExists(create *redis.StatusCmd, join *redis.IntCmd) bool {
 // entries pending that this process never saw).
 func (c *Consumer) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	defer c.flushAcks(ctx) // what the last read did not carry
 	passes := passSchedule{first: true}
 	for ctx.Err() == nil {
 		if !c.holds() {
 			// Not this process's NodeID (yet, or any more): read nothing.
+			c.flushAcks(ctx)
 			c.wait(ctx, c.cfg.Block)
 			continue
 		}
@@ -262,6 +269,7 @@ func (c *Consumer) passIfDue(ctx context.Context, s *passSchedule) bool {
 	if c.cfg.clock.Now().Before(s.next) {
 		return true
 	}
+	c.flushAcks(ctx) // the pass must not find entries already done
 	if err := c.pendingPass(ctx, s.first); err != nil {
 		c.readFailed(ctx, err)
 		return false

@@ -36,9 +36,7 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 		c.handlerFailed(ctx, e, d, err)
 		return // left pending: delivered again after its backoff
 	}
-	if c.ack(ctx, e.ID) {
-		c.handled.Add(1)
-	}
+	c.acks.add(e.ID, true)
 }
 
 // parseEntry reads the envelope and the term of entry e. A malformed entry is
@@ -46,17 +44,17 @@ func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
 func (c *Consumer) parseEntry(ctx context.Context, e redis.XMessage) (m pubsub.Message, term int64, ok bool) {
 	raw, ok := e.Values[rdb.InboxFieldMessage].(string)
 	if !ok {
-		c.malformed(ctx, e.ID, &pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, rdb.InboxFieldMessage)})
+		c.malformed(e.ID, &pubsub.MessageError{Channel: c.inbox, ID: e.ID, Err: fmt.Errorf("%w: entry %s has no %q field", pubsub.ErrMalformedEnvelope, e.ID, rdb.InboxFieldMessage)})
 		return m, 0, false
 	}
 	m, err := pubsub.ParseMessage([]byte(raw))
 	if err != nil {
-		c.malformed(ctx, e.ID, &pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
+		c.malformed(e.ID, &pubsub.MessageError{Channel: c.inbox, Err: fmt.Errorf("entry %s: %w", e.ID, err)})
 		return m, 0, false
 	}
 	term, err = strconv.ParseInt(fmt.Sprint(e.Values[rdb.InboxFieldTerm]), 10, 64)
 	if err != nil || term <= 0 {
-		c.malformed(ctx, e.ID, &pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
+		c.malformed(e.ID, &pubsub.MessageError{Channel: c.inbox, ID: m.ID, Type: m.Type, From: m.From,
 			Err: fmt.Errorf("%w: entry %s has no positive term", pubsub.ErrMalformedEnvelope, e.ID)})
 		return m, 0, false
 	}
@@ -65,9 +63,9 @@ func (c *Consumer) parseEntry(ctx context.Context, e redis.XMessage) (m pubsub.M
 
 // malformed reports the malformed entry id, err saying why, and deletes it:
 // no delivery would read it better.
-func (c *Consumer) malformed(ctx context.Context, id string, err *pubsub.MessageError) {
+func (c *Consumer) malformed(id string, err *pubsub.MessageError) {
 	c.cfg.report(err)
-	c.ack(ctx, id)
+	c.acks.add(id, false)
 }
 
 // admit judges the term of entry id against the fence and reports whether
@@ -97,7 +95,7 @@ func (c *Consumer) verified(ctx context.Context, id string, m pubsub.Message, te
 	}
 	c.unverified.Add(1)
 	c.cfg.report(refused)
-	c.ack(ctx, id)
+	c.acks.add(id, false)
 	return false
 }
 
@@ -180,25 +178,65 @@ func (c *Consumer) leave(ctx context.Context, id string) {
 	c.succeeded(opAck)
 }
 
-// ack acknowledges and deletes one entry in one round trip (MULTI), even
-// when ctx was just cancelled, and reports whether it did. An ack that fails
-// leaves the entry pending: it will be delivered again (the duplicate
-// docs/routing.md describes).
-func (c *Consumer) ack(ctx context.Context, id string) bool {
+// acks are the entries the loop is done with (handled, or refused for
+// good), to be acknowledged and deleted: they go to Redis with the next
+// read, in the same round trip (readAcking), or on their own (flushAcks)
+// before the loop waits or makes a pending pass, and when it ends. Only the
+// loop goroutine touches them.
+type acks struct {
+	ids     []string
+	handled int // how many of ids were handled (Consumer.Handled)
+}
+
+// add queues entry id; handled tells whether its handler returned nil.
+func (a *acks) add(id string, handled bool) {
+	a.ids = append(a.ids, id)
+	if handled {
+		a.handled++
+	}
+}
+
+// queue adds the deletion and acknowledgement of the queued entries to p:
+// XDEL first, so that should the XACK not run (the connection cut between
+// them), the entry is gone and its pending-list slot is dropped by the next
+// pending pass (XCLAIM finds it deleted; deliverClaimed), never delivered
+// again.
+func (c *Consumer) queueAcks(ctx context.Context, p redis.Pipeliner) (del, ack *redis.IntCmd) {
+	return p.XDel(ctx, c.inbox, c.acks.ids...), p.XAck(ctx, c.inbox, keyspace.InboxGroup, c.acks.ids...)
+}
+
+// settleAcks counts the queued entries as done when both commands went
+// through, or as failed (they stay pending, to be delivered again: the
+// duplicate docs/routing.md describes), and empties the queue.
+func (c *Consumer) settleAcks(del, ack *redis.IntCmd) {
+	err := del.Err()
+	if err == nil {
+		err = ack.Err()
+	}
+	if err != nil {
+		c.failed.Add(uint64(len(c.acks.ids)))
+		c.redisFailed(opAck, fmt.Errorf("durable: acknowledge %d entries of %q: %w: %w", len(c.acks.ids), c.inbox, pubsub.ErrConnection, err))
+	} else {
+		c.handled.Add(uint64(c.acks.handled))
+		c.succeeded(opAck)
+	}
+	c.acks.ids, c.acks.handled = c.acks.ids[:0], 0
+}
+
+// flushAcks sends the queued acknowledgements in one round trip of their
+// own, even when ctx was just cancelled.
+func (c *Consumer) flushAcks(ctx context.Context) {
+	if len(c.acks.ids) == 0 {
+		return
+	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.OpTimeout)
 	defer cancel()
-	_, err := c.client.TxPipelined(opCtx, func(p redis.Pipeliner) error {
-		p.XAck(opCtx, c.inbox, keyspace.InboxGroup, id)
-		p.XDel(opCtx, c.inbox, id)
+	var del, ack *redis.IntCmd
+	_, _ = c.client.Pipelined(opCtx, func(p redis.Pipeliner) error {
+		del, ack = c.queueAcks(opCtx, p)
 		return nil
 	})
-	if err != nil {
-		c.failed.Add(1)
-		c.redisFailed(opAck, fmt.Errorf("durable: acknowledge entry %s of %q: %w: %w", id, c.inbox, pubsub.ErrConnection, err))
-		return false
-	}
-	c.succeeded(opAck)
-	return true
+	c.settleAcks(del, ack)
 }
 
 // The kinds of Redis calls of the loop whose failures are counted apart:

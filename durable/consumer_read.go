@@ -13,12 +13,68 @@ import (
 	"github.com/herdkit/herd/pubsub"
 )
 
-// read runs one XREADGROUP of new entries (">"), waiting up to block.
+// read runs one XREADGROUP of new entries (">"), waiting up to block, with
+// the queued acknowledgements in the same round trip when there are any.
 func (c *Consumer) read(ctx context.Context, block time.Duration) ([]redis.XMessage, error) {
-	streams, err := c.client.XReadGroup(ctx, &redis.XReadGroupArgs{
+	args := &redis.XReadGroupArgs{
 		Group: keyspace.InboxGroup, Consumer: c.processID, Streams: []string{c.inbox, ">"},
 		Count: c.cfg.ReadCount, Block: block,
-	}).Result()
+	}
+	var cmd *redis.XStreamSliceCmd
+	if len(c.acks.ids) == 0 {
+		cmd = c.client.XReadGroup(ctx, args)
+	} else {
+		cmd = c.readAcking(ctx, args)
+	}
+	return messages(cmd.Result())
+}
+
+// readAcking is read with the queued acknowledgements: XDEL, XACK and
+// XREADGROUP in one pipeline. go-redis gives a pipeline the client's read
+// timeout, not stretched by a BLOCK as for a command alone, so the read
+// blocks at most half of it (pipelineBlock); when the client's kind does
+// not tell its timeout, the acknowledgements go first on their own.
+func (c *Consumer) readAcking(ctx context.Context, args *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
+	block, ok := pipelineBlock(c.client, args.Block)
+	if !ok {
+		c.flushAcks(ctx)
+		return c.client.XReadGroup(ctx, args)
+	}
+	args.Block = block
+	var del, ack *redis.IntCmd
+	var cmd *redis.XStreamSliceCmd
+	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		del, ack = c.queueAcks(ctx, p)
+		cmd = p.XReadGroup(ctx, args)
+		return nil
+	})
+	c.settleAcks(del, ack)
+	return cmd
+}
+
+// pipelineBlock is how long a blocking read in a pipeline of client may
+// wait, at most block: half the client's read timeout when it has one (the
+// rest for the reply to come), block when reads have no timeout; ok is
+// false when client's kind does not tell.
+func pipelineBlock(client redis.UniversalClient, block time.Duration) (time.Duration, bool) {
+	var timeout time.Duration
+	switch cl := client.(type) {
+	case *redis.Client:
+		timeout = cl.Options().ReadTimeout
+	case *redis.ClusterClient:
+		timeout = cl.Options().ReadTimeout
+	default:
+		return 0, false
+	}
+	if timeout <= 0 {
+		return block, true // no read deadline beyond ctx's
+	}
+	return max(min(block, timeout/2), time.Millisecond), true
+}
+
+// messages reads an XREADGROUP reply of one stream: its entries, none
+// when the read timed out.
+func messages(streams []redis.XStream, err error) ([]redis.XMessage, error) {
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -167,7 +223,7 @@ func (c *Consumer) deliverClaimed(ctx context.Context, e redis.XMessage, count i
 	case len(e.Values) > 0:
 		c.deliver(ctx, e, count)
 	case e.ID != "":
-		c.ack(ctx, e.ID)
+		c.acks.add(e.ID, false)
 	}
 }
 

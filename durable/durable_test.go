@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -632,6 +634,115 @@ func TestConsumerReadsOnlyWhileItHoldsItsID(t *testing.T) {
 		var v int
 		if err := receive(t, got).Decode(&v); err != nil || v != i {
 			t.Fatalf("message %d: %d, %v", i, v, err)
+		}
+	}
+}
+
+// TestAcknowledgementsRideOnTheNextRead: a Consumer acknowledges a handled
+// entry (XDEL and XACK, no MULTI) in the round trip of its next read, so a
+// steady stream costs it one round trip per read, not two.
+func TestAcknowledgementsRideOnTheNextRead(t *testing.T) {
+	m, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	cc := redis.NewClient(clientOptions(m.Addr()))
+	t.Cleanup(func() { _ = cc.Close() })
+	trips := &tripLog{}
+	cc.AddHook(trips)
+	cfg := fast()
+	cfg.RetryDelay = time.Hour // no pending pass after the first
+	con, got, log := startConsumer(t, cc, "s1", cfg)
+	for i := range 10 {
+		if _, err := r.Send(testCtx(t), "s1", "seq", i); err != nil {
+			t.Fatal(err)
+		}
+		receive(t, got)
+	}
+	eventually(t, "all acknowledged", func() bool { return con.Handled() == 10 })
+	acked := 0
+	for _, trip := range trips.all() {
+		if slices.Contains(trip, "xack") {
+			acked++
+			if !slices.Equal(trip, []string{"xdel", "xack", "xreadgroup"}) {
+				t.Errorf("round trip %q acknowledges, want XDEL, XACK and the next XREADGROUP", trip)
+			}
+		}
+	}
+	if acked == 0 {
+		t.Error("no round trip acknowledged")
+	}
+	if n := c.XLen(testCtx(t), r.Inbox("s1")).Val(); n != 0 {
+		t.Errorf("inbox holds %d entries after all were handled", n)
+	}
+	if errs := log.all(); len(errs) != 0 {
+		t.Errorf("errors: %v", errs)
+	}
+}
+
+// tripLog is a go-redis hook that records the commands of each round trip.
+type tripLog struct {
+	mu    sync.Mutex
+	trips [][]string
+}
+
+func (l *tripLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *tripLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		l.add([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (l *tripLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		l.add(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (l *tripLog) add(cmds []redis.Cmder) {
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.Name()
+	}
+	l.mu.Lock()
+	l.trips = append(l.trips, names)
+	l.mu.Unlock()
+}
+
+func (l *tripLog) all() [][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.trips)
+}
+
+// TestPipelineBlockFitsTheReadTimeout: a read that carries acknowledgements
+// blocks at most half the client's read timeout (go-redis does not stretch
+// a pipeline's), as long as asked when reads have no timeout, and is not
+// pipelined on a client whose timeout go-redis does not tell.
+func TestPipelineBlockFitsTheReadTimeout(t *testing.T) {
+	short := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: 400 * time.Millisecond})
+	none := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: 300 * time.Millisecond})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	for _, c := range []io.Closer{short, none, cluster, ring} {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		block  time.Duration
+		want   time.Duration
+		ok     bool
+	}{
+		{"half a short timeout", short, time.Second, 200 * time.Millisecond, true},
+		{"a block within it", short, 50 * time.Millisecond, 50 * time.Millisecond, true},
+		{"no timeout", none, time.Second, time.Second, true},
+		{"cluster", cluster, time.Second, 150 * time.Millisecond, true},
+		{"a kind that does not tell", ring, time.Second, 0, false},
+	} {
+		if got, ok := durable.PipelineBlock(tc.client, tc.block); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: PipelineBlock(%v) = %v, %v; want %v, %v", tc.name, tc.block, got, ok, tc.want, tc.ok)
 		}
 	}
 }

@@ -8,3 +8,7 @@ func WithClock(c Config, clk clock.Clock) Config {
 	c.clock = clk
 	return c
 }
+
+// PipelineBlock is pipelineBlock: how long a read in a pipeline of client
+// may block.
+var PipelineBlock = pipelineBlock

@@ -60,7 +60,7 @@ func startDurable(ctx context.Context, env *Env, slaves int) (*routingRig, error
 // sent one at a time round-robin, then the throughput of messages messages
 // sent with Router.Send by senders goroutines, then with Router.SendBatch,
 // batch messages per call. Each message is acknowledged by its Consumer
-// (XACK + XDEL) before the next is handled.
+// (XDEL + XACK, with its next read).
 func DurableRouting(ctx context.Context, env *Env, slaves, latencyN, messages, senders, batch int) (single, batched RoutingResult, err error) {
 	single = RoutingResult{Messages: messages, Senders: senders}
 	batched = RoutingResult{Messages: messages, Senders: senders, Batch: batch}
@@ -197,6 +197,6 @@ func durableRows(ctx context.Context, env *Env, plan Plan) []Row {
 		}
 		rows = append(rows, r)
 	}
-	return group(fmt.Sprintf("As 9a-9e, durable: durable.Router's inbox_send script (fence check; the slave's registry entry: HEXISTS, plus ZSCORE of its deadline and TIME on the emulated backend; XLEN; XADD NOMKSTREAM, and SADD to the inbox set only when the inbox is new); registered slaves, each with a durable.Consumer on its own client (XREADGROUP BLOCK; after the handler, XACK + XDEL in one MULTI round trip). 9h: %d calls, each one fence check plus a registry lookup per slave written to. 9g %v, 9h %v; CPU per message, this process/Redis: 9g %v, 9h %v; inside Redis per EVALSHA (INFO commandstats; inbox_send and the elections' few): 9g %s, 9h %s. 9i-9j: as 9c-9d with XADD to a stream per slave, read with XREADGROUP COUNT 64, one XACK per read (no handler, per-message acknowledgement or fence).",
+	return group(fmt.Sprintf("As 9a-9e, durable: durable.Router's inbox_send script (fence check; the slave's registry entry: HEXISTS, plus ZSCORE of its deadline and TIME on the emulated backend; XLEN; XADD NOMKSTREAM, and SADD to the inbox set only when the inbox is new); registered slaves, each with a durable.Consumer on its own client (XREADGROUP BLOCK; after the handler, XDEL + XACK sent with the next XREADGROUP in one round trip). 9h: %d calls, each one fence check plus a registry lookup per slave written to. 9g %v, 9h %v; CPU per message, this process/Redis: 9g %v, 9h %v; inside Redis per EVALSHA (INFO commandstats; inbox_send and the elections' few): 9g %s, 9h %s. 9i-9j: as 9c-9d with XADD to a stream per slave, read with XREADGROUP COUNT 64, one XACK per read (no handler, per-message acknowledgement or fence).",
 		batched.Calls, single.Elapsed.Round(time.Millisecond), batched.Elapsed.Round(time.Millisecond), single.CPU, batched.CPU, benchkit.FormatDuration(single.Script), benchkit.FormatDuration(batched.Script)), rows)
 }
