@@ -129,7 +129,7 @@ func TestObserverSeesATransfer(t *testing.T) {
 	go func() { done <- a.Transfer(ctx, "b") }()
 	waitFor(t, "b takes over", b.IsMaster)
 	var err error
-	w.until(func() bool { // Transfer polls Redis on a's clock
+	w.until(func() bool { // at b's acquired notice, or a poll on a's clock
 		select {
 		case err = <-done:
 			return true

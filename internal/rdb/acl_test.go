@@ -82,15 +82,7 @@ func TestRefusedInboxScriptsWriteNothing(t *testing.T) {
 		defer cancel()
 		c := userWithout(ctx, t, inst, "noxadd", "xadd")
 		k := keyspace.NewKeys("svc", false)
-		a, err := rdb.Acquire(ctx, admin, k, "n1", time.Minute, nil, 0)
-		if err != nil || a.Term == 0 {
-			t.Fatalf("admin acquire = %+v, %v", a, err)
-		}
-		for _, id := range []string{"a", "b"} {
-			if _, err := rdb.RegistryPut(ctx, admin, k, rdb.Put{Mode: rdb.TTLEmulated, ID: id, Value: []byte(`{"processId":"` + id + `"}`), Role: "slave", TTL: time.Minute}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		a := masterOf(ctx, t, admin, k, "n1", "a", "b")
 		// One entry of an older term in a's inbox, one dead letter.
 		old, err := admin.XAdd(ctx, &redis.XAddArgs{Stream: k.Inbox("a"), Values: []any{"t", "1", "m", `{"id":"m1"}`}}).Result()
 		if err != nil {
@@ -158,14 +150,8 @@ func TestInboxSendToAnInboxTheUserMayNotWrite(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		k := keyspace.NewKeys("svc", false)
-		a, err := rdb.Acquire(ctx, admin, k, "n1", time.Minute, nil, 0)
-		if err != nil || a.Term == 0 {
-			t.Fatalf("admin acquire = %+v, %v", a, err)
-		}
+		a := masterOf(ctx, t, admin, k, "n1", "a", "b")
 		for _, id := range []string{"a", "b"} {
-			if _, err := rdb.RegistryPut(ctx, admin, k, rdb.Put{Mode: rdb.TTLEmulated, ID: id, Value: []byte(`{"processId":"` + id + `"}`), Role: "slave", TTL: time.Minute}); err != nil {
-				t.Fatal(err)
-			}
 			// Both inboxes exist: the sends take the path without SADD.
 			if err := admin.XGroupCreateMkStream(ctx, k.Inbox(id), keyspace.InboxGroup, "0").Err(); err != nil {
 				t.Fatal(err)
@@ -183,7 +169,7 @@ func TestInboxSendToAnInboxTheUserMayNotWrite(t *testing.T) {
 		opts.Username, opts.Password = "onlya", "pw"
 		c := redis.NewClient(opts)
 		defer c.Close()
-		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m1"}`)}, {Inbox: k.Inbox("b"), Message: []byte(`{"id":"m2"}`)}})
+		_, err := rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m1"}`)}, {Inbox: k.Inbox("b"), Message: []byte(`{"id":"m2"}`)}})
 		if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "XADD "+k.Inbox("b")) {
 			t.Errorf("send to a and b = %v, want NOPERM naming XADD to %s", err, k.Inbox("b"))
 		}
@@ -198,6 +184,23 @@ func TestInboxSendToAnInboxTheUserMayNotWrite(t *testing.T) {
 			t.Errorf("send to a alone = %q, %v; want a new entry", ids, err)
 		}
 	})
+}
+
+// masterOf makes master hold k's lock for a minute and registers slaves
+// as live processes (emulated registry), as an election would, through
+// admin; it returns the acquisition.
+func masterOf(ctx context.Context, t *testing.T, admin *redis.Client, k keyspace.Keys, master string, slaves ...string) rdb.Acquired {
+	t.Helper()
+	a, err := rdb.Acquire(ctx, admin, k, master, time.Minute, nil, 0)
+	if err != nil || a.Term == 0 {
+		t.Fatalf("acquire as %s = %+v, %v", master, a, err)
+	}
+	for _, id := range slaves {
+		if _, err := rdb.RegistryPut(ctx, admin, k, rdb.Put{Mode: rdb.TTLEmulated, ID: id, Value: []byte(`{"processId":"` + id + `"}`), Role: "slave", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
 }
 
 // userWithout makes user on inst with every command but denied, and a

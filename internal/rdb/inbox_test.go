@@ -327,13 +327,7 @@ func TestInboxSendCost(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		k := keyspace.NewKeys("svc", false)
-		a, err := rdb.Acquire(ctx, c, k, "m", time.Minute, nil, 0)
-		if err != nil || a.Term == 0 {
-			t.Fatalf("acquire = %+v, %v", a, err)
-		}
-		if _, err := rdb.RegistryPut(ctx, c, k, rdb.Put{Mode: rdb.TTLEmulated, ID: "p1", Value: []byte(`{"processId":"p1"}`), Role: "slave", TTL: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
+		a := masterOf(ctx, t, c, k, "m", "p1")
 		send := func() {
 			t.Helper()
 			ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 1000, []rdb.Queued{{Inbox: k.Inbox("p1"), Message: []byte(`{"id":"x"}`)}})
