@@ -172,9 +172,9 @@ func (c *Consumer) ObserveTerm(term int64) { c.fence.Observe(term) }
 func (c *Consumer) HighestTerm() int64 { return c.fence.Highest() }
 
 // Handled returns how many entries were handled and acknowledged. An
-// acknowledgement goes to Redis with the Consumer's next read and counts
-// once that read's reply came: up to Config.Block after the handler
-// returned when no new entry comes meanwhile.
+// acknowledgement goes to Redis before the Consumer's next delivery, or
+// with its next read, and counts once its reply came: up to Config.Block
+// after the handler returned when no new entry comes meanwhile.
 func (c *Consumer) Handled() uint64 { return c.handled.Load() }
 
 // Rejected returns how many entries were left, not handled, for a stale

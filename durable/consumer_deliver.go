@@ -16,6 +16,12 @@ import (
 // deliver judges and handles one entry; count is its delivery count in this
 // inbox, this delivery included.
 func (c *Consumer) deliver(ctx context.Context, e redis.XMessage, count int64) {
+	// At most one entry done and not yet acknowledged at a time: the
+	// entries before this one are acknowledged before it is handled, as
+	// each was right after its handler, so a crash re-runs at most the
+	// last handler (a crash loop must not use up the delivery counts of
+	// entries handled well).
+	c.flushAcks(ctx)
 	m, term, ok := c.parseEntry(ctx, e)
 	if !ok || !c.admit(ctx, e.ID, m, term) {
 		return
@@ -181,8 +187,8 @@ func (c *Consumer) leave(ctx context.Context, id string) {
 // acks are the entries the loop is done with (handled, or refused for
 // good), to be acknowledged and deleted: they go to Redis with the next
 // read, in the same round trip (readAcking), or on their own (flushAcks)
-// before the loop waits or makes a pending pass, and when it ends. Only the
-// loop goroutine touches them.
+// before the next delivery, before the loop waits or makes a pending pass,
+// and when it ends. Only the loop goroutine touches them.
 type acks struct {
 	ids     []string
 	handled int // how many of ids were handled (Consumer.Handled)
@@ -207,11 +213,17 @@ func (c *Consumer) queueAcks(ctx context.Context, p redis.Pipeliner) (del, ack *
 
 // settleAcks counts the queued entries as done when both commands went
 // through, or as failed (they stay pending, to be delivered again: the
-// duplicate docs/routing.md describes), and empties the queue.
-func (c *Consumer) settleAcks(del, ack *redis.IntCmd) {
+// duplicate docs/routing.md describes), and empties the queue. When ctx
+// ended (Close), the call may not have been sent at all: the queue is
+// kept for the loop's last flush, which does not take ctx (the commands
+// do nothing the second time).
+func (c *Consumer) settleAcks(ctx context.Context, del, ack *redis.IntCmd) {
 	err := del.Err()
 	if err == nil {
 		err = ack.Err()
+	}
+	if err != nil && ctx.Err() != nil {
+		return
 	}
 	if err != nil {
 		c.failed.Add(uint64(len(c.acks.ids)))
@@ -236,7 +248,7 @@ func (c *Consumer) flushAcks(ctx context.Context) {
 		del, ack = c.queueAcks(opCtx, p)
 		return nil
 	})
-	c.settleAcks(del, ack)
+	c.settleAcks(opCtx, del, ack)
 }
 
 // The kinds of Redis calls of the loop whose failures are counted apart:

@@ -48,7 +48,7 @@ func (c *Consumer) readAcking(ctx context.Context, args *redis.XReadGroupArgs) *
 		cmd = p.XReadGroup(ctx, args)
 		return nil
 	})
-	c.settleAcks(del, ack)
+	c.settleAcks(ctx, del, ack)
 	return cmd
 }
 

@@ -708,3 +708,100 @@ func TestPipelineBlockFitsTheReadTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestHandledAtCloseIsAcknowledged: an entry whose handler returns nil
+// after Close cancelled its ctx (here during the pending pass at Start) is
+// acknowledged all the same: the loop's last flush does not take the
+// cancelled ctx. Before it kept the queue, the read after the pass sent
+// nothing (its ctx was done) and dropped the acknowledgement.
+func TestHandledAtCloseIsAcknowledged(t *testing.T) {
+	_, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	register(t, c, "s1")
+	if _, err := r.Send(testCtx(t), "s1", "seq", 1); err != nil {
+		t.Fatal(err)
+	}
+	inbox := r.Inbox("s1")
+	if err := c.XGroupCreateMkStream(testCtx(t), inbox, keyspace.InboxGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: keyspace.InboxGroup, Consumer: "s1", Streams: []string{inbox, ">"}, Count: 2, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	log := &errLog{}
+	cfg := fast()
+	cfg.OnError = log.add
+	con, err := durable.NewConsumer(c, "s1", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan struct{})
+	con.HandleDefault(func(ctx context.Context, d durable.Delivery) error {
+		close(in)
+		<-ctx.Done()
+		time.Sleep(10 * time.Millisecond)
+		return nil // done all the same
+	})
+	if err := con.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	<-in
+	_ = con.Close()
+	p, err := c.XPending(testCtx(t), inbox, keyspace.InboxGroup).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.XLen(testCtx(t), inbox).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Count != 0 || n != 0 || con.Handled() != 1 || con.Failed() != 0 {
+		t.Errorf("after Close: pending %d, inbox length %d, handled %d, failed %d (errors %v); want 0, 0, 1, 0", p.Count, n, con.Handled(), con.Failed(), log.all())
+	}
+}
+
+// TestEarlierEntriesAreAcknowledgedBeforeTheNext: while the handler of the
+// third entry of one read runs, the first two are acknowledged already, so
+// a process that dies in a handler runs again only that handler, and a
+// crash loop does not use up the delivery counts of entries handled well.
+func TestEarlierEntriesAreAcknowledgedBeforeTheNext(t *testing.T) {
+	_, c := newMini(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	register(t, c, "s1")
+	for i := range 3 {
+		if _, err := r.Send(testCtx(t), "s1", "seq", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	con, err := durable.NewConsumer(c, "s1", fast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, release := make(chan struct{}), make(chan struct{})
+	con.HandleDefault(func(ctx context.Context, d durable.Delivery) error {
+		var v int
+		if err := d.Decode(&v); err == nil && v == 2 {
+			close(in)
+			<-release
+		}
+		return nil
+	})
+	if err := con.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = con.Close() })
+	<-in
+	p, err := c.XPending(testCtx(t), r.Inbox("s1"), keyspace.InboxGroup).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.XLen(testCtx(t), r.Inbox("s1")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if p.Count != 1 || n != 1 {
+		t.Errorf("while the third handler runs: %d pending, %d in the inbox; want 1 and 1 (the first two acknowledged)", p.Count, n)
+	}
+	eventually(t, "all acknowledged", func() bool { return con.Handled() == 3 })
+}

@@ -90,8 +90,8 @@ func (m *MasterElection) requestTransfer(ctx context.Context, to string) error {
 // awaitSuccessor waits until Redis shows a mastership after term from,
 // and tells whether it is the one Transfer asked for. It asks Redis at
 // once, then at each acquired notice (the successor's, in the common case:
-// one round trip after it), and, should notices be lost, after
-// CheckInterval/8, doubling up to CheckInterval.
+// one round trip after it), and, should notices be lost (or the user may
+// not subscribe), every CheckInterval/8.
 func (n *node) awaitSuccessor(ctx context.Context, to string, from int64) error {
 	poll := max(n.cfg.CheckInterval/8, time.Millisecond)
 	for {
@@ -114,7 +114,6 @@ func (n *node) awaitSuccessor(ctx context.Context, to string, from int64) error 
 		case <-t.C():
 		}
 		t.Stop()
-		poll = min(2*poll, n.cfg.CheckInterval)
 	}
 }
 
