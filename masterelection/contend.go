@@ -123,8 +123,7 @@ func (c *core) becomeMaster(ctx context.Context, ls *loopState, term int64, sent
 	// processor takes the loop or the handler is preempted.
 	runtime.Gosched()
 	c.complete(ls, true)
-	c.members.setRole(registry.RoleMaster, term)
-	c.members.startTracker(l)
+	c.members.setRole(registry.RoleMaster, term, l) // its write answered, the slave tracker starts
 	return l
 }
 

@@ -89,7 +89,7 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 		case <-ctx.Done():
 			return
 		case rc := <-mb.roles:
-			r.role, r.term, r.pending = rc.role, rc.term, true
+			r.role, r.term, r.pending, r.track = rc.role, rc.term, true, rc.track
 		case <-mb.infoChanged:
 			r.pending = r.role != ""
 		case <-timer.C():
@@ -103,6 +103,10 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 		if done {
 			return
 		}
+		if r.track != nil { // the master's registration was answered
+			mb.startTracker(r.track)
+			r.track = nil
+		}
 		timer.Reset(next)
 	}
 }
@@ -113,8 +117,9 @@ type member struct {
 	firstRegistered chan<- struct{}
 	role            registry.Role
 	term            int64
-	pending         bool // the current role is not registered yet
-	registered      bool // a registration succeeded: the start is over
+	pending         bool        // the current role is not registered yet
+	track           *mastership // the mastership whose tracker starts after the next write; nil when none
+	registered      bool        // a registration succeeded: the start is over
 	retry           backoff
 	quiet           quietWait // the wait for another incarnation's entry to go quiet (twins.go)
 }

@@ -72,14 +72,21 @@ func (mb *membership) steppedAside() error {
 type roleChange struct {
 	role registry.Role
 	term int64
+	// track, for the master role, is the mastership whose slave tracker
+	// the loop starts once the role's first write was answered.
+	track *mastership
 }
 
 // setRole hands the latest role to the membership loop; only the latest
-// matters, so an unread older value is replaced.
-func (mb *membership) setRole(role registry.Role, term int64) {
+// matters, so an unread older value is replaced. For the master role, l is
+// the mastership: its slave tracker starts after the registration, whose
+// round trip it would otherwise delay (a connection of its own to dial, a
+// subscription, a read of every entry), and with it Start and the
+// hand-over's registration.
+func (mb *membership) setRole(role registry.Role, term int64, l *mastership) {
 	for {
 		select {
-		case mb.roles <- roleChange{role, term}:
+		case mb.roles <- roleChange{role, term, l}:
 			return
 		default:
 		}
