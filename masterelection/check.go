@@ -38,6 +38,30 @@ func (c *core) check(ctx context.Context, ls *loopState) (contend bool, next tim
 	return c.afterCheck(ls, st, dataLost)
 }
 
+// takeFirstLook takes Start's look at the lock (Start's first round trip
+// asked the check's questions) as the first election's check when it found
+// the lock held by another node: the process resolves as slave without an
+// acquire bound to fail (or, not a candidate, a check of its own), and
+// looks again when the lock would expire. ok is false, and the first
+// attempt goes on as before, when there is no such look: the lock was free,
+// this node id's, garbage, without a TTL, or not answered.
+func (c *core) takeFirstLook(ls *loopState) (next time.Duration, ok bool) {
+	look := ls.firstLook
+	ls.firstLook = nil
+	if look == nil || !ls.unresolved {
+		return 0, false
+	}
+	st := look.st
+	if !st.Exists || st.NodeID == c.cfg.NodeID || st.Garbage != "" || st.TermGarbage || st.TTL < 0 {
+		return 0, false
+	}
+	dataLost := c.noteLock(ls, st)
+	c.noteTerm(st.Term)
+	_, next = c.afterCheck(ls, st, dataLost)
+	// The TTL was read when the look was answered.
+	return max(next-c.clock.Now().Sub(look.at), 0), true
+}
+
 // readLock is check's script call, sent at sent: the check alone, or with
 // the slave's heartbeat when one is due.
 func (c *core) readLock(ctx context.Context, ls *loopState, sent time.Time) (rdb.MasterState, error) {

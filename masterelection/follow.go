@@ -12,7 +12,11 @@ import (
 // returns the new mastership, or nil when ctx ends.
 func (c *core) followLoop(ctx context.Context, ls *loopState) *mastership {
 	f := &follower{c: c, ls: ls, timer: c.clock.NewTimer(0)}
-	f.contend = ls.unresolved && c.contends() // Start's first attempt goes straight to the lock
+	f.contend = ls.unresolved && c.contends() // Start's first attempt goes straight to the lock, unless Start's look found it held
+	if next, ok := c.takeFirstLook(ls); ok {
+		f.contend = false
+		f.arm(next)
+	}
 	defer f.timer.Stop()
 	for {
 		select {

@@ -11,7 +11,7 @@ import (
 // Redis call of the election, alternating between followLoop (slave) and
 // masterLoop (master) until ctx ends. feed is the notice feed Start opened (nil in
 // standalone mode); run closes it.
-func (c *core) run(ctx context.Context, feed *noticeFeed) {
+func (c *core) run(ctx context.Context, feed *noticeFeed, look *lockLook) {
 	defer c.closeDone()
 	if c.cfg.Standalone {
 		c.runStandalone(ctx)
@@ -24,7 +24,7 @@ func (c *core) run(ctx context.Context, feed *noticeFeed) {
 	closeFeed := c.readFeed(ctx, feed)
 	defer closeFeed()
 
-	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered}
+	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered, firstLook: look}
 	if c.awaitingID.Load() {
 		ls.awaitID = firstRegistered
 	}

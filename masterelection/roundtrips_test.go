@@ -290,6 +290,39 @@ func periodic(t *testing.T, trips []string, want map[string]int) {
 	}
 }
 
+// TestRoundTripsSlaveStart: a process that starts while another holds the
+// lock takes Start's look at it (the check in its first round trip) as its
+// first check: it sends no acquire, and nothing but that round trip before
+// its registration, which Start waits for.
+func TestRoundTripsSlaveStart(t *testing.T) {
+	w := newWorld(t)
+	names := scriptNames(t)
+	loadScripts(t, w.client())
+	a, _ := w.wiredNode(testConfig("a"), names)
+	w.start(a)
+	w.registered(a, "master")
+	b, wb := w.wiredNode(testConfig("b"), names)
+	w.start(b)
+	if b.IsMaster() {
+		t.Fatal("b took the held lock")
+	}
+	startTrips := wb.Take()
+	w.registered(b, "slave")
+	all := append(startTrips, wb.settled()...)
+	if got := count(all, "acquire"); got != 0 {
+		t.Errorf("the slave sent %d acquires, want none (the lock is held): %q", got, all)
+	}
+	if len(all) < 2 || all[0] != "ask (eval)" || all[1] != "registry_put" {
+		t.Errorf("the slave's round trips %q, want Start's questions, then its registration", all)
+	}
+	// A feed confirmed after Start's look makes the slave look once more
+	// (the follow loop's check, carrying the heartbeat or not): a release
+	// announced between the two is not missed.
+	if rest := all[min(2, len(all)):]; len(rest) > 1 || (len(rest) == 1 && rest[0] != "check" && rest[0] != "check_beat") {
+		t.Errorf("after its registration the slave sent %q, want at most one look at the lock", rest)
+	}
+}
+
 // TestRoundTripsSlave: a slave at rest makes one round trip, one script
 // call, per CheckInterval: its check of the lock with its registry
 // heartbeat (issue 28: they were two).

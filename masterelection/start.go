@@ -38,8 +38,9 @@ func (m *MasterElection) Start(ctx context.Context) error {
 		return err
 	}
 	var feed *noticeFeed // the notice feed, handed to run
+	var look *lockLook   // Start's look at the lock, handed to run
 	if !m.cfg.Standalone {
-		if feed, err = m.prepare(ctx, runCtx); err != nil {
+		if feed, look, err = m.prepare(ctx, runCtx); err != nil {
 			m.core.closeDone()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
 			defer cancel()
@@ -48,7 +49,7 @@ func (m *MasterElection) Start(ctx context.Context) error {
 		}
 	}
 	m.members.stop = m.Stop // a process that steps aside for a twin stops
-	go m.core.run(runCtx, feed)
+	go m.core.run(runCtx, feed, look)
 	return m.awaitStarted(ctx, feed)
 }
 
@@ -155,11 +156,13 @@ func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster 
 // first election on), reads the eviction policy and refuses a lock key that
 // holds garbage, and it opens the notice feed (openFeed). The questions
 // these put to Redis (the registry's backend probe, INFO memory, the lock
-// check) go out as one pipeline, one round trip on one connection (ask);
+// check) go out as one script call, one round trip on one connection (ask);
 // the feed's subscription, which dials a connection of its own, goes on
-// meanwhile, and while the loop makes its first attempt (followLoop checks
-// the lock again if that attempt was answered before the feed was in
-// place, and Start returns only once it is). Start thus waits for the
+// meanwhile, and while the loop makes its first attempt: the acquire, or,
+// when the lock check found the lock held by another node, nothing (that
+// answer is the first check: takeFirstLook). followLoop checks the lock
+// again if that answer came before the feed was in place, and Start
+// returns only once it is. Start thus waits for the
 // slower of the two, not for their sum (docs/performance.md, row 3s).
 // What Redis did not answer at first (it was unreachable, and the registry
 // kept probing until it answered) is asked again once the registry is
@@ -167,9 +170,10 @@ func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster 
 // there all along.
 // runCtx ends when Stop is called.
 //
-// The feed is returned for run; on an error Start fails, and
-// every goroutine prepare started has returned.
-func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, error) {
+// The feed is returned for run, and with it the look at the lock that
+// Start's first round trip took (nil when it was not answered); on an
+// error Start fails, and every goroutine prepare started has returned.
+func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, *lockLook, error) {
 	openCtx, stopOpen := context.WithCancel(ctx)
 	defer stopOpen()
 	defer context.AfterFunc(runCtx, stopOpen)() // Stop while Start waits
@@ -179,21 +183,21 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, erro
 	first := m.ask(openCtx)
 	if first.refused != nil { // no election can work as this user
 		feed.close()
-		return nil, first.refused
+		return nil, nil, first.refused
 	}
 	reg, err := m.members.openFirst(openCtx, first)
 	if err != nil {
 		feed.close()
-		return nil, err
+		return nil, nil, err
 	}
 	close(opened)
 	m.setRegistry(reg)
 
 	if garbage := m.diagnose(openCtx, first); garbage != nil { // no election can work on this lock
 		feed.close()
-		return nil, garbage
+		return nil, nil, garbage
 	}
-	return feed, nil
+	return feed, first.look, nil
 }
 
 // diagnose reports, as error events, what the server's settings put at
@@ -220,9 +224,10 @@ type answers struct {
 	probed   *registry.Probed // the registry's backend probe; nil when it failed
 	probeErr error            // why it failed
 	eviction evictionRead
-	garbage  error // the lock check's verdict (foreignLock), when checked
-	checked  bool  // the lock check was answered
-	refused  error // the user cannot work at all (refusal), wrapping ErrPermission
+	garbage  error     // the lock check's verdict (foreignLock), when checked
+	checked  bool      // the lock check was answered
+	refused  error     // the user cannot work at all (refusal), wrapping ErrPermission
+	look     *lockLook // the lock check's answer; nil when it was not answered
 }
 
 // refusal returns an error wrapping ErrPermission when Redis refused the
@@ -284,6 +289,9 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 	a.eviction = memoryRead(addr, asked.Info)
 	st, err := asked.Check.Result()
 	a.garbage, a.checked = m.garbageIn(pctx, st, err)
+	if err == nil {
+		a.look = &lockLook{st: st, at: m.clock.Now()}
+	}
 	return a
 }
 

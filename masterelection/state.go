@@ -31,6 +31,9 @@ type loopState struct {
 	// awaitID is the first registration's channel while the process waits
 	// for it before it contends (MasterElection.awaitingID); nil otherwise.
 	awaitID <-chan struct{}
+	// firstLook is Start's look at the lock, until followLoop took it
+	// (takeFirstLook); nil after that, or when Start's look got no answer.
+	firstLook *lockLook
 
 	// haltMembership stops the membership loop and waits for it (Stop's
 	// resignation does so before the release: no registry write of this
@@ -40,6 +43,13 @@ type loopState struct {
 	// renewAttempts counts the renew attempts still running; run waits for them
 	// before it returns. Only the attempts touch it besides run.
 	renewAttempts sync.WaitGroup
+}
+
+// lockLook is an answered look at the lock: what it found, and when the
+// answer came (on the election's clock).
+type lockLook struct {
+	st rdb.MasterState
+	at time.Time
 }
 
 // tookLock records that the lock under term is this process's: it may
