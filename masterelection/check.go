@@ -44,7 +44,7 @@ func (c *core) check(ctx context.Context, ls *loopState) (contend bool, next tim
 // acquire bound to fail (or, not a candidate, a check of its own), and
 // looks again when the lock would expire. ok is false, and the first
 // attempt goes on as before, when there is no such look: the lock was free,
-// this node id's, garbage, without a TTL, or not answered.
+// this node id's, garbage, without a TTL, expired since, or not answered.
 func (c *core) takeFirstLook(ls *loopState) (next time.Duration, ok bool) {
 	look := ls.firstLook
 	ls.firstLook = nil
@@ -52,7 +52,8 @@ func (c *core) takeFirstLook(ls *loopState) (next time.Duration, ok bool) {
 		return 0, false
 	}
 	st := look.st
-	if !st.Exists || st.NodeID == c.cfg.NodeID || st.Garbage != "" || st.TermGarbage || st.TTL < 0 {
+	if !st.Exists || st.NodeID == c.cfg.NodeID || st.Garbage != "" || st.TermGarbage || st.TTL < 0 ||
+		c.clock.Now().Sub(look.at) >= st.TTL { // the lock the look saw has expired since
 		return 0, false
 	}
 	dataLost := c.noteLock(ls, st)

@@ -115,7 +115,7 @@ func (c *core) becomeMaster(ctx context.Context, ls *loopState, term int64, sent
 	// The handlers' runners, waiting on their emitter channels, were made
 	// runnable on this goroutine's processor, where they would wait until
 	// this loop blocks or another processor wakes up to take them, behind
-	// the registration and the slave tracker started below: most of a
+	// this loop's work below and the registration it sets off: most of a
 	// handover's last phase (docs/performance.md, row 4). Yield once so
 	// that OnMasterAcquired starts now. The next renewal is a
 	// HeartbeatInterval away; a handler that computes without blocking
@@ -123,7 +123,7 @@ func (c *core) becomeMaster(ctx context.Context, ls *loopState, term int64, sent
 	// processor takes the loop or the handler is preempted.
 	runtime.Gosched()
 	c.complete(ls, true)
-	c.members.setRole(registry.RoleMaster, term, l) // its write answered, the slave tracker starts
+	c.members.setRole(registry.RoleMaster, term, l) // after its write's first attempt, the slave tracker starts
 	return l
 }
 

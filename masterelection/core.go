@@ -13,8 +13,9 @@ import (
 // self-fencing and the notices. Its single loop (run, in loop.go) reads top
 // to bottom: campaign as slave (followLoop), master with renewals
 // (masterLoop), step down, and again, until Stop. Membership runs beside it
-// (membership.go); the core tells it the role and starts its slave tracker,
-// and hands it only a view of itself (coreView).
+// (membership.go); the core tells it the role (and, for the master role,
+// the mastership whose slave tracker it starts), and hands it only a view
+// of itself (coreView).
 type core struct {
 	*node
 	members *membership

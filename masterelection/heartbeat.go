@@ -103,7 +103,7 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 		if done {
 			return
 		}
-		if r.track != nil { // the master's registration was answered
+		if r.track != nil { // the master's registration had its first attempt (answered, failed or refused)
 			mb.startTracker(r.track)
 			r.track = nil
 		}

@@ -73,14 +73,15 @@ type roleChange struct {
 	role registry.Role
 	term int64
 	// track, for the master role, is the mastership whose slave tracker
-	// the loop starts once the role's first write was answered.
+	// the loop starts after the role's first write attempt (whatever its
+	// outcome: a tracker that waited for a success could wait for good).
 	track *mastership
 }
 
 // setRole hands the latest role to the membership loop; only the latest
 // matters, so an unread older value is replaced. For the master role, l is
-// the mastership: its slave tracker starts after the registration, whose
-// round trip it would otherwise delay (a connection of its own to dial, a
+// the mastership: its slave tracker starts after the registration's first
+// attempt, whose round trip it would otherwise delay (a connection of its own to dial, a
 // subscription, a read of every entry), and with it Start and the
 // hand-over's registration.
 func (mb *membership) setRole(role registry.Role, term int64, l *mastership) {

@@ -389,3 +389,21 @@ func TestRoundTripsHandover(t *testing.T) {
 		t.Errorf("the new master sent %q, want %q in any order after the acquire (and at most %q confirming the old master's unregistered notice)", next, want, noticeRead)
 	}
 }
+
+// TestFirstLookExpiredIsNotTaken: Start's look at a lock that has expired
+// since (a slow start) is not taken for the first check: the first attempt
+// goes to the lock. A fresh one is.
+func TestFirstLookExpiredIsNotTaken(t *testing.T) {
+	w := newWorld(t)
+	a := w.node(testConfig("a"))
+	c := a.core
+	held := rdb.MasterState{Exists: true, NodeID: "b", Term: 7, TTL: time.Second}
+	stale := &loopState{unresolved: true, firstLook: &lockLook{st: held, at: c.clock.Now().Add(-time.Second)}}
+	if _, ok := c.takeFirstLook(stale); ok || stale.firstLook != nil || !stale.unresolved {
+		t.Errorf("a look older than the lock's TTL was taken (or kept): unresolved %v", stale.unresolved)
+	}
+	fresh := &loopState{unresolved: true, firstLook: &lockLook{st: held, at: c.clock.Now()}}
+	if next, ok := c.takeFirstLook(fresh); !ok || fresh.unresolved || next <= 0 || next > time.Second+time.Millisecond {
+		t.Errorf("a fresh look: next %v, taken %v, unresolved %v; want taken, resolved, next look within the TTL", next, ok, fresh.unresolved)
+	}
+}
