@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/internal/testkit/wiretap"
 	"github.com/herdkit/herd/keyspace"
 	"github.com/herdkit/herd/pubsub"
@@ -804,4 +805,46 @@ func TestEarlierEntriesAreAcknowledgedBeforeTheNext(t *testing.T) {
 		t.Errorf("while the third handler runs: %d pending, %d in the inbox; want 1 and 1 (the first two acknowledged)", p.Count, n)
 	}
 	eventually(t, "all acknowledged", func() bool { return con.Handled() == 3 })
+}
+
+// TestDeletedPendingEntryIsDroppedNotRedelivered: an entry whose XDEL
+// went through but whose XACK was lost (the acknowledgement's two commands
+// cut apart) is pending and gone: the pending pass drops its slot and no
+// handler sees it again. On a real server: miniredis drops the slot at
+// the XDEL itself.
+func TestDeletedPendingEntryIsDroppedNotRedelivered(t *testing.T) {
+	c := redistest.Start(t, redistest.Default(t)).Client(t)
+	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
+	register(t, c, "s1")
+	id, err := r.Send(testCtx(t), "s1", "seq", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := r.Inbox("s1")
+	if err := c.XGroupCreateMkStream(testCtx(t), inbox, keyspace.InboxGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	read, err := c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: keyspace.InboxGroup, Consumer: "s1", Streams: []string{inbox, ">"}, Count: 1, Block: -1}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
+		t.Fatalf("read = %v, %v", read, err)
+	}
+	if err := c.XDel(testCtx(t), inbox, read[0].Messages[0].ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	con, got, log := startConsumer(t, c, "s1", fast())
+	eventually(t, "the pending slot dropped", func() bool {
+		p, err := c.XPending(testCtx(t), inbox, keyspace.InboxGroup).Result()
+		return err == nil && p.Count == 0
+	})
+	select {
+	case d := <-got:
+		t.Errorf("message %s (sent as %s) was delivered again after its XDEL", d.ID, id)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if con.Handled() != 0 {
+		t.Errorf("handled %d, want 0", con.Handled())
+	}
+	if errs := log.all(); len(errs) != 0 {
+		t.Errorf("errors: %v", errs)
+	}
 }
