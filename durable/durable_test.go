@@ -718,17 +718,7 @@ func TestPipelineBlockFitsTheReadTimeout(t *testing.T) {
 func TestHandledAtCloseIsAcknowledged(t *testing.T) {
 	_, c := newMini(t)
 	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
-	register(t, c, "s1")
-	if _, err := r.Send(testCtx(t), "s1", "seq", 1); err != nil {
-		t.Fatal(err)
-	}
-	inbox := r.Inbox("s1")
-	if err := c.XGroupCreateMkStream(testCtx(t), inbox, keyspace.InboxGroup, "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: keyspace.InboxGroup, Consumer: "s1", Streams: []string{inbox, ">"}, Count: 2, Block: -1}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	inbox, _ := pendingEntry(t, c, r, "s1")
 	log := &errLog{}
 	cfg := fast()
 	cfg.OnError = log.add
@@ -815,20 +805,8 @@ func TestEarlierEntriesAreAcknowledgedBeforeTheNext(t *testing.T) {
 func TestDeletedPendingEntryIsDroppedNotRedelivered(t *testing.T) {
 	c := redistest.Start(t, redistest.Default(t)).Client(t)
 	r := newRouter(t, c, newMaster(t, c, "m"), nil, fast())
-	register(t, c, "s1")
-	id, err := r.Send(testCtx(t), "s1", "seq", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inbox := r.Inbox("s1")
-	if err := c.XGroupCreateMkStream(testCtx(t), inbox, keyspace.InboxGroup, "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	read, err := c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: keyspace.InboxGroup, Consumer: "s1", Streams: []string{inbox, ">"}, Count: 1, Block: -1}).Result()
-	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
-		t.Fatalf("read = %v, %v", read, err)
-	}
-	if err := c.XDel(testCtx(t), inbox, read[0].Messages[0].ID).Err(); err != nil {
+	inbox, entry := pendingEntry(t, c, r, "s1")
+	if err := c.XDel(testCtx(t), inbox, entry).Err(); err != nil {
 		t.Fatal(err)
 	}
 	con, got, log := startConsumer(t, c, "s1", fast())
@@ -838,7 +816,7 @@ func TestDeletedPendingEntryIsDroppedNotRedelivered(t *testing.T) {
 	})
 	select {
 	case d := <-got:
-		t.Errorf("message %s (sent as %s) was delivered again after its XDEL", d.ID, id)
+		t.Errorf("message %s was delivered again after its XDEL", d.ID)
 	case <-time.After(100 * time.Millisecond):
 	}
 	if con.Handled() != 0 {
@@ -847,4 +825,25 @@ func TestDeletedPendingEntryIsDroppedNotRedelivered(t *testing.T) {
 	if errs := log.all(); len(errs) != 0 {
 		t.Errorf("errors: %v", errs)
 	}
+}
+
+// pendingEntry registers id, sends it one message through r and reads it
+// as consumer id of the inbox's group, outside any Consumer, so that the
+// entry is pending for id as after a process that stopped in its handler.
+// It returns the inbox and the entry's id.
+func pendingEntry(t *testing.T, c redis.UniversalClient, r *durable.Router, id string) (inbox, entry string) {
+	t.Helper()
+	register(t, c, id)
+	if _, err := r.Send(testCtx(t), id, "seq", 1); err != nil {
+		t.Fatal(err)
+	}
+	inbox = r.Inbox(id)
+	if err := c.XGroupCreateMkStream(testCtx(t), inbox, keyspace.InboxGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	read, err := c.XReadGroup(testCtx(t), &redis.XReadGroupArgs{Group: keyspace.InboxGroup, Consumer: id, Streams: []string{inbox, ">"}, Count: 1, Block: -1}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
+		t.Fatalf("read = %v, %v; want the one entry", read, err)
+	}
+	return inbox, read[0].Messages[0].ID
 }
