@@ -481,7 +481,7 @@ func TestReleaseNoticeDoesNotSkipTheDataLossWait(t *testing.T) {
 		cfgA, cfgD := fastConfig("loss-notice", "a"), fastConfig("loss-notice", "d")
 		cfgA.LockTTL, cfgD.LockTTL = 3*time.Second, 3*time.Second
 		cfgD.CheckInterval = 2500 * time.Millisecond                      // no check of d's own comes before the notice
-		cfgD.ProcessTTL, cfgD.SlaveTimeout = 6*time.Second, 3*time.Second // above the heartbeat (check) interval
+		cfgD.ProcessTTL, cfgD.SlaveTimeout = 6*time.Second, 4*time.Second // above 1.5 × the heartbeat (check) interval
 		a := newElection(t, inst.Client(t), cfgA)
 		d := newElection(t, inst.Client(t), cfgD)
 		start(t, a)

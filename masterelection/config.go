@@ -15,12 +15,16 @@ import (
 // states, filled in by New (DefaultConfig shows them all). The timing
 // defaults scale with LockTTL, so setting LockTTL alone gives a valid
 // configuration; with the default LockTTL of 30s they are the
-// specification's values.
+// specification's values, but for CheckInterval and SlaveTimeout (10s and
+// 20s instead of 5s and 15s: an idle slave costs Redis one call per
+// HeartbeatInterval, half as many).
 //
 // The timings relate as follows (Validate enforces the rules):
 //
 //	HeartbeatInterval * 3 <= LockTTL   a master gets at least three renewals per lock lifetime
 //	CheckInterval < LockTTL            a slave looks at the lock at least once per lifetime
+//	SlaveTimeout > max(HeartbeatInterval, 1.5 × CheckInterval)
+//	                                   no live process is removed between two heartbeats
 //	ElectionJitter < LockTTL
 //	StepDownMargin < LockTTL - HeartbeatInterval
 //
@@ -59,9 +63,13 @@ type Config struct {
 	// self-fencing deadline. Default: LockTTL / 3 (10s).
 	HeartbeatInterval time.Duration
 
-	// CheckInterval is how often a slave checks the lock. Slaves also check at
-	// the instant the current lock would expire, so failover does not wait
-	// for this interval. Default: LockTTL / 6 (5s).
+	// CheckInterval is how often a slave checks the lock; its registry
+	// heartbeat rides in the same script call, so an idle slave costs Redis
+	// one call per CheckInterval. Slaves also check at the instant the
+	// current lock would expire, and when a lock notice comes, so failover
+	// does not wait for this interval. The master sweeps its slave list this
+	// often. Default: HeartbeatInterval (10s); the specification's 5s costs
+	// every idle slave twice as many calls.
 	CheckInterval time.Duration
 
 	// ElectionJitter is the longest a slave waits before it contends for a
@@ -119,8 +127,10 @@ type Config struct {
 
 	// SlaveTimeout is how old a slave's last heartbeat may get before the
 	// master removes it from the registry and emits slave-removed. It must
-	// exceed the longer heartbeat interval and the clock skew between hosts.
-	// Default: LockTTL / 2 (15s, as the specification).
+	// exceed the longest a live process goes without a heartbeat, the longer
+	// of HeartbeatInterval and 1.5 × CheckInterval, and should cover the
+	// clock skew between hosts too. Default: LockTTL * 2/3 (20s; the
+	// specification's 15s is exactly 1.5 of its default CheckInterval).
 	SlaveTimeout time.Duration
 
 	// RegistryBackend chooses how registry entries get their TTL; see

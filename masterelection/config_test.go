@@ -65,8 +65,8 @@ func TestValidate(t *testing.T) {
 func TestDefaultConfigIsTheSpecs(t *testing.T) {
 	c := DefaultConfig()
 	if c.LockName != "master-election" || c.LockTTL != 30*time.Second || c.HeartbeatInterval != 10*time.Second ||
-		c.CheckInterval != 5*time.Second || c.ElectionJitter != 2*time.Second || c.NonCandidate ||
-		c.ProcessTTL != 45*time.Second || c.SlaveTimeout != 15*time.Second || c.StepDownMargin != 0 ||
+		c.CheckInterval != 10*time.Second || c.ElectionJitter != 2*time.Second || c.NonCandidate ||
+		c.ProcessTTL != 45*time.Second || c.SlaveTimeout != 20*time.Second || c.StepDownMargin != 0 ||
 		c.TransferWindow != 0 || c.WaitTimeout != 0 || c.SlavePrefix != "" {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
@@ -79,8 +79,12 @@ func TestDefaultConfigIsTheSpecs(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("DefaultConfig with a shorter LockTTL: %v", err)
 	}
-	if d := DefaultConfig(); d.ProcessTTL != registry.DefaultProcessTTL || d.SlaveTimeout != registry.DefaultSlaveTimeout {
-		t.Fatalf("the registry's defaults differ: %v %v", registry.DefaultProcessTTL, registry.DefaultSlaveTimeout)
+	// The registry's SlaveTracker keeps the specification's 15s for
+	// heartbeats every 5s; the election's slaves heartbeat every
+	// CheckInterval, 10s by default, at most 15s apart.
+	if d := DefaultConfig(); d.ProcessTTL != registry.DefaultProcessTTL || d.SlaveTimeout <= d.longestSilence() {
+		t.Fatalf("ProcessTTL %v (the registry's %v), SlaveTimeout %v not above the longest silence %v",
+			d.ProcessTTL, registry.DefaultProcessTTL, d.SlaveTimeout, d.longestSilence())
 	}
 }
 
@@ -98,8 +102,8 @@ func TestZeroConfigMeansDefaults(t *testing.T) {
 	}
 	c := m.cfg
 	if c.NodeID == "" || c.Identifier == "" || !m.Candidate() || c.HeartbeatInterval != time.Second/3 ||
-		c.CheckInterval != time.Second/6 || c.ElectionJitter != time.Second/15 || c.ProcessTTL != 1500*time.Millisecond ||
-		c.SlaveTimeout != 500*time.Millisecond || c.StepDownMargin != 100*time.Millisecond {
+		c.CheckInterval != time.Second/3 || c.ElectionJitter != time.Second/15 || c.ProcessTTL != 1500*time.Millisecond ||
+		c.SlaveTimeout != time.Second-time.Second/3 || c.StepDownMargin != 100*time.Millisecond {
 		t.Fatalf("New(Config{LockTTL: 1s}) uses %+v", c)
 	}
 	if _, err := New(client, Config{LockTTL: -1, LockName: "a b"}); !errors.Is(err, ErrInvalidConfig) ||
@@ -132,12 +136,12 @@ func TestDefaultConfigFollowsLockTTL(t *testing.T) {
 	}
 	c := DefaultConfig()
 	c.LockTTL = 6 * time.Second
-	if got := c.withDefaults(); got.ProcessTTL != 9*time.Second || got.SlaveTimeout != 3*time.Second {
-		t.Errorf("LockTTL 6s: ProcessTTL %v, SlaveTimeout %v, want 9s and 3s", got.ProcessTTL, got.SlaveTimeout)
+	if got := c.withDefaults(); got.ProcessTTL != 9*time.Second || got.SlaveTimeout != 4*time.Second {
+		t.Errorf("LockTTL 6s: ProcessTTL %v, SlaveTimeout %v, want 9s and 4s", got.ProcessTTL, got.SlaveTimeout)
 	}
 	c = DefaultConfig()
 	c.LockTTL, c.ProcessTTL = 6*time.Second, 20*time.Second
-	if got := c.withDefaults(); got.ProcessTTL != 20*time.Second || got.SlaveTimeout != 3*time.Second {
+	if got := c.withDefaults(); got.ProcessTTL != 20*time.Second || got.SlaveTimeout != 4*time.Second {
 		t.Errorf("a ProcessTTL set by the caller: %v, SlaveTimeout %v", got.ProcessTTL, got.SlaveTimeout)
 	}
 	c = DefaultConfig()
@@ -245,12 +249,12 @@ func TestHandBackWindow(t *testing.T) {
 		t.Fatalf("default HandBackWindow %v, want LockTTL (30s)", d.HandBackWindow)
 	}
 	c := Config{LockTTL: 3 * time.Second, SlaveTimeout: 2800 * time.Millisecond}
-	if d := c.withDefaults(); d.HandBackWindow != 3300*time.Millisecond {
-		t.Fatalf("default HandBackWindow %v, want SlaveTimeout + CheckInterval (3.3s)", d.HandBackWindow)
+	if d := c.withDefaults(); d.HandBackWindow != 3800*time.Millisecond {
+		t.Fatalf("default HandBackWindow %v, want SlaveTimeout + CheckInterval (3.8s)", d.HandBackWindow)
 	}
 	c.HandBackWindow = 3 * time.Second
 	err := c.Validate()
-	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "HandBackWindow (3s) must be at least SlaveTimeout (2.8s) + CheckInterval (500ms)") {
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "HandBackWindow (3s) must be at least SlaveTimeout (2.8s) + CheckInterval (1s)") {
 		t.Fatalf("HandBackWindow below SlaveTimeout + CheckInterval: %v", err)
 	}
 	c.HandBackWindow = -1
@@ -268,9 +272,13 @@ func TestRegistryTimingRules(t *testing.T) {
 		want string
 	}{
 		{"ProcessTTL twice the heartbeat", Config{LockTTL: 30 * time.Second, ProcessTTL: 20 * time.Second},
-			"ProcessTTL (20s) must exceed twice the heartbeat interval, the longer of HeartbeatInterval (10s, its default LockTTL / 3) and CheckInterval (5s, its default LockTTL / 6)"},
-		{"SlaveTimeout equal to the heartbeat", Config{HeartbeatInterval: 10 * time.Second, SlaveTimeout: 10 * time.Second},
-			"SlaveTimeout (10s) must exceed the heartbeat interval, the longer of HeartbeatInterval (10s) and CheckInterval (5s, its default LockTTL / 6)"},
+			"ProcessTTL (20s) must exceed twice the heartbeat interval, the longer of HeartbeatInterval (10s, its default LockTTL / 3) and CheckInterval (10s, its default HeartbeatInterval)"},
+		{"SlaveTimeout equal to the heartbeat", Config{HeartbeatInterval: 10 * time.Second, CheckInterval: 5 * time.Second, SlaveTimeout: 10 * time.Second},
+			"SlaveTimeout (10s) must exceed the longest a live process goes without a registry write, 10s: the longer of HeartbeatInterval (10s) and 1.5 × CheckInterval (5s)"},
+		// A slave's heartbeats ride its checks; the membership loop stands
+		// in 1.5 CheckInterval after the last one (slaveBeatStandIn).
+		{"SlaveTimeout not above 1.5 CheckInterval", Config{CheckInterval: 10 * time.Second, SlaveTimeout: 15 * time.Second},
+			"SlaveTimeout (15s) must exceed the longest a live process goes without a registry write, 15s: the longer of HeartbeatInterval (10s, its default LockTTL / 3) and 1.5 × CheckInterval (10s)"},
 		{"negative ProcessTTL", Config{ProcessTTL: -time.Second}, "ProcessTTL must be positive, got -1s"},
 		{"negative SlaveTimeout", Config{SlaveTimeout: -time.Second}, "SlaveTimeout must be positive, got -1s"},
 	} {
@@ -281,7 +289,7 @@ func TestRegistryTimingRules(t *testing.T) {
 			}
 		})
 	}
-	if err := (Config{LockTTL: 6 * time.Second, ProcessTTL: 4001 * time.Millisecond, SlaveTimeout: 2001 * time.Millisecond}).Validate(); err != nil {
+	if err := (Config{LockTTL: 6 * time.Second, ProcessTTL: 4001 * time.Millisecond, SlaveTimeout: 3001 * time.Millisecond}).Validate(); err != nil {
 		t.Fatalf("ProcessTTL and SlaveTimeout just above the bounds: %v", err)
 	}
 }

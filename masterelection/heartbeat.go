@@ -128,7 +128,7 @@ type member struct {
 // for the follow loop's checks, which carry a slave's heartbeat while they
 // may (slaveBeats); 0 when it must write now.
 func (mb *membership) heartbeatRides() time.Duration {
-	standIn := mb.cfg.CheckInterval + mb.cfg.CheckInterval/2
+	standIn := slaveBeatStandIn(mb.cfg.CheckInterval)
 	if !mb.beats.ride.Load() {
 		return 0
 	}

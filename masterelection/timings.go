@@ -37,7 +37,7 @@ var timings = []timing{
 	{"HeartbeatInterval", func(c *Config) *time.Duration { return &c.HeartbeatInterval },
 		func(ttl time.Duration, _ Config) time.Duration { return ttl / 3 }, "LockTTL / 3", true},
 	{"CheckInterval", func(c *Config) *time.Duration { return &c.CheckInterval },
-		func(ttl time.Duration, _ Config) time.Duration { return ttl / 6 }, "LockTTL / 6", true},
+		func(_ time.Duration, c Config) time.Duration { return c.HeartbeatInterval }, "HeartbeatInterval", true},
 	{"ElectionJitter", func(c *Config) *time.Duration { return &c.ElectionJitter },
 		func(ttl time.Duration, _ Config) time.Duration { return ttl / 15 }, "LockTTL / 15", true},
 	{"StepDownMargin", func(c *Config) *time.Duration { return &c.StepDownMargin },
@@ -46,7 +46,8 @@ var timings = []timing{
 		// ttl * 3/2, without overflowing
 		func(ttl time.Duration, _ Config) time.Duration { return ttl + ttl/2 }, "LockTTL * 3/2", true},
 	{"SlaveTimeout", func(c *Config) *time.Duration { return &c.SlaveTimeout },
-		func(ttl time.Duration, _ Config) time.Duration { return ttl / 2 }, "LockTTL / 2", true},
+		// ttl * 2/3, without overflowing
+		func(ttl time.Duration, _ Config) time.Duration { return ttl - ttl/3 }, "LockTTL * 2/3", true},
 	{"WaitTimeout", func(c *Config) *time.Duration { return &c.WaitTimeout },
 		func(_ time.Duration, c Config) time.Duration { return c.HeartbeatInterval / 4 }, "HeartbeatInterval / 4", false},
 	{"TransferWindow", func(c *Config) *time.Duration { return &c.TransferWindow },
@@ -103,7 +104,22 @@ func (c Config) rescaledToLockTTL() Config {
 // entry: the slaves' CheckInterval or the master's HeartbeatInterval.
 func (c Config) heartbeat() time.Duration { return max(c.HeartbeatInterval, c.CheckInterval) }
 
-// DefaultConfig returns the specification's values: LockName, LockTTL,
+// longestSilence is the longest a live process goes without writing its
+// registry entry: a master renews it every HeartbeatInterval; a slave's
+// heartbeat rides its checks, every CheckInterval, and the membership loop
+// stands in once none rode for slaveBeatStandIn (the follow loop was
+// contending, waiting out a data loss, or failing).
+func (c Config) longestSilence() time.Duration {
+	return max(c.HeartbeatInterval, slaveBeatStandIn(c.CheckInterval))
+}
+
+// slaveBeatStandIn is how long after a slave's last registry write the
+// membership loop writes the entry itself, the follow loop's checks having
+// carried no heartbeat since: one and a half check intervals.
+func slaveBeatStandIn(check time.Duration) time.Duration { return check + check/2 }
+
+// DefaultConfig returns the defaults, the specification's values but for
+// CheckInterval and SlaveTimeout (see Config): LockName, LockTTL,
 // HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL and
 // SlaveTimeout set, as New would set them in a zero Config. The fields whose
 // defaults follow other fields (StepDownMargin, WaitTimeout,

@@ -105,8 +105,9 @@ type Registry struct {
 type owned struct {
 	mu         sync.Mutex // held across each write, so one process's writes never overtake each other
 	info       ProcessInfo
-	registered bool // info has been stored once
-	gone       bool // Unregister was called
+	version    int64 // the version of the last write stored (0: none), rdb.Put.Last
+	registered bool  // info has been stored once
+	gone       bool  // Unregister was called
 }
 
 // encodeEntry encodes info for the registry. It calls MarshalJSON itself:
@@ -269,7 +270,7 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		info.RegisteredAt = o.registeredAt(now)
 	}
 	info.LastSeen = now
-	st, err := r.write(ctx, info, false, nil)
+	st, err := r.write(ctx, info, false, o.version, nil)
 	if err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
@@ -296,7 +297,7 @@ func (r *Registry) record(op string, o *owned, info ProcessInfo, st rdb.Stored) 
 		o.info.Incarnation = info.Incarnation
 		return inUse(info.ProcessID, st.InUse)
 	}
-	o.info, o.registered = info, true
+	o.info, o.registered, o.version = info, true, st.Version
 	if st.Fenced {
 		o.info = asSlave(o.info) // what the write stored instead
 		return r.fenced(op, info, st)
@@ -359,7 +360,7 @@ func (r *Registry) heartbeatWith(ctx context.Context, processID string, send bea
 	defer o.mu.Unlock()
 	info := o.info
 	info.LastSeen = r.clock.Now()
-	st, err := r.write(ctx, info, true, send)
+	st, err := r.write(ctx, info, true, o.version, send)
 	if err != nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, err)
 	}
@@ -425,8 +426,9 @@ func (r *Registry) removeStale(ctx context.Context, id, raw string) (int64, erro
 
 // write stores info, encoded whole; with role master it also sends the
 // slave form of info, which Redis stores instead when the write is fenced.
-// send, when not nil, sends the write (HeartbeatWith).
-func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, send beat.Sender) (rdb.Stored, error) {
+// last is the version of the process's last write (rdb.Put.Last). send,
+// when not nil, sends the write (HeartbeatWith).
+func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, last int64, send beat.Sender) (rdb.Stored, error) {
 	b, err := encodeEntry(info)
 	if err != nil {
 		return rdb.Stored{}, err
@@ -441,7 +443,7 @@ func (r *Registry) write(ctx context.Context, info ProcessInfo, heartbeat bool, 
 		ID: info.ProcessID, Value: b, Role: string(info.Role),
 		TTL: r.cfg.ProcessTTL, Heartbeat: heartbeat,
 		Node: info.NodeID, Term: info.Term, Fallback: fallback,
-		Incarnation: info.Incarnation, Quiet: r.cfg.Quiet,
+		Incarnation: info.Incarnation, Quiet: r.cfg.Quiet, Last: last,
 	}, send)
 }
 

@@ -44,10 +44,10 @@ func TestTuningTableHolds(t *testing.T) {
 			got, want time.Duration
 		}{
 			{"HeartbeatInterval", cfg.HeartbeatInterval, ttl / 3},
-			{"CheckInterval", cfg.CheckInterval, ttl / 6},
+			{"CheckInterval", cfg.CheckInterval, ttl / 3},
 			{"ElectionJitter", cfg.ElectionJitter, ttl / 15},
 			{"StepDownMargin", cfg.StepDownMargin, ttl / 10},
-			{"SlaveTimeout", cfg.SlaveTimeout, ttl / 2},
+			{"SlaveTimeout", cfg.SlaveTimeout, ttl - ttl/3},
 			{"ProcessTTL", cfg.ProcessTTL, ttl * 3 / 2},
 			{"crash failover", d[7], ttl + cfg.ElectionJitter},
 			{"self-fencing", d[8], ttl - cfg.StepDownMargin},
@@ -81,9 +81,9 @@ func TestTuningTableHolds(t *testing.T) {
 	demo := defaultOptions().config("x", 1)
 	ttl := demo.LockTTL
 	ms := time.Millisecond
-	if demo.HeartbeatInterval != (ttl/3).Truncate(ms) || demo.CheckInterval != (ttl/6).Truncate(ms) ||
+	if demo.HeartbeatInterval != (ttl/3).Truncate(ms) || demo.CheckInterval != (ttl/3).Truncate(ms) ||
 		demo.ElectionJitter != (ttl/15).Truncate(ms) || demo.StepDownMargin != ttl/10 ||
-		demo.SlaveTimeout != ttl/2 || demo.ProcessTTL != ttl*3/2 {
+		demo.SlaveTimeout != (ttl-ttl/3).Truncate(ms) || demo.ProcessTTL != ttl*3/2 {
 		t.Errorf("the demo does not follow the ratios of docs/tuning.md: %+v", demo)
 	}
 }

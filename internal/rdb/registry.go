@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -142,6 +143,13 @@ type Put struct {
 	// ago: another process runs under the same id. Stored.InUse then says
 	// so and nothing is written. 0 never refuses.
 	Quiet time.Duration
+	// Last is the version of the writer's last write of this entry (the
+	// Stored.Version it returned), 0 for none. A live entry that is still
+	// that write is the writer's own: its incarnation is not decoded, which
+	// makes a heartbeat cheaper inside Redis. It must be a version this
+	// writer's own write returned: the entry it names counts as the
+	// writer's, whatever incarnation it carries.
+	Last int64
 }
 
 // Stored is the outcome of RegistryPut.
@@ -211,7 +219,7 @@ func putCall(k keyspace.Keys, p Put) (keys []string, args []any, err error) {
 	}
 	return []string{k.Processes, k.ProcessesExpiry, k.Master, k.Term, k.ProcessesVersion},
 		[]any{p.Mode, p.ID, p.Value, p.TTL.Milliseconds(), op, p.Role, k.RegistryEvents, node, termArg(p.Term), fallback,
-			p.Incarnation, quietArg(p.Incarnation, p.Quiet)},
+			p.Incarnation, quietArg(p.Incarnation, p.Quiet), lastArg(p.Last)},
 		nil
 }
 
@@ -252,6 +260,14 @@ func checkRole(p Put) error {
 		return fmt.Errorf("registry put: the fallback of a master write is not a JSON object")
 	}
 	return nil
+}
+
+// lastArg is registry_put.lua's ARGV[13]: the version, "" for none.
+func lastArg(v int64) string {
+	if v <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(v, 10)
 }
 
 // quietArg is registry_put.lua's ARGV[12]: Quiet in whole milliseconds,

@@ -46,6 +46,10 @@
 --             this is another process's under the same id: nothing is
 --             written and the reply is {"in use", its incarnation, its age
 --             in ms, its "identifier"}. 0 never refuses.
+-- ARGV[13] -> the version of the writer's last write of this entry, decimal
+--             ("" for none): a live entry that still ends with it, as every
+--             entry ends with the version its write minted, is that write,
+--             the writer's own, and its incarnation is not decoded.
 -- Returns: {created, version, fenced, holder, term} (or the "in use" reply
 --          of ARGV[12]): created is 1 when the
 --          entry was absent (or expired) before the write, 0 when it replaced
@@ -86,9 +90,15 @@ end
 
 -- Another live process under this id: its entry carries another
 -- incarnation and was written within the quiet window. An entry that is not
--- herd's JSON, or has no incarnation, is replaced as before.
+-- herd's JSON, or has no incarnation, is replaced as before. The writer's
+-- own last write (ARGV[13]), a heartbeat's usual find, is not decoded.
 local quiet = tonumber(ARGV[12]) or 0
-if existed and ARGV[11] ~= '' and quiet > 0 then
+local own = false
+if existed and ARGV[13] ~= '' then
+  local suffix = ',"version":' .. ARGV[13] .. '}'
+  own = string.sub(current, -#suffix) == suffix
+end
+if existed and ARGV[11] ~= '' and quiet > 0 and not own then
   local ok, other = pcall(cjson.decode, current)
   if ok and type(other) == 'table' and type(other.incarnation) == 'string' and other.incarnation ~= '' and
       other.incarnation ~= ARGV[11] and type(other.version) == 'number' then
@@ -108,13 +118,17 @@ if type(last) == 'string' and string.match(last, '^%d+$') and tonumber(last) < 9
   version = tonumber(last) + 1
 end
 version = string.format('%d', version)
-local writes = {{'HSET', KEYS[1], 'f', 'v'}, {'SET', KEYS[5], 'x'}, {'PUBLISH', ARGV[7], 'x'}}
+local announce = ARGV[5] == 'register' or not existed or fenced == 1
+local writes = {{'HSET', KEYS[1], 'f', 'v'}, {'SET', KEYS[5], 'x'}}
 if mode == 'native' then
   writes[1] = {'HSETEX', KEYS[1], 'PX', '1', 'FIELDS', '1', 'f', 'v'}
 elseif mode == 'hpexpire' then
   writes[#writes + 1] = {'HPEXPIRE', KEYS[1], '1', 'FIELDS', '1', 'f'}
 elseif mode == 'emulated' then
   writes[#writes + 1] = {'ZADD', KEYS[2], '1', 'f'}
+end
+if announce then
+  writes[#writes + 1] = {'PUBLISH', ARGV[7], 'x'}
 end
 -- Every write checked against the user's ACL before the first one (writes.lua).
 local denied = refused('registry put', writes)
@@ -136,7 +150,7 @@ else
 end
 redis.call('SET', KEYS[5], version)
 
-if ARGV[5] == 'register' or not existed or fenced == 1 then
+if announce then
   redis.call('PUBLISH', ARGV[7], '{"event":"registered","nodeId":' .. cjson.encode(id) ..
     ',"role":' .. cjson.encode(role) .. ',"version":' .. version .. ',"process":' .. value .. '}')
 end
