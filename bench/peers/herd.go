@@ -56,9 +56,10 @@ func herdPeer(addr string, hook *rtHook, trace func(string)) peer {
 }
 
 // herdConfig is DefaultConfig with lock, id and t, and every timing that
-// depends on them at DefaultConfig's ratio: ElectionJitter TTL/15 (2 s of
-// 30 s), StepDownMargin and TransferWindow TTL/10, WaitTimeout a quarter
-// of the renewal interval.
+// depends on them at DefaultConfig's ratio: CheckInterval the renewal
+// interval (herd's default; t.Check is the pollers' interval), SlaveTimeout
+// TTL × 2/3, ElectionJitter TTL/15 (2 s of 30 s), StepDownMargin and
+// TransferWindow TTL/10, WaitTimeout a quarter of the renewal interval.
 func herdConfig(lock, id string, t timings) masterelection.Config {
 	cfg := masterelection.DefaultConfig()
 	cfg.LockName = lock
@@ -66,7 +67,8 @@ func herdConfig(lock, id string, t timings) masterelection.Config {
 	cfg.Identifier = id
 	cfg.LockTTL = t.TTL
 	cfg.HeartbeatInterval = t.Renew
-	cfg.CheckInterval = t.Check
+	cfg.CheckInterval = t.Renew
+	cfg.SlaveTimeout = t.TTL - t.TTL/3
 	cfg.ElectionJitter = t.TTL / 15
 	cfg.StepDownMargin = t.TTL / 10
 	cfg.TransferWindow = t.TTL / 10

@@ -122,7 +122,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 	}
 	defer es.close()
 	r.servers = fmt.Sprintf("%s started on 127.0.0.1 (no persistence); etcd %s embedded in this process (single member, data in a temporary directory, fsync on, heartbeat 50ms, election timeout 500ms)", rs.Name, version.Version)
-	r.params = fmt.Sprintf("handovers and failovers at TTL %v on every peer: herd LockTTL %v (HeartbeatInterval TTL/3, CheckInterval TTL/6, ElectionJitter TTL/15), etcd session TTL %ds, lock loops refresh every TTL/3 and poll every TTL/6; idle at TTL 30s with the same ratios (herd's defaults), %d processes per peer", cfg.ttl, cfg.ttl, int(cfg.ttl/time.Second), cfg.idleProcesses)
+	r.params = fmt.Sprintf("handovers and failovers at TTL %v on every peer: herd LockTTL %v (HeartbeatInterval and CheckInterval TTL/3, ElectionJitter TTL/15), etcd session TTL %ds, lock loops refresh every TTL/3 and poll every TTL/6; idle at TTL 30s with the same ratios (herd's defaults), %d processes per peer", cfg.ttl, cfg.ttl, int(cfg.ttl/time.Second), cfg.idleProcesses)
 
 	rc, err := connectRedis(ctx, rs.Addr, nil)
 	if err != nil {
@@ -251,7 +251,7 @@ func idleRows(ctx context.Context, cfg config, etcdEndpoint string) ([]row, erro
 		return row{id: id, what: what, peer: display[name], value: fmt.Sprintf("%.1f /min", x.perMinute), x: x.perMinute, err: x.err,
 			note: note + " Counted: " + x.detail + "."}
 	}
-	herdI := mk("4a", "herd", "idle round trips per process per minute", fmt.Sprintf("%d processes at default timings (LockTTL 30s, renew 10s, check 5s), idle; the client hook's round trips (a command or a pipeline each) plus the subscriptions' PINGs and (un)subscriptions from the server's INFO commandstats. Includes the process registry's heartbeats, which the peers do not have.", cfg.idleProcesses))
+	herdI := mk("4a", "herd", "idle round trips per process per minute", fmt.Sprintf("%d processes at default timings (LockTTL 30s, renew 10s, check 10s), idle; the client hook's round trips (a command or a pipeline each) plus the subscriptions' PINGs and (un)subscriptions from the server's INFO commandstats. Includes the process registry's heartbeats, which the peers do not have.", cfg.idleProcesses))
 	out := []row{herdI}
 	for _, p := range []struct{ id, name, note string }{
 		{"4b", "etcd", "Session TTL 30s: a keep-alive every 10s; waiters watch, which costs no request while nothing changes. Requests counted by a gRPC client interceptor (unary calls and stream messages sent)."},
