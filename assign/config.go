@@ -25,8 +25,9 @@ const (
 	// GracePerLockTTL is the default Grace as a fraction of LockTTL:
 	// LockTTL / 1.5, that is LockTTL × 2/3 (4s at a LockTTL of 6s, 20s at
 	// the default 30s). It covers a container restart of a few seconds,
-	// and equals SlaveTimeout + CheckInterval with the election's default
-	// ratios, so a crashed slave's items wait no longer than its removal.
+	// and equals SlaveTimeout + SlaveTimeout/3 (a sweep) with the
+	// election's default ratios, so a crashed slave's items wait no longer
+	// than its removal.
 	GracePerLockTTL = 1.5
 )
 
@@ -43,7 +44,7 @@ type Config struct {
 	// items' new owners may start then. Default: the election's LockTTL /
 	// LeaseTTLPerLockTTL (10s at the default LockTTL), so that a dead
 	// slave's items are free before the master has removed it (SlaveTimeout
-	// + CheckInterval, LockTTL × 2/3 by default).
+	// and a sweep, LockTTL × 2/3 by default).
 	LeaseTTL time.Duration
 	// RenewInterval is how often a Worker renews all its items, in one
 	// round trip however many it holds, and picks up the plan's changes.

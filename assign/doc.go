@@ -114,10 +114,10 @@
 // Margin = LeaseTTL / 10, Settle = LockTTL / 30, Resync = 10 × Settle,
 // Grace = LockTTL × 2/3 (10s, 3.3s, 1s, 1s, 10s and 20s at the default
 // LockTTL of 30s). The lease ends before the master removes a dead slave
-// (SlaveTimeout + CheckInterval, LockTTL × 2/3 with masterelection's
-// defaults), and the grace, counted from the dead slave's last heartbeat,
-// ends about then too, so its items are owned again within SlaveTimeout +
-// CheckInterval + Settle + RenewInterval: about 0.81 × LockTTL
+// (SlaveTimeout and a sweep, SlaveTimeout/3: LockTTL × 2/3 with
+// masterelection's defaults), and the grace, counted from the dead slave's
+// last heartbeat, ends about then too, so its items are owned again within
+// that + Settle + RenewInterval: about 0.81 × LockTTL
 // (docs/tuning.md). A slave that stops (and does not return) has its items
 // owned again about Grace + Settle + RenewInterval after it stopped.
 package assign

@@ -15,15 +15,14 @@ import (
 // states, filled in by New (DefaultConfig shows them all). The timing
 // defaults scale with LockTTL, so setting LockTTL alone gives a valid
 // configuration; with the default LockTTL of 30s they are the
-// specification's values, but for CheckInterval and SlaveTimeout (10s and
-// 20s instead of 5s and 15s: an idle slave costs Redis one call per
-// HeartbeatInterval, half as many).
+// specification's values, but for CheckInterval (10s instead of 5s: an idle
+// slave costs Redis one call per HeartbeatInterval, half as many).
 //
 // The timings relate as follows (Validate enforces the rules):
 //
 //	HeartbeatInterval * 3 <= LockTTL   a master gets at least three renewals per lock lifetime
 //	CheckInterval < LockTTL            a slave looks at the lock at least once per lifetime
-//	SlaveTimeout > max(HeartbeatInterval, 1.5 × CheckInterval)
+//	SlaveTimeout > max(HeartbeatInterval, 1.25 × CheckInterval)
 //	                                   no live process is removed between two heartbeats
 //	ElectionJitter < LockTTL
 //	StepDownMargin < LockTTL - HeartbeatInterval
@@ -68,8 +67,9 @@ type Config struct {
 	// one call per CheckInterval. Slaves also check at the instant the
 	// current lock would expire, and when a lock notice comes, so failover
 	// does not wait for this interval. The master sweeps its slave list this
-	// often. Default: HeartbeatInterval (10s); the specification's 5s costs
-	// every idle slave twice as many calls.
+	// often, and at least every SlaveTimeout/3. Default: HeartbeatInterval
+	// (10s); the specification's 5s costs every idle slave twice as many
+	// calls.
 	CheckInterval time.Duration
 
 	// ElectionJitter is the longest a slave waits before it contends for a
@@ -128,9 +128,10 @@ type Config struct {
 	// SlaveTimeout is how old a slave's last heartbeat may get before the
 	// master removes it from the registry and emits slave-removed. It must
 	// exceed the longest a live process goes without a heartbeat, the longer
-	// of HeartbeatInterval and 1.5 × CheckInterval, and should cover the
-	// clock skew between hosts too. Default: LockTTL * 2/3 (20s; the
-	// specification's 15s is exactly 1.5 of its default CheckInterval).
+	// of HeartbeatInterval and 1.25 × CheckInterval, and should cover the
+	// clock skew between hosts too. A dead slave is removed within
+	// SlaveTimeout + SlaveTimeout/3 of its last heartbeat (the master's
+	// sweeps). Default: LockTTL / 2 (15s, as the specification).
 	SlaveTimeout time.Duration
 
 	// RegistryBackend chooses how registry entries get their TTL; see

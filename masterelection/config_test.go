@@ -66,7 +66,7 @@ func TestDefaultConfigIsTheSpecs(t *testing.T) {
 	c := DefaultConfig()
 	if c.LockName != "master-election" || c.LockTTL != 30*time.Second || c.HeartbeatInterval != 10*time.Second ||
 		c.CheckInterval != 10*time.Second || c.ElectionJitter != 2*time.Second || c.NonCandidate ||
-		c.ProcessTTL != 45*time.Second || c.SlaveTimeout != 20*time.Second || c.StepDownMargin != 0 ||
+		c.ProcessTTL != 45*time.Second || c.SlaveTimeout != 15*time.Second || c.StepDownMargin != 0 ||
 		c.TransferWindow != 0 || c.WaitTimeout != 0 || c.SlavePrefix != "" {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
@@ -79,12 +79,13 @@ func TestDefaultConfigIsTheSpecs(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("DefaultConfig with a shorter LockTTL: %v", err)
 	}
-	// The registry's SlaveTracker keeps the specification's 15s for
-	// heartbeats every 5s; the election's slaves heartbeat every
-	// CheckInterval, 10s by default, at most 15s apart.
-	if d := DefaultConfig(); d.ProcessTTL != registry.DefaultProcessTTL || d.SlaveTimeout <= d.longestSilence() {
-		t.Fatalf("ProcessTTL %v (the registry's %v), SlaveTimeout %v not above the longest silence %v",
-			d.ProcessTTL, registry.DefaultProcessTTL, d.SlaveTimeout, d.longestSilence())
+	if d := DefaultConfig(); d.ProcessTTL != registry.DefaultProcessTTL || d.SlaveTimeout != registry.DefaultSlaveTimeout {
+		t.Fatalf("the registry's defaults differ: %v %v", registry.DefaultProcessTTL, registry.DefaultSlaveTimeout)
+	}
+	// A dead slave is removed within LockTTL × 2/3, as when slaves looked
+	// at the lock every LockTTL/6: the master sweeps every SlaveTimeout/3.
+	if d := DefaultConfig(); d.sweepInterval() != 5*time.Second || d.SlaveTimeout <= d.longestSilence() {
+		t.Fatalf("sweep every %v, SlaveTimeout %v against the longest silence %v", d.sweepInterval(), d.SlaveTimeout, d.longestSilence())
 	}
 }
 
@@ -103,7 +104,7 @@ func TestZeroConfigMeansDefaults(t *testing.T) {
 	c := m.cfg
 	if c.NodeID == "" || c.Identifier == "" || !m.Candidate() || c.HeartbeatInterval != time.Second/3 ||
 		c.CheckInterval != time.Second/3 || c.ElectionJitter != time.Second/15 || c.ProcessTTL != 1500*time.Millisecond ||
-		c.SlaveTimeout != time.Second-time.Second/3 || c.StepDownMargin != 100*time.Millisecond {
+		c.SlaveTimeout != 500*time.Millisecond || c.StepDownMargin != 100*time.Millisecond {
 		t.Fatalf("New(Config{LockTTL: 1s}) uses %+v", c)
 	}
 	if _, err := New(client, Config{LockTTL: -1, LockName: "a b"}); !errors.Is(err, ErrInvalidConfig) ||
@@ -136,12 +137,12 @@ func TestDefaultConfigFollowsLockTTL(t *testing.T) {
 	}
 	c := DefaultConfig()
 	c.LockTTL = 6 * time.Second
-	if got := c.withDefaults(); got.ProcessTTL != 9*time.Second || got.SlaveTimeout != 4*time.Second {
-		t.Errorf("LockTTL 6s: ProcessTTL %v, SlaveTimeout %v, want 9s and 4s", got.ProcessTTL, got.SlaveTimeout)
+	if got := c.withDefaults(); got.ProcessTTL != 9*time.Second || got.SlaveTimeout != 3*time.Second {
+		t.Errorf("LockTTL 6s: ProcessTTL %v, SlaveTimeout %v, want 9s and 3s", got.ProcessTTL, got.SlaveTimeout)
 	}
 	c = DefaultConfig()
 	c.LockTTL, c.ProcessTTL = 6*time.Second, 20*time.Second
-	if got := c.withDefaults(); got.ProcessTTL != 20*time.Second || got.SlaveTimeout != 4*time.Second {
+	if got := c.withDefaults(); got.ProcessTTL != 20*time.Second || got.SlaveTimeout != 3*time.Second {
 		t.Errorf("a ProcessTTL set by the caller: %v, SlaveTimeout %v", got.ProcessTTL, got.SlaveTimeout)
 	}
 	c = DefaultConfig()
@@ -274,11 +275,11 @@ func TestRegistryTimingRules(t *testing.T) {
 		{"ProcessTTL twice the heartbeat", Config{LockTTL: 30 * time.Second, ProcessTTL: 20 * time.Second},
 			"ProcessTTL (20s) must exceed twice the heartbeat interval, the longer of HeartbeatInterval (10s, its default LockTTL / 3) and CheckInterval (10s, its default HeartbeatInterval)"},
 		{"SlaveTimeout equal to the heartbeat", Config{HeartbeatInterval: 10 * time.Second, CheckInterval: 5 * time.Second, SlaveTimeout: 10 * time.Second},
-			"SlaveTimeout (10s) must exceed the longest a live process goes without a registry write, 10s: the longer of HeartbeatInterval (10s) and 1.5 × CheckInterval (5s)"},
+			"SlaveTimeout (10s) must exceed the longest a live process goes without a registry write, 10s: the longer of HeartbeatInterval (10s) and 1.25 × CheckInterval (5s)"},
 		// A slave's heartbeats ride its checks; the membership loop stands
-		// in 1.5 CheckInterval after the last one (slaveBeatStandIn).
-		{"SlaveTimeout not above 1.5 CheckInterval", Config{CheckInterval: 10 * time.Second, SlaveTimeout: 15 * time.Second},
-			"SlaveTimeout (15s) must exceed the longest a live process goes without a registry write, 15s: the longer of HeartbeatInterval (10s, its default LockTTL / 3) and 1.5 × CheckInterval (10s)"},
+		// in 1.25 CheckInterval after the last one (slaveBeatStandIn).
+		{"SlaveTimeout not above 1.25 CheckInterval", Config{CheckInterval: 10 * time.Second, SlaveTimeout: 12500 * time.Millisecond},
+			"SlaveTimeout (12.5s) must exceed the longest a live process goes without a registry write, 12.5s: the longer of HeartbeatInterval (10s, its default LockTTL / 3) and 1.25 × CheckInterval (10s)"},
 		{"negative ProcessTTL", Config{ProcessTTL: -time.Second}, "ProcessTTL must be positive, got -1s"},
 		{"negative SlaveTimeout", Config{SlaveTimeout: -time.Second}, "SlaveTimeout must be positive, got -1s"},
 	} {
@@ -289,7 +290,7 @@ func TestRegistryTimingRules(t *testing.T) {
 			}
 		})
 	}
-	if err := (Config{LockTTL: 6 * time.Second, ProcessTTL: 4001 * time.Millisecond, SlaveTimeout: 3001 * time.Millisecond}).Validate(); err != nil {
+	if err := (Config{LockTTL: 6 * time.Second, ProcessTTL: 4001 * time.Millisecond, SlaveTimeout: 2501 * time.Millisecond}).Validate(); err != nil {
 		t.Fatalf("ProcessTTL and SlaveTimeout just above the bounds: %v", err)
 	}
 }

@@ -102,7 +102,7 @@ func (mb *membership) setRole(role registry.Role, term int64, l *mastership) {
 // the lock (rdb.CheckBeat): one script call per CheckInterval instead
 // of two. The membership loop says when the slave's heartbeat may ride
 // (the slave role is registered and nothing is pending) and sends it
-// itself only when none rode for 1.5 CheckInterval (the follow loop was
+// itself only when none rode for 1.25 CheckInterval (the follow loop was
 // contending, waiting out a data loss, or failing).
 type slaveBeats struct {
 	ride atomic.Bool  // the follow loop may send the heartbeat (set by the membership loop)

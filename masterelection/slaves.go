@@ -33,7 +33,7 @@ func (mb *membership) trackSlaves(l *mastership) {
 	w := &slaveWatch{mb: mb, l: l, next: next, writer: mb.startSuccessionWriter(l), back: back}
 	tracker, err := registry.NewSlaveTracker(mb.reg, registry.TrackerConfig{
 		SlaveTimeout:  mb.cfg.SlaveTimeout,
-		SweepInterval: mb.cfg.CheckInterval,
+		SweepInterval: mb.cfg.sweepInterval(),
 		Self:          mb.cfg.NodeID,
 		OnJoin:        w.joined,
 		OnLeave:       w.left,

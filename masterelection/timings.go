@@ -46,8 +46,7 @@ var timings = []timing{
 		// ttl * 3/2, without overflowing
 		func(ttl time.Duration, _ Config) time.Duration { return ttl + ttl/2 }, "LockTTL * 3/2", true},
 	{"SlaveTimeout", func(c *Config) *time.Duration { return &c.SlaveTimeout },
-		// ttl * 2/3, without overflowing
-		func(ttl time.Duration, _ Config) time.Duration { return ttl - ttl/3 }, "LockTTL * 2/3", true},
+		func(ttl time.Duration, _ Config) time.Duration { return ttl / 2 }, "LockTTL / 2", true},
 	{"WaitTimeout", func(c *Config) *time.Duration { return &c.WaitTimeout },
 		func(_ time.Duration, c Config) time.Duration { return c.HeartbeatInterval / 4 }, "HeartbeatInterval / 4", false},
 	{"TransferWindow", func(c *Config) *time.Duration { return &c.TransferWindow },
@@ -115,11 +114,21 @@ func (c Config) longestSilence() time.Duration {
 
 // slaveBeatStandIn is how long after a slave's last registry write the
 // membership loop writes the entry itself, the follow loop's checks having
-// carried no heartbeat since: one and a half check intervals.
-func slaveBeatStandIn(check time.Duration) time.Duration { return check + check/2 }
+// carried no heartbeat since: a quarter of a check interval late.
+func slaveBeatStandIn(check time.Duration) time.Duration { return check + check/4 }
+
+// sweepInterval is how often a master's slave tracker looks for slaves
+// whose last heartbeat is SlaveTimeout old: every CheckInterval, and at
+// least three times per SlaveTimeout, so that a dead slave is removed
+// within SlaveTimeout + SlaveTimeout/3 (LockTTL × 2/3 with the defaults)
+// although slaves look at the lock only once per HeartbeatInterval. A
+// sweep reads the registry once, and only the master sweeps.
+func (c Config) sweepInterval() time.Duration {
+	return max(min(c.CheckInterval, c.SlaveTimeout/3), time.Millisecond)
+}
 
 // DefaultConfig returns the defaults, the specification's values but for
-// CheckInterval and SlaveTimeout (see Config): LockName, LockTTL,
+// CheckInterval (see Config): LockName, LockTTL,
 // HeartbeatInterval, CheckInterval, ElectionJitter, ProcessTTL and
 // SlaveTimeout set, as New would set them in a zero Config. The fields whose
 // defaults follow other fields (StepDownMargin, WaitTimeout,

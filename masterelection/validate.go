@@ -196,7 +196,7 @@ var timingRules = []timingRule{
 			return fmt.Errorf("%s must exceed twice the heartbeat interval, the longer of %s and %s",
 				v.show("ProcessTTL"), v.show("HeartbeatInterval"), v.show("CheckInterval"))
 		}},
-	// A live slave writes its entry every CheckInterval, and at most 1.5
+	// A live slave writes its entry every CheckInterval, and at most 1.25
 	// CheckInterval apart (slaveBeatStandIn); the master every
 	// HeartbeatInterval. Below that, a live process would be removed, and a
 	// twin could take its node id (docs/safety.md, "Twins and restarts").
@@ -205,7 +205,7 @@ var timingRules = []timingRule{
 			return c.SlaveTimeout > 0 && c.HeartbeatInterval > 0 && c.CheckInterval > 0 && c.SlaveTimeout <= c.longestSilence()
 		},
 		func(v validation) error {
-			return fmt.Errorf("%s must exceed the longest a live process goes without a registry write, %v: the longer of %s and 1.5 × %s",
+			return fmt.Errorf("%s must exceed the longest a live process goes without a registry write, %v: the longer of %s and 1.25 × %s",
 				v.show("SlaveTimeout"), v.c.longestSilence(), v.show("HeartbeatInterval"), v.show("CheckInterval"))
 		}},
 }

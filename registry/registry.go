@@ -103,11 +103,31 @@ type Registry struct {
 
 // owned is the last known info of a process registered through a Registry.
 type owned struct {
-	mu         sync.Mutex // held across each write, so one process's writes never overtake each other
-	info       ProcessInfo
-	version    int64 // the version of the last write stored (0: none), rdb.Put.Last
-	registered bool  // info has been stored once
-	gone       bool  // Unregister was called
+	mu   sync.Mutex // held across each write, so one process's writes never overtake each other
+	info ProcessInfo
+	// written is the last write stored: its version and the incarnation
+	// it carried; a write of that incarnation names it (rdb.Put.Last).
+	written    lastWrite
+	registered bool // info has been stored once
+	gone       bool // Unregister was called
+}
+
+// lastWrite is the last write of a process's entry through a Registry.
+type lastWrite struct {
+	version     int64 // its version (0: none)
+	incarnation string
+}
+
+// of is rdb.Put.Last for a write of info: the last write's version when it
+// carried info's incarnation, else 0. A write of another incarnation under
+// the same id (a process restarted, through the same Registry) must not
+// take the entry for its own: the script then reads the entry's
+// incarnation, and refuses while that one is live.
+func (w lastWrite) of(info ProcessInfo) int64 {
+	if w.incarnation != info.Incarnation {
+		return 0
+	}
+	return w.version
 }
 
 // encodeEntry encodes info for the registry. It calls MarshalJSON itself:
@@ -270,7 +290,7 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		info.RegisteredAt = o.registeredAt(now)
 	}
 	info.LastSeen = now
-	st, err := r.write(ctx, info, false, o.version, nil)
+	st, err := r.write(ctx, info, false, o.written.of(info), nil)
 	if err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
@@ -295,9 +315,11 @@ func (o *owned) registeredAt(now time.Time) time.Time {
 func (r *Registry) record(op string, o *owned, info ProcessInfo, st rdb.Stored) error {
 	if st.InUse != nil {
 		o.info.Incarnation = info.Incarnation
+		o.written = lastWrite{} // the entry is another incarnation's
 		return inUse(info.ProcessID, st.InUse)
 	}
-	o.info, o.registered, o.version = info, true, st.Version
+	o.info, o.registered = info, true
+	o.written = lastWrite{version: st.Version, incarnation: info.Incarnation}
 	if st.Fenced {
 		o.info = asSlave(o.info) // what the write stored instead
 		return r.fenced(op, info, st)
@@ -360,7 +382,7 @@ func (r *Registry) heartbeatWith(ctx context.Context, processID string, send bea
 	defer o.mu.Unlock()
 	info := o.info
 	info.LastSeen = r.clock.Now()
-	st, err := r.write(ctx, info, true, o.version, send)
+	st, err := r.write(ctx, info, true, o.written.of(info), send)
 	if err != nil {
 		return fmt.Errorf("heartbeat %q: %w", processID, err)
 	}

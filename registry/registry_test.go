@@ -34,6 +34,7 @@ func registrySuite(t *testing.T, tg target) {
 	t.Run("heartbeat renews", func(t *testing.T) { testHeartbeatRenews(t, tg) })
 	t.Run("heartbeat re-registers", func(t *testing.T) { testHeartbeatReregisters(t, tg) })
 	t.Run("heartbeat refused", func(t *testing.T) { testHeartbeatRefused(t, tg) })
+	t.Run("another incarnation", func(t *testing.T) { testAnotherIncarnation(t, tg) })
 	t.Run("role change", func(t *testing.T) { testRoleChange(t, tg) })
 	t.Run("invalid input", func(t *testing.T) { testInvalidInput(t, tg) })
 	t.Run("corrupt entries", func(t *testing.T) { testCorruptEntries(t, tg) })
@@ -213,6 +214,42 @@ func testHeartbeatRefused(t *testing.T, tg target) {
 	}
 	e.register(slave("a"))
 	e.heartbeat("a")
+}
+
+// testAnotherIncarnation: with Quiet, a live entry refuses a write of
+// another incarnation under its id, also one sent through the Registry
+// that wrote it (a process restarted in the same program), while its own
+// heartbeats and registrations go through. Before, the Registry named its
+// last write to the script (rdb.Put.Last) for any incarnation, and the
+// script took the entry for the writer's own: the second incarnation
+// overwrote the live one.
+func testAnotherIncarnation(t *testing.T, tg target) {
+	// Real servers wait out pass in real time: Quiet is short, below the
+	// entry's TTL (1.5s there), so that the entry is quiet, not gone.
+	e := newEnv(t, tg, Config{Quiet: 300 * time.Millisecond})
+	first := slave("a")
+	first.Incarnation = "one"
+	e.register(first)
+	e.pass(50 * time.Millisecond)
+	e.heartbeat("a")
+	second := first
+	second.Incarnation = "two"
+	var inUse *InUseError
+	if err := e.reg.Register(e.ctx, second); !errors.As(err, &inUse) || inUse.Incarnation != "one" {
+		t.Fatalf("Register of another incarnation over a live entry = %v, want an InUseError naming %q", err, "one")
+	}
+	if p, err := e.reg.Process(e.ctx, "a"); err != nil || p.Incarnation != "one" {
+		t.Fatalf("entry after the refusal: %+v, %v; want incarnation one's", p, err)
+	}
+	// Its entry gone quiet, the second incarnation takes the id; the
+	// first, through the same Registry, is refused in turn.
+	e.pass(400 * time.Millisecond)
+	if err := e.reg.Register(e.ctx, second); err != nil {
+		t.Fatalf("Register of another incarnation over a quiet entry: %v", err)
+	}
+	if err := e.reg.Register(e.ctx, first); !errors.As(err, &inUse) || inUse.Incarnation != "two" {
+		t.Fatalf("Register of the replaced incarnation = %v, want an InUseError naming %q", err, "two")
+	}
 }
 
 func testRoleChange(t *testing.T, tg target) {

@@ -14,8 +14,9 @@ import (
 const (
 	// DefaultSlaveTimeout is the specification's SLAVE_TIMEOUT_MS, 15s.
 	DefaultSlaveTimeout = 15 * time.Second
-	// DefaultSweepInterval is the slaves' default CheckInterval, 5s, so a
-	// stale slave is reported within SlaveTimeout + one sweep interval.
+	// DefaultSweepInterval is 5s, a third of DefaultSlaveTimeout, as a
+	// masterelection master sweeps with its default timings, so a stale
+	// slave is reported within SlaveTimeout + one sweep interval.
 	DefaultSweepInterval = 5 * time.Second
 )
 

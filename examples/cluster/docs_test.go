@@ -47,11 +47,11 @@ func TestTuningTableHolds(t *testing.T) {
 			{"CheckInterval", cfg.CheckInterval, ttl / 3},
 			{"ElectionJitter", cfg.ElectionJitter, ttl / 15},
 			{"StepDownMargin", cfg.StepDownMargin, ttl / 10},
-			{"SlaveTimeout", cfg.SlaveTimeout, ttl - ttl/3},
+			{"SlaveTimeout", cfg.SlaveTimeout, ttl / 2},
 			{"ProcessTTL", cfg.ProcessTTL, ttl * 3 / 2},
 			{"crash failover", d[7], ttl + cfg.ElectionJitter},
 			{"self-fencing", d[8], ttl - cfg.StepDownMargin},
-			{"dead slave removed", d[9], cfg.SlaveTimeout + cfg.CheckInterval},
+			{"dead slave removed", d[9], cfg.SlaveTimeout + min(cfg.CheckInterval, cfg.SlaveTimeout/3)},
 		} {
 			if r.got != r.want {
 				t.Errorf("%s: %s is %v, the stated rule gives %v", cells[0], r.what, r.got, r.want)
@@ -83,7 +83,7 @@ func TestTuningTableHolds(t *testing.T) {
 	ms := time.Millisecond
 	if demo.HeartbeatInterval != (ttl/3).Truncate(ms) || demo.CheckInterval != (ttl/3).Truncate(ms) ||
 		demo.ElectionJitter != (ttl/15).Truncate(ms) || demo.StepDownMargin != ttl/10 ||
-		demo.SlaveTimeout != (ttl-ttl/3).Truncate(ms) || demo.ProcessTTL != ttl*3/2 {
+		demo.SlaveTimeout != ttl/2 || demo.ProcessTTL != ttl*3/2 {
 		t.Errorf("the demo does not follow the ratios of docs/tuning.md: %+v", demo)
 	}
 }

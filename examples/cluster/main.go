@@ -37,8 +37,8 @@ func main() {
 	addr := setup.RedisFlag(fs)
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of nodes (at least 4)")
 	fs.IntVar(&o.Cameras, "cameras", o.Cameras, "number of camera subscriptions to assign")
-	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; the other timings follow the specification's ratios (see docs/tuning.md)")
-	fs.DurationVar(&o.SlaveTimeout, "slave-timeout", 0, "how long a slave may miss heartbeats before the master removes it (default: two thirds of the lock TTL); ProcessTTL is three times it, at least 1.5 × the lock TTL")
+	fs.DurationVar(&o.LockTTL, "lock-ttl", o.LockTTL, "master lock TTL; the other timings follow the default ratios (see docs/tuning.md)")
+	fs.DurationVar(&o.SlaveTimeout, "slave-timeout", 0, "how long a slave may miss heartbeats before the master removes it (default: half the lock TTL); ProcessTTL is three times it, at least 1.5 × the lock TTL")
 	fs.BoolVar(&o.Quiet, "quiet", false, "print only the summary")
 	auto := isTerminal(os.Stdout) && os.Getenv("NO_COLOR") == ""
 	o.Color = auto

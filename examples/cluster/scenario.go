@@ -70,7 +70,7 @@ var profiles = []registry.Capabilities{
 
 // config derives node i's configuration from the LockTTL with the ratios
 // of the defaults (LockTTL 30s, HeartbeatInterval 10s, CheckInterval 10s,
-// ElectionJitter 2s, SlaveTimeout 20s, ProcessTTL 45s), and a
+// ElectionJitter 2s, SlaveTimeout 15s, ProcessTTL 45s), and a
 // StepDownMargin of LockTTL/10. -slave-timeout overrides SlaveTimeout;
 // ProcessTTL is then three times it, at least 1.5 × LockTTL.
 func (o options) config(lock string, i int) masterelection.Config {
@@ -83,12 +83,11 @@ func (o options) config(lock string, i int) masterelection.Config {
 	cfg.CheckInterval = (o.LockTTL / 3).Truncate(time.Millisecond)
 	cfg.ElectionJitter = (o.LockTTL / 15).Truncate(time.Millisecond)
 	cfg.StepDownMargin = (o.LockTTL / 10).Truncate(time.Millisecond)
-	cfg.SlaveTimeout = (o.LockTTL - o.LockTTL/3).Truncate(time.Millisecond)
-	cfg.ProcessTTL = o.LockTTL * 3 / 2
+	cfg.SlaveTimeout = o.LockTTL / 2
 	if o.SlaveTimeout > 0 {
 		cfg.SlaveTimeout = o.SlaveTimeout
-		cfg.ProcessTTL = max(3*cfg.SlaveTimeout, o.LockTTL*3/2)
 	}
+	cfg.ProcessTTL = max(3*cfg.SlaveTimeout, o.LockTTL*3/2)
 	cfg.Capabilities = profiles[(i-1)%len(profiles)]
 	return cfg
 }

@@ -95,7 +95,7 @@ func newCron(o options, out io.Writer) (*cron, error) {
 		return nil, fmt.Errorf("-every %v: must be positive", o.Every)
 	}
 	c := &cron{o: o, log: setup.NewLog(out, o.ID)}
-	// The timings left unset follow LockTTL in the specification's ratios.
+	// The timings left unset follow LockTTL in the default ratios (docs/tuning.md).
 	cfg := masterelection.Config{LockName: o.Lock, NodeID: o.ID, Identifier: o.ID, LockTTL: o.LockTTL, Standalone: o.Standalone}
 	if !o.Standalone {
 		var err error

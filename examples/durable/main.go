@@ -128,7 +128,8 @@ type node struct {
 }
 
 // config is a node's election: the timings left unset follow ttl in the
-// specification's ratios, so a dead slave is removed after ttl/2.
+// default ratios, so a dead slave is removed ttl/2 after its last
+// heartbeat, within a sweep (ttl/6).
 func config(lock, id string, ttl time.Duration) masterelection.Config {
 	return masterelection.Config{LockName: lock, NodeID: id, Identifier: id, LockTTL: ttl}
 }

@@ -135,7 +135,7 @@ func newProcess(o options, out io.Writer) (*process, error) {
 		return nil, err
 	}
 	p := &process{o: o, log: setup.NewLog(out, o.ID), client: client, keys: newAppKeys(o.Lock), lock: keyspace.NewKeys(o.Lock, false), notice: make(chan struct{}, 1), serving: make(chan struct{})}
-	// The timings left unset follow LockTTL in the specification's ratios.
+	// The timings left unset follow LockTTL in the default ratios (docs/tuning.md).
 	cfg := masterelection.Config{LockName: o.Lock, NodeID: o.ID, Identifier: o.ID, LockTTL: o.LockTTL, NonCandidate: !o.Candidate}
 	if p.m, err = masterelection.New(p.client, cfg); err != nil {
 		_ = p.client.Close()

@@ -125,8 +125,8 @@ type job struct {
 }
 
 // config returns the election's configuration. The timings it leaves unset
-// are masterelection's defaults, which follow LockTTL in the specification's
-// ratios (30s : 10s : 5s : 2s, slave timeout 15s, process TTL 45s).
+// are masterelection's defaults, which follow LockTTL in the default ratios
+// (30s : 10s : 10s : 2s, slave timeout 15s, process TTL 45s).
 func config(o options) masterelection.Config {
 	return masterelection.Config{
 		LockName:     o.Lock,

@@ -35,7 +35,7 @@ type Node struct {
 	// Lock is the lock name: processes with the same one elect one master.
 	Lock string
 	// LockTTL is the master lock's TTL; the election's other timings follow
-	// it in the specification's ratios (see docs/tuning.md).
+	// it in the default ratios (see docs/tuning.md).
 	LockTTL time.Duration
 }
 
@@ -53,7 +53,7 @@ func (n *Node) Flags(name, lock string) *flag.FlagSet {
 	fs.StringVar(&n.Redis, "redis", addr, "Redis URL (redis://host:port/db) or host:port; default $REDIS_ADDR or redis://127.0.0.1:6379")
 	fs.StringVar(&n.ID, "id", fmt.Sprintf("%s-%d", host, os.Getpid()), "node id, unique in the cluster")
 	fs.StringVar(&n.Lock, "lock", lock, "lock name: the processes with the same one elect one master")
-	fs.DurationVar(&n.LockTTL, "lock-ttl", 6*time.Second, "master lock TTL; the other timings follow the specification's ratios (see docs/tuning.md)")
+	fs.DurationVar(&n.LockTTL, "lock-ttl", 6*time.Second, "master lock TTL; the other timings follow the default ratios (see docs/tuning.md)")
 	return fs
 }
 

@@ -17,7 +17,10 @@ import (
 // Timings returns a configuration of lockName with LockTTL ttl and the
 // specification's ratios (30 s : 10 s : 5 s : 2 s): HeartbeatInterval
 // ttl/3, CheckInterval ttl/6, ElectionJitter ttl/15. ttl = 30 s gives
-// DefaultConfig's timings.
+// DefaultConfig's timings but for CheckInterval, whose default is the
+// renewal interval, ttl/3: these rows keep the specification's, which
+// sets when a slave looks at the lock, not what a handover or failover
+// waits for.
 func Timings(lockName, nodeID string, ttl time.Duration) masterelection.Config {
 	cfg := masterelection.DefaultConfig()
 	cfg.LockName = lockName

@@ -964,7 +964,7 @@ func scaleRows(ctx context.Context, env *Env, set ScaleSet, progress io.Writer) 
 	for i, n := range set.Sizes {
 		sizes[i] = thousands(n)
 	}
-	setup := fmt.Sprintf("N = %s herd processes simulated as N MasterElections in this process, each on a go-redis client of its own (go-redis defaults, not connected beforehand) with a pubsub.Subscriber on it once started; LockTTL %v, every other setting the library's default for it (renew TTL/3, check TTL/6, jitter TTL/15, ProcessTTL 1.5 × TTL, SlaveTimeout TTL/2).",
+	setup := fmt.Sprintf("N = %s herd processes simulated as N MasterElections in this process, each on a go-redis client of its own (go-redis defaults, not connected beforehand) with a pubsub.Subscriber on it once started; LockTTL %v, every other setting the library's default for it (renew TTL/3, check TTL/3, jitter TTL/15, ProcessTTL 1.5 × TTL, SlaveTimeout TTL/2).",
 		strings.Join(sizes, ", "), ttl)
 	rows := group(setup+fmt.Sprintf(" Acquire attempts: EVALSHA of the acquire script (rdb.AcquireSHA) seen by a hook on every client but the old master's; after a Stop from its call until 1s later or 0.5s after the takeover, whichever is later; after a crash from the cut until 1s after the takeover. Per size, graceful handovers: %d, then crash failovers: %d (the client closed at a random point of the renewal cycle: no renewal, no release); the stopped or cut master replaced by a fresh process each time, so N stays.",
 		set.Handovers, set.Failovers), letter("13", election))
