@@ -218,7 +218,7 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 		cut.TTL = plan.FailoverTTL
 		exp := LatencyRow("5b", "crash failover: lock expiry → master-acquired elsewhere", res.FromExpiry, "≤ 100ms", "")
 		cut.Err, exp.Err = err, err
-		return group(fmt.Sprintf("LockTTL %v, default ratios (heartbeat TTL/3, check TTL/6, jitter TTL/15), %d nodes; the master's client closed (no renew, no release) at a random point of its heartbeat cycle, leaving 2/3 to all of LockTTL. 5b from expiry (PTTL read after the cut, ms resolution): slaves check at expiry; the master's first-ranked slave contends at once, the others in their turns within TTL/15.",
+		return group(fmt.Sprintf("LockTTL %v, the specification's ratios (heartbeat TTL/3, check TTL/6, jitter TTL/15), %d nodes; the master's client closed (no renew, no release) at a random point of its heartbeat cycle, leaving 2/3 to all of LockTTL. 5b from expiry (PTTL read after the cut, ms resolution): slaves check at expiry; the master's first-ranked slave contends at once, the others in their turns within TTL/15.",
 			plan.FailoverTTL, plan.FailoverNodes), []Row{cut, exp})
 	})
 	step("processes", "registry: Processes()", func() []Row {
