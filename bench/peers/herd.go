@@ -58,7 +58,7 @@ func herdPeer(addr string, hook *rtHook, trace func(string)) peer {
 // herdConfig is DefaultConfig with lock, id and t, and every timing that
 // depends on them at DefaultConfig's ratio: CheckInterval the renewal
 // interval (herd's default; t.Check is the pollers' interval), SlaveTimeout
-// TTL × 2/3, ElectionJitter TTL/15 (2 s of 30 s), StepDownMargin and
+// TTL/2, ElectionJitter TTL/15 (2 s of 30 s), StepDownMargin and
 // TransferWindow TTL/10, WaitTimeout a quarter of the renewal interval.
 func herdConfig(lock, id string, t timings) masterelection.Config {
 	cfg := masterelection.DefaultConfig()
@@ -68,7 +68,7 @@ func herdConfig(lock, id string, t timings) masterelection.Config {
 	cfg.LockTTL = t.TTL
 	cfg.HeartbeatInterval = t.Renew
 	cfg.CheckInterval = t.Renew
-	cfg.SlaveTimeout = t.TTL - t.TTL/3
+	cfg.SlaveTimeout = t.TTL / 2
 	cfg.ElectionJitter = t.TTL / 15
 	cfg.StepDownMargin = t.TTL / 10
 	cfg.TransferWindow = t.TTL / 10
