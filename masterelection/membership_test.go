@@ -296,3 +296,43 @@ func TestSlaveHeartbeatRidesTheCheck(t *testing.T) {
 		t.Fatalf("b lost track of the master: master %v, observed term %d, want %d", b.IsMaster(), b.ObservedTerm(), a.Term())
 	}
 }
+
+// TestDeadSlaveRemovedWithinATimeoutAndAThird: with slaves looking at the
+// lock only once per HeartbeatInterval (CheckInterval's default), the
+// master still sweeps every SlaveTimeout/3, so a slave that stops is
+// reported removed within SlaveTimeout + SlaveTimeout/3 of its last
+// heartbeat, as when slaves looked every LockTTL/6. With sweeps every
+// CheckInterval it took up to SlaveTimeout + CheckInterval (2.5s here,
+// 2s allowed): b starts at four phases of a's sweeps.
+func TestDeadSlaveRemovedWithinATimeoutAndAThird(t *testing.T) {
+	for _, phase := range []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond} {
+		t.Run(phase.String(), func(t *testing.T) {
+			w := newWorld(t)
+			cfgA, cfgB := testConfig("a"), testConfig("b")
+			cfgA.CheckInterval, cfgB.CheckInterval = 0, 0 // the default: HeartbeatInterval, 1s
+			a, b := w.node(cfgA), w.node(cfgB)
+			w.start(a)
+			w.advance(phase, 50*time.Millisecond, a, b) // b not started: only its clock moves
+			w.start(b)
+			w.advance(2500*time.Millisecond, 50*time.Millisecond, a, b)
+			if !slices.Equal(a.rec.slaveEvents(), []string{"slave-registered:b"}) {
+				t.Fatalf("a's slave events before b stops: %v", a.rec.slaveEvents())
+			}
+			// b stops: its clock no longer moves, and its entry keeps the
+			// lastSeen of its last heartbeat.
+			p, err := a.Process(context.Background(), "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			limit := a.cfg.SlaveTimeout + a.cfg.SlaveTimeout/3
+			for a.clk.Now().Sub(p.LastSeen) <= limit+50*time.Millisecond {
+				w.advance(50*time.Millisecond, 50*time.Millisecond, a)
+				if slices.Contains(a.rec.slaveEvents(), "slave-removed:b") {
+					return
+				}
+			}
+			t.Fatalf("b not reported removed %v after its last heartbeat (SlaveTimeout %v + a third of it); events %v",
+				a.clk.Now().Sub(p.LastSeen), a.cfg.SlaveTimeout, a.rec.slaveEvents())
+		})
+	}
+}
