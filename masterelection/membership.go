@@ -118,10 +118,13 @@ func (b *slaveBeats) since(now time.Time) time.Duration {
 }
 
 // due tells the follow loop, at now, to send the heartbeat with its check:
-// it may, and the last write is half a CheckInterval old (a check sent
-// sooner after a notice carries none).
+// it may, and the last write is a quarter of a CheckInterval old (a check
+// sent sooner after a notice carries none). A check that carries none
+// leaves the next write to the next periodic check, a CheckInterval later,
+// which stays within the membership loop's stand-in (slaveBeatStandIn)
+// only if the last write was at most a quarter of one before.
 func (mb *membership) beatDue(now time.Time) bool {
-	return mb.beats.ride.Load() && mb.beats.since(now) >= mb.cfg.CheckInterval/2
+	return mb.beats.ride.Load() && mb.beats.since(now) >= slaveBeatStandIn(mb.cfg.CheckInterval)-mb.cfg.CheckInterval
 }
 
 // coreView is all that membership sees of the election core.

@@ -301,20 +301,26 @@ func TestSlaveHeartbeatRidesTheCheck(t *testing.T) {
 // lock only once per HeartbeatInterval (CheckInterval's default), the
 // master still sweeps every SlaveTimeout/3, so a slave that stops is
 // reported removed within SlaveTimeout + SlaveTimeout/3 of its last
-// heartbeat, as when slaves looked every LockTTL/6. With sweeps every
-// CheckInterval it took up to SlaveTimeout + CheckInterval (2.5s here,
-// 2s and some slack allowed): b starts at four phases of a's sweeps.
+// heartbeat, as when slaves looked every LockTTL/6. At LockTTL 12s: within
+// 8s, where sweeps every CheckInterval take up to 10s; b starts at four
+// phases of a's sweeps. The 500ms of slack are fake time that passes while
+// a sweep's reads are in flight on a busy machine (the tracker sets its
+// next sweep when one ends).
 func TestDeadSlaveRemovedWithinATimeoutAndAThird(t *testing.T) {
-	for _, phase := range []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond} {
+	for _, phase := range []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second} {
 		t.Run(phase.String(), func(t *testing.T) {
 			w := newWorld(t)
 			cfgA, cfgB := testConfig("a"), testConfig("b")
-			cfgA.CheckInterval, cfgB.CheckInterval = 0, 0 // the default: HeartbeatInterval, 1s
+			for _, c := range []*Config{&cfgA, &cfgB} {
+				// The defaults at LockTTL 12s: HeartbeatInterval and
+				// CheckInterval 4s, SlaveTimeout 6s, sweeps every 2s.
+				c.LockTTL, c.HeartbeatInterval, c.CheckInterval = 12*time.Second, 0, 0
+			}
 			a, b := w.node(cfgA), w.node(cfgB)
 			w.start(a)
-			w.advance(phase, 50*time.Millisecond, a, b) // b not started: only its clock moves
+			w.advance(phase, 100*time.Millisecond, a, b) // b not started: only its clock moves
 			w.start(b)
-			w.advance(2500*time.Millisecond, 50*time.Millisecond, a, b)
+			w.advance(5*time.Second, 100*time.Millisecond, a, b)
 			if !slices.Equal(a.rec.slaveEvents(), []string{"slave-registered:b"}) {
 				t.Fatalf("a's slave events before b stops: %v", a.rec.slaveEvents())
 			}
@@ -324,16 +330,12 @@ func TestDeadSlaveRemovedWithinATimeoutAndAThird(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Measured here: within 2s at every phase, and 2.25s and 2.5s
-			// at two of them with sweeps every CheckInterval. The 200ms of
-			// slack are fake time a busy machine may let pass while the
-			// sweep's read is in flight (each step also waits 5ms of real
-			// time for it).
 			limit := a.cfg.SlaveTimeout + a.cfg.SlaveTimeout/3
-			for a.clk.Now().Sub(p.LastSeen) <= limit+200*time.Millisecond {
-				w.advance(50*time.Millisecond, 50*time.Millisecond, a)
-				time.Sleep(5 * time.Millisecond)
+			for a.clk.Now().Sub(p.LastSeen) <= limit+500*time.Millisecond {
+				w.advance(100*time.Millisecond, 100*time.Millisecond, a)
+				time.Sleep(2 * time.Millisecond)
 				if slices.Contains(a.rec.slaveEvents(), "slave-removed:b") {
+					t.Logf("removed %v after its last heartbeat", a.clk.Now().Sub(p.LastSeen))
 					return
 				}
 			}

@@ -124,7 +124,7 @@ func slaveBeatStandIn(check time.Duration) time.Duration { return check + check/
 // although slaves look at the lock only once per HeartbeatInterval. A
 // sweep reads the registry once, and only the master sweeps.
 func (c Config) sweepInterval() time.Duration {
-	return max(min(c.CheckInterval, c.SlaveTimeout/3), time.Millisecond)
+	return min(c.CheckInterval, max(c.SlaveTimeout/3, time.Millisecond))
 }
 
 // DefaultConfig returns the defaults, the specification's values but for

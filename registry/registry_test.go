@@ -224,9 +224,10 @@ func testHeartbeatRefused(t *testing.T, tg target) {
 // script took the entry for the writer's own: the second incarnation
 // overwrote the live one.
 func testAnotherIncarnation(t *testing.T, tg target) {
-	// Real servers wait out pass in real time: Quiet is short, below the
-	// entry's TTL (1.5s there), so that the entry is quiet, not gone.
-	e := newEnv(t, tg, Config{Quiet: 300 * time.Millisecond})
+	// Real servers wait out pass in real time: Quiet is short, but a
+	// second of real time between two writes, and below the entry's TTL,
+	// so that the entry goes quiet, not gone.
+	e := newEnv(t, tg, Config{Quiet: time.Second, ProcessTTL: 5 * time.Second})
 	first := slave("a")
 	first.Incarnation = "one"
 	e.register(first)
@@ -243,7 +244,7 @@ func testAnotherIncarnation(t *testing.T, tg target) {
 	}
 	// Its entry gone quiet, the second incarnation takes the id; the
 	// first, through the same Registry, is refused in turn.
-	e.pass(400 * time.Millisecond)
+	e.pass(1100 * time.Millisecond)
 	if err := e.reg.Register(e.ctx, second); err != nil {
 		t.Fatalf("Register of another incarnation over a quiet entry: %v", err)
 	}
