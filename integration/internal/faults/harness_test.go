@@ -400,13 +400,19 @@ func (c *cluster) live() []*process {
 // runs a ready, unpaused process, exactly one of them says it is master,
 // and Redis agrees on its node id and term. A slot under a fault that is
 // still in force (faults overlap) is left out, except that its process,
-// when it runs, must not say it is master beside another.
+// when it runs, must not say it is master beside another. A twin of a
+// faulted slot's process that says it is master stands for its slot: its
+// peer steps aside when the twin holds the node id first, as after Redis
+// lost its data while the twin ran (docs/safety.md, twins).
 func (c *cluster) stableMaster(ctx context.Context) (*process, error) {
 	var master *process
 	for _, sl := range c.slots {
 		p := sl.cur
 		if sl.faulted && (p == nil || !p.alive() || p.paused.Load() || p.master.Load() == 0) {
-			continue
+			p = c.masterTwin(sl)
+			if p == nil {
+				continue
+			}
 		}
 		switch {
 		case p == nil || !p.alive():
@@ -430,10 +436,21 @@ func (c *cluster) stableMaster(ctx context.Context) (*process, error) {
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("check the lock: %w", err)
-	case !st.Exists || st.NodeID != master.label || st.Term != master.master.Load():
+	case !st.Exists || st.NodeID != master.node || st.Term != master.master.Load():
 		return nil, fmt.Errorf("%s says it is master with term %d, Redis says %q with term %d", master.label, master.master.Load(), st.NodeID, st.Term)
 	}
 	return master, nil
+}
+
+// masterTwin returns a live, unpaused twin started in slot sl that says it
+// is master, or nil.
+func (c *cluster) masterTwin(sl *slot) *process {
+	for _, p := range c.procs {
+		if p.twin && p.slot == sl && p.alive() && !p.paused.Load() && p.master.Load() != 0 {
+			return p
+		}
+	}
+	return nil
 }
 
 // waitStable waits until stableMaster succeeds and every live process is
@@ -449,7 +466,7 @@ func (c *cluster) waitStable(what string) *process {
 		var m *process
 		if m, err = c.stableMaster(ctx); err == nil {
 			if err = c.waitListed(ctx, deadline); err == nil {
-				c.add(Record{Kind: KindSettled, Peer: m.label, Node: m.label, Term: m.master.Load(), Detail: what})
+				c.add(Record{Kind: KindSettled, Peer: m.label, Node: m.node, Term: m.master.Load(), Detail: what})
 				return m
 			}
 			break
