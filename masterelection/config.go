@@ -121,8 +121,9 @@ type Config struct {
 
 	// ProcessTTL is how long this process's registry entry lives without a
 	// heartbeat. It must exceed twice the longer of HeartbeatInterval and
-	// CheckInterval (the intervals of the master's and the slaves'
-	// heartbeats). Default: LockTTL * 3/2 (45s, as the specification).
+	// 1.25 × CheckInterval (the longest a live master or slave goes
+	// between two writes of its entry). Default: LockTTL * 3/2 (45s, as the
+	// specification).
 	ProcessTTL time.Duration
 
 	// SlaveTimeout is how old a slave's last heartbeat may get before the

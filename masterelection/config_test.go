@@ -273,7 +273,11 @@ func TestRegistryTimingRules(t *testing.T) {
 		want string
 	}{
 		{"ProcessTTL twice the heartbeat", Config{LockTTL: 30 * time.Second, ProcessTTL: 20 * time.Second},
-			"ProcessTTL (20s) must exceed twice the heartbeat interval, the longer of HeartbeatInterval (10s, its default LockTTL / 3) and CheckInterval (10s, its default HeartbeatInterval)"},
+			"ProcessTTL (20s) must exceed twice the longest a live process goes without a registry write, 2 × 12.5s: the longer of HeartbeatInterval (10s, its default LockTTL / 3) and 1.25 × CheckInterval (10s, its default HeartbeatInterval)"},
+		// A slave's writes may be 1.25 CheckInterval apart: one lost must
+		// not let its entry expire.
+		{"ProcessTTL not above 2.5 CheckInterval", Config{LockTTL: 30 * time.Second, ProcessTTL: 25 * time.Second},
+			"ProcessTTL (25s) must exceed twice the longest a live process goes without a registry write, 2 × 12.5s"},
 		{"SlaveTimeout equal to the heartbeat", Config{HeartbeatInterval: 10 * time.Second, CheckInterval: 5 * time.Second, SlaveTimeout: 10 * time.Second},
 			"SlaveTimeout (10s) must exceed the longest a live process goes without a registry write, 10s: the longer of HeartbeatInterval (10s) and 1.25 × CheckInterval (5s)"},
 		// A slave's heartbeats ride its checks; the membership loop stands
@@ -290,7 +294,7 @@ func TestRegistryTimingRules(t *testing.T) {
 			}
 		})
 	}
-	if err := (Config{LockTTL: 6 * time.Second, ProcessTTL: 4001 * time.Millisecond, SlaveTimeout: 2501 * time.Millisecond}).Validate(); err != nil {
+	if err := (Config{LockTTL: 6 * time.Second, ProcessTTL: 5001 * time.Millisecond, SlaveTimeout: 2501 * time.Millisecond}).Validate(); err != nil {
 		t.Fatalf("ProcessTTL and SlaveTimeout just above the bounds: %v", err)
 	}
 }

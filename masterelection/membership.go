@@ -2,6 +2,7 @@ package masterelection
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ func newMembership(n *node, core coreView) *membership {
 		roles:       make(chan roleChange, 1),
 		infoChanged: make(chan struct{}, 1),
 		registered:  make(chan struct{}),
+		beats:       slaveBeats{base: n.clock.Now()},
 	}
 }
 
@@ -105,16 +107,25 @@ func (mb *membership) setRole(role registry.Role, term int64, l *mastership) {
 // itself only when none rode for 1.25 CheckInterval (the follow loop was
 // contending, waiting out a data loss, or failing).
 type slaveBeats struct {
-	ride atomic.Bool  // the follow loop may send the heartbeat (set by the membership loop)
-	last atomic.Int64 // when the entry was last written, by either loop (m.clock, UnixNano)
+	ride atomic.Bool // the follow loop may send the heartbeat (set by the membership loop)
+	// base is the clock's time when the election was made: last counts
+	// from it, so that a wall clock stepped back (the clock's readings
+	// carry a monotonic one) moves no write's age.
+	base time.Time
+	last atomic.Int64 // when the entry was last written, by either loop: nanoseconds after base, plus one; 0: never
 }
 
 // wrote records a write of the entry at t.
-func (b *slaveBeats) wrote(t time.Time) { b.last.Store(t.UnixNano()) }
+func (b *slaveBeats) wrote(t time.Time) { b.last.Store(max(int64(t.Sub(b.base)), 0) + 1) }
 
-// since is how long ago the entry was last written.
+// since is how long ago the entry was last written; the longest duration
+// when it never was.
 func (b *slaveBeats) since(now time.Time) time.Duration {
-	return now.Sub(time.Unix(0, b.last.Load()))
+	last := b.last.Load()
+	if last == 0 {
+		return math.MaxInt64
+	}
+	return now.Sub(b.base) - time.Duration(last-1)
 }
 
 // due tells the follow loop, at now, to send the heartbeat with its check:

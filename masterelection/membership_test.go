@@ -344,3 +344,36 @@ func TestDeadSlaveRemovedWithinATimeoutAndAThird(t *testing.T) {
 		})
 	}
 }
+
+// TestSlaveBeatRidesOnceAQuarterCheckIntervalOld pins when a slave's check
+// carries its heartbeat: once the last write is a quarter of a
+// CheckInterval old, not before. A check that carries none leaves the next
+// write to the next periodic check, a CheckInterval later, which is within
+// the membership loop's stand-in (1.25 CheckInterval after the last write)
+// only from there: a later threshold makes the loop write on its own after
+// a notice's check, a sooner one writes at every notice.
+func TestSlaveBeatRidesOnceAQuarterCheckIntervalOld(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig("b")
+	b := w.node(cfg)
+	mb := b.members
+	now := b.clk.Now()
+	if mb.beatDue(now) {
+		t.Fatal("due before the membership loop let the heartbeat ride")
+	}
+	mb.beats.ride.Store(true)
+	if !mb.beatDue(now) {
+		t.Fatal("not due although the entry was never written")
+	}
+	mb.beats.wrote(now)
+	quarter := cfg.CheckInterval / 4
+	if mb.beatDue(now.Add(quarter - time.Millisecond)) {
+		t.Fatalf("due %v after the last write, before a quarter of CheckInterval (%v)", quarter-time.Millisecond, quarter)
+	}
+	if !mb.beatDue(now.Add(quarter)) {
+		t.Fatalf("not due a quarter of CheckInterval (%v) after the last write", quarter)
+	}
+	if got := mb.beats.since(now.Add(quarter)); got != quarter {
+		t.Fatalf("since = %v, want %v", got, quarter)
+	}
+}

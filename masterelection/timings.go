@@ -101,8 +101,6 @@ func (c Config) rescaledToLockTTL() Config {
 
 // heartbeat is the longest interval at which a process renews its registry
 // entry: the slaves' CheckInterval or the master's HeartbeatInterval.
-func (c Config) heartbeat() time.Duration { return max(c.HeartbeatInterval, c.CheckInterval) }
-
 // longestSilence is the longest a live process goes without writing its
 // registry entry: a master renews it every HeartbeatInterval; a slave's
 // heartbeat rides its checks, every CheckInterval, and the membership loop

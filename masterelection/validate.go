@@ -188,13 +188,14 @@ var timingRules = []timingRule{
 	// The registry's: one late or lost heartbeat must not let a live
 	// process's entry expire, and the master must not remove a slave
 	// between two of its heartbeats (the specification uses 3 × heartbeat).
-	{"ProcessTTL > 2 × the heartbeat interval",
+	// A slave's writes may be 1.25 CheckInterval apart (slaveBeatStandIn).
+	{"ProcessTTL > 2 × the longest silence of a live process",
 		func(c Config) bool {
-			return c.ProcessTTL > 0 && c.HeartbeatInterval > 0 && c.CheckInterval > 0 && c.ProcessTTL <= 2*c.heartbeat()
+			return c.ProcessTTL > 0 && c.HeartbeatInterval > 0 && c.CheckInterval > 0 && c.ProcessTTL <= 2*c.longestSilence()
 		},
 		func(v validation) error {
-			return fmt.Errorf("%s must exceed twice the heartbeat interval, the longer of %s and %s",
-				v.show("ProcessTTL"), v.show("HeartbeatInterval"), v.show("CheckInterval"))
+			return fmt.Errorf("%s must exceed twice the longest a live process goes without a registry write, 2 × %v: the longer of %s and 1.25 × %s",
+				v.show("ProcessTTL"), v.c.longestSilence(), v.show("HeartbeatInterval"), v.show("CheckInterval"))
 		}},
 	// A live slave writes its entry every CheckInterval, and at most 1.25
 	// CheckInterval apart (slaveBeatStandIn); the master every

@@ -178,7 +178,7 @@ func hostileInvalidConfigs(t *testing.T, inst *redistest.Instance) {
 		{"negative margin", c, func(c *masterelection.Config) { c.StepDownMargin = -time.Millisecond }, []string{"StepDownMargin", "negative"}},
 		{"lock name with a space", c, func(c *masterelection.Config) { c.LockName = "my lock" }, []string{"LockName"}},
 		{"node id with a glob character", c, func(c *masterelection.Config) { c.NodeID = "node*" }, []string{"NodeID"}},
-		{"process TTL below two heartbeats", c, func(c *masterelection.Config) { c.ProcessTTL = 300 * time.Millisecond }, []string{"ProcessTTL (300ms) must exceed twice the heartbeat interval"}},
+		{"process TTL below two heartbeats", c, func(c *masterelection.Config) { c.ProcessTTL = 300 * time.Millisecond }, []string{"ProcessTTL (300ms) must exceed twice the longest a live process goes without a registry write"}},
 		{"several problems at once", c, func(c *masterelection.Config) { c.LockTTL = -1; c.LockName = " " }, []string{"LockTTL must be positive", "LockName"}},
 	}
 	for _, tt := range tests {
