@@ -481,7 +481,7 @@ func TestReleaseNoticeDoesNotSkipTheDataLossWait(t *testing.T) {
 		cfgA, cfgD := fastConfig("loss-notice", "a"), fastConfig("loss-notice", "d")
 		cfgA.LockTTL, cfgD.LockTTL = 3*time.Second, 3*time.Second
 		cfgD.CheckInterval = 2500 * time.Millisecond                              // no check of d's own comes before the notice
-		cfgD.ProcessTTL, cfgD.SlaveTimeout = 6*time.Second, 3500*time.Millisecond // above 1.25 × the heartbeat (check) interval
+		cfgD.ProcessTTL, cfgD.SlaveTimeout = 7*time.Second, 3500*time.Millisecond // above 2 × and 1 × 1.25 × the heartbeat (check) interval
 		a := newElection(t, inst.Client(t), cfgA)
 		d := newElection(t, inst.Client(t), cfgD)
 		start(t, a)

@@ -156,7 +156,7 @@ func TestCrashedMasterIsReplacedAtLockExpiry(t *testing.T) {
 	w := newWorld(t)
 	cfgB := testConfig("b")
 	cfgB.CheckInterval = 2 * time.Second                              // failover must not wait for it
-	cfgB.ProcessTTL, cfgB.SlaveTimeout = 5*time.Second, 3*time.Second // above 2 and 1.25 × the 2s heartbeat, as the registry needs
+	cfgB.ProcessTTL, cfgB.SlaveTimeout = 6*time.Second, 3*time.Second // above 2 × and 1 × a slave's longest silence (1.25 × the 2s check), as the registry needs
 	a, b := w.node(testConfig("a")), w.node(cfgB)
 	w.start(a)
 	w.start(b)
