@@ -2,10 +2,12 @@ package masterelection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
 
+	"github.com/herdkit/herd/internal/beat"
 	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
 )
@@ -30,7 +32,7 @@ func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Du
 	}
 	sent := c.clock.Now()
 	actx, cancel := context.WithTimeout(ctx, c.acquireLimit(ls))
-	res, err := c.acquire(actx, info, c.seenForAcquire(ls))
+	res, registered, err := c.acquireRegistering(actx, info, c.seenForAcquire(ls))
 	cancel()
 	if err != nil {
 		return nil, c.acquireFailed(ctx, ls, res, info, err)
@@ -39,7 +41,50 @@ func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Du
 	if res.DataLoss || res.TermGarbage || res.Reserved || res.Term == 0 {
 		return nil, c.notAcquired(ls, res, info)
 	}
-	return c.becomeMaster(ctx, ls, res.Term, sent), 0
+	return c.becomeMaster(ctx, ls, res.Term, sent, registered), 0
+}
+
+// errNotTaken ends a registration sent with an acquire that did not take
+// the lock: nothing was registered.
+var errNotTaken = errors.New("the lock was not taken")
+
+// acquireRegistering is acquire with, when it takes the lock, this
+// process's registration as master under the new term in the same script
+// call (rdb.AcquireRegister): a new master is registered in the round trip
+// that made it master, which Start and a hand-over wait for. registered
+// tells whether that registration went through; when it did not (another
+// incarnation's entry, garbage in the registry's keys) the membership loop
+// sends it alone, as after a plain acquire, and handles its answer. Without
+// an open registry, or when replicas must acknowledge the acquire, it is a
+// plain acquire.
+func (c *core) acquireRegistering(ctx context.Context, info []byte, seen int64) (res rdb.Acquired, registered bool, err error) {
+	reg := c.registry()
+	if reg == nil || c.cfg.WaitReplicas > 0 {
+		res, err = c.acquire(ctx, info, seen)
+		return res, false, err
+	}
+	sent := false
+	regErr := beat.RegisterWith(ctx, reg, c.processInfo(registry.RoleMaster), func(ctx context.Context, p rdb.Put) (rdb.Stored, int64, error) {
+		sent = true
+		var st rdb.Stored
+		var putErr error
+		res, st, putErr, err = rdb.AcquireRegister(ctx, c.client, c.keys, c.cfg.NodeID, c.cfg.LockTTL, info, seen, p)
+		switch {
+		case err != nil:
+			return rdb.Stored{}, 0, err
+		case res.Term == 0:
+			return rdb.Stored{}, 0, errNotTaken
+		}
+		return st, res.Term, putErr
+	})
+	if !sent { // the registry refused the entry before any call: acquire alone
+		res, err = c.acquire(ctx, info, seen)
+		return res, false, err
+	}
+	if err == nil && res.Term != 0 && regErr != nil {
+		c.log.Debug().Err(regErr).Int64("term", res.Term).Msg("registration with the acquire failed: the membership loop registers")
+	}
+	return res, err == nil && res.Term != 0 && regErr == nil, err
 }
 
 // acquireLimit bounds an acquire: by the loop's call bound, or for Start's
@@ -104,8 +149,9 @@ func (c *core) notAcquired(ls *loopState, res rdb.Acquired, info []byte) time.Du
 
 // becomeMaster starts the mastership of term, acquired by a call sent at
 // sent: IsMaster turns true, master-acquired and election-completed are
-// emitted, and membership registers the role and tracks the slaves.
-func (c *core) becomeMaster(ctx context.Context, ls *loopState, term int64, sent time.Time) *mastership {
+// emitted, and membership registers the role (unless registered, by the
+// acquire's call) and tracks the slaves.
+func (c *core) becomeMaster(ctx context.Context, ls *loopState, term int64, sent time.Time, registered bool) *mastership {
 	l := c.newMastership(ctx, term, c.deadlineAfter(sent))
 	ls.tookLock(term)
 	c.noteTerm(term)
@@ -123,7 +169,7 @@ func (c *core) becomeMaster(ctx context.Context, ls *loopState, term int64, sent
 	// processor takes the loop or the handler is preempted.
 	runtime.Gosched()
 	c.complete(ls, true)
-	c.members.setRole(registry.RoleMaster, term, l) // after its write's first attempt, the slave tracker starts
+	c.members.setRole(registry.RoleMaster, term, l, registered) // after its write (the acquire's, or its first attempt), the slave tracker starts
 	return l
 }
 

@@ -88,7 +88,7 @@ func (c *core) complete(ls *loopState, isMaster bool) {
 		ls.unresolved = false
 		close(c.resolved)
 		if !isMaster {
-			c.members.setRole(registry.RoleSlave, 0, nil)
+			c.members.setRole(registry.RoleSlave, 0, nil, false)
 		}
 	}
 }

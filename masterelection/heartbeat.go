@@ -85,11 +85,13 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 	timer.Stop()
 	defer timer.Stop()
 	for {
+		written := false // the role came registered (the acquire's call)
 		select {
 		case <-ctx.Done():
 			return
 		case rc := <-mb.roles:
 			r.role, r.term, r.pending, r.track = rc.role, rc.term, true, rc.track
+			written = rc.written
 		case <-mb.infoChanged:
 			r.pending = r.role != ""
 		case <-timer.C():
@@ -99,7 +101,11 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 			}
 		}
 		mb.beats.ride.Store(false)
-		next, done := r.after(ctx, r.write(ctx))
+		var err error
+		if !written {
+			err = r.write(ctx)
+		}
+		next, done := r.after(ctx, err)
 		if done {
 			return
 		}

@@ -136,7 +136,7 @@ func TestStartErrorNamesTheCause(t *testing.T) {
 		{
 			name: "acquire refused",
 			fault: func(w *world) *peer {
-				acquires := newScriptFault(rdb.AcquireSHA, errors.New("NOPERM this user has no permissions to run the 'publish' command"))
+				acquires := newScriptFault(rdb.AcquireRegisterSHA, errors.New("NOPERM this user has no permissions to run the 'publish' command"))
 				acquires.set(faultFail, -1)
 				return w.nodeWith(testConfig("a"), acquires)
 			},
@@ -224,7 +224,7 @@ func TestLockAfterALostAcquireReply(t *testing.T) {
 			if tt.twin != nil {
 				x = tt.twin(w)
 			}
-			acquires := newScriptFault(rdb.AcquireSHA, errors.New("injected: connection reset by peer"))
+			acquires := newScriptFault(rdb.AcquireRegisterSHA, errors.New("injected: connection reset by peer"))
 			acquires.set(tt.mode, 1) // the first acquire runs; its reply is lost
 			y := w.nodeWith(testConfig("a"), acquires)
 			nodes := []*peer{y}

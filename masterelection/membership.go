@@ -78,6 +78,8 @@ type roleChange struct {
 	// the loop starts after the role's first write attempt (whatever its
 	// outcome: a tracker that waited for a success could wait for good).
 	track *mastership
+	// written: the role is registered already (the acquire's call did it).
+	written bool
 }
 
 // setRole hands the latest role to the membership loop; only the latest
@@ -86,10 +88,10 @@ type roleChange struct {
 // attempt, whose round trip it would otherwise delay (a connection of its own to dial, a
 // subscription, a read of every entry), and with it Start and the
 // hand-over's registration.
-func (mb *membership) setRole(role registry.Role, term int64, l *mastership) {
+func (mb *membership) setRole(role registry.Role, term int64, l *mastership, written bool) {
 	for {
 		select {
-		case mb.roles <- roleChange{role, term, l}:
+		case mb.roles <- roleChange{role, term, l, written}:
 			return
 		default:
 		}

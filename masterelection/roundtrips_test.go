@@ -45,7 +45,7 @@ func scriptNames(t *testing.T) map[string]string {
 		names[hex.EncodeToString(sum[:])] = strings.TrimSuffix(filepath.Base(f), ".lua")
 	}
 	for sha, name := range map[string]string{
-		rdb.AcquireSHA: "acquire", rdb.RenewSHA: "renew", rdb.ReleaseSHA: "release",
+		rdb.AcquireSHA: "acquire", rdb.AcquireRegisterSHA: "acquire", rdb.RenewSHA: "renew", rdb.ReleaseSHA: "release",
 		rdb.CheckSHA: "check", rdb.RouteSHA: "route", rdb.RouteBatchSHA: "route_batch",
 		rdb.RegistryProbeSHA: "registry_probe", rdb.RegistryPutSHA: "registry_put",
 		rdb.RegistryRemoveSHA: "registry_remove", rdb.RegistryExpireSHA: "registry_expire",
@@ -185,9 +185,9 @@ const noticeRead = "multi+hmget+get+get+exec"
 // probe, INFO memory for the eviction check, and the lock check), not a
 // pipeline, whose pool would keep a connection open, and then the acquire, plus the
 // subscription on a connection of its own, which the client's hooks do not
-// see; the new master then registers itself and, that answered, its slave
-// tracker reads the registry, one round trip each (docs/performance.md,
-// row 3s).
+// see. The acquire registers the new master in the same script call
+// (rdb.AcquireRegister); then its slave tracker reads the registry, one
+// round trip (docs/performance.md, row 3s).
 func TestRoundTripsStart(t *testing.T) {
 	w := newWorld(t)
 	names := scriptNames(t)
@@ -202,25 +202,20 @@ func TestRoundTripsStart(t *testing.T) {
 	later := wa.settled()
 
 	want := []string{"ask (eval)", "acquire"}
-	// The registration may go out before Start returns: it follows the
+	// The tracker's read may go out before Start returns: it follows the
 	// acquire at once, on the membership goroutine.
-	own := slices.DeleteFunc(slices.Clone(startTrips), func(s string) bool { return s == "registry_put" || s == trackerRead })
+	own := slices.DeleteFunc(slices.Clone(startTrips), func(s string) bool { return s == trackerRead })
 	if !slices.Equal(own, want) {
-		t.Errorf("Start sent %q before it returned; want %q in this order (registration and tracker read aside)", startTrips, want)
+		t.Errorf("Start sent %q before it returned; want %q in this order (the tracker read aside)", startTrips, want)
 	}
 	all := append(startTrips, later...)
-	if got := count(all, "registry_put"); got != 1 {
-		t.Errorf("the new master registered itself in %d round trips, want 1 (all: %q)", got, all)
+	if got := count(all, "registry_put"); got != 0 {
+		t.Errorf("the new master registered itself in %d round trips of their own, want none: the acquire does (all: %q)", got, all)
 	}
 	if got := count(all, trackerRead); got != 1 {
 		t.Errorf("the new master's tracker read the registry in %d round trips, want 1 (all: %q)", got, all)
 	}
-	// The tracker starts once the registration was answered: its read
-	// (and the connection it dials) does not delay the registration.
-	if slices.Index(all, trackerRead) < slices.Index(all, "registry_put") {
-		t.Errorf("the tracker read the registry before the registration went: %q", all)
-	}
-	if got, want := len(all), len(want)+2; got != want {
+	if got, want := len(all), len(want)+1; got != want {
 		t.Errorf("Start and what follows it took %d round trips, want %d: %q", got, want, all)
 	}
 	if subs := w.mr.PubSubNumSub(a.keys.Events)[a.keys.Events]; subs != 1 {
@@ -384,7 +379,8 @@ func TestRoundTripsHandover(t *testing.T) {
 	// The old master's unregistered notice may reach the new master's
 	// tracker after it subscribed: the tracker confirms it with one read
 	// of that entry (notices are hints, confirmed by a read), and no more.
-	want := []string{"acquire", "registry_put", trackerRead}
+	// The acquire registers the new master itself (rdb.AcquireRegister).
+	want := []string{"acquire", trackerRead}
 	if confirmed := append(slices.Clone(want), noticeRead); !sameTrips(next, want) && !sameTrips(next, confirmed) {
 		t.Errorf("the new master sent %q, want %q in any order after the acquire (and at most %q confirming the old master's unregistered notice)", next, want, noticeRead)
 	}

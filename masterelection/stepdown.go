@@ -84,7 +84,7 @@ func (c *core) endMastership(l *mastership, reason string) {
 		c.bus.obs.steppedDown(l.term, reason)
 		c.bus.emit(topicMasterLost, payload{term: l.term})
 	})
-	c.members.setRole(registry.RoleSlave, 0, nil)
+	c.members.setRole(registry.RoleSlave, 0, nil, false)
 }
 
 // handOver ends mastership l gracefully while the election goes on (the

@@ -276,6 +276,14 @@ func (r *Registry) ProcessTTL() time.Duration { return r.cfg.ProcessTTL }
 // slave and no term, and Register returns an error wrapping ErrNotMaster
 // that names the lock's holder and term.
 func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
+	return r.registerWith(ctx, info, nil)
+}
+
+// registerWith is Register with the write sent by send (nil: by the
+// registry itself, as Register does) with the election's acquire of the
+// lock: info has role master and no term, and the entry is kept with the
+// term send returns (beat.RegisterWith).
+func (r *Registry) registerWith(ctx context.Context, info ProcessInfo, send beat.TermSender) error {
 	if err := info.Validate(); err != nil {
 		return err
 	}
@@ -290,7 +298,15 @@ func (r *Registry) Register(ctx context.Context, info ProcessInfo) error {
 		info.RegisteredAt = o.registeredAt(now)
 	}
 	info.LastSeen = now
-	st, err := r.write(ctx, info, false, o.written.of(info), nil)
+	var via beat.Sender
+	if send != nil {
+		via = func(ctx context.Context, p rdb.Put) (rdb.Stored, error) {
+			st, term, err := send(ctx, p)
+			info.Term = term
+			return st, err
+		}
+	}
+	st, err := r.write(ctx, info, false, o.written.of(info), via)
 	if err != nil {
 		return fmt.Errorf("register process %q: %w", info.ProcessID, err)
 	}
@@ -364,6 +380,9 @@ func (r *Registry) Heartbeat(ctx context.Context, processID string) error {
 func init() {
 	beat.HeartbeatWith = func(ctx context.Context, reg any, processID string, send beat.Sender) error {
 		return reg.(*Registry).heartbeatWith(ctx, processID, send)
+	}
+	beat.RegisterWith = func(ctx context.Context, reg any, info any, send beat.TermSender) error {
+		return reg.(*Registry).registerWith(ctx, info.(ProcessInfo), send)
 	}
 }
 

@@ -1032,8 +1032,9 @@ type hook struct {
 }
 
 var (
-	acquireSHA = rdb.AcquireSHA
-	renewSHA   = rdb.RenewSHA
+	acquireSHA         = rdb.AcquireSHA
+	acquireRegisterSHA = rdb.AcquireRegisterSHA // the election's acquire, with its registration
+	renewSHA           = rdb.RenewSHA
 )
 
 func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -1069,7 +1070,7 @@ func lockScript(name string, args []any) string {
 		s = hex.EncodeToString(sum[:])
 	}
 	switch s {
-	case acquireSHA:
+	case acquireSHA, acquireRegisterSHA:
 		return "acquire"
 	case renewSHA:
 		return "renew"

@@ -21,3 +21,15 @@ type Sender func(ctx context.Context, p rdb.Put) (rdb.Stored, error)
 // most once otherwise, while the registry holds the process's record. Set
 // by package registry's init.
 var HeartbeatWith func(ctx context.Context, reg any, processID string, send Sender) error
+
+// TermSender runs the registry's write p of a master registration in one
+// call with the acquire of the lock (rdb.AcquireRegister), and returns its
+// outcome with the term the acquire minted, which the registry keeps as the
+// entry's.
+type TermSender func(ctx context.Context, p rdb.Put) (rdb.Stored, int64, error)
+
+// RegisterWith is a registry's Register of info (a
+// registry.ProcessInfo with role master and no term) with the write sent
+// by send, the entry's term being the one send returns. reg is the
+// *registry.Registry. Set by package registry's init.
+var RegisterWith func(ctx context.Context, reg any, info any, send TermSender) error

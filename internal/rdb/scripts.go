@@ -88,7 +88,8 @@ var (
 func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript, checkScript, routeScript,
 		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript,
-		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript, nextScript, checkBeatScript, handBackScript} {
+		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript, nextScript, checkBeatScript, handBackScript,
+		acquireRegisterScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("rdb: load: %w", err)
 		}

@@ -139,7 +139,7 @@ type ScalePoint struct {
 	Broadcast, BroadcastCall []time.Duration
 
 	// HandoverAcquires is, per graceful handover, the acquire script calls
-	// (EVALSHA of rdb.AcquireSHA, seen by a hook on every client) from
+	// (EVALSHA of rdb.AcquireRegisterSHA or rdb.AcquireSHA, seen by a hook on every client) from
 	// the master's Stop until a second after it (or half a second after the
 	// takeover, if later); Handover the time from the call of Stop until
 	// another node's OnMasterAcquired; StopTook until Stop returned.
@@ -196,7 +196,7 @@ func (n *scaleNode) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (n *scaleNode) countAcquire(cmd redis.Cmder) {
 	if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" {
-		if sha, _ := args[1].(string); sha == rdb.AcquireSHA {
+		if sha, _ := args[1].(string); sha == rdb.AcquireSHA || sha == rdb.AcquireRegisterSHA {
 			n.acquires.Add(1)
 		}
 	}
@@ -966,7 +966,7 @@ func scaleRows(ctx context.Context, env *Env, set ScaleSet, progress io.Writer) 
 	}
 	setup := fmt.Sprintf("N = %s herd processes simulated as N MasterElections in this process, each on a go-redis client of its own (go-redis defaults, not connected beforehand) with a pubsub.Subscriber on it once started; LockTTL %v, every other setting the library's default for it (renew TTL/3, check TTL/3, jitter TTL/15, ProcessTTL 1.5 × TTL, SlaveTimeout TTL/2).",
 		strings.Join(sizes, ", "), ttl)
-	rows := group(setup+fmt.Sprintf(" Acquire attempts: EVALSHA of the acquire script (rdb.AcquireSHA) seen by a hook on every client but the old master's; after a Stop from its call until 1s later or 0.5s after the takeover, whichever is later; after a crash from the cut until 1s after the takeover. Per size, graceful handovers: %d, then crash failovers: %d (the client closed at a random point of the renewal cycle: no renewal, no release); the stopped or cut master replaced by a fresh process each time, so N stays.",
+	rows := group(setup+fmt.Sprintf(" Acquire attempts: EVALSHA of the acquire script (rdb.AcquireRegisterSHA, the acquire with the registration, or rdb.AcquireSHA) seen by a hook on every client but the old master's; after a Stop from its call until 1s later or 0.5s after the takeover, whichever is later; after a crash from the cut until 1s after the takeover. Per size, graceful handovers: %d, then crash failovers: %d (the client closed at a random point of the renewal cycle: no renewal, no release); the stopped or cut master replaced by a fresh process each time, so N stays.",
 		set.Handovers, set.Failovers), letter("13", election))
 	rows = append(rows, group(fmt.Sprintf("As 13. Connections: INFO clients connected_clients, settled, 1s after the master listed every slave (before the Subscribers started) and 1s after every Subscriber started, minus those before the herd; per process. Idle: INFO cpu and stats deltas over %v with every Subscriber running. Start errors: error events (OnError) from all N Starts called at once until a second after the last returned.", set.Idle),
 		letter("14", cost))...)
