@@ -102,7 +102,10 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 		}
 		mb.beats.ride.Store(false)
 		var err error
-		if !written {
+		if !written || !mb.recordedAs(r.role, r.term) {
+			// Not registered by the acquire, or a write of the role before
+			// landed after it (a SetMetadata, a registration in flight):
+			// write the role now.
 			err = r.write(ctx)
 		}
 		next, done := r.after(ctx, err)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/herdkit/herd/internal/beat"
+
 	"github.com/herdkit/herd/registry"
 )
 
@@ -68,6 +70,18 @@ func (mb *membership) steppedAside() error {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
 	return mb.aside
+}
+
+// recordedAs reports whether the registry's record of this process, what
+// its heartbeats write, has role and term: a registration sent with the
+// acquire counts only while no later write replaced it.
+func (mb *membership) recordedAs(role registry.Role, term int64) bool {
+	reg := mb.registry()
+	if reg == nil {
+		return false
+	}
+	got, gotTerm, ok := beat.Recorded(reg, mb.cfg.NodeID)
+	return ok && got == string(role) && gotTerm == term
 }
 
 // roleChange tells the membership loop this process's role as of now.

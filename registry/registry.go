@@ -384,6 +384,14 @@ func init() {
 	beat.RegisterWith = func(ctx context.Context, reg any, info any, send beat.TermSender) error {
 		return reg.(*Registry).registerWith(ctx, info.(ProcessInfo), send)
 	}
+	beat.Recorded = func(reg any, processID string) (string, int64, bool) {
+		o := reg.(*Registry).lockRegistered(processID)
+		if o == nil {
+			return "", 0, false
+		}
+		defer o.mu.Unlock()
+		return string(o.info.Role), o.info.Term, true
+	}
 }
 
 // heartbeatWith is Heartbeat with the write sent by send (nil: by the

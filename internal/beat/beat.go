@@ -33,3 +33,8 @@ type TermSender func(ctx context.Context, p rdb.Put) (rdb.Stored, int64, error)
 // by send, the entry's term being the one send returns. reg is the
 // *registry.Registry. Set by package registry's init.
 var RegisterWith func(ctx context.Context, reg any, info any, send TermSender) error
+
+// Recorded reports the role and term a registry last wrote for processID
+// (what its heartbeats will write), and whether it holds a record of it.
+// reg is the *registry.Registry. Set by package registry's init.
+var Recorded func(reg any, processID string) (role string, term int64, ok bool)

@@ -424,7 +424,7 @@ func hostileDuplicateAfterLostReply(t *testing.T, inst *redistest.Instance) {
 		t.Fatal("first process is not master")
 	}
 	cb := inst.Client(t)
-	cb.AddHook(&loseReply{sha: rdb.AcquireSHA})
+	cb.AddHook(&loseReply{sha: rdb.AcquireRegisterSHA})
 	b := newMember(t, cb, hostileConfig("twin"))
 	w := overlap.Start([]*member{a, b})
 	_ = startWithin(b, 5*time.Second)
