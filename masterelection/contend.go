@@ -107,6 +107,10 @@ func (c *core) acquireFailed(ctx context.Context, ls *loopState, res rdb.Acquire
 	} else {
 		ls.maybeHeld = true // the script may have run although its reply was lost
 		ls.lostAcquires.add(info)
+		// It may have registered this process as master too
+		// (acquireRegistering): the membership loop registers the current
+		// role again at once, announced, instead of at its next heartbeat.
+		c.members.infoChangedNow()
 	}
 	if ctx.Err() == nil {
 		c.emitError(fmt.Errorf("acquire master lock: %w", err))

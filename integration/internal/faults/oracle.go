@@ -577,7 +577,9 @@ type roleWrite struct {
 // the lock holds X under T (registry_put.lua), so, with allow = RoundTrip
 // plus the latency in force on X's link:
 //
-//   - X held a mastership under T;
+//   - X held a mastership under T, or sent the acquire that minted T and
+//     registered it in the same script call but lost its reply
+//     (lostAcquire), judged as a mastership that ended as it began;
 //   - no mastership with a larger term had begun allow before the write was
 //     sent (a notice: received; an entry: its lastSeen, taken at the send);
 //   - the write was sent no later than StepDownMargin + allow after X's
@@ -639,8 +641,15 @@ func (c *checker) roles() {
 			if l := lives[w.node]; l != nil && l.dead != 0 && l.dead <= w.at+int64(c.p.Slack) {
 				continue // killed between its election and its first observation
 			}
-			c.fail("role", w.at, "%s says %s is master under term %d, which it never held", what, w.node, w.term)
-			continue
+			call, lost := c.lostAcquire(w.node, sent, allow)
+			if !lost {
+				c.fail("role", w.at, "%s says %s is master under term %d, which it never held", what, w.node, w.term)
+				continue
+			}
+			// Its acquire took the lock and registered it in one script
+			// call whose reply it never read: judged as a mastership that
+			// ended as it began.
+			m = Mastership{Proc: w.node, Node: w.node, Term: w.term, Start: call, End: call, How: "lost"}
 		}
 		for _, n := range c.rep.Masterships {
 			if n.Term > w.term && n.Start < sent-allow {
@@ -658,6 +667,24 @@ func (c *checker) roles() {
 				what, w.node, w.term, c.at(loss))
 		}
 	}
+}
+
+// lostAcquire returns when node sent the acquire that may have written,
+// at sent, a registry entry that says node is master under a term it never
+// held: the election's acquire registers the new master in the same script
+// call (rdb.AcquireRegister), and when its reply is lost the process never
+// learns of the term, registers as a slave at its next write, and leaves
+// the lock to expire. It is node's latest acquire call sent at most allow
+// after sent and at most HeartbeatInterval (an acquire's deadline) + allow
+// before it; ok is false when there is none.
+func (c *checker) lostAcquire(node string, sent, allow int64) (call int64, ok bool) {
+	for _, r := range c.recs {
+		if r.Kind == KindLockCall && r.Detail == "acquire" && r.Node == node &&
+			r.T <= sent+allow && r.T >= sent-int64(c.p.HeartbeatInterval)-allow {
+			call, ok = r.T, true
+		}
+	}
+	return call, ok
 }
 
 // pausedBefore returns the start of the earliest Redis pause in force at
@@ -678,6 +705,11 @@ func pausedBefore(spans []span, at, roundTrip int64) (int64, bool) {
 // reports whether it found a violation.
 func (c *checker) staleMasterEntry(r Record, e Listed, lives map[string]*life, spans []span) bool {
 	m, ok := c.mastership(e.ID, e.Term)
+	if !ok {
+		if call, lost := c.lostAcquire(e.ID, e.LastSeen, int64(c.p.RoundTrip)); lost {
+			m, ok = Mastership{Proc: e.ID, Node: e.ID, Term: e.Term, Start: call, End: call, How: "lost"}, true
+		}
+	}
 	l := lives[e.ID]
 	if !ok || m.How != "lost" || l == nil || l.dead != 0 && l.dead <= r.T || l.stopping != 0 && l.stopping <= r.T {
 		return false
