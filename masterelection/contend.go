@@ -140,9 +140,12 @@ func (c *core) notAcquired(ls *loopState, res rdb.Acquired, info []byte) time.Du
 		// Ours from an attempt whose reply was lost: an earlier one, or
 		// this very call, which go-redis sent again after losing its reply
 		// (MaxRetries) and which then found its own lock. Or a twin's.
-		// check sorts it out, as after any lost reply.
+		// check sorts it out, as after any lost reply. The lost run may
+		// have registered this process as master too (acquireRegistering):
+		// the membership loop registers the current role again at once.
 		ls.maybeHeld = true
 		ls.lostAcquires.add(info)
+		c.members.infoChangedNow()
 		return 0
 	case res.Garbage != "":
 		c.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))

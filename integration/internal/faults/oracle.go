@@ -641,7 +641,11 @@ func (c *checker) roles() {
 			if l := lives[w.node]; l != nil && l.dead != 0 && l.dead <= w.at+int64(c.p.Slack) {
 				continue // killed between its election and its first observation
 			}
-			call, lost := c.lostAcquire(w.node, sent, allow)
+			seen := w.seen
+			if !w.notice {
+				seen = w.sent
+			}
+			call, lost := c.lostAcquire(w.node, seen, sent, allow)
 			if !lost {
 				c.fail("role", w.at, "%s says %s is master under term %d, which it never held", what, w.node, w.term)
 				continue
@@ -669,18 +673,24 @@ func (c *checker) roles() {
 	}
 }
 
-// lostAcquire returns when node sent the acquire that may have written,
-// at sent, a registry entry that says node is master under a term it never
-// held: the election's acquire registers the new master in the same script
-// call (rdb.AcquireRegister), and when its reply is lost the process never
-// learns of the term, registers as a slave at its next write, and leaves
-// the lock to expire. It is node's latest acquire call sent at most allow
-// after sent and at most HeartbeatInterval (an acquire's deadline) + allow
-// before it; ok is false when there is none.
-func (c *checker) lostAcquire(node string, sent, allow int64) (call int64, ok bool) {
+// lostAcquire returns when node sent the acquire that may have written a
+// registry entry that says node is master under a term it never held: the
+// election's acquire registers the new master in the same script call
+// (rdb.AcquireRegister), and when its reply is lost the process never
+// learns of the term, registers as a slave at once, and leaves the lock to
+// expire. The entry's lastSeen, seen, is taken just before that call is
+// sent: the call is node's latest acquire sent within allow of it. When
+// seen is not known (0: a notice without it), the call is node's latest
+// acquire sent at most allow after the write was seen, at, and at most an
+// acquire's longest deadline (Start's: LockTTL - StepDownMargin) + allow
+// before it. ok is false when there is none.
+func (c *checker) lostAcquire(node string, seen, at, allow int64) (call int64, ok bool) {
+	from, to := seen-allow, seen+allow
+	if seen == 0 {
+		from, to = at-int64(c.p.LockTTL-c.p.StepDownMargin)-allow, at+allow
+	}
 	for _, r := range c.recs {
-		if r.Kind == KindLockCall && r.Detail == "acquire" && r.Node == node &&
-			r.T <= sent+allow && r.T >= sent-int64(c.p.HeartbeatInterval)-allow {
+		if r.Kind == KindLockCall && r.Detail == "acquire" && r.Node == node && r.T >= from && r.T <= to {
 			call, ok = r.T, true
 		}
 	}
@@ -706,7 +716,7 @@ func pausedBefore(spans []span, at, roundTrip int64) (int64, bool) {
 func (c *checker) staleMasterEntry(r Record, e Listed, lives map[string]*life, spans []span) bool {
 	m, ok := c.mastership(e.ID, e.Term)
 	if !ok {
-		if call, lost := c.lostAcquire(e.ID, e.LastSeen, int64(c.p.RoundTrip)); lost {
+		if call, lost := c.lostAcquire(e.ID, e.LastSeen, r.T, int64(c.p.RoundTrip)); lost {
 			m, ok = Mastership{Proc: e.ID, Node: e.ID, Term: e.Term, Start: call, End: call, How: "lost"}, true
 		}
 	}
