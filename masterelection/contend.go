@@ -32,7 +32,13 @@ func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Du
 	}
 	sent := c.clock.Now()
 	actx, cancel := context.WithTimeout(ctx, c.acquireLimit(ls))
-	res, registered, err := c.acquireRegistering(actx, info, c.seenForAcquire(ls))
+	var res rdb.Acquired
+	registered := false
+	if ls.unresolved {
+		res, registered, err = c.acquireRegistering(actx, info, c.seenForAcquire(ls))
+	} else {
+		res, err = c.acquire(actx, info, c.seenForAcquire(ls))
+	}
 	cancel()
 	if err != nil {
 		return nil, c.acquireFailed(ctx, ls, res, info, err)
@@ -51,7 +57,9 @@ var errNotTaken = errors.New("the lock was not taken")
 // acquireRegistering is acquire with, when it takes the lock, this
 // process's registration as master under the new term in the same script
 // call (rdb.AcquireRegister): a new master is registered in the round trip
-// that made it master, which Start and a hand-over wait for. registered
+// that made it master, which Start waits for. contend sends it only while
+// the first election is unresolved: a hand-over or a failover waits for
+// the acquire alone, which the registration would lengthen. registered
 // tells whether that registration went through; when it did not (another
 // incarnation's entry, garbage in the registry's keys) the membership loop
 // sends it alone, as after a plain acquire, and handles its answer. Without

@@ -379,8 +379,9 @@ func TestRoundTripsHandover(t *testing.T) {
 	// The old master's unregistered notice may reach the new master's
 	// tracker after it subscribed: the tracker confirms it with one read
 	// of that entry (notices are hints, confirmed by a read), and no more.
-	// The acquire registers the new master itself (rdb.AcquireRegister).
-	want := []string{"acquire", trackerRead}
+	// A hand-over's acquire is the plain one: the registration follows it
+	// (only Start's first acquire registers the new master in its call).
+	want := []string{"acquire", "registry_put", trackerRead}
 	if confirmed := append(slices.Clone(want), noticeRead); !sameTrips(next, want) && !sameTrips(next, confirmed) {
 		t.Errorf("the new master sent %q, want %q in any order after the acquire (and at most %q confirming the old master's unregistered notice)", next, want, noticeRead)
 	}

@@ -675,7 +675,7 @@ func (c *checker) roles() {
 
 // lostAcquire returns when node sent the acquire that may have written a
 // registry entry that says node is master under a term it never held: the
-// election's acquire registers the new master in the same script call
+// election's first acquire (Start's) registers the new master in the same script call
 // (rdb.AcquireRegister), and when its reply is lost the process never
 // learns of the term, registers as a slave at once, and leaves the lock to
 // expire. The entry's lastSeen, seen, is taken just before that call is

@@ -254,7 +254,7 @@ func Handover(ctx context.Context, env *Env, reps int) (HandoverResult, error) {
 		}
 		_ = master.client.Close()
 		rel, relDone := mh.first(rdb.ReleaseSHA)
-		acqSent, acqDone := nh.first(rdb.AcquireRegisterSHA)
+		acqSent, acqDone := nh.first(rdb.AcquireSHA)
 		master, mh = next, nh
 		if stopErr != nil {
 			return res, fmt.Errorf("handover, round %d: %w", r+1, stopErr)
