@@ -70,6 +70,7 @@ func TestTuningTableHolds(t *testing.T) {
 	if rows != 3 {
 		t.Fatalf("found %d sets in the table, want 3", rows)
 	}
+	checkLargeHerd(t, doc)
 
 	bad := masterelection.DefaultConfig()
 	bad.NodeID = "worker 1"
@@ -85,5 +86,52 @@ func TestTuningTableHolds(t *testing.T) {
 		demo.ElectionJitter != (ttl/15).Truncate(ms) || demo.StepDownMargin != ttl/10 ||
 		demo.SlaveTimeout != ttl/2 || demo.ProcessTTL != ttl*3/2 {
 		t.Errorf("the demo does not follow the ratios of docs/tuning.md: %+v", demo)
+	}
+}
+
+// checkLargeHerd keeps docs/tuning.md's large-herd set true: it passes
+// Validate, follows the ratios the page states (CheckInterval 2/3 LockTTL,
+// SlaveTimeout LockTTL, ProcessTTL 2 × LockTTL, the rest the defaults), and
+// shows the bounds that follow: a dead slave removed within SlaveTimeout + a
+// sweep, a restart after a crash waiting up to SlaveTimeout.
+func checkLargeHerd(t *testing.T, doc string) {
+	t.Helper()
+	found := false
+	for _, line := range strings.Split(doc, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 8 || cells[0] != "Large herd" {
+			continue
+		}
+		found = true
+		d := make([]time.Duration, len(cells)-1)
+		var err error
+		for i, c := range cells[1:] {
+			if d[i], err = time.ParseDuration(c); err != nil {
+				t.Fatalf("large herd, column %d: %v", i+2, err)
+			}
+		}
+		ttl := d[0]
+		cfg := masterelection.Config{LockTTL: ttl, CheckInterval: ttl * 2 / 3, SlaveTimeout: ttl, ProcessTTL: 2 * ttl}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("large herd: %v", err)
+		}
+		for _, r := range []struct {
+			what      string
+			got, want time.Duration
+		}{
+			{"HeartbeatInterval", d[1], ttl / 3},
+			{"CheckInterval", d[2], cfg.CheckInterval},
+			{"SlaveTimeout", d[3], cfg.SlaveTimeout},
+			{"ProcessTTL", d[4], cfg.ProcessTTL},
+			{"dead slave removed", d[5], cfg.SlaveTimeout + min(cfg.CheckInterval, cfg.SlaveTimeout/3)},
+			{"restart after a crash", d[6], cfg.SlaveTimeout},
+		} {
+			if r.got != r.want {
+				t.Errorf("large herd: %s is %v, the stated rule gives %v", r.what, r.got, r.want)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("docs/tuning.md has no large-herd row")
 	}
 }

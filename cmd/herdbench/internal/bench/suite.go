@@ -71,6 +71,8 @@ type Plan struct {
 	// ScaleSet is the scale row set of rows 13-15 (scale.go); no Sizes
 	// skips it.
 	ScaleSet ScaleSet
+	// IdleSet is the idle-cost rows 16a-16c (idle.go); N 0 skips them.
+	IdleSet IdleSet
 }
 
 // DefaultPlan is what `make bench` measures, in about two minutes.
@@ -100,6 +102,7 @@ func DefaultPlan() Plan {
 		ScaleNodes:    1000,
 		ScaleWindow:   10 * time.Second,
 		ScaleSet:      DefaultScaleSet(),
+		IdleSet:       DefaultIdleSet(),
 	}
 }
 
@@ -131,11 +134,12 @@ func QuickPlan() Plan {
 		ScaleNodes:    20,
 		ScaleWindow:   time.Second,
 		ScaleSet:      QuickScaleSet(),
+		IdleSet:       QuickIdleSet(),
 	}
 }
 
 // Steps are the names of the parts of a run, for Plan.Only.
-var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "adoption", "assign", "rest", "cost", "scale", "herd"}
+var Steps = []string{"ops", "start", "contended", "handover", "transfer", "failover", "processes", "joined", "routing", "adoption", "assign", "rest", "cost", "scale", "herd", "idle"}
 
 // Run measures every row of plan on env and returns the report. A row that
 // fails carries its error and the run goes on; progress lines go to
@@ -306,6 +310,11 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	if len(plan.ScaleSet.Sizes) > 0 {
 		step("herd", "scale row set: N elections with clients of their own", func() []Row {
 			return scaleRows(ctx, env, plan.ScaleSet, progress)
+		})
+	}
+	if plan.IdleSet.N > 0 {
+		step("idle", fmt.Sprintf("idle herd of %d: the defaults and the large-herd set", plan.IdleSet.N), func() []Row {
+			return idleRows(ctx, env, plan.IdleSet, progress)
 		})
 	}
 	sortRows(rep.Rows)
