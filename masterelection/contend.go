@@ -115,10 +115,9 @@ func (c *core) acquireFailed(ctx context.Context, ls *loopState, res rdb.Acquire
 	} else {
 		ls.maybeHeld = true // the script may have run although its reply was lost
 		ls.lostAcquires.add(info)
-		// It may have registered this process as master too
-		// (acquireRegistering): the membership loop registers the current
-		// role again at once, announced, instead of at its next heartbeat.
-		c.members.infoChangedNow()
+		// Start's first acquire may have registered this process as
+		// master too (acquireRegistering): the first role, slave, is
+		// registered at once when that election resolves (complete).
 	}
 	if ctx.Err() == nil {
 		c.emitError(fmt.Errorf("acquire master lock: %w", err))
@@ -148,12 +147,10 @@ func (c *core) notAcquired(ls *loopState, res rdb.Acquired, info []byte) time.Du
 		// Ours from an attempt whose reply was lost: an earlier one, or
 		// this very call, which go-redis sent again after losing its reply
 		// (MaxRetries) and which then found its own lock. Or a twin's.
-		// check sorts it out, as after any lost reply. The lost run may
-		// have registered this process as master too (acquireRegistering):
-		// the membership loop registers the current role again at once.
+		// check sorts it out, as after any lost reply (a registration the
+		// lost run carried at Start is written over as acquireFailed says).
 		ls.maybeHeld = true
 		ls.lostAcquires.add(info)
-		c.members.infoChangedNow()
 		return 0
 	case res.Garbage != "":
 		c.emitError(fmt.Errorf("%w: %s", ErrGarbage, res.Garbage))

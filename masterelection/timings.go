@@ -99,8 +99,6 @@ func (c Config) rescaledToLockTTL() Config {
 	return c
 }
 
-// heartbeat is the longest interval at which a process renews its registry
-// entry: the slaves' CheckInterval or the master's HeartbeatInterval.
 // longestSilence is the longest a live process goes without writing its
 // registry entry: a master renews it every HeartbeatInterval; a slave's
 // heartbeat rides its checks, every CheckInterval, and the membership loop

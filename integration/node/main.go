@@ -1070,8 +1070,10 @@ func lockScript(name string, args []any) string {
 		s = hex.EncodeToString(sum[:])
 	}
 	switch s {
-	case acquireSHA, acquireRegisterSHA:
+	case acquireSHA:
 		return "acquire"
+	case acquireRegisterSHA:
+		return faults.AcquireRegister
 	case renewSHA:
 		return "renew"
 	}

@@ -678,19 +678,21 @@ func (c *checker) roles() {
 // election's first acquire (Start's) registers the new master in the same script call
 // (rdb.AcquireRegister), and when its reply is lost the process never
 // learns of the term, registers as a slave at once, and leaves the lock to
-// expire. The entry's lastSeen, seen, is taken just before that call is
-// sent: the call is node's latest acquire sent within allow of it. When
-// seen is not known (0: a notice without it), the call is node's latest
+// expire. Only that acquire (AcquireRegister, Start's first) registers. The
+// entry's lastSeen, seen, is taken just before that call is sent: the call
+// is node's latest such acquire sent at most allow before seen and Slack +
+// allow after it (the process may be descheduled in between). When seen
+// is not known (0: a notice without it), the call is node's latest such
 // acquire sent at most allow after the write was seen, at, and at most an
 // acquire's longest deadline (Start's: LockTTL - StepDownMargin) + allow
 // before it. ok is false when there is none.
 func (c *checker) lostAcquire(node string, seen, at, allow int64) (call int64, ok bool) {
-	from, to := seen-allow, seen+allow
+	from, to := seen-allow, seen+int64(c.p.Slack)+allow
 	if seen == 0 {
 		from, to = at-int64(c.p.LockTTL-c.p.StepDownMargin)-allow, at+allow
 	}
 	for _, r := range c.recs {
-		if r.Kind == KindLockCall && r.Detail == "acquire" && r.Node == node && r.T >= from && r.T <= to {
+		if r.Kind == KindLockCall && r.Detail == AcquireRegister && r.Node == node && r.T >= from && r.T <= to {
 			call, ok = r.T, true
 		}
 	}

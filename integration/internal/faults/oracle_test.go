@@ -205,7 +205,7 @@ func TestOracle(t *testing.T) {
 			// script call: when its reply is lost, the process never learns
 			// of the term, and its entry says master until its next write.
 			name: "an acquire whose reply was lost registered its process as master",
-			h: cluster3.with(Record{T: 5000 * ms, Proc: "c", Node: "c", Kind: KindLockCall, Detail: "acquire"},
+			h: cluster3.with(Record{T: 5000 * ms, Proc: "c", Node: "c", Kind: KindLockCall, Detail: AcquireRegister},
 				Record{T: 5002 * ms, Proc: HarnessNode, Kind: KindRegNotice, Detail: NoticeRegistered, Peer: "c", Role: "master", Term: 12, Seen: 5000 * ms},
 				poll(5450, "b/master/11", "a/slave/0", "c/master/12/5000")),
 		},
@@ -215,8 +215,16 @@ func TestOracle(t *testing.T) {
 			wants: []string{"role: registered notice received at 5002.000ms says c is master under term 12, which it never held"},
 		},
 		{
-			name: "a lost acquire's master entry not written again as a slave's",
+			// Only Start's acquire registers: a plain one's lost reply
+			// excuses no master entry.
+			name: "a master entry under a term its process never held, and only a plain acquire of its own",
 			h: cluster3.with(Record{T: 5000 * ms, Proc: "c", Node: "c", Kind: KindLockCall, Detail: "acquire"},
+				Record{T: 5002 * ms, Proc: HarnessNode, Kind: KindRegNotice, Detail: NoticeRegistered, Peer: "c", Role: "master", Term: 12, Seen: 5000 * ms}),
+			wants: []string{"role: registered notice received at 5002.000ms says c is master under term 12, which it never held"},
+		},
+		{
+			name: "a lost acquire's master entry not written again as a slave's",
+			h: cluster3.with(Record{T: 5000 * ms, Proc: "c", Node: "c", Kind: KindLockCall, Detail: AcquireRegister},
 				poll(5700, "b/master/11", "a/slave/0", "c/master/12/5000")),
 			wants: []string{"role: c's registry entry still said master (term 12) 699ms after that mastership ended"},
 		},

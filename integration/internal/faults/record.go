@@ -49,10 +49,15 @@ const (
 	// observation), Begin the instant just before it, and Seen the instant
 	// just before the first call that returned something else.
 	KindLost Kind = "lost"
-	// KindLockCall: the node sent the acquire or renew script (Detail). T is
+	// KindLockCall: the node sent the acquire ("acquire", or AcquireRegister
+	// for Start's acquire that registers the new master in the same call)
+	// or renew ("renew") script (Detail). T is
 	// taken in a go-redis hook, after the library read its own clock for the
 	// self-fencing deadline, so the deadline is at most T + LockTTL - Margin.
 	KindLockCall Kind = "lock-call"
+	// AcquireRegister is the Detail of a KindLockCall of Start's acquire,
+	// which registers the new master in its own call.
+	AcquireRegister = "acquire register"
 	// KindObserved: ObservedTerm rose to Term.
 	KindObserved Kind = "observed"
 	// KindGap: the poller did not run from Begin to T (the process was

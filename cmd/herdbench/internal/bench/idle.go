@@ -112,7 +112,7 @@ func idleRows(ctx context.Context, env *Env, set IdleSet, progress io.Writer) []
 	a := Row{ID: "16a", What: fmt.Sprintf("idle herd of %d, LockTTL %v: Redis CPU per process, the defaults (CheckInterval = HeartbeatInterval = LockTTL/3)", set.N, set.LockTTL),
 		N: len(def), Value: value(def), Goal: "—", Note: "Per round: " + list(def) + " µs/s."}
 	b := Row{ID: "16b", What: fmt.Sprintf("idle herd of %d, LockTTL %v: Redis CPU per process, the large-herd set (CheckInterval 2/3 LockTTL, SlaveTimeout LockTTL, ProcessTTL 2 × LockTTL)", set.N, set.LockTTL),
-		N: len(large), Value: value(large), Goal: "≤ ¼ of the code before issue 36 (16c)", Note: "Per round: " + list(large) + " µs/s."}
+		N: len(large), Value: value(large), Goal: "≤ ¼ of the code before issue 36 (see the note)", Note: "Per round: " + list(large) + " µs/s."}
 	c := Row{ID: "16c", What: "16b ÷ 16a", N: min(len(def), len(large)), Goal: "—"}
 	if m := mean(def, perProc); m > 0 && len(large) > 0 {
 		c.Value = fmt.Sprintf("%.2f", mean(large, perProc)/m)
