@@ -72,6 +72,7 @@ func (c *core) acquireRegistering(ctx context.Context, info []byte, seen int64) 
 		return res, false, err
 	}
 	sent := false
+	c.members.acquireInfo.Store(c.members.infoGen.Load()) // before the info is read
 	regErr := beat.RegisterWith(ctx, reg, c.processInfo(registry.RoleMaster), func(ctx context.Context, p rdb.Put) (rdb.Stored, int64, error) {
 		sent = true
 		var st rdb.Stored

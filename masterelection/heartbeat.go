@@ -91,14 +91,12 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 			return
 		case rc := <-mb.roles:
 			r.role, r.term, r.pending, r.track = rc.role, rc.term, true, rc.track
-			// A change of the info before the first role (a handler of
-			// Start's master-acquired) may postdate the registration that
-			// Start's acquire carried: write the role again.
-			written = rc.written && !r.changedBeforeRole
-			r.changedBeforeRole = false
+			// An info change since Start's acquire took the info it
+			// registered (a handler of its master-acquired calling
+			// SetMetadata): write the role again.
+			written = rc.written && mb.acquireInfo.Load() == mb.infoGen.Load()
 		case <-mb.infoChanged:
 			r.pending = r.role != ""
-			r.changedBeforeRole = r.role == ""
 		case <-timer.C():
 			if wait := mb.heartbeatRides(); wait > 0 {
 				timer.Reset(wait) // the follow loop's checks carry the heartbeat
@@ -131,14 +129,11 @@ type member struct {
 	firstRegistered chan<- struct{}
 	role            registry.Role
 	term            int64
-	pending         bool // the current role is not registered yet
-	// changedBeforeRole: the info changed while no role was known yet, so
-	// a registration carried by Start's acquire may hold the info of before.
-	changedBeforeRole bool
-	track             *mastership // the mastership whose tracker starts after the next write; nil when none
-	registered        bool        // a registration succeeded: the start is over
-	retry             backoff
-	quiet             quietWait // the wait for another incarnation's entry to go quiet (twins.go)
+	pending         bool        // the current role is not registered yet
+	track           *mastership // the mastership whose tracker starts after the next write; nil when none
+	registered      bool        // a registration succeeded: the start is over
+	retry           backoff
+	quiet           quietWait // the wait for another incarnation's entry to go quiet (twins.go)
 }
 
 // heartbeatRides returns how long until the membership loop must stand in

@@ -54,7 +54,7 @@ func TestNewMasterStaysListedAsMaster(t *testing.T) {
 // its own call with the metadata of before: the membership loop, which
 // learns of the change before it learns of the role, writes the entry
 // again rather than take the acquire's registration for the last word (the
-// new metadata was missing in 9 runs of 10), and the entry still says
+// new metadata was missing in 4 runs of 5), and the entry still says
 // master.
 func TestMetadataSetAtStartIsListed(t *testing.T) {
 	bad := 0

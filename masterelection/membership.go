@@ -24,7 +24,11 @@ type membership struct {
 
 	roles       chan roleChange // the latest role, for the loop
 	infoChanged chan struct{}   // metadata or candidacy changed: the loop registers again
-	beats       slaveBeats      // a slave's heartbeat riding its checks
+	// infoGen counts the changes of the info (infoChangedNow); acquireInfo
+	// is its value when Start's acquire took the info it registers
+	// (acquireRegistering): the loop writes the role again if they differ.
+	infoGen, acquireInfo atomic.Uint64
+	beats                slaveBeats // a slave's heartbeat riding its checks
 	// registered is closed by the loop at the first registration: this
 	// process holds its node id in the registry.
 	registered chan struct{}
@@ -58,6 +62,7 @@ func (mb *membership) holdingSlaveEvents(fn func()) {
 // infoChangedNow tells the loop to register again: the entry's metadata
 // or candidacy changed.
 func (mb *membership) infoChangedNow() {
+	mb.infoGen.Add(1)
 	select {
 	case mb.infoChanged <- struct{}{}:
 	default: // a refresh is already pending

@@ -223,6 +223,28 @@ func TestRoundTripsStart(t *testing.T) {
 	}
 }
 
+// TestRoundTripsStartWithMetadataSetBefore: metadata set between New and
+// Start (the way to give it, Config having none) is in the info Start's
+// acquire registers: no registration of its own follows.
+func TestRoundTripsStartWithMetadataSetBefore(t *testing.T) {
+	w := newWorld(t)
+	names := scriptNames(t)
+	loadScripts(t, w.client())
+	a, wa := w.wiredNode(testConfig("a"), names)
+	if err := a.SetMetadata(map[string]any{"zone": "eu"}); err != nil {
+		t.Fatal(err)
+	}
+	w.start(a)
+	w.registered(a, "master")
+	all := append(wa.Take(), wa.settled()...)
+	if got := count(all, "registry_put"); got != 0 {
+		t.Errorf("Start sent %d registrations of their own, want none: the acquire carried the metadata (all: %q)", got, all)
+	}
+	if v := w.mr.HGet(a.keys.Processes, "a"); !strings.Contains(v, `"zone":"eu"`) {
+		t.Errorf("entry %s lacks the metadata", v)
+	}
+}
+
 // TestRoundTripsStartUncached: on a server that has not cached herd's
 // scripts, Start's questions, sent whole, need nothing more; the acquire is answered NOSCRIPT and is sent again whole (EVAL).
 func TestRoundTripsStartUncached(t *testing.T) {

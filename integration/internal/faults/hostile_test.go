@@ -411,27 +411,37 @@ func hostileDuplicateNodeID(t *testing.T, inst *redistest.Instance) {
 	w.Check(t)
 }
 
-// hostileDuplicateAfterLostReply starts a process whose first acquire runs
-// on Redis but whose reply is lost (a client hook turns it into a timeout,
-// as a dropped connection would): the lock is then held under its NodeID
-// by a run it never learned of, which it leaves to expire. A second
-// process with the same NodeID (another incarnation) starts meanwhile: it
-// must not take that lock for its own, and the two are never master at
-// once.
+// hostileDuplicateAfterLostReply starts a process, b, whose first acquire
+// runs on Redis but whose reply is lost (a client hook turns it into a
+// timeout, as a dropped connection would): the lock is then held under
+// its NodeID by a run it never learned of. b leaves that lock to expire
+// and then takes it; it is not a twin of itself. A second process with the
+// same NodeID (another incarnation), a, started meanwhile finds b's entry
+// live and is refused; the two are never master at once. (A twin that
+// contends after a lost reply, which only one incarnation shared by two
+// processes allows: masterelection's TestLockAfterALostAcquireReply.)
 func hostileDuplicateAfterLostReply(t *testing.T, inst *redistest.Instance) {
 	cb := inst.Client(t)
 	lose := &loseReply{shas: []string{rdb.AcquireSHA, rdb.AcquireRegisterSHA}}
 	cb.AddHook(lose)
 	b := newMember(t, cb, hostileConfig("twin"))
-	_ = startWithin(b, 5*time.Second)
+	if err := startWithin(b, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if !lose.done.Load() {
 		t.Fatal("no acquire reply was lost: the case tests nothing")
 	}
 	a := newMember(t, inst.Client(t), hostileConfig("twin"))
 	w := overlap.Start([]*member{a, b})
-	_ = startWithin(a, 5*time.Second)
-	time.Sleep(2 * fastTiming.ttl)
-	t.Logf("errors of the second process: %v", a.errors())
+	if err := startWithin(a, 5*time.Second); !errors.Is(err, masterelection.ErrDuplicateNodeID) {
+		t.Errorf("second process's Start = %v, want ErrDuplicateNodeID", err)
+	}
+	if !waitFor(3*fastTiming.params().FailoverBound(), b.IsMaster) {
+		t.Errorf("b not master after the lock its lost reply took expired; events: %v", b.errors())
+	}
+	if err := b.anyError(func(err error) bool { return errors.Is(err, masterelection.ErrDuplicateNodeID) }); err != nil || b.SteppedAside() != nil {
+		t.Errorf("b took its own lost lock for a twin's: %v, stepped aside: %v", err, b.SteppedAside())
+	}
 	w.Check(t)
 }
 

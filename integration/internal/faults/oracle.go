@@ -680,8 +680,8 @@ func (c *checker) roles() {
 // learns of the term, registers as a slave at once, and leaves the lock to
 // expire. Only that acquire (AcquireRegister, Start's first) registers. The
 // entry's lastSeen, seen, is taken just before that call is sent: the call
-// is node's latest such acquire sent at most allow before seen and Slack +
-// allow after it (the process may be descheduled in between). When seen
+// is node's earliest such acquire sent at most allow before seen and Slack
+// + allow after it (the process may be descheduled in between). When seen
 // is not known (0: a notice without it), the call is node's latest such
 // acquire sent at most allow after the write was seen, at, and at most an
 // acquire's longest deadline (Start's: LockTTL - StepDownMargin) + allow
@@ -694,6 +694,9 @@ func (c *checker) lostAcquire(node string, seen, at, allow int64) (call int64, o
 	for _, r := range c.recs {
 		if r.Kind == KindLockCall && r.Detail == AcquireRegister && r.Node == node && r.T >= from && r.T <= to {
 			call, ok = r.T, true
+			if seen != 0 {
+				break // the call that took that lastSeen, not a retry after it
+			}
 		}
 	}
 	return call, ok
