@@ -29,8 +29,9 @@ const DefaultProcessTTL = 45 * time.Second
 type Config struct {
 	// ProcessTTL is how long an entry stays listed after its last
 	// registration or heartbeat, stored in whole milliseconds. It must exceed
-	// twice the heartbeat interval (masterelection.Config checks it with the
-	// election's other timings). Default: 45s; zero
+	// twice the longest a live process goes between two writes of its entry
+	// (masterelection.Config checks it with the election's other timings).
+	// Default: 45s; zero
 	// means the default, negative is an error.
 	ProcessTTL time.Duration
 	// Backend chooses how each entry gets its TTL. Default: BackendAuto, which

@@ -1033,7 +1033,7 @@ type hook struct {
 
 var (
 	acquireSHA         = rdb.AcquireSHA
-	acquireRegisterSHA = rdb.AcquireRegisterSHA // the election's acquire, with its registration
+	acquireRegisterSHA = rdb.AcquireRegisterSHA // Start's first acquire, with its registration
 	renewSHA           = rdb.RenewSHA
 )
 
