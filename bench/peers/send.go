@@ -116,12 +116,20 @@ func (t *sendTotals) breakdown() string {
 // beside a plain XADD, on the server at addr.
 func sendRows(ctx context.Context, addr string, plan sendPlan) []row {
 	var herd, alone, queue sendTotals
+	var turns turnCalls
+	var turnsErr error
 	for i := range plan.rounds {
 		r, a, err := herdSends(ctx, addr, plan, i)
 		herd.add(r, plan.messages, err)
 		alone.add(a, plan.messages, err)
 		r, err = asynqSends(ctx, addr, plan)
 		queue.add(r, plan.messages, err)
+		if turnsErr == nil {
+			t, err := interleavedSends(ctx, addr, plan, i)
+			turns.herd, turns.queue = append(turns.herd, t.herd...), append(turns.queue, t.queue...)
+			turns.herdAlone, turns.queueAlone = append(turns.herdAlone, t.herdAlone...), append(turns.queueAlone, t.queueAlone...)
+			turnsErr = err
+		}
 	}
 	xadd, xaddUsec, xerr := xaddCalls(ctx, addr, plan.messages)
 
@@ -133,6 +141,10 @@ func sendRows(ctx context.Context, addr string, plan sendPlan) []row {
 		value: fmt.Sprintf("%.0f msg/s", herd.rate()), x: 1 / herd.rate(),
 		note: "As 5a: from the first Send of a round until each slave's handler ran for every message of the round, summed over the rounds."}
 	insideNote := "INFO commandstats over the sends: %d script calls (the sends, and the elections' few renewals and heartbeats among them), %d µs in all. Per call, the commands the scripts ran (how many, then their own time; the rest of the script's time is Lua, calling them and the call itself): %s."
+	inTurns := &row{id: "5j", what: "durable send call, taking turns: Router.Send, slaves reading, in blocks beside 5k's", peer: "herd", store: "redis", s: benchkit.Summarize(turns.herd), err: turnsErr,
+		note: fmt.Sprintf("As 5a, with asynq's Client and Server (5b's) set up beside it: after both warmed up, blocks of %d sends and %d enqueues (5k) take turns until each made %d per round, so that what slows this VM for a while falls on both; 5a and 5b, measured one round after the other, can land in different spells (round trips here run 20-90µs depending on the spell).", turnBlock, turnBlock, plan.messages)}
+	aloneTurns := &row{id: "5l", what: "durable send call, taking turns: Router.Send, no slave reading, in blocks beside 5m's", peer: "herd", store: "redis", s: benchkit.Summarize(turns.herdAlone), err: turnsErr,
+		note: "After 5j's blocks, herd's Consumers closed (5c's condition) and asynq's workers still running, blocks as 5j's."}
 	return []row{*call,
 		{id: "5b", what: "task enqueue call: Client.Enqueue of one task, one at a time", peer: "hibiken/asynq", store: "redis", s: benchkit.Summarize(queue.calls), err: queue.err, herd: call, goal50: 1,
 			note: fmt.Sprintf("asynq's Client and a Server with Concurrency %d (one queue, defaults otherwise) whose handler does nothing; rounds as 5a's, the same payload JSON-encoded by the caller.", plan.workers)},
@@ -149,6 +161,12 @@ func sendRows(ctx context.Context, addr string, plan sendPlan) []row {
 		{id: "5h", what: "durable send inside Redis: EVALSHA time per call (inbox_send), no slave reading", peer: "herd", store: "redis", err: alone.err,
 			value: benchkit.FormatDuration(alone.perScript()), goalText: "≤ 10µs", metText: metIf(alone.err == nil && alone.perScript() <= 10*time.Microsecond),
 			note: fmt.Sprintf("5c's sends. "+insideNote, alone.inside["evalsha"].calls, alone.inside["evalsha"].usec, alone.breakdown())},
+		*inTurns,
+		{id: "5k", what: "task enqueue call, taking turns: Client.Enqueue, workers running, in blocks beside 5j's", peer: "hibiken/asynq", store: "redis", s: benchkit.Summarize(turns.queue), err: turnsErr, herd: inTurns, goal50: 1,
+			note: "As 5b, in 5j's blocks."},
+		*aloneTurns,
+		{id: "5m", what: "task enqueue call, taking turns: Client.Enqueue, workers running, in blocks beside 5l's", peer: "hibiken/asynq", store: "redis", s: benchkit.Summarize(turns.queueAlone), err: turnsErr, herd: aloneTurns, goal50: 1,
+			note: "As 5b, in 5l's blocks."},
 		{id: "5i", what: "task enqueue inside Redis: EVALSHA time per call", peer: "hibiken/asynq", store: "redis", err: queue.err,
 			value: benchkit.FormatDuration(queue.perScript()),
 			note:  fmt.Sprintf("As 5g over 5b's enqueues: %d script calls (the enqueues, and any of the workers' dequeues and completions among them), %d µs in all.", queue.inside["evalsha"].calls, queue.inside["evalsha"].usec)},
@@ -172,16 +190,28 @@ func metIf(ok bool) string {
 	return "no"
 }
 
-// herdSends runs one round of durable sends on a lock of its own, then
-// the same number of sends with the Consumers closed (alone).
-func herdSends(ctx context.Context, addr string, plan sendPlan, round int) (r, alone sendRound, err error) {
-	lock := fmt.Sprintf("herdpeers-send-%d", round)
+// sender is one side of a comparison, set up and ready: send makes one
+// call (numbered i), handled counts the messages its workers handled,
+// quiet closes its workers (nil when it has none to close apart), and
+// close tears everything down.
+type sender struct {
+	send    func(ctx context.Context, i int) error
+	handled *atomic.Int64
+	admin   *redis.Client // reads INFO commandstats around the calls
+	quiet   func()
+	close   func()
+}
+
+// herdSender sets up a master with a durable.Router and plan.workers slaves,
+// each with a durable.Consumer, on a lock of its own (named after round).
+func herdSender(ctx context.Context, addr string, plan sendPlan, round string) (*sender, error) {
+	lock := "herdpeers-send-" + round
 	var stops []func()
-	defer func() {
+	s := &sender{handled: new(atomic.Int64), close: func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
-	}()
+	}}
 	start := func(id string, nonCandidate bool) (*masterelection.MasterElection, *redis.Client, error) {
 		c, err := connectRedis(ctx, addr, nil)
 		if err != nil {
@@ -206,72 +236,79 @@ func herdSends(ctx context.Context, addr string, plan sendPlan, round int) (r, a
 	}
 	master, mc, err := start("master", false)
 	if err != nil {
-		return sendRound{}, sendRound{}, err
+		s.close()
+		return nil, err
 	}
 	if !master.IsMaster() {
-		return sendRound{}, sendRound{}, fmt.Errorf("herd: Start on the fresh lock %q returned as slave", lock)
+		s.close()
+		return nil, fmt.Errorf("herd: Start on the fresh lock %q returned as slave", lock)
 	}
-	var handled atomic.Int64
 	var consumers []*durable.Consumer
 	ids := make([]string, plan.workers)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("worker-%d", i)
 		e, c, err := start(ids[i], true)
 		if err != nil {
-			return sendRound{}, sendRound{}, err
+			s.close()
+			return nil, err
 		}
 		con, err := durable.NewConsumer(c, ids[i], durable.Config{LockName: lock, Terms: e, Holds: e.HoldsNodeID})
 		if err != nil {
-			return sendRound{}, sendRound{}, err
+			s.close()
+			return nil, err
 		}
-		con.HandleDefault(func(context.Context, durable.Delivery) error { handled.Add(1); return nil })
+		con.HandleDefault(func(context.Context, durable.Delivery) error { s.handled.Add(1); return nil })
 		if err := con.Start(ctx); err != nil {
-			return sendRound{}, sendRound{}, err
+			s.close()
+			return nil, err
 		}
 		stops = append(stops, func() { _ = con.Close() })
 		consumers = append(consumers, con)
 	}
 	router, err := durable.NewRouter(mc, master, nil, durable.Config{LockName: lock})
 	if err != nil {
-		return sendRound{}, sendRound{}, err
+		s.close()
+		return nil, err
 	}
-	send := func(ctx context.Context, i int) error {
+	s.admin = mc
+	s.send = func(ctx context.Context, i int) error {
 		_, err := router.Send(ctx, ids[i%len(ids)], "job", job{N: i, Kind: "resize"})
 		return err
 	}
-	r, err = timeSends(ctx, mc, plan.messages, send, &handled)
-	if err != nil {
-		return r, sendRound{}, err
+	s.quiet = func() {
+		for _, con := range consumers {
+			_ = con.Close()
+		}
 	}
-	// The same sends with no Consumer reading: as asynq's enqueues run while
-	// its workers wait for their next look (5b), and Redis runs the script
-	// without the readers' commands between.
-	for _, con := range consumers {
-		_ = con.Close()
-	}
-	alone, err = timeCalls(ctx, mc, warmUp+plan.messages, plan.messages, send)
-	return r, alone, err
+	return s, nil
 }
 
-// asynqSends runs one round of asynq enqueues.
-func asynqSends(ctx context.Context, addr string, plan sendPlan) (sendRound, error) {
+// asynqSender sets up asynq's Client and a Server with plan.workers of
+// Concurrency whose handler does nothing.
+func asynqSender(ctx context.Context, addr string, plan sendPlan) (*sender, error) {
 	opt := asynq.RedisClientOpt{Addr: addr}
 	client := asynq.NewClient(opt)
-	defer client.Close()
-	var handled atomic.Int64
+	s := &sender{handled: new(atomic.Int64)}
 	srv := asynq.NewServer(opt, asynq.Config{Concurrency: plan.workers, LogLevel: asynq.ErrorLevel})
 	mux := asynq.NewServeMux()
-	mux.HandleFunc("job", func(context.Context, *asynq.Task) error { handled.Add(1); return nil })
+	mux.HandleFunc("job", func(context.Context, *asynq.Task) error { s.handled.Add(1); return nil })
 	if err := srv.Start(mux); err != nil {
-		return sendRound{}, fmt.Errorf("asynq server: %w", err)
+		_ = client.Close()
+		return nil, fmt.Errorf("asynq server: %w", err)
 	}
-	defer srv.Shutdown()
 	admin, err := connectRedis(ctx, addr, nil)
 	if err != nil {
-		return sendRound{}, err
+		srv.Shutdown()
+		_ = client.Close()
+		return nil, err
 	}
-	defer admin.Close()
-	send := func(ctx context.Context, i int) error {
+	s.admin = admin
+	s.close = func() {
+		srv.Shutdown()
+		_ = client.Close()
+		_ = admin.Close()
+	}
+	s.send = func(ctx context.Context, i int) error {
 		b, err := json.Marshal(job{N: i, Kind: "resize"})
 		if err != nil {
 			return err
@@ -279,7 +316,111 @@ func asynqSends(ctx context.Context, addr string, plan sendPlan) (sendRound, err
 		_, err = client.EnqueueContext(ctx, asynq.NewTask("job", b))
 		return err
 	}
-	return timeSends(ctx, admin, plan.messages, send, &handled)
+	return s, nil
+}
+
+// herdSends runs one round of durable sends on a lock of its own, then
+// the same number of sends with the Consumers closed (alone).
+func herdSends(ctx context.Context, addr string, plan sendPlan, round int) (r, alone sendRound, err error) {
+	s, err := herdSender(ctx, addr, plan, fmt.Sprint(round))
+	if err != nil {
+		return sendRound{}, sendRound{}, err
+	}
+	defer s.close()
+	r, err = timeSends(ctx, s.admin, plan.messages, s.send, s.handled)
+	if err != nil {
+		return r, sendRound{}, err
+	}
+	// The same sends with no Consumer reading: as asynq's enqueues run while
+	// its workers wait for their next look (5b), and Redis runs the script
+	// without the readers' commands between.
+	s.quiet()
+	alone, err = timeCalls(ctx, s.admin, warmUp+plan.messages, plan.messages, s.send)
+	return r, alone, err
+}
+
+// asynqSends runs one round of asynq enqueues.
+func asynqSends(ctx context.Context, addr string, plan sendPlan) (sendRound, error) {
+	s, err := asynqSender(ctx, addr, plan)
+	if err != nil {
+		return sendRound{}, err
+	}
+	defer s.close()
+	return timeSends(ctx, s.admin, plan.messages, s.send, s.handled)
+}
+
+// turnBlock is how many calls each side makes in a row when the two take
+// turns within a round (interleavedSends).
+const turnBlock = 100
+
+// turnCalls is what one round of interleavedSends timed: herd's sends and
+// asynq's enqueues taking turns, first with herd's slaves reading, then
+// with its Consumers closed.
+type turnCalls struct {
+	herd, queue, herdAlone, queueAlone []time.Duration
+}
+
+// interleavedSends sets up herd's sends (slaves reading) and asynq's
+// enqueues (its workers running) side by side, warms both up, then times
+// plan.messages calls of each in blocks of turnBlock, taking turns: what
+// slows the machine for a while (its load, the host's scheduling of this
+// VM's cores) falls on both alike, which rounds run one after the other do
+// not promise. It then closes herd's Consumers and does it again.
+func interleavedSends(ctx context.Context, addr string, plan sendPlan, round int) (t turnCalls, err error) {
+	h, err := herdSender(ctx, addr, plan, fmt.Sprintf("turns-%d", round))
+	if err != nil {
+		return t, err
+	}
+	defer h.close()
+	q, err := asynqSender(ctx, addr, plan)
+	if err != nil {
+		return t, err
+	}
+	defer q.close()
+	for _, s := range []*sender{h, q} {
+		for i := range warmUp {
+			if err := s.send(ctx, i); err != nil {
+				return t, fmt.Errorf("warm-up send %d: %w", i, err)
+			}
+		}
+		if err := waitCount(ctx, s.handled, warmUp); err != nil {
+			return t, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	timed := func(s *sender, from, end int, out *[]time.Duration) error {
+		for i := from; i < min(from+turnBlock, end); i++ {
+			t := time.Now()
+			if err := s.send(ctx, i); err != nil {
+				return fmt.Errorf("send %d: %w", i, err)
+			}
+			*out = append(*out, time.Since(t))
+		}
+		return nil
+	}
+	turns := func(first int, herdOut, queueOut *[]time.Duration) error {
+		for from := first; from < first+plan.messages; from += turnBlock {
+			if err := timed(h, from, first+plan.messages, herdOut); err != nil {
+				return fmt.Errorf("herd: %w", err)
+			}
+			if err := timed(q, from, first+plan.messages, queueOut); err != nil {
+				return fmt.Errorf("asynq: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := turns(warmUp, &t.herd, &t.queue); err != nil {
+		return t, err
+	}
+	for _, s := range []*sender{h, q} {
+		if err := waitCount(ctx, s.handled, int64(warmUp+plan.messages)); err != nil {
+			return t, err
+		}
+	}
+	h.quiet()
+	if err := turns(warmUp+plan.messages, &t.herdAlone, &t.queueAlone); err != nil {
+		return t, err
+	}
+	return t, waitCount(ctx, q.handled, int64(warmUp+2*plan.messages))
 }
 
 // warmUp is the number of messages each round sends, and waits to be
