@@ -194,6 +194,22 @@ func inside(ws []interval, t int64) bool {
 	return false
 }
 
+// insideOne reports whether one of the windows ws holds all of [from, to]:
+// the span in which a mastership's end was observed, from its last
+// observation as master to the first that saw it no more (to 0: not
+// known, from alone). A fault that began within that span, after the last
+// observation, may have ended it: a stop-master whose SIGTERM the poller's
+// gap straddled is no forged notice's doing.
+func insideOne(ws []interval, from, to int64) bool {
+	to = max(to, from)
+	for _, w := range ws {
+		if from >= w.from && to <= w.to {
+			return true
+		}
+	}
+	return false
+}
+
 // windows returns the windows in which no fault but the forger was in
 // force: those in which the forger was (forger) and the others (quiet).
 // Both start once the cluster first settled and end when the harness began
@@ -300,7 +316,7 @@ func (c *checker) forgeries() {
 		if inside(forger, m.Start) && !stall {
 			c.fail("forgery", m.Start, "%s became master (term %d) while the forger alone was in force", m.Proc, m.Term)
 		}
-		if m.How == "lost" && inside(forger, m.End) && !stall && !handedBack {
+		if m.How == "lost" && insideOne(forger, m.End, m.Seen) && !stall && !handedBack {
 			c.fail("forgery", m.End, "%s's mastership (term %d) ended while the forger alone was in force", m.Proc, m.Term)
 		}
 	}

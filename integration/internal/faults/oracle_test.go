@@ -145,6 +145,17 @@ func TestOracle(t *testing.T) {
 			wants: []string{"forgery: b's mastership (term 11) ended while the forger alone was in force"},
 		},
 		{
+			// With the forger in force since 2000, the poller saw a master
+			// last at 2980 and no more at 3000: stop-master began at 2990,
+			// within that gap, so the mastership may have ended by it.
+			name: "a stop-master in the poller's gap before it saw the master no more",
+			h: cluster3.with(
+				harness(KindFault, 2, FaultForger, "", 2000), harness(KindHeal, 2, FaultForger, "", 6000),
+				Record{T: 2100 * ms, Proc: HarnessNode, Kind: KindForgery, Seq: 2, Peer: "b", Term: 9e15, Highest: 10, Detail: "acquired notice, huge term"},
+			).without(func(r Record) bool { return r.Proc == "a" && r.Kind == KindLost }).
+				with(Record{T: 2980 * ms, Begin: 2980*ms - 1000, Seen: 3000 * ms, Proc: "a", Node: "a", Kind: KindLost, Term: 10}),
+		},
+		{
 			name:  "transfer to a live candidate that another process won",
 			h:     cluster3.with(Record{T: 2990 * ms, Proc: HarnessNode, Kind: KindFault, Seq: 5, Detail: FaultTransfer, Peer: "c", Term: 10, Variant: "live:stdin"}),
 			wants: []string{"transfer: transfer 5 to the live candidate c: the next master was b (term 11)"},
