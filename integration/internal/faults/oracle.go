@@ -194,12 +194,12 @@ func inside(ws []interval, t int64) bool {
 	return false
 }
 
-// insideOne reports whether one of the windows ws holds all of [from, to]:
-// the span in which a mastership's end was observed, from its last
-// observation as master to the first that saw it no more (to 0: not
-// known, from alone). A fault that began within that span, after the last
-// observation, may have ended it: a stop-master whose SIGTERM the poller's
-// gap straddled is no forged notice's doing.
+// insideOne reports whether one of the windows ws holds all of [from, to]
+// (to 0: not known, from alone). A mastership's end lies between its last
+// observation as master and the first that saw it no more: when a fault
+// other than the forger began within that span, the fault may have ended
+// it (a stop-master whose SIGTERM the poller's gap straddled), not a
+// forged notice.
 func insideOne(ws []interval, from, to int64) bool {
 	to = max(to, from)
 	for _, w := range ws {
@@ -211,12 +211,13 @@ func insideOne(ws []interval, from, to int64) bool {
 }
 
 // windows returns the windows in which no fault but the forger was in
-// force: those in which the forger was (forger) and the others (quiet).
+// force (calm): those in which the forger was (forger) and the others
+// (quiet).
 // Both start once the cluster first settled and end when the harness began
 // the shutdown; each fault other than the forger takes out the time from its
 // injection to Slack + Reconnect after its heal, which is what the guarantees allow a
 // fault to disturb (connections re-made, a new master's first messages).
-func (c *checker) windows(spans []span) (forger, quiet []interval) {
+func (c *checker) windows(spans []span) (forger, quiet, calm []interval) {
 	var from, to int64 = 0, c.end()
 	for _, r := range c.recs {
 		if r.Kind == KindSettled && from == 0 {
@@ -228,7 +229,7 @@ func (c *checker) windows(spans []span) (forger, quiet []interval) {
 		}
 	}
 	if from == 0 || from >= to {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var cut, forging []interval
 	for _, s := range spans {
@@ -245,12 +246,12 @@ func (c *checker) windows(spans []span) (forger, quiet []interval) {
 			cut = append(cut, interval{s.from, s.to + int64(c.p.Slack+c.p.Reconnect)})
 		}
 	}
-	all := minus([]interval{{from, to}}, cut)
-	quiet = minus(all, forging)
+	calm = minus([]interval{{from, to}}, cut)
+	quiet = minus(calm, forging)
 	for _, f := range forging {
 		forger = append(forger, minus(minus([]interval{f}, cut), []interval{{0, from}, {to, 1<<63 - 1}})...)
 	}
-	return forger, quiet
+	return forger, quiet, calm
 }
 
 // maxTermBy returns the largest term of a mastership begun by t.
@@ -303,7 +304,7 @@ func (c *checker) forgeries() {
 		}
 	}
 	spans := c.spans()
-	forger, quiet := c.windows(spans)
+	forger, quiet, calm := c.windows(spans)
 	for i, m := range c.rep.Masterships {
 		stall := c.stalled(m.Start-int64(c.p.LockTTL), m.End, c.p.LockTTL/4, m.Proc)
 		// A hand-back is no notice's doing: the master decided it.
@@ -316,7 +317,7 @@ func (c *checker) forgeries() {
 		if inside(forger, m.Start) && !stall {
 			c.fail("forgery", m.Start, "%s became master (term %d) while the forger alone was in force", m.Proc, m.Term)
 		}
-		if m.How == "lost" && insideOne(forger, m.End, m.Seen) && !stall && !handedBack {
+		if m.How == "lost" && inside(forger, m.End) && insideOne(calm, m.End, m.Seen) && !stall && !handedBack {
 			c.fail("forgery", m.End, "%s's mastership (term %d) ended while the forger alone was in force", m.Proc, m.Term)
 		}
 	}
