@@ -145,6 +145,15 @@ func TestOracle(t *testing.T) {
 			wants: []string{"forgery: b's mastership (term 11) ended while the forger alone was in force"},
 		},
 		{
+			// Seen slave only after the forger healed, with no other fault
+			// in between: the forger alone may have ended it.
+			name: "a forged notice deposed the master just before the forger healed",
+			h: cluster3.with(forgerWindow...).without(func(r Record) bool {
+				return r.Proc == "b" && r.Kind == KindLost || r.Kind == KindRegPoll && r.T > 5999*ms
+			}).with(Record{T: 5999 * ms, Begin: 5999*ms - 1000, Seen: 6001 * ms, Proc: "b", Node: "b", Kind: KindLost, Term: 11}),
+			wants: []string{"forgery: b's mastership (term 11) ended while the forger alone was in force"},
+		},
+		{
 			// With the forger in force since 2000, the poller saw a master
 			// last at 2980 and no more at 3000: stop-master began at 2990,
 			// within that gap, so the mastership may have ended by it.
