@@ -185,14 +185,8 @@ func minus(in []interval, cut []interval) []interval {
 	return out
 }
 
-func inside(ws []interval, t int64) bool {
-	for _, w := range ws {
-		if t >= w.from && t <= w.to {
-			return true
-		}
-	}
-	return false
-}
+// inside reports whether one of the windows ws holds the instant t.
+func inside(ws []interval, t int64) bool { return insideOne(ws, t, t) }
 
 // insideOne reports whether one of the windows ws holds all of [from, to]
 // (to 0: not known, from alone). A mastership's end lies between its last
