@@ -415,15 +415,15 @@ func interleavedSends(ctx context.Context, addr string, plan sendPlan, round int
 	// busy with the block before.
 	turns := func(first int, herdOut, queueOut *[]time.Duration) error {
 		for k, from := 0, first; from < first+plan.messages; k, from = k+1, from+turnBlock {
-			herdTurn := func() error { return wrap("herd", timed(h, from, first+plan.messages, herdOut)) }
-			queueTurn := func() error { return wrap("asynq", timed(q, from, first+plan.messages, queueOut)) }
+			one, other := func() error { return wrap("herd", timed(h, from, first+plan.messages, herdOut)) },
+				func() error { return wrap("asynq", timed(q, from, first+plan.messages, queueOut)) }
 			if k%2 == 1 {
-				herdTurn, queueTurn = queueTurn, herdTurn
+				one, other = other, one
 			}
-			if err := herdTurn(); err != nil {
+			if err := one(); err != nil {
 				return err
 			}
-			if err := queueTurn(); err != nil {
+			if err := other(); err != nil {
 				return err
 			}
 		}
