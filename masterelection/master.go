@@ -37,6 +37,11 @@ func (c *core) masterLoop(ctx context.Context, ls *loopState, l *mastership) {
 		case req := <-c.stops:
 			c.stopAsMaster(ls, l, req)
 			return
+		case <-ls.feedConfirmed:
+			// Start returned as master before the feed was in place: no
+			// release could be missed meanwhile, so no look is owed when
+			// this mastership ends (follower.feedConfirmed).
+			ls.feedConfirmed = nil
 		case n := <-c.notices:
 			if now := c.clock.Now(); c.masterHint(ls, l, n, now) == hintAsk {
 				rn.attempt(now)

@@ -63,8 +63,8 @@ const feedRetryDelay = 100 * time.Millisecond
 // client's shared pub/sub connection, on a goroutine of its own so that
 // Start's other round trips need not wait for the dial. It waits for the
 // server's confirmation (at most startTimeout), so that the subscription is
-// in place before Start returns: a release announced after that is never
-// missed. When that fails (Redis was not answering yet, most likely), it
+// in place before Start returns as slave: a release announced after that is
+// never missed (a master's Start does not wait: awaitStarted). When that fails (Redis was not answering yet, most likely), it
 // tries once more when opened closes (the registry is open: Redis
 // answers), and a second failure is an error event; it then waits, until
 // ctx ends, for the shared connection to subscribe, and polling covers the

@@ -84,9 +84,14 @@ func (m *MasterElection) awaitStarted(ctx context.Context, feed *noticeFeed) err
 			return err
 		}
 	}
-	if feed != nil {
-		// In place before Start returns, or failed and reported: a
-		// release announced after Start returned is never missed.
+	if feed != nil && !m.IsMaster() {
+		// A slave's feed is in place before Start returns, or failed and
+		// reported: a release announced after Start returned is never
+		// missed. A master hears no release while it holds the lock, so
+		// its Start does not wait for the subscription's handshake (a
+		// dial and three round trips on a connection of its own); should
+		// the mastership end before the feed is in place, the loop looks
+		// at the lock once it is (follower.feedConfirmed).
 		select {
 		case <-feed.ready:
 		case <-ctx.Done():
@@ -162,8 +167,9 @@ func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster 
 // when the lock check found the lock held by another node, nothing (that
 // answer is the first check: takeFirstLook). followLoop checks the lock
 // again if that answer came before the feed was in place, and Start
-// returns only once it is. Start thus waits for the
-// slower of the two, not for their sum (docs/performance.md, row 3s).
+// returns as slave only once it is. A slave's Start thus waits for the
+// slower of the two, not for their sum; a master's only for its acquire
+// (docs/performance.md, row 3s).
 // What Redis did not answer at first (it was unreachable, and the registry
 // kept probing until it answered) is asked again once the registry is
 // open, so a Redis that comes up late gets the same checks as one that was

@@ -84,11 +84,22 @@ func StepDown(ctx context.Context, r *Reader, to string, timeout time.Duration) 
 	}
 	start := time.Now()
 	n, err := c.Publish(ctx, k.Control, payload).Result()
+	// On a Cluster, PUBLISH counts only the subscribers of the node that
+	// took it (it reaches the others' too): 0 proves nothing there.
+	// Elsewhere 0 means nobody listens yet: a master that has just started
+	// subscribes after its Start returned, and one re-dialling its
+	// subscription listens again soon; ask again for a moment.
+	for wait := 10 * time.Millisecond; err == nil && n == 0 && r.conn.Topology != TopologyCluster && wait <= 80*time.Millisecond; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(wait):
+		}
+		n, err = c.Publish(ctx, k.Control, payload).Result()
+	}
 	if err != nil {
 		return res, Classify("publish the request on "+k.Control, err)
 	}
-	// On a Cluster, PUBLISH counts only the subscribers of the node that
-	// took it (it reaches the others' too): 0 proves nothing there.
 	if n == 0 && r.conn.Topology != TopologyCluster {
 		return res, fmt.Errorf("%w: nobody listens on %s: the master %s runs with IgnoreRemoteTransfers (every process does), or it is gone",
 			ErrNotDelivered, k.Control, st.NodeID)
