@@ -2,9 +2,14 @@ package masterelection
 
 import (
 	"context"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/testkit/redistest"
 )
@@ -89,4 +94,108 @@ func TestFeedSharesAndReconnects(t *testing.T) {
 		t.Errorf("another error event: %v", err)
 	default:
 	}
+}
+
+// TestMasterStartDoesNotWaitForTheFeed: Start returns as master while the
+// notice feed's connection is still being dialled (a master hears no
+// release while it holds the lock), with no error reported; the feed is
+// subscribed once the dial goes through. A Start that waits for the feed
+// returns only when its ctx ends.
+func TestMasterStartDoesNotWaitForTheFeed(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	opt := inst.Options()
+	opt.MinIdleConns = 4 // the command path's connections, dialled before the gate closes
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the command path's connections dialled", func() bool { return c.PoolStats().IdleConns >= 4 })
+	gate := &dialGate{open: make(chan struct{})}
+	c.AddHook(gate)
+
+	m, err := New(c, testConfig("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 10)
+	m.OnError(func(err error) { errs <- err })
+	// Start's ctx ends long after a Start that does not wait for the dial
+	// has returned, and long before the test's.
+	startCtx, startCancel := context.WithTimeout(ctx, 8*time.Second)
+	defer startCancel()
+	if err := m.Start(startCtx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	t.Cleanup(gate.release) // first: a Stop waits for the feed's dial
+	if startCtx.Err() != nil {
+		t.Fatal("Start returned only when its ctx ended: it waited for the feed's dial")
+	}
+	if !m.IsMaster() {
+		t.Fatal("the only candidate of a fresh lock is not master")
+	}
+	if n := gate.waiting.Load(); n != 1 {
+		t.Fatalf("Start returned with %d dials waiting at the gate, want the feed's (1)", n)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("error event before the feed's dial went through: %v", err)
+	default:
+	}
+
+	gate.release()
+	admin := inst.Client(t)
+	waitFor(t, "the feed subscribed", func() bool {
+		n, err := admin.PubSubNumSub(t.Context(), m.core.feedChannels()...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range m.core.feedChannels() {
+			if n[ch] != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	select {
+	case err := <-errs:
+		t.Fatalf("error event: %v", err)
+	default:
+	}
+}
+
+// dialGate is a client hook that holds every dial until open is closed
+// (or the dial's ctx ends), counting the dials waiting.
+type dialGate struct {
+	open    chan struct{}
+	once    sync.Once
+	waiting atomic.Int32
+}
+
+// release opens the gate (once).
+func (g *dialGate) release() { g.once.Do(func() { close(g.open) }) }
+
+// DialHook implements redis.Hook.
+func (g *dialGate) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		g.waiting.Add(1)
+		defer g.waiting.Add(-1)
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+// ProcessHook implements redis.Hook.
+func (g *dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook implements redis.Hook.
+func (g *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
