@@ -22,7 +22,7 @@ type loopState struct {
 	next          rdb.Succession  // the master's succession, as the last check read it
 	yielded       bool            // a pending attempt gave way to an acquired notice since the lock was last seen held
 	retry         backoff         // after Redis errors
-	feedConfirmed <-chan struct{} // closed when the notice feed is confirmed (noticeFeed); nil once followLoop has seen it
+	feedConfirmed <-chan struct{} // closed when the notice feed is confirmed (noticeFeed); nil once followLoop or masterLoop has seen it
 	// firstRegistered is closed by the membership loop at its first
 	// registration; awaitRegistered is it while a look at the lock owed
 	// to a late feed waits for that registration (nil otherwise).
