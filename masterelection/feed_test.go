@@ -208,3 +208,50 @@ func (g *dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { retur
 func (g *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// TestStopWhileTheFeedDials: a master stopped while its feed's connection
+// is still being dialled stops at once, leaving no goroutine behind: the
+// dial holds no lock that the feed's and the slave tracker's closing
+// subscriptions wait for (internal/subhub), and the last one's close ends
+// it. Before, Stop waited for the dial to time out (DialTimeout, here far
+// beyond Stop's ctx).
+func TestStopWhileTheFeedDials(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	opt := inst.Options()
+	opt.DialTimeout = time.Minute
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var conns []*redis.Conn
+	for range 4 {
+		cn := c.Conn()
+		if err := cn.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, cn)
+	}
+	for _, cn := range conns {
+		_ = cn.Close()
+	}
+	gate := &dialGate{open: make(chan struct{})}
+	c.AddHook(gate)
+	t.Cleanup(gate.release) // should Stop not end the dial
+
+	m, err := New(c, testConfig("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !m.IsMaster() || gate.waiting.Load() < 1 {
+		t.Fatalf("master %v with %d dials waiting, want master with the feed's dial waiting", m.IsMaster(), gate.waiting.Load())
+	}
+	stopCtx, stopCancel := context.WithTimeout(ctx, 10*time.Second)
+	defer stopCancel()
+	if err := m.Stop(stopCtx); err != nil {
+		t.Fatalf("Stop while the feed dials: %v", err)
+	}
+	waitFor(t, "the dial ended", func() bool { return gate.waiting.Load() == 0 })
+}

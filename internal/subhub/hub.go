@@ -77,8 +77,9 @@ type hub struct {
 
 	// cmdMu is held by whoever changes the channels together with the
 	// command that tells the server (add, remove), and by the reader while
-	// it connects: the server sees the commands in the order of the changes.
-	// Taken before mu.
+	// it installs a new connection and tells it what changed during the
+	// dial (connect): the server sees the commands in the order of the
+	// changes. The dial itself holds no lock. Taken before mu.
 	cmdMu sync.Mutex
 
 	mu      sync.Mutex
@@ -241,9 +242,12 @@ var errNoChannels = errors.New("subhub: no channel to subscribe to")
 // those of the hub's slot first (under Redis Cluster the connection goes to
 // the node of the first channel's slot). It returns nil, nil when the hub
 // was shut down.
+//
+// The dial holds no lock: a subscription added or closed meanwhile (add,
+// remove) does not wait for it, and sends nothing, as there is no
+// connection; once the dial is done, connect subscribes to the channels
+// added since and unsubscribes from those nobody holds any more (since).
 func (h *hub) connect(ctx context.Context) (*redis.PubSub, error) {
-	h.cmdMu.Lock()
-	defer h.cmdMu.Unlock()
 	names, closed := h.subscribeOrder()
 	switch {
 	case closed:
@@ -255,7 +259,39 @@ func (h *hub) connect(ctx context.Context) (*redis.PubSub, error) {
 	if err != nil {
 		return nil, err
 	}
-	return h.install(ps), nil
+	h.cmdMu.Lock()
+	defer h.cmdMu.Unlock()
+	if ps = h.install(ps); ps == nil {
+		return nil, nil
+	}
+	added, gone := h.since(names)
+	send(ctx, ps, (*redis.PubSub).Subscribe, added)
+	send(ctx, ps, (*redis.PubSub).Unsubscribe, gone)
+	return ps, nil
+}
+
+// since compares the channels a connection was dialled with, names, with
+// those the hub holds now: added are held and not in names, gone are in
+// names and held no more, whose confirmations, on their way, are then
+// not for the holders it may have again by the time they come (stale).
+func (h *hub) since(names []string) (added, gone []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dialled := make(map[string]bool, len(names))
+	for _, name := range names {
+		dialled[name] = true
+		if h.chans[name] == nil {
+			gone = append(gone, name)
+			h.stale[name]++
+		}
+	}
+	for name := range h.chans {
+		if !dialled[name] {
+			added = append(added, name)
+		}
+	}
+	slices.Sort(added)
+	return added, gone
 }
 
 // subscribeOrder returns the channels of the hub in the order connect

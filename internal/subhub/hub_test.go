@@ -3,9 +3,11 @@ package subhub_test
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -424,4 +426,119 @@ func TestRefusedChannel(t *testing.T) {
 	rok.resubscribed(t, "ok")
 	publish(t, admin, "ok", "still")
 	rok.message(t, "ok", "still")
+}
+
+// TestChangesDuringTheDial: subscriptions made and closed while the hub's
+// connection is still being dialled neither wait for the dial nor are lost:
+// once it goes through, the channels added meanwhile are subscribed and
+// those closed meanwhile are not. With the dial held under the lock that
+// orders the hub's commands, the Close waits for the dial.
+func TestChangesDuringTheDial(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	c := redis.NewClient(inst.Options())
+	t.Cleanup(func() { _ = c.Close() })
+	admin := inst.Client(t)
+	gate := &dialGate{open: make(chan struct{})}
+	c.AddHook(gate)
+
+	// The first subscription starts the reader, whose dial waits at the gate.
+	first := make(chan error, 1)
+	go func() {
+		s, err := subhub.Subscribe(testCtx(t), c, newRecorder().options(false, "a"))
+		if err == nil {
+			t.Cleanup(s.Close)
+		}
+		first <- err
+	}()
+	waitFor(t, "the dial at the gate", func() bool { return gate.waiting.Load() == 1 })
+
+	// Made and closed during the dial: its ctx ends before the dial does.
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+		defer cancel()
+		if s, err := subhub.Subscribe(ctx, c, newRecorder().options(false, "gone")); err == nil {
+			s.Close()
+		}
+	}()
+	select {
+	case <-gone:
+	case <-time.After(waitLimit):
+		t.Fatal("a subscription whose ctx ended during the dial did not return until the dial did")
+	}
+	if n := gate.waiting.Load(); n != 1 {
+		t.Fatalf("%d dials at the gate, want the reader's (1)", n)
+	}
+
+	// Made during the dial: ready once the dial goes through.
+	second := make(chan error, 1)
+	go func() {
+		s, err := subhub.Subscribe(testCtx(t), c, newRecorder().options(false, "b"))
+		if err == nil {
+			t.Cleanup(s.Close)
+		}
+		second <- err
+	}()
+	gate.release()
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := pubsubConns(t, admin); n != 1 {
+		t.Fatalf("%d pub/sub connections, want 1", n)
+	}
+	waitFor(t, "the channels held subscribed, the one closed not", func() bool {
+		n, err := admin.PubSubNumSub(testCtx(t), "a", "b", "gone").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n["a"] == 1 && n["b"] == 1 && n["gone"] == 0
+	})
+}
+
+// dialGate is a client hook that holds every dial until the gate is
+// released (or the dial's ctx ends), counting the dials waiting.
+type dialGate struct {
+	open    chan struct{}
+	once    sync.Once
+	waiting atomic.Int32
+}
+
+// release opens the gate (once).
+func (g *dialGate) release() { g.once.Do(func() { close(g.open) }) }
+
+// DialHook implements redis.Hook.
+func (g *dialGate) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		g.waiting.Add(1)
+		defer g.waiting.Add(-1)
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+// ProcessHook implements redis.Hook.
+func (g *dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook implements redis.Hook.
+func (g *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// waitFor waits (real time, at most waitLimit) until cond holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, waitLimit)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
