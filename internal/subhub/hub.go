@@ -265,7 +265,12 @@ func (h *hub) connect(ctx context.Context) (*redis.PubSub, error) {
 		return nil, nil
 	}
 	added, gone := h.since(names)
-	send(ctx, ps, (*redis.PubSub).Subscribe, added)
+	for _, name := range added {
+		// One SUBSCRIBE per channel, as dial does: they may be several
+		// subscriptions', and a channel the ACL refuses must cost only
+		// its own.
+		send(ctx, ps, (*redis.PubSub).Subscribe, []string{name})
+	}
 	send(ctx, ps, (*redis.PubSub).Unsubscribe, gone)
 	return ps, nil
 }

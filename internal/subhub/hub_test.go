@@ -542,3 +542,50 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestRefusedChannelDuringTheDial: of the subscriptions made while the
+// hub's connection is dialled, one to a channel the ACL refuses costs only
+// its own channel; the others are subscribed once the dial goes through.
+func TestRefusedChannelDuringTheDial(t *testing.T) {
+	inst := redistest.Start(t, redistest.Default(t))
+	admin := inst.Client(t)
+	if err := admin.Do(testCtx(t), "ACL", "SETUSER", "limited", "on", ">pw", "~*", "+@all", "resetchannels", "&a", "&b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	o := inst.Options()
+	o.Username, o.Password = "limited", "pw"
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	gate := &dialGate{open: make(chan struct{})}
+	c.AddHook(gate)
+	t.Cleanup(gate.release)
+
+	results := make(chan error, 2)
+	go func() {
+		s, err := subhub.Subscribe(testCtx(t), c, newRecorder().options(false, "a"))
+		if err == nil {
+			t.Cleanup(s.Close)
+		}
+		results <- err
+	}()
+	waitFor(t, "the dial at the gate", func() bool { return gate.waiting.Load() == 1 })
+	go func() {
+		s, err := subhub.Subscribe(testCtx(t), c, newRecorder().options(false, "b"))
+		if err == nil {
+			t.Cleanup(s.Close)
+		}
+		results <- err
+	}()
+	refusedCtx, stopRefused := context.WithCancel(testCtx(t))
+	var refused sync.WaitGroup
+	refused.Go(func() { _, _ = subhub.Subscribe(refusedCtx, c, newRecorder().options(false, "secret")) })
+	defer refused.Wait()
+	defer stopRefused()
+	waitFor(t, "the three subscriptions made", func() bool { return len(subhub.HubChannels(c)) == 3 })
+	gate.release()
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Fatalf("a subscription to an allowed channel made during the dial: %v", err)
+		}
+	}
+}
