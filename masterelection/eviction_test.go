@@ -113,24 +113,39 @@ func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.(*redis.StringCmd).SetVal(h.reply)
 			return nil
 		}
-		// Start's questions (rdb.Ask): the third answer is INFO memory's.
+		// Start's questions (rdb.Ask, rdb.AskTaking): the third answer is
+		// INFO memory's.
 		err := next(ctx, cmd)
-		if answers, ok := cmd.(*redis.Cmd).Val().([]any); ok && len(answers) == 5 {
+		if answers, ok := cmd.(*redis.Cmd).Val().([]any); ok && len(answers) >= 5 {
 			answers[2] = []any{int64(1), h.reply}
 		}
 		return err
 	}
 }
 
-// isAsk tells whether cmd is the EVAL of Start's questions (rdb.Ask).
+// isAsk tells whether cmd is the call of Start's questions, alone
+// (rdb.Ask) or with its first attempt at the lock (rdb.AskTaking).
 func isAsk(cmd redis.Cmder) bool {
+	sha := scriptOf(cmd)
+	return sha == rdb.AskSHA || sha == rdb.TakeSHA
+}
+
+// scriptOf is the digest of the script cmd runs, EVALSHA's or EVAL's;
+// "" for another command.
+func scriptOf(cmd redis.Cmder) string {
 	args := cmd.Args()
-	if cmd.Name() != "eval" || len(args) < 2 {
-		return false
+	if len(args) < 2 {
+		return ""
 	}
-	src, _ := args[1].(string)
-	sum := sha1.Sum([]byte(src))
-	return hex.EncodeToString(sum[:]) == rdb.AskSHA
+	s, _ := args[1].(string)
+	switch cmd.Name() {
+	case "evalsha":
+		return s
+	case "eval":
+		sum := sha1.Sum([]byte(s))
+		return hex.EncodeToString(sum[:])
+	}
+	return ""
 }
 
 func (h infoHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/rdb"
 )
 
 // faultMode is what a scriptFault does to a call it matches.
@@ -149,5 +151,35 @@ func (f *scriptFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		cmd.SetErr(err)
 		return err
+	}
+}
+
+// askAlone is a go-redis hook that sends Start's questions without their
+// attempt at the lock (rdb.AskTaking with no registry backend for any
+// answer of the probe, so that the script does not make it): Start's
+// first acquire then goes alone, in a call of its own (rdb.AcquireRegister),
+// where a scriptFault reaches it.
+type askAlone struct{}
+
+// DialHook implements redis.Hook.
+func (askAlone) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessPipelineHook implements redis.Hook.
+func (askAlone) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// ProcessHook implements redis.Hook.
+func (askAlone) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if scriptOf(cmd) == rdb.TakeSHA {
+			// EVALSHA or EVAL, the script, the key count, the nine KEYS,
+			// then ARGV: ARGV[6..9] are the backends per probe answer.
+			args := cmd.Args()
+			for i := 3 + 9 + 5; i < 3+9+9 && i < len(args); i++ {
+				args[i] = ""
+			}
+		}
+		return next(ctx, cmd)
 	}
 }

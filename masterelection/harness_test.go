@@ -66,7 +66,7 @@ func (w *world) node(cfg Config) *peer {
 }
 
 // nodeWith is node with faults injected into its client's script calls.
-func (w *world) nodeWith(cfg Config, faults ...*scriptFault) *peer {
+func (w *world) nodeWith(cfg Config, faults ...redis.Hook) *peer {
 	w.t.Helper()
 	clk := clock.NewFake(w.redisClock.Now())
 	c := w.client()
@@ -84,7 +84,9 @@ func (w *world) nodeWith(cfg Config, faults ...*scriptFault) *peer {
 		_ = m.Stop(ctx)
 	})
 	for _, f := range faults {
-		w.t.Cleanup(f.release) // before Stop: calls held by the fault return
+		if f, ok := f.(*scriptFault); ok {
+			w.t.Cleanup(f.release) // before Stop: calls held by the fault return
+		}
 	}
 	return n
 }

@@ -11,7 +11,7 @@ import (
 // Redis call of the election, alternating between followLoop (slave) and
 // masterLoop (master) until ctx ends. feed is the notice feed Start opened (nil in
 // standalone mode); run closes it.
-func (c *core) run(ctx context.Context, feed *noticeFeed, look *lockLook) {
+func (c *core) run(ctx context.Context, feed *noticeFeed, look *lockLook, took *firstTake) {
 	defer c.closeDone()
 	if c.cfg.Standalone {
 		c.runStandalone(ctx)
@@ -24,7 +24,7 @@ func (c *core) run(ctx context.Context, feed *noticeFeed, look *lockLook) {
 	closeFeed := c.readFeed(ctx, feed)
 	defer closeFeed()
 
-	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered, firstLook: look}
+	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered, firstLook: look, firstTake: took}
 	if c.awaitingID.Load() {
 		ls.awaitID = firstRegistered
 	}

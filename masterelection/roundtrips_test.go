@@ -49,7 +49,7 @@ func scriptNames(t *testing.T) map[string]string {
 		rdb.CheckSHA: "check", rdb.RouteSHA: "route", rdb.RouteBatchSHA: "route_batch",
 		rdb.RegistryProbeSHA: "registry_probe", rdb.RegistryPutSHA: "registry_put",
 		rdb.RegistryRemoveSHA: "registry_remove", rdb.RegistryExpireSHA: "registry_expire",
-		rdb.CheckBeatSHA: "check_beat", rdb.AskSHA: "ask",
+		rdb.CheckBeatSHA: "check_beat", rdb.AskSHA: "ask", rdb.TakeSHA: "ask and acquire",
 	} {
 		names[sha] = name
 	}
@@ -181,13 +181,12 @@ const trackerRead = "multi+hgetall+get+get+exec"
 const noticeRead = "multi+hmget+get+get+exec"
 
 // TestRoundTripsStart: Start on a fresh lock, uncontested, sends one script
-// call, EVAL (rdb.Ask: the ACL access check, the registry's backend
-// probe, INFO memory for the eviction check, and the lock check), not a
-// pipeline, whose pool would keep a connection open, and then the acquire, plus the
-// subscription on a connection of its own, which the client's hooks do not
-// see. The acquire registers the new master in the same script call
-// (rdb.AcquireRegister); then its slave tracker reads the registry, one
-// round trip (docs/performance.md, row 3s).
+// call (rdb.AskTaking: the ACL access check, the registry's backend probe,
+// INFO memory for the eviction check, the lock check, and the acquire with
+// the new master's registration), not a pipeline, whose pool would keep a
+// connection open, plus the subscription on a connection of its own, which
+// the client's hooks do not see. Then its slave tracker reads the
+// registry, one round trip (docs/performance.md, row 3s).
 func TestRoundTripsStart(t *testing.T) {
 	w := newWorld(t)
 	names := scriptNames(t)
@@ -201,7 +200,7 @@ func TestRoundTripsStart(t *testing.T) {
 	w.registered(a, "master")
 	later := wa.settled()
 
-	want := []string{"ask (eval)", "acquire"}
+	want := []string{"ask and acquire"}
 	// The tracker's read may go out before Start returns: it follows the
 	// acquire at once, on the membership goroutine.
 	own := slices.DeleteFunc(slices.Clone(startTrips), func(s string) bool { return s == trackerRead })
@@ -246,7 +245,8 @@ func TestRoundTripsStartWithMetadataSetBefore(t *testing.T) {
 }
 
 // TestRoundTripsStartUncached: on a server that has not cached herd's
-// scripts, Start's questions, sent whole, need nothing more; the acquire is answered NOSCRIPT and is sent again whole (EVAL).
+// scripts, Start's questions with the acquire are answered NOSCRIPT and
+// sent again whole (EVAL): one round trip more than on a server that has.
 func TestRoundTripsStartUncached(t *testing.T) {
 	w := newWorld(t)
 	a, wa := w.wiredNode(testConfig("a"), scriptNames(t))
@@ -259,7 +259,7 @@ func TestRoundTripsStartUncached(t *testing.T) {
 	got := slices.DeleteFunc(wa.Take(), func(s string) bool {
 		return s == "registry_put" || s == "registry_put (eval)" || s == trackerRead
 	})
-	want := []string{"ask (eval)", "acquire", "acquire (eval)"}
+	want := []string{"ask and acquire", "ask and acquire (eval)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Start sent %q; want %q (registration and tracker read aside)", got, want)
 	}
@@ -308,9 +308,10 @@ func periodic(t *testing.T, trips []string, want map[string]int) {
 }
 
 // TestRoundTripsSlaveStart: a process that starts while another holds the
-// lock takes Start's look at it (the check in its first round trip) as its
-// first check: it sends no acquire, and nothing but that round trip before
-// its registration, which Start waits for.
+// lock takes Start's look at it (the check in its first round trip, whose
+// acquire found the lock held) as its first check: it sends no acquire of
+// its own, and nothing but that round trip before its registration, which
+// Start waits for.
 func TestRoundTripsSlaveStart(t *testing.T) {
 	w := newWorld(t)
 	names := scriptNames(t)
@@ -329,7 +330,7 @@ func TestRoundTripsSlaveStart(t *testing.T) {
 	if got := count(all, "acquire"); got != 0 {
 		t.Errorf("the slave sent %d acquires, want none (the lock is held): %q", got, all)
 	}
-	if len(all) < 2 || all[0] != "ask (eval)" || all[1] != "registry_put" {
+	if len(all) < 2 || all[0] != "ask and acquire" || all[1] != "registry_put" {
 		t.Errorf("the slave's round trips %q, want Start's questions, then its registration", all)
 	}
 	// A feed confirmed after Start's look makes the slave look once more

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/internal/beat"
 	"github.com/herdkit/herd/internal/clock"
 	"github.com/herdkit/herd/internal/rdb"
 	"github.com/herdkit/herd/registry"
@@ -39,8 +43,9 @@ func (m *MasterElection) Start(ctx context.Context) error {
 	}
 	var feed *noticeFeed // the notice feed, handed to run
 	var look *lockLook   // Start's look at the lock, handed to run
+	var took *firstTake  // Start's first attempt at the lock, handed to run
 	if !m.cfg.Standalone {
-		if feed, look, err = m.prepare(ctx, runCtx); err != nil {
+		if feed, look, took, err = m.prepare(ctx, runCtx); err != nil {
 			m.core.closeDone()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.HeartbeatInterval)
 			defer cancel()
@@ -49,7 +54,7 @@ func (m *MasterElection) Start(ctx context.Context) error {
 		}
 	}
 	m.members.stop = m.Stop // a process that steps aside for a twin stops
-	go m.core.run(runCtx, feed, look)
+	go m.core.run(runCtx, feed, look, took)
 	return m.awaitStarted(ctx, feed)
 }
 
@@ -179,7 +184,7 @@ func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster 
 // The feed is returned for run, and with it the look at the lock that
 // Start's first round trip took (nil when it was not answered); on an
 // error Start fails, and every goroutine prepare started has returned.
-func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, *lockLook, error) {
+func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, *lockLook, *firstTake, error) {
 	openCtx, stopOpen := context.WithCancel(ctx)
 	defer stopOpen()
 	defer context.AfterFunc(runCtx, stopOpen)() // Stop while Start waits
@@ -189,21 +194,21 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, *loc
 	first := m.ask(openCtx)
 	if first.refused != nil { // no election can work as this user
 		feed.close()
-		return nil, nil, first.refused
+		return nil, nil, nil, first.refused
 	}
 	reg, err := m.members.openFirst(openCtx, first)
 	if err != nil {
 		feed.close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	close(opened)
 	m.setRegistry(reg)
 
 	if garbage := m.diagnose(openCtx, first); garbage != nil { // no election can work on this lock
 		feed.close()
-		return nil, nil, garbage
+		return nil, nil, nil, garbage
 	}
-	return feed, first.look, nil
+	return feed, first.look, first.took, nil
 }
 
 // diagnose reports, as error events, what the server's settings put at
@@ -234,6 +239,12 @@ type answers struct {
 	checked  bool      // the lock check was answered
 	refused  error     // the user cannot work at all (refusal), wrapping ErrPermission
 	look     *lockLook // the lock check's answer; nil when it was not answered
+	// pending is the registry the questions went through with Start's
+	// first attempt at the lock (askTaking), nil when they went alone;
+	// took is that attempt's outcome when it took the lock or its reply
+	// was lost, nil otherwise.
+	pending any
+	took    *firstTake
 }
 
 // refusal returns an error wrapping ErrPermission when Redis refused the
@@ -274,17 +285,25 @@ func (m *MasterElection) refusal(pipeErr error, access *rdb.AccessCall) error {
 // A question whose answer is an error is asked again by prepare: the probe
 // by New's own probe, the others once the registry is open.
 func (m *MasterElection) ask(ctx context.Context) answers {
-	pctx, cancel := context.WithTimeout(ctx, m.startTimeout())
+	limit := m.startTimeout()
+	if m.takesAtStart() {
+		limit = m.core.acquireLimit(&loopState{unresolved: true}) // the attempt's reply must come while its lock lasts
+	}
+	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	srv, addr, err := serverOf(pctx, m.client, m.keys.Master)
 	if err != nil {
 		return answers{probeErr: err, eviction: evictionRead{err: err}, refused: m.refusal(err, nil)}
 	}
-	asked := rdb.Ask(pctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID), m.cfg.NodeID)
+	var a answers
+	asked, took, pending := m.askTaking(pctx, srv)
+	if pending == nil {
+		asked = rdb.Ask(pctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID), m.cfg.NodeID)
+	}
+	a.took, a.pending = took, pending
 	if raw, now, err := asked.Own.Result(); err == nil && m.members.suspectTwin(raw, now) {
 		m.awaitingID.Store(true) // twins.go
 	}
-	var a answers
 	_, accessErr := asked.Access.Result() // a refused connection is every answer's error
 	a.refused = m.refusal(accessErr, asked.Access)
 	if native, hpexpire, err := asked.Probe.Result(); err != nil {
@@ -301,6 +320,99 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 	return a
 }
 
+// takesAtStart reports whether Start's questions go with its first attempt
+// at the lock (askTaking): the process is a candidate, and no replica must
+// acknowledge an acquire (AcquireReplicated waits for them in a call of
+// its own).
+func (m *MasterElection) takesAtStart() bool {
+	return m.core.contends() && m.cfg.WaitReplicas <= 0
+}
+
+// askTaking asks Start's questions with its first attempt at the lock and
+// its registration as master (rdb.AskTaking), through pending, a registry
+// that has not probed the server yet (beat.Pending): the process becomes
+// master and registered in Start's first round trip, as contend's
+// acquireRegistering would in the next. pending is nil when the call was
+// not sent (not takesAtStart, the registry's configuration or the entry
+// refused before the call): Start asks the questions alone. The
+// attempt's outcome is took, nil when the attempt did not take the lock:
+// the run loop makes its first attempt as it would have (a lock held is
+// the questions' look, takeFirstLook), after recording that the lock may
+// be its own when the reply was lost (firstTake.lost).
+func (m *MasterElection) askTaking(ctx context.Context, srv redis.Scripter) (asked rdb.Asked, took *firstTake, pending any) {
+	if !m.takesAtStart() {
+		return rdb.Asked{}, nil, nil
+	}
+	reg, modes, err := beat.Pending(clock.With(ctx, m.clock), m.client, m.keys, m.members.registryConfig())
+	if err != nil {
+		return rdb.Asked{}, nil, nil // openFirst reports it
+	}
+	c := m.core
+	info, err := c.masterInfoJSON()
+	if err != nil {
+		c.emitError(err)
+		info = nil
+	}
+	seen := c.observedTerm.Load()
+	var (
+		res  rdb.Took
+		at   time.Time
+		sent bool
+	)
+	c.members.acquireInfo.Store(c.members.infoGen.Load()) // before the info is read
+	regErr := beat.RegisterWith(ctx, reg, c.processInfo(registry.RoleMaster), func(ctx context.Context, p rdb.Put) (rdb.Stored, int64, error) {
+		take := rdb.Take{NodeID: m.cfg.NodeID, TTL: m.cfg.LockTTL, Info: info, Seen: seen, Put: p, Modes: modes}
+		at = c.clock.Now()
+		var err error
+		if asked, res, err = rdb.AskTaking(ctx, srv, m.keys, m.keys.Turn(m.cfg.NodeID), m.cfg.NodeID, take); err != nil {
+			return rdb.Stored{}, 0, err // nothing sent
+		}
+		sent = true
+		switch {
+		case res.Err != nil:
+			return rdb.Stored{}, 0, res.Err
+		case !res.Made || res.Acquired.Term == 0:
+			return rdb.Stored{}, 0, errNotTaken
+		}
+		return res.Stored, res.Acquired.Term, res.RegErr
+	})
+	if !sent {
+		return rdb.Asked{}, nil, nil
+	}
+	switch {
+	case res.Err != nil: // the attempt may have been made, and have taken the lock
+		took = &firstTake{sent: at, info: info, lost: true}
+	case res.Made && res.Acquired.Term > 0:
+		if regErr != nil {
+			c.log.Debug().Err(regErr).Int64("term", res.Acquired.Term).Msg("registration with Start's acquire failed: the membership loop registers")
+		}
+		took = &firstTake{sent: at, info: info, term: res.Acquired.Term, registered: regErr == nil}
+	default:
+		if st, err := asked.Check.Result(); err == nil && st.Exists && st.NodeID == m.cfg.NodeID {
+			// Found under this node id: an earlier run of this very call,
+			// whose reply was lost and which go-redis sent again
+			// (MaxRetries), may have taken it (and registered, which is why
+			// this run made no attempt); or a twin did.
+			took = &firstTake{sent: at, info: info, lost: true}
+		}
+	}
+	return asked, took, reg
+}
+
+// firstTake is the outcome of Start's first attempt at the lock, made
+// with its questions (askTaking), for the run loop's first attempt to
+// take instead of sending one (contend).
+type firstTake struct {
+	sent       time.Time // when the call was sent: the lease counts from then
+	info       []byte    // the master info it carried
+	term       int64     // the term it took the lock under; 0 when lost
+	registered bool      // its registration as master was stored
+	// lost: the lock may be this process's from the attempt, under a term
+	// it did not learn (the reply was lost, or the lock is found under
+	// this node id after a run whose reply was lost).
+	lost bool
+}
+
 // openFirst opens the registry with the backend probe's answer from ask.
 // When the probe failed, or its answer does not do (a configured backend
 // the server does not run), that is reported as openRegistry reports the
@@ -308,6 +420,9 @@ func (m *MasterElection) ask(ctx context.Context) answers {
 // once, then after each backoff, until ctx ends.
 func (mb *membership) openFirst(ctx context.Context, a answers) (*registry.Registry, error) {
 	err := a.probeErr
+	if a.pending != nil && a.probed != nil && beat.Resolve(a.pending, a.probed.Native, a.probed.HPExpire) == nil {
+		return a.pending.(*registry.Registry), nil // with the registration the questions carried, if any
+	}
 	if a.probed != nil {
 		var reg *registry.Registry
 		reg, err = registry.NewProbed(clock.With(ctx, mb.clock), mb.client, mb.keys, mb.registryConfig(), *a.probed)

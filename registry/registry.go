@@ -183,31 +183,79 @@ func NewProbed(ctx context.Context, client redis.UniversalClient, keys keyspace.
 
 // newRegistry is New, and NewProbed when probed is not nil.
 func newRegistry(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, opts Config, probed *Probed) (*Registry, error) {
-	if nilclient.Is(client) {
-		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
-	}
-	keys, err := keysFor(client, keys)
+	r, want, err := newUnchosen(ctx, client, keys, opts)
 	if err != nil {
 		return nil, err
+	}
+	kind, err := chooseBackend(ctx, client, r.keys, probed, want)
+	if err != nil {
+		return nil, err
+	}
+	r.use(kind)
+	return r, nil
+}
+
+// newUnchosen is a Registry with its keys and configuration checked,
+// that has not chosen its backend: want, the one configured. It takes no
+// write until use sets the backend, except a registration whose send
+// chooses the backend itself (newPending).
+func newUnchosen(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, opts Config) (r *Registry, want Backend, err error) {
+	if nilclient.Is(client) {
+		return nil, "", fmt.Errorf("%w: nil client", ErrInvalidConfig)
+	}
+	keys, err = keysFor(client, keys)
+	if err != nil {
+		return nil, "", err
 	}
 	if err := opts.Validate(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	opts.ProcessTTL = ttlOf(cmp.Or(opts.ProcessTTL, DefaultProcessTTL))
-	want, _ := parseBackend(opts.Backend) // valid: checked above
-	kind, err := chooseBackend(ctx, client, keys, probed, want)
-	if err != nil {
-		return nil, err
-	}
-	opts.Backend = kind
-	r := &Registry{
-		c: client, keys: keys, cfg: opts, clock: clock.From(ctx), kind: kind,
-		be:       store{mode: string(kind), c: client, k: keys},
+	want, _ = parseBackend(opts.Backend) // valid: checked above
+	opts.Backend = want
+	return &Registry{
+		c: client, keys: keys, cfg: opts, clock: clock.From(ctx),
+		be:       store{c: client, k: keys},
 		own:      map[string]*owned{},
 		reported: map[string]uint64{},
+	}, want, nil
+}
+
+// use sets the backend of a registry that had not chosen one.
+func (r *Registry) use(kind Backend) {
+	r.kind, r.cfg.Backend, r.be.mode = kind, kind, string(kind)
+	r.cfg.Logger.Info().Str("backend", string(kind)).Str("key", r.keys.Processes).Msg("process registry ready")
+}
+
+// newPending is the election's registry before the server has answered
+// the backend probe (beat.Pending): its first registration goes in the
+// script call that asks the probe (rdb.AskTaking), which writes it with
+// modes' backend for the answer it gets, in the order of
+// rdb.ProbeAnswers ("" for an answer on which the configured backend
+// cannot run). The registry records that registration as any other, and
+// takes no other write until resolve.
+func newPending(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, opts Config) (r *Registry, modes [4]string, err error) {
+	r, want, err := newUnchosen(ctx, client, keys, opts)
+	if err != nil {
+		return nil, modes, err
 	}
-	r.cfg.Logger.Info().Str("backend", string(kind)).Str("key", keys.Processes).Msg("process registry ready")
-	return r, nil
+	for i, a := range rdb.ProbeAnswers {
+		if kind, err := pickBackend(Probed{Native: a.Native, HPExpire: a.HPExpire}, want); err == nil {
+			modes[i] = string(kind)
+		}
+	}
+	return r, modes, nil
+}
+
+// resolve chooses the backend of a pending registry on the probe's
+// answer p, as newPending's modes did.
+func (r *Registry) resolve(p Probed) error {
+	kind, err := pickBackend(p, r.cfg.Backend)
+	if err != nil {
+		return err
+	}
+	r.use(kind)
+	return nil
 }
 
 // keysFor checks that keys name every key the registry uses and returns
@@ -384,6 +432,12 @@ func init() {
 	}
 	beat.RegisterWith = func(ctx context.Context, reg any, info any, send beat.TermSender) error {
 		return reg.(*Registry).registerWith(ctx, info.(ProcessInfo), send)
+	}
+	beat.Pending = func(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, cfg any) (any, [4]string, error) {
+		return newPending(ctx, client, keys, cfg.(Config))
+	}
+	beat.Resolve = func(reg any, native, hpexpire bool) error {
+		return reg.(*Registry).resolve(Probed{Native: native, HPExpire: hpexpire})
 	}
 	beat.Recorded = func(reg any, processID string) (string, int64, bool) {
 		o := reg.(*Registry).lockRegistered(processID)

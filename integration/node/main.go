@@ -1034,6 +1034,7 @@ type hook struct {
 var (
 	acquireSHA         = rdb.AcquireSHA
 	acquireRegisterSHA = rdb.AcquireRegisterSHA // Start's first acquire, with its registration
+	takeSHA            = rdb.TakeSHA            // Start's questions with its first acquire and registration
 	renewSHA           = rdb.RenewSHA
 )
 
@@ -1072,7 +1073,7 @@ func lockScript(name string, args []any) string {
 	switch s {
 	case acquireSHA:
 		return "acquire"
-	case acquireRegisterSHA:
+	case acquireRegisterSHA, takeSHA:
 		return faults.AcquireRegister
 	case renewSHA:
 		return "renew"

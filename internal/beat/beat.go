@@ -7,7 +7,10 @@ package beat
 import (
 	"context"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/herdkit/herd/internal/rdb"
+	"github.com/herdkit/herd/keyspace"
 )
 
 // Sender runs the registry's write p (rdb.RegistryPut's script with p),
@@ -38,3 +41,17 @@ var RegisterWith func(ctx context.Context, reg any, info any, send TermSender) e
 // (what its heartbeats will write), and whether it holds a record of it.
 // reg is the *registry.Registry. Set by package registry's init.
 var Recorded func(reg any, processID string) (role string, term int64, ok bool)
+
+// Pending is a registry (a *registry.Registry) for client and keys,
+// configured by cfg (a registry.Config), that has not probed the server:
+// its first registration, RegisterWith's, is written by a send that asks
+// the probe in the same call (rdb.AskTaking) with modes, the backend for
+// each answer of the probe (rdb.Take.Modes). Nothing else may be done with
+// it before Resolve. Set by package registry's init.
+var Pending func(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, cfg any) (reg any, modes [4]string, err error)
+
+// Resolve chooses the backend of a Pending registry on the probe's answer,
+// as its modes did; it fails, and the registry must not be used, when the
+// configured backend cannot run on that answer. Set by package registry's
+// init.
+var Resolve func(reg any, native, hpexpire bool) error

@@ -35,7 +35,12 @@ import (
 // Returns: acquire.lua's reply when the lock was not taken (or the call
 // refused); else {term, registry_put's reply}, the second being the error's
 // text (a string) when the registration failed.
-var acquireRegisterSrc = withWrites(`local function acquire(KEYS, ARGV)
+var acquireRegisterSrc = withWrites(acquireRegisterBody)
+
+// acquireRegisterBody is acquireRegisterSrc without the writes.lua prelude,
+// which it needs: Ask's script with an acquire (takeSrc) runs it as a
+// function of its own KEYS and ARGV.
+var acquireRegisterBody = `local function acquire(KEYS, ARGV)
 ` + acquireSrc + `
 end
 local function put(KEYS, ARGV)
@@ -59,7 +64,7 @@ if not ok or (type(reg) == 'table' and reg.err) then
   reg = tostring(e)
 end
 return {res[1], reg}
-`)
+`
 
 var acquireRegisterScript = redis.NewScript(acquireRegisterSrc)
 
@@ -76,20 +81,33 @@ var AcquireRegisterSHA = acquireRegisterScript.Hash()
 // was, stored and regErr are the registration's outcome, regErr being its
 // own error (the lock is taken all the same).
 func AcquireRegister(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID string, ttl time.Duration, info []byte, seen int64, p Put) (a Acquired, stored Stored, regErr, err error) {
-	if len(info) > 0 && !isObject(info) {
-		return Acquired{}, Stored{}, nil, fmt.Errorf("acquire: process info is not a JSON object")
-	}
-	p.Role, p.Heartbeat, p.Term = "master", false, 0
-	pkeys, pargs, err := putCall(k, p)
+	keys, args, err := acquireRegisterCall(k, nodeID, ttl, info, seen, p)
 	if err != nil {
 		return Acquired{}, Stored{}, nil, err
 	}
-	keys := append(acquireKeys(k), pkeys[0], pkeys[1], pkeys[4])
-	args := append(acquireArgs(k, nodeID, ttl, info, seen), pargs...)
 	reply, err := run(ctx, c, acquireRegisterScript, "acquire register", keys, args...)
 	if err != nil {
 		return Acquired{}, Stored{}, nil, err
 	}
+	return parseAcquireRegister(k, reply)
+}
+
+// acquireRegisterCall is the KEYS and ARGV of acquireRegisterSrc.
+func acquireRegisterCall(k keyspace.Keys, nodeID string, ttl time.Duration, info []byte, seen int64, p Put) (keys []string, args []any, err error) {
+	if len(info) > 0 && !isObject(info) {
+		return nil, nil, fmt.Errorf("acquire: process info is not a JSON object")
+	}
+	p.Role, p.Heartbeat, p.Term = "master", false, 0
+	pkeys, pargs, err := putCall(k, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(acquireKeys(k), pkeys[0], pkeys[1], pkeys[4]), append(acquireArgs(k, nodeID, ttl, info, seen), pargs...), nil
+}
+
+// parseAcquireRegister reads the reply of acquireRegisterSrc on the keys
+// k, as AcquireRegister returns it.
+func parseAcquireRegister(k keyspace.Keys, reply any) (a Acquired, stored Stored, regErr, err error) {
 	if arr, ok := reply.([]any); ok && len(arr) == 2 {
 		if term, ok := arr[0].(int64); ok && term > 0 {
 			stored, regErr = parseBeat(arr[1])

@@ -3,6 +3,7 @@ package rdb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,114 @@ func TestAsk(t *testing.T) {
 		var answer redis.Error
 		if _, err := asked.Info.Result(); !errors.As(err, &answer) || !strings.Contains(err.Error(), "NOPERM") {
 			t.Errorf("limited: INFO memory answered %v, want the server's refusal (a redis.Error naming NOPERM)", err)
+		}
+	})
+}
+
+// TestAskTaking: on every server of the matrix, Start's questions with its
+// first attempt at the lock take a free lock and register the master under
+// the term minted, with the backend chosen for the server's probe answer,
+// in the one call; the attempt finds a held lock held; and it is not made
+// (nothing written) when the process's id has an entry, when the registry
+// has no backend for the probe's answer, or when the user's ACL refuses a
+// command the election runs.
+func TestAskTaking(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		inst := redistest.Start(t, s)
+		c := inst.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		k := keyspace.NewKeys("svc", false)
+		native, _, err := rdb.RegistryProbe(ctx, c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The registry's choice per probe answer: native where the server
+		// runs it, emulated otherwise.
+		modes := [4]string{rdb.TTLEmulated, rdb.TTLEmulated, rdb.TTLNative, rdb.TTLNative}
+		take := func(node string) rdb.Take {
+			return rdb.Take{
+				NodeID: node, TTL: time.Minute, Info: []byte(`{"processId":"` + node + `"}`), Modes: modes,
+				Put: rdb.Put{
+					ID: node, Value: []byte(`{"processId":"` + node + `","role":"master"}`),
+					Fallback: []byte(`{"processId":"` + node + `","role":"slave"}`), TTL: time.Minute,
+				},
+			}
+		}
+		lockIs := func(who, want string) {
+			t.Helper()
+			if got, err := c.Get(ctx, k.Master).Result(); err != nil && !errors.Is(err, redis.Nil) || got != want {
+				t.Fatalf("%s: the lock holds %q (%v), want %q", who, got, err, want)
+			}
+		}
+
+		// An entry under the id: no attempt.
+		if err := c.HSet(ctx, k.Processes, "a", `{"processId":"a","role":"slave"}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+		asked, took, err := rdb.AskTaking(ctx, c, k, k.Turn("a"), "a", take("a"))
+		if err != nil || took.Made || took.Err != nil {
+			t.Fatalf("own entry: took %+v, %v; want no attempt", took, err)
+		}
+		if e, _, err := asked.Own.Result(); err != nil || e == "" {
+			t.Fatalf("own entry: answered %q, %v", e, err)
+		}
+		lockIs("own entry", "")
+		if err := c.HDel(ctx, k.Processes, "a").Err(); err != nil {
+			t.Fatal(err)
+		}
+
+		// No backend for the server's answer: no attempt.
+		none := take("a")
+		none.Modes = [4]string{}
+		if _, took, err := rdb.AskTaking(ctx, c, k, k.Turn("a"), "a", none); err != nil || took.Made || took.Err != nil {
+			t.Fatalf("no backend: took %+v, %v; want no attempt", took, err)
+		}
+		lockIs("no backend", "")
+
+		// A user who may not PUBLISH: no attempt, and the refusal answered.
+		limited := userWithout(ctx, t, inst, "limited", "publish")
+		asked, took, err = rdb.AskTaking(ctx, limited, k, k.Turn("a"), "a", take("a"))
+		if err != nil || took.Made || took.Err != nil {
+			t.Fatalf("limited: took %+v, %v; want no attempt", took, err)
+		}
+		if refused, err := asked.Access.Result(); err != nil || len(refused) == 0 {
+			t.Fatalf("limited: refused %q, %v; want PUBLISH", refused, err)
+		}
+		lockIs("limited", "")
+
+		// A free lock: taken and registered in the one call.
+		asked, took, err = rdb.AskTaking(ctx, c, k, k.Turn("a"), "a", take("a"))
+		if err != nil || !took.Made || took.Err != nil || took.RegErr != nil || took.Acquired.Term <= 0 || !took.Stored.Created {
+			t.Fatalf("free lock: took %+v, %v; want the lock and a new entry", took, err)
+		}
+		if st, err := asked.Check.Result(); err != nil || st.Exists {
+			t.Errorf("free lock: the questions saw %+v, %v; want it free (asked before the attempt)", st, err)
+		}
+		lockIs("free lock", "a")
+		entry, err := c.HGet(ctx, k.Processes, "a").Result()
+		if err != nil || !strings.Contains(entry, `"role":"master"`) || !strings.Contains(entry, fmt.Sprintf(`"term":%d`, took.Acquired.Term)) {
+			t.Errorf("free lock: entry %s, %v; want role master under term %d", entry, err, took.Acquired.Term)
+		}
+		_, zerr := c.ZScore(ctx, k.ProcessesExpiry, "a").Result()
+		if native != errors.Is(zerr, redis.Nil) {
+			t.Errorf("free lock: deadline in the expiry set: %v (native backend: %v); want it only with the emulated backend", zerr, native)
+		}
+
+		// A held lock: the attempt is made and finds it held.
+		_, took, err = rdb.AskTaking(ctx, c, k, k.Turn("b"), "b", take("b"))
+		if err != nil || !took.Made || took.Err != nil || took.Acquired.Term != 0 || took.Acquired.Holder != "a" {
+			t.Fatalf("held lock: took %+v, %v; want the lock found held by a", took, err)
+		}
+		if _, err := c.HGet(ctx, k.Processes, "b").Result(); !errors.Is(err, redis.Nil) {
+			t.Errorf("held lock: b was registered (%v)", err)
+		}
+
+		// A bad entry is refused before anything is sent.
+		bad := take("c")
+		bad.Put.Value = []byte("[]")
+		if _, _, err := rdb.AskTaking(ctx, c, k, k.Turn("c"), "c", bad); err == nil {
+			t.Error("bad entry: sent")
 		}
 	})
 }

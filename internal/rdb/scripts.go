@@ -89,7 +89,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 	for _, s := range []*redis.Script{acquireScript, renewScript, releaseScript, checkScript, routeScript,
 		routeBatchScript, registryProbeScript, registryPutScript, registryRemoveScript, registryExpireScript,
 		inboxSendScript, inboxMoveScript, inboxAdoptScript, inboxDeadScript, deadRetryScript, nextScript, checkBeatScript, handBackScript,
-		acquireRegisterScript} {
+		acquireRegisterScript, takeScript} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("rdb: load: %w", err)
 		}

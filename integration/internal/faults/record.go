@@ -56,7 +56,9 @@ const (
 	// self-fencing deadline, so the deadline is at most T + LockTTL - Margin.
 	KindLockCall Kind = "lock-call"
 	// AcquireRegister is the Detail of a KindLockCall of Start's acquire,
-	// which registers the new master in its own call.
+	// which registers the new master in its own call (rdb.AcquireRegister,
+	// or rdb.AskTaking with Start's questions: recorded whether or not its
+	// answers let it make the attempt).
 	AcquireRegister = "acquire register"
 	// KindObserved: ObservedTerm rose to Term.
 	KindObserved Kind = "observed"
