@@ -166,11 +166,13 @@ func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster 
 // first election on), reads the eviction policy and refuses a lock key that
 // holds garbage, and it opens the notice feed (openFeed). The questions
 // these put to Redis (the registry's backend probe, INFO memory, the lock
-// check) go out as one script call, one round trip on one connection (ask);
-// the feed's subscription, which dials a connection of its own, goes on
-// meanwhile, and while the loop makes its first attempt: the acquire, or,
-// when the lock check found the lock held by another node, nothing (that
-// answer is the first check: takeFirstLook). followLoop checks the lock
+// check) go out as one script call, one round trip on one connection (ask),
+// with the first attempt at the lock when their answers allow it
+// (askTaking); the feed's subscription, which dials a connection of its
+// own, goes on meanwhile, and while the loop takes that attempt's outcome
+// or makes its first attempt: the acquire, or, when the lock check found
+// the lock held by another node, nothing (that answer is the first check:
+// takeFirstLook). followLoop checks the lock
 // again if that answer came before the feed was in place, and Start
 // returns as slave only once it is. A slave's Start thus waits for the
 // slower of the two, not for their sum; a master's only for its acquire
@@ -182,8 +184,10 @@ func (m *MasterElection) WaitForElectionComplete(ctx context.Context) (isMaster 
 // runCtx ends when Stop is called.
 //
 // The feed is returned for run, and with it the look at the lock that
-// Start's first round trip took (nil when it was not answered); on an
-// error Start fails, and every goroutine prepare started has returned.
+// Start's first round trip took (nil when it was not answered) and the
+// outcome of the attempt at the lock it made (nil when none took the lock
+// or lost its reply); on an error Start fails, and every goroutine prepare
+// started has returned.
 func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, *lockLook, *firstTake, error) {
 	openCtx, stopOpen := context.WithCancel(ctx)
 	defer stopOpen()
@@ -273,10 +277,11 @@ func (m *MasterElection) refusal(pipeErr error, access *rdb.AccessCall) error {
 }
 
 // ask puts Start's questions to the server that holds the election's keys
-// in one script call (rdb.Ask), one round trip on one connection of
-// the client's main pool: which commands the user's ACL refuses, the
-// registry's backend probe, INFO memory (the eviction check) and the lock
-// check. Separate calls at once would each take a connection of their own
+// in one script call (rdb.Ask, or rdb.AskTaking with the first attempt at
+// the lock: askTaking), one round trip on one connection of the client's
+// main pool: which commands the user's ACL refuses, the registry's backend
+// probe, INFO memory (the eviction check), the lock check and the
+// process's own registry entry. Separate calls at once would each take a connection of their own
 // from the pool, and open it (a dial, then HELLO and CLIENT SETINFO, a
 // round trip each), on a client that holds a single idle connection, as a
 // warm one does; a pipeline would open a connection in go-redis's pool for
