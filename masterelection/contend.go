@@ -15,18 +15,6 @@ import (
 // contend runs the acquire script once. It returns the new mastership, or
 // nil and the delay before the next check.
 func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Duration) {
-	if took := ls.firstTake; took != nil {
-		ls.firstTake = nil
-		if !took.lost {
-			return c.tookAtStart(ctx, ls, took), 0
-		}
-		// The lock may be this process's from that attempt: as after
-		// acquireFailed (Start reported the lost reply, its questions got
-		// no answer either), and the attempt is made again now, as Start's
-		// first would have been.
-		ls.maybeHeld = true
-		ls.lostAcquires.add(took.info)
-	}
 	if !c.contends() {
 		return nil, 0 // no longer a candidate since the attempt was set: look at the lock instead
 	}
@@ -60,15 +48,6 @@ func (c *core) contend(ctx context.Context, ls *loopState) (*mastership, time.Du
 		return nil, c.notAcquired(ls, res, info)
 	}
 	return c.becomeMaster(ctx, ls, res.Term, sent, registered), 0
-}
-
-// tookAtStart is contend's first attempt when Start made it with its
-// questions and took the lock (askTaking).
-func (c *core) tookAtStart(ctx context.Context, ls *loopState, took *firstTake) *mastership {
-	ls.inElection = true
-	c.bus.emit(topicElectionStarted, payload{})
-	ls.retry.reset()
-	return c.becomeMaster(ctx, ls, took.term, took.sent, took.registered)
 }
 
 // errNotTaken ends a registration sent with an acquire that did not take

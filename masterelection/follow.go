@@ -12,10 +12,7 @@ import (
 // returns the new mastership, or nil when ctx ends.
 func (c *core) followLoop(ctx context.Context, ls *loopState) *mastership {
 	f := &follower{c: c, ls: ls, timer: c.clock.NewTimer(0)}
-	// Start's first attempt goes straight to the lock, unless Start's look
-	// found it held; or it was made with Start's questions, and contend
-	// takes its outcome.
-	f.contend = ls.unresolved && (c.contends() || ls.firstTake != nil)
+	f.contend = ls.unresolved && c.contends() // Start's first attempt goes straight to the lock, unless Start's look found it held
 	if next, ok := c.takeFirstLook(ls); ok {
 		f.contend = false
 		f.arm(next)

@@ -95,7 +95,14 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 			// registered (a handler of its master-acquired calling
 			// SetMetadata): write the role again.
 			written = rc.written && mb.acquireInfo.Load() == mb.infoGen.Load()
+			r.byAcquire = rc.written
 		case <-mb.infoChanged:
+			if r.role != "" && r.byAcquire && mb.acquireInfo.Load() == mb.infoGen.Load() {
+				// A change made before Start's acquire read the info
+				// (metadata set between New and Start): the role's
+				// registration carried it.
+				continue
+			}
 			r.pending = r.role != ""
 		case <-timer.C():
 			if wait := mb.heartbeatRides(); wait > 0 {
@@ -131,6 +138,7 @@ type member struct {
 	term            int64
 	pending         bool        // the current role is not registered yet
 	track           *mastership // the mastership whose tracker starts after the next write; nil when none
+	byAcquire       bool        // the role came registered by Start's acquire (with the info of generation acquireInfo)
 	registered      bool        // a registration succeeded: the start is over
 	retry           backoff
 	quiet           quietWait // the wait for another incarnation's entry to go quiet (twins.go)

@@ -24,20 +24,49 @@ func (c *core) run(ctx context.Context, feed *noticeFeed, look *lockLook, took *
 	closeFeed := c.readFeed(ctx, feed)
 	defer closeFeed()
 
-	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered, firstLook: look, firstTake: took}
+	ls := &loopState{unresolved: true, feedConfirmed: feed.confirmed, firstRegistered: firstRegistered, firstLook: look}
 	if c.awaitingID.Load() {
 		ls.awaitID = firstRegistered
 	}
 	ls.haltMembership = haltMembership
 	defer ls.renewAttempts.Wait()
+	l := c.takeFirst(ctx, ls, took)
 	for ctx.Err() == nil && !ls.stopRequested {
-		if l := c.followLoop(ctx, ls); l != nil {
+		if l == nil {
+			l = c.followLoop(ctx, ls)
+		}
+		if l != nil {
 			c.masterLoop(ctx, ls, l)
 		}
+		l = nil
 	}
 	if ls.heldTerm != 0 && c.mastership.Load() == nil {
 		c.releaseLeftLock(ctx, ls.heldTerm)
 	}
+}
+
+// takeFirst takes the outcome of Start's first attempt at the lock, made
+// with its questions (askTaking), before anything else can happen to the
+// loop (a Stop, a change of candidacy): the new mastership when it took
+// the lock, nil otherwise. A lock taken when ctx has already ended is
+// left to run's release; a reply that was lost leaves the lock maybe
+// this process's, as acquireFailed does (Start reported it: its questions
+// got no answer either), and the first attempt is made as usual.
+func (c *core) takeFirst(ctx context.Context, ls *loopState, took *firstTake) *mastership {
+	switch {
+	case took == nil:
+		return nil
+	case took.lost:
+		ls.maybeHeld = true
+		ls.lostAcquires.add(took.info)
+		return nil
+	case ctx.Err() != nil:
+		ls.tookLock(took.term)
+		return nil
+	}
+	ls.inElection = true
+	c.bus.emit(topicElectionStarted, payload{})
+	return c.becomeMaster(ctx, ls, took.term, took.sent, took.registered)
 }
 
 // releaseLeftLock releases the lock of term, pinned to it: Stop came while

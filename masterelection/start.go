@@ -196,23 +196,47 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, *loc
 	opened := make(chan struct{}) // the registry is open: Redis answers
 	feed := m.core.openFeed(runCtx, opened)
 	first := m.ask(openCtx)
-	if first.refused != nil { // no election can work as this user
+	fail := func(err error) (*noticeFeed, *lockLook, *firstTake, error) {
 		feed.close()
-		return nil, nil, nil, first.refused
+		m.undoTake(ctx, first.took)
+		return nil, nil, nil, err
+	}
+	if first.refused != nil { // no election can work as this user
+		return fail(first.refused)
 	}
 	reg, err := m.members.openFirst(openCtx, first)
 	if err != nil {
-		feed.close()
-		return nil, nil, nil, err
+		return fail(err)
 	}
 	close(opened)
 	m.setRegistry(reg)
 
 	if garbage := m.diagnose(openCtx, first); garbage != nil { // no election can work on this lock
-		feed.close()
-		return nil, nil, nil, garbage
+		return fail(garbage)
 	}
 	return feed, first.look, first.took, nil
+}
+
+// undoTake undoes what Start's first attempt at the lock (askTaking) may
+// have written when Start fails after it: the registration, when the entry
+// still carries this process's incarnation, and the lock, released pinned
+// to its term when that is known; a lock taken by an attempt whose reply
+// was lost is left to expire (its term is unknown: a twin may hold the
+// lock under this node id). Best effort: Start fails anyway.
+func (m *MasterElection) undoTake(ctx context.Context, took *firstTake) {
+	if took == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opTimeout())
+	defer cancel()
+	if !took.lost {
+		if _, err := rdb.Release(rctx, m.client, m.keys, m.cfg.NodeID, took.term); err != nil {
+			m.log.Warn().Err(err).Int64("term", took.term).Msg("could not release the lock Start took before it failed")
+		}
+	}
+	if _, err := rdb.RegistryRemoveOwn(rctx, m.client, m.keys, m.cfg.NodeID, m.incarnation); err != nil {
+		m.log.Warn().Err(err).Msg("could not remove the registration Start may have written before it failed")
+	}
 }
 
 // diagnose reports, as error events, what the server's settings put at
@@ -386,6 +410,9 @@ func (m *MasterElection) askTaking(ctx context.Context, srv redis.Scripter) (ask
 	}
 	switch {
 	case res.Err != nil: // the attempt may have been made, and have taken the lock
+		if res.Made { // the questions were answered (a lost reply is reported with them)
+			c.emitError(fmt.Errorf("acquire master lock: %w", res.Err))
+		}
 		took = &firstTake{sent: at, info: info, lost: true}
 	case res.Made && res.Acquired.Term > 0:
 		if regErr != nil {
@@ -405,8 +432,8 @@ func (m *MasterElection) askTaking(ctx context.Context, srv redis.Scripter) (ask
 }
 
 // firstTake is the outcome of Start's first attempt at the lock, made
-// with its questions (askTaking), for the run loop's first attempt to
-// take instead of sending one (contend).
+// with its questions (askTaking), for the run loop to take before it does
+// anything else (takeFirst).
 type firstTake struct {
 	sent       time.Time // when the call was sent: the lease counts from then
 	info       []byte    // the master info it carried

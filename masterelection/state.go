@@ -34,10 +34,6 @@ type loopState struct {
 	// firstLook is Start's look at the lock, until followLoop took it
 	// (takeFirstLook); nil after that, or when Start's look got no answer.
 	firstLook *lockLook
-	// firstTake is Start's first attempt at the lock, made with its
-	// questions, until contend took it; nil after that, or when there was
-	// none that took the lock or lost its reply (askTaking).
-	firstTake *firstTake
 
 	// haltMembership stops the membership loop and waits for it (Stop's
 	// resignation does so before the release: no registry write of this

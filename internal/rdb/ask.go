@@ -168,7 +168,7 @@ func (o *OwnEntry) Result() (entry string, now time.Time, err error) {
 // answer's error.
 func Ask(ctx context.Context, c redis.Scripter, k keyspace.Keys, ownTurn, ownID string) Asked {
 	reply, err := c.Eval(ctx, askSrc, askKeys(k), askArgs(k, ownTurn, ownID)...).Result()
-	parts, _ := answers(ctx, reply, err, false)
+	parts, _, _ := answers(ctx, reply, err, false)
 	return asked(ctx, k, parts)
 }
 
@@ -223,8 +223,9 @@ type Took struct {
 	Acquired Acquired
 	Stored   Stored
 	RegErr   error
-	// Err is the call's error, when the reply was lost: whether the
-	// attempt was made is then unknown; or the attempt's own error.
+	// Err is the call's error, when the reply was lost or had another
+	// shape: whether the attempt was made is then unknown; or, with Made,
+	// the attempt's own error.
 	Err error
 }
 
@@ -250,7 +251,7 @@ func AskTaking(ctx context.Context, c redis.Scripter, k keyspace.Keys, ownTurn, 
 	}
 	args = append(args, aargs...)
 	reply, err := takeScript.Run(ctx, c, askKeys(k), args...).Result()
-	parts, attempt := answers(ctx, reply, err, true)
+	parts, attempt, err := answers(ctx, reply, err, true)
 	took := Took{Err: err}
 	if err == nil && attempt != nil {
 		took.Made = true
@@ -267,8 +268,10 @@ func AskTaking(ctx context.Context, c redis.Scripter, k keyspace.Keys, ownTurn, 
 // command per question, each with its own answer; an error of the call,
 // or a reply of another shape, is every answer's. With taking, the reply
 // is takeSrc's: attempt is the command of its sixth answer, nil when there
-// is none (the attempt was not made, or the call failed).
-func answers(ctx context.Context, reply any, err error, taking bool) (parts [5]*redis.Cmd, attempt *redis.Cmd) {
+// is none (the attempt was not made, or the call failed). callErr is the
+// call's error, or the reply's when it has another shape: the attempt may
+// have been made then.
+func answers(ctx context.Context, reply any, err error, taking bool) (parts [5]*redis.Cmd, attempt *redis.Cmd, callErr error) {
 	arr, ok := reply.([]any)
 	ok = ok && (len(arr) == len(parts) || taking && len(arr) == len(parts)+1)
 	if err == nil && !ok {
@@ -286,7 +289,7 @@ func answers(ctx context.Context, reply any, err error, taking bool) (parts [5]*
 		attempt = redis.NewCmd(ctx)
 		setAnswer(attempt, arr[len(parts)], reply)
 	}
-	return parts, attempt
+	return parts, attempt, err
 }
 
 // setAnswer gives cmd a question's answer a, {1, reply} or {0, error text},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herdkit/herd/internal/rdb"
@@ -188,4 +189,38 @@ func TestAskTaking(t *testing.T) {
 			t.Error("bad entry: sent")
 		}
 	})
+}
+
+// TestAskTakingModeIndex: the attempt writes with the backend given for
+// the answer the probe got, in the order of rdb.ProbeAnswers. miniredis
+// answers HSETEX and not HPEXPIRE, an answer no server of the matrix gives
+// (they answer both or neither), so that a swapped index in the script
+// writes with another backend, or makes no attempt.
+func TestAskTakingModeIndex(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	k := keyspace.NewKeys("svc", false)
+	native, hpexpire, err := rdb.RegistryProbe(ctx, c, k)
+	if err != nil || !native || hpexpire {
+		t.Fatalf("miniredis answered the probe %v %v, %v; want HSETEX only", native, hpexpire, err)
+	}
+	var modes [4]string
+	for i, a := range rdb.ProbeAnswers {
+		if a.Native && !a.HPExpire {
+			modes[i] = rdb.TTLEmulated // a backend miniredis runs, told apart by its expiry set
+		}
+	}
+	take := rdb.Take{
+		NodeID: "a", TTL: time.Minute, Modes: modes,
+		Put: rdb.Put{ID: "a", Value: []byte(`{"processId":"a","role":"master"}`), Fallback: []byte(`{"processId":"a","role":"slave"}`), TTL: time.Minute},
+	}
+	_, took, err := rdb.AskTaking(ctx, c, k, k.Turn("a"), "a", take)
+	if err != nil || !took.Made || took.Err != nil || took.Acquired.Term <= 0 || took.RegErr != nil {
+		t.Fatalf("took %+v, %v; want the lock taken and registered", took, err)
+	}
+	if _, err := c.ZScore(ctx, k.ProcessesExpiry, "a").Result(); err != nil {
+		t.Errorf("no deadline of a in the expiry set (%v): the entry was not written with the backend given for HSETEX only", err)
+	}
 }
