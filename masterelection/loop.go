@@ -48,8 +48,9 @@ func (c *core) run(ctx context.Context, feed *noticeFeed, look *lockLook, took *
 // takeFirst takes the outcome of Start's first attempt at the lock, made
 // with its questions (askTaking), before anything else can happen to the
 // loop (a Stop, a change of candidacy): the new mastership when it took
-// the lock, nil otherwise. A lock taken when ctx has already ended is
-// left to run's release; a reply that was lost leaves the lock maybe
+// the lock, nil otherwise. A lock taken when ctx has already ended, or
+// whose self-fencing deadline has passed, is left to the loop's release;
+// a reply that was lost leaves the lock maybe
 // this process's, as acquireFailed does (Start reported it: its questions
 // got no answer either), and the first attempt is made as usual.
 func (c *core) takeFirst(ctx context.Context, ls *loopState, took *firstTake) *mastership {
@@ -60,7 +61,9 @@ func (c *core) takeFirst(ctx context.Context, ls *loopState, took *firstTake) *m
 		ls.maybeHeld = true
 		ls.lostAcquires.add(took.info)
 		return nil
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || c.deadlineAfter(took.sent) <= c.clock.Now().Sub(c.base):
+		// Stopped, or the reply came (and Start's other work ran) too late
+		// for a mastership: the lock is left to the loop, which releases it.
 		ls.tookLock(took.term)
 		return nil
 	}

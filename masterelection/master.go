@@ -82,18 +82,19 @@ func (c *core) newRenewals(ctx context.Context, ls *loopState, l *mastership) *r
 	return &renewals{
 		c: c, ls: ls, l: l, ctx: actx, cancel: cancel,
 		results:  make(chan renewOutcome, maxRenewAttempts),
-		due:      c.clock.NewTimer(firstRenewal(c.cfg.HeartbeatInterval, l.remaining(c.clock.Now()))),
+		due:      c.clock.NewTimer(firstRenewal(c.cfg, l.remaining(c.clock.Now()))),
 		deadline: c.clock.NewTimer(l.remaining(c.clock.Now())),
 	}
 }
 
 // firstRenewal is when a mastership with remaining time left renews
-// first: after interval (HeartbeatInterval), or sooner when less than
-// interval would then be left, as when Start's first attempt took the lock
-// (askTaking) and Start's other work (diagnose: reads bounded by
-// HeartbeatInterval each) ran before the mastership began.
-func firstRenewal(interval, remaining time.Duration) time.Duration {
-	return min(interval, max(remaining-interval, 0))
+// first: HeartbeatInterval after its acquire was sent, as every renewal
+// after it comes HeartbeatInterval after the last one's send (renewed), or
+// at once when that has passed, as when Start's first attempt took the
+// lock (askTaking) and Start's other work ran before the mastership began.
+func firstRenewal(cfg Config, remaining time.Duration) time.Duration {
+	sinceSent := cfg.LockTTL - cfg.StepDownMargin - remaining
+	return min(max(cfg.HeartbeatInterval-sinceSent, 0), cfg.HeartbeatInterval)
 }
 
 // stop ends the attempts in flight (run waits for them) and the timers.

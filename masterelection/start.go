@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -201,8 +202,9 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, *loc
 		m.undoTake(ctx, first.took)
 		return nil, nil, nil, err
 	}
-	if first.refused != nil { // no election can work as this user
-		return fail(first.refused)
+	if first.refused != nil { // no election can work as this user; nothing was written
+		feed.close()
+		return nil, nil, nil, first.refused
 	}
 	reg, err := m.members.openFirst(openCtx, first)
 	if err != nil {
@@ -224,18 +226,19 @@ func (m *MasterElection) prepare(ctx, runCtx context.Context) (*noticeFeed, *loc
 // was lost is left to expire (its term is unknown: a twin may hold the
 // lock under this node id). Best effort: Start fails anyway.
 func (m *MasterElection) undoTake(ctx context.Context, took *firstTake) {
-	if took == nil {
+	var dial *net.OpError
+	if took == nil || errors.As(took.err, &dial) && dial.Op == "dial" { // nothing reached Redis
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opTimeout())
 	defer cancel()
 	if !took.lost {
 		if _, err := rdb.Release(rctx, m.client, m.keys, m.cfg.NodeID, took.term); err != nil {
-			m.log.Warn().Err(err).Int64("term", took.term).Msg("could not release the lock Start took before it failed")
+			m.log.Debug().Err(err).Int64("term", took.term).Msg("could not release the lock Start took before it failed")
 		}
 	}
 	if _, err := rdb.RegistryRemoveOwn(rctx, m.client, m.keys, m.cfg.NodeID, m.incarnation); err != nil {
-		m.log.Warn().Err(err).Msg("could not remove the registration Start may have written before it failed")
+		m.log.Debug().Err(err).Msg("could not remove the registration Start may have written before it failed")
 	}
 }
 
@@ -413,7 +416,7 @@ func (m *MasterElection) askTaking(ctx context.Context, srv redis.Scripter) (ask
 		if res.Made { // the questions were answered (a lost reply is reported with them)
 			c.emitError(fmt.Errorf("acquire master lock: %w", res.Err))
 		}
-		took = &firstTake{sent: at, info: info, lost: true}
+		took = &firstTake{sent: at, info: info, lost: true, err: res.Err}
 	case res.Made && res.Acquired.Term > 0:
 		if regErr != nil {
 			c.log.Debug().Err(regErr).Int64("term", res.Acquired.Term).Msg("registration with Start's acquire failed: the membership loop registers")
@@ -441,8 +444,10 @@ type firstTake struct {
 	registered bool      // its registration as master was stored
 	// lost: the lock may be this process's from the attempt, under a term
 	// it did not learn (the reply was lost, or the lock is found under
-	// this node id after a run whose reply was lost).
+	// this node id after a run whose reply was lost); err is the call's
+	// error then, if any.
 	lost bool
+	err  error
 }
 
 // openFirst opens the registry with the backend probe's answer from ask.

@@ -3,6 +3,7 @@ package masterelection
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -122,20 +123,50 @@ func TestStartFailsAfterALostTake(t *testing.T) {
 	}
 }
 
-// TestFirstRenewal: a mastership renews first after HeartbeatInterval,
-// unless less than that would then be left before its deadline, as when
-// Start's other work ran between the acquire and the mastership's start.
+// TestFirstRenewal: a mastership renews first HeartbeatInterval after its
+// acquire was sent, as every later renewal comes HeartbeatInterval after
+// the last one's send; at once when that has passed, as when Start's other
+// work ran between the acquire and the mastership's start.
 func TestFirstRenewal(t *testing.T) {
-	const hb = 10 * time.Second
+	cfg := Config{LockTTL: 30 * time.Second, HeartbeatInterval: 10 * time.Second, StepDownMargin: 3 * time.Second}
 	for _, tt := range []struct{ remaining, want time.Duration }{
-		{27 * time.Second, hb}, // a fresh lock: LockTTL 30s less the margin
-		{20 * time.Second, hb},
-		{15 * time.Second, 5 * time.Second},
-		{8 * time.Second, 0},
+		{27 * time.Second, 10 * time.Second}, // acquired this instant
+		{26 * time.Second, 9 * time.Second},  // a second after the send
+		{20 * time.Second, 3 * time.Second},
+		{17 * time.Second, 0},
+		{5 * time.Second, 0},
 		{-time.Second, 0},
+		{40 * time.Second, 10 * time.Second}, // never later than HeartbeatInterval
 	} {
-		if got := firstRenewal(hb, tt.remaining); got != tt.want {
-			t.Errorf("firstRenewal(%v, %v) = %v, want %v", hb, tt.remaining, got, tt.want)
+		if got := firstRenewal(cfg, tt.remaining); got != tt.want {
+			t.Errorf("firstRenewal(remaining %v) = %v, want %v", tt.remaining, got, tt.want)
 		}
+	}
+}
+
+// TestTakeAnsweredAfterItsDeadline: when Start's first round trip took the
+// lock but its answer came (or Start's other work ended) after the
+// self-fencing deadline that the send set, that mastership is never
+// begun: the process releases the lock it holds under that term and is
+// elected again under a new one.
+func TestTakeAnsweredAfterItsDeadline(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig("a")
+	var a *peer
+	var took string
+	a = w.nodeWith(cfg, afterTake(func(_ context.Context, cmd redis.Cmder, ran error) error {
+		took, _ = w.mr.Get(a.keys.Term)
+		a.clk.Advance(cfg.LockTTL) // the answer comes late, on this process's clock
+		return ran
+	}))
+	started := make(chan error, 1)
+	go func() { started <- a.Start(context.Background()) }()
+	w.until(func() bool { return len(started) > 0 }, 2*cfg.LockTTL, 50*time.Millisecond, "a started", a)
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	w.until(a.IsMaster, 2*cfg.LockTTL, 50*time.Millisecond, "a master", a)
+	if first := a.rec.terms[0]; strconv.FormatInt(first, 10) == took {
+		t.Errorf("master-acquired of term %s, the late take's, whose deadline had passed", took)
 	}
 }
