@@ -162,7 +162,7 @@ func New(ctx context.Context, client redis.UniversalClient, keys keyspace.Keys, 
 
 // Probed is the server's answer to the backend probe that New sends
 // (rdb.RegistryProbe; rdb.QueueRegistryProbe in a pipeline, or
-// rdb.Ask with other questions).
+// rdb.Ask and rdb.AskTaking with other questions).
 type Probed struct {
 	// Native: HSETEX ... PX works inside scripts (Redis 8.0+, Valkey 9.0+).
 	Native bool
@@ -172,7 +172,9 @@ type Probed struct {
 
 // NewProbed is New for a caller that has already probed the server behind
 // client with a call of its own (Start of masterelection asks the probe
-// with its other first questions, rdb.Ask): it
+// with its other first questions, rdb.Ask, when it does not write the
+// first registration in that call, rdb.AskTaking, through a registry
+// that has not chosen its backend yet: newPending): it
 // chooses the backend from p, as New does from its probe's answer, and asks
 // Redis nothing. A probe that failed (keys.Processes holds something other
 // than a hash, the server is unreachable) has no answer to give: call New,
