@@ -186,7 +186,7 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 	step("start", "New + Start on a fresh lock", func() []Row {
 		res, err := StartUncontested(ctx, env, plan.StartReps)
 		row := LatencyRow("3s", "uncontested start: New + Start on a fresh lock → master", res.Total, "≤ 8× PING",
-			fmt.Sprintf("Default timings, a connected client: registry probe, eviction check (INFO memory), lock check, subscription on its own connection, acquire; %d commands (client hooks).", res.Commands))
+			fmt.Sprintf("Default timings, a connected client: registry probe, eviction check (INFO memory), lock check, and the acquire with the registration, in one script call (rdb.AskTaking); the subscription on its own connection, which a master's Start does not wait for; %d commands (client hooks).", res.Commands))
 		row.Err = err
 		return []Row{row}
 	})
