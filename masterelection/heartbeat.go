@@ -90,7 +90,7 @@ func (mb *membership) loop(ctx context.Context, firstRegistered chan<- struct{})
 		case <-ctx.Done():
 			return
 		case rc := <-mb.roles:
-			r.role, r.term, r.pending, r.track = rc.role, rc.term, true, rc.track
+			r.role, r.term, r.pending, r.track, r.of = rc.role, rc.term, true, rc.track, rc.track
 			// An info change since Start's acquire took the info it
 			// registered (a handler of its master-acquired calling
 			// SetMetadata): write the role again.
@@ -139,6 +139,7 @@ type member struct {
 	pending         bool        // the current role is not registered yet
 	track           *mastership // the mastership whose tracker starts after the next write; nil when none
 	byAcquire       bool        // the role came registered by Start's acquire (with the info of generation acquireInfo)
+	of              *mastership // the mastership the master role is for; nil for a slave
 	registered      bool        // a registration succeeded: the start is over
 	retry           backoff
 	quiet           quietWait // the wait for another incarnation's entry to go quiet (twins.go)
@@ -193,10 +194,17 @@ func (r *member) after(ctx context.Context, err error) (next time.Duration, done
 	}
 	if errors.Is(err, registry.ErrNotMaster) {
 		// Redis refused the master entry: this process no longer holds the
-		// lock under term (a pause outlived it, say), and the entry was
-		// written as a slave's. That is reported; the loop ends the
-		// mastership and hands over the slave role shortly.
-		mb.emitError(err)
+		// lock under term, and the entry was written as a slave's. When
+		// the process gave the lock up itself while the write was on its
+		// way (a hand-over after SetCandidate(false), whose new entry this
+		// write carried, or a Transfer), that is expected; otherwise (a
+		// pause outlived the lock, say) it is reported. Either way the
+		// loop ends the mastership and hands over the slave role shortly.
+		if r.of != nil && r.of.resigned.Load() {
+			mb.log.Debug().Err(err).Msg("master entry written after the lock was given up: stored as a slave's")
+		} else {
+			mb.emitError(err)
+		}
 		r.role, r.term, err = registry.RoleSlave, 0, nil
 	}
 	switch {

@@ -16,6 +16,10 @@ type mastership struct {
 	ctx      *masterCtx     // given to OnMasterAcquired handlers; done when the mastership ends (masterctx.go)
 	deadline atomic.Int64   // self-fencing deadline, nanoseconds after base
 	handlers sync.WaitGroup // OnMasterAcquired handlers not yet returned
+	// resigned: the process gave the lock up itself (resign: a hand-over,
+	// a transfer, Stop), so a master registry write fenced after it is
+	// expected, not news.
+	resigned atomic.Bool
 
 	clock clock.Clock // the election's
 	base  time.Time   // the election's origin of monotonic deadlines (node.base)

@@ -24,6 +24,7 @@ func (c *core) resign(ctx context.Context, l *mastership, handlerWait time.Durat
 	running := awaitHandlers(ctx, l, handlerWait) // the handlers had not returned when the wait ended
 	// IsMaster turns false before the release: the release notice wakes
 	// the slaves, and one of them may be master a round trip later.
+	l.resigned.Store(true)
 	l.deadline.Store(0)
 	if !c.cfg.Standalone {
 		rctx, cancel := c.cleanupContext(ctx)
