@@ -719,7 +719,7 @@ func poll(ctx context.Context, m *masterelection.MasterElection, o options, prob
 				out.write(faults.Record{Kind: faults.KindLost, Term: cur, T: lastTrue.end, Begin: lastTrue.begin, Seen: ob.begin})
 			}
 			if ob.term != 0 {
-				out.write(faults.Record{Kind: faults.KindAcquired, Term: ob.term, T: ob.begin})
+				out.write(faults.Record{Kind: faults.KindAcquired, Term: ob.term, T: ob.begin, Seen: ob.end})
 			}
 			cur = ob.term
 		}

@@ -665,7 +665,10 @@ func (c *checker) selfFencing() {
 		case KindLost, KindSent:
 			begin, end = r.Begin, r.T
 		case KindAcquired:
-			begin, end = r.T, r.T
+			// Term was called between T and Seen: a lock call sent by
+			// Seen may be the acquire that Term's answer comes from (the
+			// poller descheduled between its clock reading and the call).
+			begin, end = r.T, max(r.T, r.Seen)
 		case KindCtxLive, KindCtxDone:
 			// An observation that saw the ctx live.
 			begin, end = r.Begin, r.T

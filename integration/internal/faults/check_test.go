@@ -247,6 +247,20 @@ func TestCheck(t *testing.T) {
 			wants: []string{"self-fencing: a observed term 10 (lost) 49.999ms after its deadline bound"},
 		},
 		{
+			// The poller read its clock, was descheduled while the acquire
+			// went out and was answered, then called Term: the acquire's
+			// call is recorded after the observation began, before it ended.
+			name: "first sighting whose bracket holds the acquire",
+			h: history{start("a", 0), call("a", 0), acquired("a", 10, 1), lost("a", 10, 500),
+				{T: 2000 * ms, Seen: 2002 * ms, Proc: "a", Node: "a", Kind: KindAcquired, Term: 11}, call("a", 2001), lost("a", 11, 2500)},
+		},
+		{
+			name: "first sighting before the acquire was sent",
+			h: history{start("a", 0), call("a", 0), acquired("a", 10, 1), lost("a", 10, 500),
+				{T: 2000 * ms, Seen: 2001 * ms, Proc: "a", Node: "a", Kind: KindAcquired, Term: 11}, call("a", 2002), lost("a", 11, 2500)},
+			wants: []string{"self-fencing: a observed term 11 (acquired) 1.1s after its deadline bound"},
+		},
+		{
 			name:  "sent record past the deadline",
 			h:     history{start("a", 0), call("a", 0), acquired("a", 10, 1), {T: 905 * ms, Begin: 904 * ms, Proc: "a", Kind: KindSent, Term: 10, Seq: 1}, lost("a", 10, 800)},
 			wants: []string{"self-fencing: a observed term 10 (sent) 4ms after"},

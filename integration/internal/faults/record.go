@@ -42,7 +42,8 @@ const (
 	KindReady Kind = "ready"
 	// KindAcquired: the first observation in which Term returned Term. T is
 	// the instant just before that call (Begin of the observation), so the
-	// mastership cannot have been acted on before T.
+	// mastership cannot have been acted on before T; Seen, when set, the
+	// instant just after it.
 	KindAcquired Kind = "acquired"
 	// KindLost: the mastership Term ended. T is the instant just after the
 	// last call that still returned Term (the end of the last "true"
