@@ -2,15 +2,13 @@ package masterelection
 
 import (
 	"context"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/herdkit/herd/internal/testkit/dialgate"
 	"github.com/herdkit/herd/internal/testkit/redistest"
 )
 
@@ -121,7 +119,7 @@ func TestMasterStartDoesNotWaitForTheFeed(t *testing.T) {
 	for _, cn := range conns {
 		_ = cn.Close()
 	}
-	gate := &dialGate{open: make(chan struct{})}
+	gate := dialgate.New()
 	c.AddHook(gate)
 
 	m, err := New(c, testConfig("a"))
@@ -138,14 +136,14 @@ func TestMasterStartDoesNotWaitForTheFeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	t.Cleanup(gate.release) // first: a Stop waits for the feed's dial
+	t.Cleanup(gate.Open) // first: a Stop waits for the feed's dial
 	if startCtx.Err() != nil {
 		t.Fatal("Start returned only when its ctx ended: it waited for the feed's dial")
 	}
 	if !m.IsMaster() {
 		t.Fatal("the only candidate of a fresh lock is not master")
 	}
-	if n := gate.waiting.Load(); n < 1 {
+	if n := gate.Waiting(); n < 1 {
 		t.Fatal("Start returned with no dial waiting at the gate: the feed's connection was dialled")
 	}
 	subscribed := func() (n int) {
@@ -167,46 +165,13 @@ func TestMasterStartDoesNotWaitForTheFeed(t *testing.T) {
 	default:
 	}
 
-	gate.release()
+	gate.Open()
 	waitFor(t, "the feed subscribed", func() bool { return subscribed() == len(m.core.feedChannels()) })
 	select {
 	case err := <-errs:
 		t.Fatalf("error event: %v", err)
 	default:
 	}
-}
-
-// dialGate is a client hook that holds every dial until open is closed
-// (or the dial's ctx ends), counting the dials waiting.
-type dialGate struct {
-	open    chan struct{}
-	once    sync.Once
-	waiting atomic.Int32
-}
-
-// release opens the gate (once).
-func (g *dialGate) release() { g.once.Do(func() { close(g.open) }) }
-
-// DialHook implements redis.Hook.
-func (g *dialGate) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		g.waiting.Add(1)
-		defer g.waiting.Add(-1)
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return next(ctx, network, addr)
-	}
-}
-
-// ProcessHook implements redis.Hook.
-func (g *dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-// ProcessPipelineHook implements redis.Hook.
-func (g *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestStopWhileTheFeedDials: a master stopped while its feed's connection
@@ -234,9 +199,9 @@ func TestStopWhileTheFeedDials(t *testing.T) {
 	for _, cn := range conns {
 		_ = cn.Close()
 	}
-	gate := &dialGate{open: make(chan struct{})}
+	gate := dialgate.New()
 	c.AddHook(gate)
-	t.Cleanup(gate.release) // should Stop not end the dial
+	t.Cleanup(gate.Open) // should Stop not end the dial
 
 	m, err := New(c, testConfig("a"))
 	if err != nil {
@@ -245,13 +210,13 @@ func TestStopWhileTheFeedDials(t *testing.T) {
 	if err := m.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !m.IsMaster() || gate.waiting.Load() < 1 {
-		t.Fatalf("master %v with %d dials waiting, want master with the feed's dial waiting", m.IsMaster(), gate.waiting.Load())
+	if !m.IsMaster() || gate.Waiting() < 1 {
+		t.Fatalf("master %v with %d dials waiting, want master with the feed's dial waiting", m.IsMaster(), gate.Waiting())
 	}
 	stopCtx, stopCancel := context.WithTimeout(ctx, 10*time.Second)
 	defer stopCancel()
 	if err := m.Stop(stopCtx); err != nil {
 		t.Fatalf("Stop while the feed dials: %v", err)
 	}
-	waitFor(t, "the dial ended", func() bool { return gate.waiting.Load() == 0 })
+	waitFor(t, "the dial ended", func() bool { return gate.Waiting() == 0 })
 }

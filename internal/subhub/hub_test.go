@@ -3,11 +3,9 @@ package subhub_test
 import (
 	"context"
 	"errors"
-	"net"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/herdkit/herd/internal/subhub"
+	"github.com/herdkit/herd/internal/testkit/dialgate"
 	"github.com/herdkit/herd/internal/testkit/redistest"
 	"github.com/herdkit/herd/internal/testkit/tcpfault"
 )
@@ -438,7 +437,7 @@ func TestChangesDuringTheDial(t *testing.T) {
 	c := redis.NewClient(inst.Options())
 	t.Cleanup(func() { _ = c.Close() })
 	admin := inst.Client(t)
-	gate := &dialGate{open: make(chan struct{})}
+	gate := dialgate.New()
 	c.AddHook(gate)
 
 	// The first subscription starts the reader, whose dial waits at the gate.
@@ -450,7 +449,7 @@ func TestChangesDuringTheDial(t *testing.T) {
 		}
 		first <- err
 	}()
-	waitFor(t, "the dial at the gate", func() bool { return gate.waiting.Load() == 1 })
+	waitFor(t, "the dial at the gate", func() bool { return gate.Waiting() == 1 })
 
 	// Made and closed during the dial: its ctx ends before the dial does.
 	gone := make(chan struct{})
@@ -467,7 +466,7 @@ func TestChangesDuringTheDial(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("a subscription whose ctx ended during the dial did not return until the dial did")
 	}
-	if n := gate.waiting.Load(); n != 1 {
+	if n := gate.Waiting(); n != 1 {
 		t.Fatalf("%d dials at the gate, want the reader's (1)", n)
 	}
 
@@ -480,7 +479,7 @@ func TestChangesDuringTheDial(t *testing.T) {
 		}
 		second <- err
 	}()
-	gate.release()
+	gate.Open()
 	for _, ch := range []chan error{first, second} {
 		if err := <-ch; err != nil {
 			t.Fatal(err)
@@ -496,39 +495,6 @@ func TestChangesDuringTheDial(t *testing.T) {
 		}
 		return n["a"] == 1 && n["b"] == 1 && n["gone"] == 0
 	})
-}
-
-// dialGate is a client hook that holds every dial until the gate is
-// released (or the dial's ctx ends), counting the dials waiting.
-type dialGate struct {
-	open    chan struct{}
-	once    sync.Once
-	waiting atomic.Int32
-}
-
-// release opens the gate (once).
-func (g *dialGate) release() { g.once.Do(func() { close(g.open) }) }
-
-// DialHook implements redis.Hook.
-func (g *dialGate) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		g.waiting.Add(1)
-		defer g.waiting.Add(-1)
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return next(ctx, network, addr)
-	}
-}
-
-// ProcessHook implements redis.Hook.
-func (g *dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-// ProcessPipelineHook implements redis.Hook.
-func (g *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // waitFor waits (real time, at most waitLimit) until cond holds.
@@ -556,9 +522,9 @@ func TestRefusedChannelDuringTheDial(t *testing.T) {
 	o.Username, o.Password = "limited", "pw"
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
-	gate := &dialGate{open: make(chan struct{})}
+	gate := dialgate.New()
 	c.AddHook(gate)
-	t.Cleanup(gate.release)
+	t.Cleanup(gate.Open)
 
 	results := make(chan error, 2)
 	go func() {
@@ -568,7 +534,7 @@ func TestRefusedChannelDuringTheDial(t *testing.T) {
 		}
 		results <- err
 	}()
-	waitFor(t, "the dial at the gate", func() bool { return gate.waiting.Load() == 1 })
+	waitFor(t, "the dial at the gate", func() bool { return gate.Waiting() == 1 })
 	go func() {
 		s, err := subhub.Subscribe(testCtx(t), c, newRecorder().options(false, "b"))
 		if err == nil {
@@ -582,7 +548,7 @@ func TestRefusedChannelDuringTheDial(t *testing.T) {
 	defer refused.Wait()
 	defer stopRefused()
 	waitFor(t, "the three subscriptions made", func() bool { return len(subhub.HubChannels(c)) == 3 })
-	gate.release()
+	gate.Open()
 	for range 2 {
 		if err := <-results; err != nil {
 			t.Fatalf("a subscription to an allowed channel made during the dial: %v", err)
