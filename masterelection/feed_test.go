@@ -106,21 +106,7 @@ func TestMasterStartDoesNotWaitForTheFeed(t *testing.T) {
 	admin := inst.Client(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	// The command path's connections, dialled before the gate closes: four
-	// at once, then idle in the pool (Start needs fewer at a time).
-	var conns []*redis.Conn
-	for range 4 {
-		cn := c.Conn()
-		if err := cn.Ping(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, cn)
-	}
-	for _, cn := range conns {
-		_ = cn.Close()
-	}
-	gate := dialgate.New()
-	c.AddHook(gate)
+	gate := gateAfterWarming(ctx, t, c)
 
 	m, err := New(c, testConfig("a"))
 	if err != nil {
@@ -188,19 +174,7 @@ func TestStopWhileTheFeedDials(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	var conns []*redis.Conn
-	for range 4 {
-		cn := c.Conn()
-		if err := cn.Ping(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, cn)
-	}
-	for _, cn := range conns {
-		_ = cn.Close()
-	}
-	gate := dialgate.New()
-	c.AddHook(gate)
+	gate := gateAfterWarming(ctx, t, c)
 	t.Cleanup(gate.Open) // should Stop not end the dial
 
 	m, err := New(c, testConfig("a"))
@@ -219,4 +193,25 @@ func TestStopWhileTheFeedDials(t *testing.T) {
 		t.Fatalf("Stop while the feed dials: %v", err)
 	}
 	waitFor(t, "the dial ended", func() bool { return gate.Waiting() == 0 })
+}
+
+// gateAfterWarming dials the command path's connections of c before a
+// gate holds its later dials: four at once, then idle in the pool (Start
+// needs fewer at a time), so that the dial held is the feed's.
+func gateAfterWarming(ctx context.Context, t *testing.T, c *redis.Client) *dialgate.Gate {
+	t.Helper()
+	var conns []*redis.Conn
+	for range 4 {
+		cn := c.Conn()
+		if err := cn.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, cn)
+	}
+	for _, cn := range conns {
+		_ = cn.Close()
+	}
+	gate := dialgate.New()
+	c.AddHook(gate)
+	return gate
 }
