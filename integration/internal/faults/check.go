@@ -798,14 +798,16 @@ func (c *checker) failovers() {
 	}
 }
 
-// heldTime returns how long, within [a, b], every candidate process other
-// than crashed was held stopped by a pause-slave fault or cut off from
-// Redis by a blackhole or reset-peer on its link (and there was at
-// least one): no one could take over then.
+// heldTime returns how long, within [a, b], no one could take over: Redis
+// was stopped (redis-pause) or restarting (seed 1795974105028048371: a
+// 1.76 s redis-pause inside a blackhole's failover), or every candidate
+// process other than crashed was held stopped by a pause-slave fault or
+// cut off from Redis by a blackhole or reset-peer on its link (and there
+// was at least one).
 func (c *checker) heldTime(a, b int64, crashed string, lives map[string]*life, spans []span) time.Duration {
 	points := []int64{a, b}
 	for _, s := range spans {
-		if holds(s.kind) && s.peer != crashed {
+		if holds(s.kind) && s.peer != crashed || s.redisFault() {
 			points = append(points, s.from, s.to)
 		}
 	}
@@ -814,6 +816,9 @@ func (c *checker) heldTime(a, b int64, crashed string, lives map[string]*life, s
 	}
 	slices.Sort(points)
 	held := func(t int64) bool {
+		if slices.ContainsFunc(spans, func(s span) bool { return s.redisFault() && s.from <= t && s.to > t }) {
+			return true // Redis stopped or restarting: no one can take over
+		}
 		others := 0
 		for label, l := range lives {
 			if label == crashed || !l.candidate || l.twin || !l.spawned || l.spawn > t || l.dead != 0 && l.dead <= t {

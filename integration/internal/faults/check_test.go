@@ -387,6 +387,30 @@ func TestCheck(t *testing.T) {
 			},
 		},
 		{
+			// Seed 1795974105028048371: Redis paused for 1.76 s inside a
+			// blackhole's failover; the next master took the lock 29 ms
+			// after Redis answered again.
+			name: "failover leaves out the time Redis was paused",
+			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
+				call("a", 0), acquired("a", 10, 1), masterCut(harness(KindFault, 1, FaultBlackhole, "a", 100)), lost("a", 10, 101),
+				harness(KindFault, 2, FaultRedisPause, "", 700), harness(KindHeal, 2, FaultRedisPause, "", 2400),
+				call("b", 2430), acquired("b", 11, 2431), lost("b", 11, 2500)},
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) != 2 || r.Failovers[0].Duration != 631*time.Millisecond {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
+			name: "a Redis pause outside the failover does not excuse it",
+			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
+				call("a", 0), acquired("a", 10, 1), masterCut(harness(KindFault, 1, FaultBlackhole, "a", 100)), lost("a", 10, 101),
+				call("b", 2430), acquired("b", 11, 2431),
+				harness(KindFault, 2, FaultRedisPause, "", 2440), harness(KindHeal, 2, FaultRedisPause, "", 4200),
+				call("b", 4300), call("b", 5000), lost("b", 11, 5500)},
+			wants: []string{"failover: fault 1 (blackhole): next master after 2.331s"},
+		},
+		{
 			name: "a candidate under latency does not excuse a slow failover",
 			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
 				call("a", 0), acquired("a", 10, 1), masterCut(harness(KindFault, 1, FaultBlackhole, "a", 100)), lost("a", 10, 101),
