@@ -390,13 +390,34 @@ func TestCheck(t *testing.T) {
 			// Seed 1795974105028048371: Redis paused for 1.76 s inside a
 			// blackhole's failover; the next master took the lock 29 ms
 			// after Redis answered again.
-			name: "failover leaves out the time Redis was paused",
+			name: "a failover soon after a Redis pause that outlasted the lock passes",
 			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
 				call("a", 0), acquired("a", 10, 1), masterCut(harness(KindFault, 1, FaultBlackhole, "a", 100)), lost("a", 10, 101),
 				harness(KindFault, 2, FaultRedisPause, "", 700), harness(KindHeal, 2, FaultRedisPause, "", 2400),
 				call("b", 2430), acquired("b", 11, 2431), lost("b", 11, 2500)},
 			check: func(t *testing.T, r Report) {
-				if len(r.Failovers) != 2 || r.Failovers[0].Duration != 631*time.Millisecond {
+				if len(r.Failovers) != 2 || r.Failovers[0].Duration != 2331*time.Millisecond {
+					t.Errorf("failovers %+v", r.Failovers)
+				}
+			},
+		},
+		{
+			name: "a Redis pause that healed before the lock expired does not excuse a slow failover",
+			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
+				call("a", 0), acquired("a", 10, 1), masterCut(harness(KindFault, 1, FaultBlackhole, "a", 100)), lost("a", 10, 101),
+				harness(KindFault, 2, FaultRedisPause, "", 700), harness(KindHeal, 2, FaultRedisPause, "", 1200),
+				call("b", 2300), acquired("b", 11, 2301), lost("b", 11, 2400)},
+			wants: []string{"failover: fault 1 (blackhole): next master after 2.201s"},
+		},
+		{
+			name: "after a Redis pause a candidate held by another fault is left out",
+			h: history{harness(KindSpawn, 0, "", "a", 0), harness(KindSpawn, 0, "", "b", 0), start("a", 0), start("b", 0),
+				call("a", 0), acquired("a", 10, 1), masterCut(harness(KindFault, 1, FaultBlackhole, "a", 100)), lost("a", 10, 101),
+				harness(KindFault, 2, FaultRedisPause, "", 700), harness(KindHeal, 2, FaultRedisPause, "", 1900),
+				harness(KindFault, 3, FaultPauseSlave, "b", 1901), harness(KindHeal, 3, FaultPauseSlave, "b", 2800),
+				call("b", 2820), acquired("b", 11, 2821), lost("b", 11, 2900)},
+			check: func(t *testing.T, r Report) {
+				if len(r.Failovers) == 0 || r.Failovers[0].Duration != 1822*time.Millisecond {
 					t.Errorf("failovers %+v", r.Failovers)
 				}
 			},
