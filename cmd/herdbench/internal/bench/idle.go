@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 	"github.com/herdkit/herd/masterelection"
 )
 
-// IdleSet is the idle-cost rows (16a-16c): N elections on one lock, each on
+// IdleSet is the idle-cost rows (16a-16e): N elections on one lock, each on
 // a client of its own (no Subscriber), left Settle after every Start
 // returned (the first registrations, sweeps and checks behind them), then
 // idle for Window, with the library's defaults at LockTTL and with
@@ -69,7 +70,8 @@ func idleRows(ctx context.Context, env *Env, set IdleSet, progress io.Writer) []
 			return LargeHerd(masterelection.Config{LockName: lock, NodeID: id, LockTTL: set.LockTTL})
 		}},
 	}
-	samples := make([][]idleSample, len(configs))
+	samples := make([][]idleSample, len(configs)+1) // the last: the floor
+	var quiet []idleSample                          // Redis with no client but the admin's
 	var err error
 	for r := 0; r < set.Rounds && err == nil; r++ {
 		for i, c := range configs {
@@ -81,6 +83,17 @@ func idleRows(ctx context.Context, env *Env, set IdleSet, progress io.Writer) []
 			}
 			samples[i] = append(samples[i], s)
 		}
+		if err != nil {
+			break
+		}
+		fmt.Fprint(progress, " [floor]")
+		var s, none idleSample
+		if s, none, err = idleFloor(ctx, env, set); err != nil {
+			err = fmt.Errorf("floor, round %d: %w", r+1, err)
+			break
+		}
+		samples[len(configs)] = append(samples[len(configs)], s)
+		quiet = append(quiet, none)
 	}
 	perProc := func(s idleSample) float64 { return s.cpu / float64(set.N) * 1e6 }
 	mean := func(ss []idleSample, f func(idleSample) float64) float64 {
@@ -108,7 +121,7 @@ func idleRows(ctx context.Context, env *Env, set IdleSet, progress io.Writer) []
 			mean(ss, perProc), mean(ss, func(s idleSample) float64 { return s.cpu * 100 }),
 			mean(ss, func(s idleSample) float64 { return s.scripts }), mean(ss, func(s idleSample) float64 { return s.cmds }))
 	}
-	def, large := samples[0], samples[1]
+	def, large, floor := samples[0], samples[1], samples[2]
 	a := Row{ID: "16a", What: fmt.Sprintf("idle herd of %d, LockTTL %v: Redis CPU per process, the defaults (CheckInterval = HeartbeatInterval = LockTTL/3)", set.N, set.LockTTL),
 		N: len(def), Value: value(def), Goal: "—", Note: "Per round: " + list(def) + " µs/s."}
 	b := Row{ID: "16b", What: fmt.Sprintf("idle herd of %d, LockTTL %v: Redis CPU per process, the large-herd set (CheckInterval 2/3 LockTTL, SlaveTimeout LockTTL, ProcessTTL 2 × LockTTL)", set.N, set.LockTTL),
@@ -117,9 +130,20 @@ func idleRows(ctx context.Context, env *Env, set IdleSet, progress io.Writer) []
 	if m := mean(def, perProc); m > 0 && len(large) > 0 {
 		c.Value = fmt.Sprintf("%.2f", mean(large, perProc)/m)
 	}
-	a.Err, b.Err, c.Err = err, err, err
-	return group(fmt.Sprintf("N MasterElections on one lock, each on a go-redis client of its own (no Subscriber), every Start returned, then %v to settle; Redis INFO cpu (used_cpu_sys + used_cpu_user) and commandstats deltas over %v; the two sets take turns, %d round(s) each. The code before issue 36 (CheckInterval LockTTL/6, each check carrying the heartbeat every other time) cost 98.0 and 102.8 µs/s per process with the same probe on this machine (Redis 8.0.6, 1.98 script calls/s per process): ¼ of it is about 25 µs/s.",
-		set.Settle, set.Window, set.Rounds), []Row{a, b, c})
+	d := Row{ID: "16d", What: fmt.Sprintf("floor under 16a: %d clients, each sending one PING per LockTTL/3 (the defaults' call rate, no script): Redis CPU per client", set.N),
+		N: len(floor), Goal: "—", Note: "Per round: " + list(floor) + " µs/s."}
+	if len(floor) > 0 {
+		d.Value = fmt.Sprintf("%s; %.1f µs per PING; Redis with no client: %.2f%% of a core", value(floor),
+			mean(floor, perProc)/mean(floor, func(s idleSample) float64 { return s.cmds }),
+			mean(quiet, func(s idleSample) float64 { return s.cpu * 100 }))
+	}
+	e := Row{ID: "16e", What: "16a ÷ 16d", N: min(len(def), len(floor)), Goal: "—"}
+	if m := mean(floor, perProc); m > 0 && len(def) > 0 {
+		e.Value = fmt.Sprintf("%.2f", mean(def, perProc)/m)
+	}
+	a.Err, b.Err, c.Err, d.Err, e.Err = err, err, err, err, err
+	return group(fmt.Sprintf("N MasterElections on one lock, each on a go-redis client of its own (no Subscriber), every Start returned, then %v to settle; Redis INFO cpu (used_cpu_sys + used_cpu_user) and commandstats deltas over %v; the two sets and the floor take turns, %d round(s) each. The code before issue 36 (CheckInterval LockTTL/6, each check carrying the heartbeat every other time) cost 98.0 and 102.8 µs/s per process with the same probe on this machine (Redis 8.0.6, 1.98 script calls/s per process): ¼ of it is about 25 µs/s. 16d: the same number of clients, each waking Redis as often as a slave at the defaults does, with the cheapest command: what one call per LockTTL/3 costs Redis before any script runs.",
+		set.Settle, set.Window, set.Rounds), []Row{a, b, c, d, e})
 }
 
 // idleHerd starts set.N elections made by cfg on a fresh lock, lets them
@@ -176,6 +200,57 @@ func idleHerd(ctx context.Context, env *Env, set IdleSet, cfg func(lock, id stri
 	if err := sleep(ctx, set.Settle); err != nil {
 		return idleSample{}, err
 	}
+	return idleWindow(ctx, admin, set, set.N)
+}
+
+// idleFloor measures set.N clients, each sending one PING per LockTTL/3 (a
+// slave's call rate at the defaults) from a random phase, over one window
+// after set.Settle: the Redis CPU that waking Redis that often costs,
+// whatever the call; and, before they start, Redis with no other client
+// over one window (its own periodic work, in every row).
+func idleFloor(ctx context.Context, env *Env, set IdleSet) (floor, none idleSample, err error) {
+	admin := env.NewClient()
+	defer admin.Close()
+	if none, err = idleWindow(ctx, admin, set, 0); err != nil {
+		return idleSample{}, idleSample{}, err
+	}
+	every := set.LockTTL / 3
+	fctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for range set.N {
+		c := env.NewClient()
+		wg.Go(func() {
+			defer c.Close()
+			if err := sleep(fctx, rand.N(every)); err != nil {
+				return
+			}
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				_ = c.Ping(fctx).Err() // a failed PING shows as fewer commands in the sample
+				select {
+				case <-fctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	}
+	if err := sleep(ctx, set.Settle); err != nil {
+		return idleSample{}, idleSample{}, err
+	}
+	floor, err = idleWindow(ctx, admin, set, set.N)
+	return floor, none, err
+}
+
+// idleWindow samples Redis over set.Window: its CPU, and the script calls
+// and commands (INFO's own left out) per second per process of n (per
+// second when n is 0).
+func idleWindow(ctx context.Context, admin redis.UniversalClient, set IdleSet, n int) (idleSample, error) {
 	s0, err := snapScale(ctx, admin)
 	if err != nil {
 		return idleSample{}, err
@@ -189,10 +264,10 @@ func idleHerd(ctx context.Context, env *Env, set IdleSet, cfg func(lock, id stri
 	}
 	secs := s1.at.Sub(s0.at).Seconds()
 	executed := s1.cmdstats.Sub(s0.cmdstats)
-	n := float64(set.N)
+	per := float64(max(n, 1))
 	return idleSample{
 		cpu:     (s1.cpu - s0.cpu) / secs,
-		scripts: float64(executed["evalsha"]+executed["eval"]) / secs / n,
-		cmds:    float64(executed.Total("info")) / secs / n,
+		scripts: float64(executed["evalsha"]+executed["eval"]) / secs / per,
+		cmds:    float64(executed.Total("info")) / secs / per,
 	}, nil
 }

@@ -71,7 +71,7 @@ type Plan struct {
 	// ScaleSet is the scale row set of rows 13-15 (scale.go); no Sizes
 	// skips it.
 	ScaleSet ScaleSet
-	// IdleSet is the idle-cost rows 16a-16c (idle.go); N 0 skips them.
+	// IdleSet is the idle-cost rows 16a-16e (idle.go); N 0 skips them.
 	IdleSet IdleSet
 }
 
@@ -313,7 +313,7 @@ func Run(ctx context.Context, env *Env, server string, plan Plan, progress io.Wr
 		})
 	}
 	if plan.IdleSet.N > 0 {
-		step("idle", fmt.Sprintf("idle herd of %d: the defaults and the large-herd set", plan.IdleSet.N), func() []Row {
+		step("idle", fmt.Sprintf("idle herd of %d: the defaults, the large-herd set and the floor (PING)", plan.IdleSet.N), func() []Row {
 			return idleRows(ctx, env, plan.IdleSet, progress)
 		})
 	}
