@@ -18,8 +18,9 @@ import (
 // a client of its own (no Subscriber), left Settle after every Start
 // returned (the first registrations, sweeps and checks behind them), then
 // idle for Window, with the library's defaults at LockTTL and with
-// docs/tuning.md's large-herd set, taking turns Rounds times each so that
-// drift hits both alike.
+// docs/tuning.md's large-herd set; and the floor under the defaults, as
+// many clients sending one PING each per LockTTL/3. The three take turns
+// Rounds times each so that drift hits them alike.
 type IdleSet struct {
 	N       int
 	LockTTL time.Duration
