@@ -143,7 +143,7 @@ func idleRows(ctx context.Context, env *Env, set IdleSet, progress io.Writer) []
 		e.Value = fmt.Sprintf("%.2f", mean(def, perProc)/m)
 	}
 	a.Err, b.Err, c.Err, d.Err, e.Err = err, err, err, err, err
-	return group(fmt.Sprintf("N MasterElections on one lock, each on a go-redis client of its own (no Subscriber), every Start returned, then %v to settle; Redis INFO cpu (used_cpu_sys + used_cpu_user) and commandstats deltas over %v; the two sets and the floor take turns, %d round(s) each. The code before issue 36 (CheckInterval LockTTL/6, each check carrying the heartbeat every other time) cost 98.0 and 102.8 µs/s per process with the same probe on this machine (Redis 8.0.6, 1.98 script calls/s per process): ¼ of it is about 25 µs/s. 16d: the same number of clients, each waking Redis as often as a slave at the defaults does, with the cheapest command: what one call per LockTTL/3 costs Redis before any script runs.",
+	return group(fmt.Sprintf("N MasterElections on one lock, each on a go-redis client of its own (no Subscriber), every Start returned, then %v to settle; Redis INFO cpu (used_cpu_sys + used_cpu_user) and commandstats deltas over %v; the two sets and the floor take turns, %d round(s) each. The code before issue 36 (CheckInterval LockTTL/6, each check carrying the heartbeat every other time) cost 83.2-102.8 µs/s per process with the same probe on this machine over two sessions (Redis 8.0.6, 2.0 script calls/s per process): ¼ of it is 21-26 µs/s. 16d: the same number of clients, each waking Redis as often as a slave at the defaults does, with the cheapest command: what calls at that rate cost Redis all told (serving them and keeping the connections) before any script runs.",
 		set.Settle, set.Window, set.Rounds), []Row{a, b, c, d, e})
 }
 
