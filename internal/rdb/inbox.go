@@ -103,8 +103,15 @@ func InboxSend(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID st
 	if err != nil {
 		return nil, err
 	}
-	return entryIDs("inbox send", reply, len(msgs), fmt.Sprintf("inbox send of %d messages as %q with term %d", len(msgs), nodeID, term), map[int64]string{0: SentFull, -3: SentNotLive})
+	if reply == int64(-1) {
+		return nil, fmt.Errorf("inbox send of %d messages as %q with term %d: %w", len(msgs), nodeID, term, keyspace.ErrFenced)
+	}
+	return entryIDs("inbox send", reply, len(msgs), sentCodes)
 }
+
+// sentCodes are the integers inbox_send.lua answers for a message it did
+// not add, and the strings InboxSend returns for them.
+var sentCodes = map[int64]string{0: SentFull, -3: SentNotLive}
 
 // Move is one entry of InboxMove: its id in the inbox it leaves and the
 // inbox it goes to.
@@ -145,8 +152,15 @@ func InboxMove(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID st
 	if err != nil {
 		return nil, err
 	}
-	return entryIDs("inbox move", reply, len(moves), fmt.Sprintf("inbox move of %d entries from %q as %q with term %d", len(moves), from, nodeID, term), map[int64]string{0: MovedGone, -2: MovedDropped})
+	if reply == int64(-1) {
+		return nil, fmt.Errorf("inbox move of %d entries from %q as %q with term %d: %w", len(moves), from, nodeID, term, keyspace.ErrFenced)
+	}
+	return entryIDs("inbox move", reply, len(moves), movedCodes)
 }
+
+// movedCodes are the integers inbox_move.lua answers for an entry it did
+// not move, and the strings InboxMove returns for them.
+var movedCodes = map[int64]string{0: MovedGone, -2: MovedDropped}
 
 // moveCall checks moves and returns the KEYS and ARGV of inbox_move.lua for
 // them: each destination inbox is a key once, and each move names its
@@ -183,13 +197,10 @@ func checkMove(m Move, from string) error {
 	return nil
 }
 
-// entryIDs reads the reply of inbox_send.lua or inbox_move.lua: n entry ids
-// or integers, each replaced by its string in codes, or -1 when the caller
-// was fenced (an error wrapping keyspace.ErrFenced, prefixed with fenced).
-func entryIDs(name string, reply any, n int, fenced string, codes map[int64]string) ([]string, error) {
-	if reply == int64(-1) {
-		return nil, fmt.Errorf("%s: %w", fenced, keyspace.ErrFenced)
-	}
+// entryIDs reads the reply of inbox_send.lua, inbox_move.lua or
+// inbox_dead.lua, once the caller has dealt with the fenced reply (-1): n
+// entry ids or integers, each replaced by its string in codes.
+func entryIDs(name string, reply any, n int, codes map[int64]string) ([]string, error) {
 	arr, ok := array(reply, n)
 	if !ok {
 		return nil, unexpected(name, reply)
@@ -309,6 +320,10 @@ const (
 	DeadFieldInbox = "i"
 )
 
+// deadCodes are the integers inbox_dead.lua answers instead of a dead
+// letter's id: 0, the entry is gone.
+var deadCodes = map[int64]string{0: ""}
+
 // InboxDead runs inbox_dead.lua: it moves entry entryID of inbox to k.Dead
 // with the process that gives up, its deliveries and the last error, and
 // acknowledges and deletes it in inbox, in one atomic step. It returns the
@@ -321,7 +336,7 @@ func InboxDead(ctx context.Context, c redis.Scripter, k keyspace.Keys, group, in
 	if err != nil {
 		return "", err
 	}
-	ids, err := entryIDs("inbox dead", []any{reply}, 1, "", map[int64]string{0: ""})
+	ids, err := entryIDs("inbox dead", []any{reply}, 1, deadCodes)
 	if err != nil {
 		return "", err
 	}

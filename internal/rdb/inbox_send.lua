@@ -30,7 +30,8 @@
 --          up or an inbox key does not start with ARGV[4].
 --
 -- The cost of one call is what a producer pays per message, so the common
--- case does only what safety needs: the fence (two GETs), the registry
+-- case (one message, as Router.Send makes) does only what safety needs,
+-- with no table or closure of its own: the fence (two GETs), the registry
 -- check (HEXISTS, plus ZSCORE on the emulated registry), XLEN when there is
 -- a limit, and one XADD NOMKSTREAM. Only an inbox that does not exist yet
 -- is added to the inbox set (SADD) and created: every inbox that exists is
@@ -52,6 +53,26 @@ if stop then
 end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] or redis.pcall('GET', KEYS[2]) ~= ARGV[2] then
   return -1
+end
+-- One message, as every Router.Send makes: its common case, an inbox that
+-- exists, without the loop's caches (only a call that names an inbox twice
+-- needs them) and its closures, as the script's cost is what a producer
+-- pays per message. When the XADD is refused or the inbox does not exist
+-- yet, it wrote nothing: the loop below, which checks and adds again, deals
+-- with both.
+if n == 1 then
+  local k = KEYS[6]
+  if not isLive(KEYS[3], KEYS[4], string.sub(k, #prefix + 1)) then
+    return {-3}
+  end
+  local cap = tonumber(ARGV[3]) or 0
+  if cap > 0 and redis.call('XLEN', k) >= cap then
+    return {0}
+  end
+  local e = redis.pcall('XADD', k, 'NOMKSTREAM', '*', 't', ARGV[2], 'm', ARGV[5])
+  if type(e) == 'string' then
+    return {e}
+  end
 end
 local checked = false
 for i = 7, #KEYS do
