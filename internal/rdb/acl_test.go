@@ -121,11 +121,11 @@ func TestRefusedInboxScriptsWriteNothing(t *testing.T) {
 				t.Errorf("%s changed Redis: %v, want %v", what, after, before)
 			}
 		}
-		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("b"), Message: []byte(`{"id":"m3"}`)}})
+		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, true, []rdb.Queued{{Inbox: k.Inbox("b"), Message: []byte(`{"id":"m3"}`)}})
 		refused("inbox send to a new inbox", err)
-		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m3"}`)}})
+		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, true, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m3"}`)}})
 		refused("inbox send to an inbox that exists", err)
-		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m3"}`)}, {Inbox: k.Inbox("b"), Message: []byte(`{"id":"m4"}`)}})
+		_, err = rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, true, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m3"}`)}, {Inbox: k.Inbox("b"), Message: []byte(`{"id":"m4"}`)}})
 		refused("inbox send to two inboxes", err)
 		_, err = rdb.InboxMove(ctx, c, k, "n1", a.Term, "g", k.Inbox("a"), []rdb.Move{{EntryID: old, To: k.Inbox("b")}})
 		refused("inbox move", err)
@@ -169,7 +169,7 @@ func TestInboxSendToAnInboxTheUserMayNotWrite(t *testing.T) {
 		opts.Username, opts.Password = "onlya", "pw"
 		c := redis.NewClient(opts)
 		defer c.Close()
-		_, err := rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m1"}`)}, {Inbox: k.Inbox("b"), Message: []byte(`{"id":"m2"}`)}})
+		_, err := rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, true, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m1"}`)}, {Inbox: k.Inbox("b"), Message: []byte(`{"id":"m2"}`)}})
 		if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "XADD "+k.Inbox("b")) {
 			t.Errorf("send to a and b = %v, want NOPERM naming XADD to %s", err, k.Inbox("b"))
 		}
@@ -179,7 +179,7 @@ func TestInboxSendToAnInboxTheUserMayNotWrite(t *testing.T) {
 			}
 		}
 		// Alone, a's message goes.
-		ids, err := rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m1"}`)}})
+		ids, err := rdb.InboxSend(ctx, c, k, "n1", a.Term, 0, true, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte(`{"id":"m1"}`)}})
 		if err != nil || len(ids) != 1 || ids[0] == rdb.SentFull || ids[0] == rdb.SentNotLive {
 			t.Errorf("send to a alone = %q, %v; want a new entry", ids, err)
 		}

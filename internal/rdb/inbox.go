@@ -74,7 +74,9 @@ const (
 
 // InboxSend runs inbox_send.lua: if nodeID still holds the lock under term,
 // it adds every message whose inbox belongs to a live process (k.Processes,
-// and its deadline in k.ProcessesExpiry when it has one) to that inbox, in
+// and, with deadlines, its deadline in k.ProcessesExpiry when it has one:
+// deadlines is for the emulated registry; the other backends' Redis has
+// removed an expired entry already, so the check is left out) to that inbox, in
 // order, in one atomic step, adds those processes to k.Inboxes, and returns
 // the new entry id of each message, in order: SentFull for a message whose
 // inbox already held maxLen entries or more (maxLen 0 means no limit),
@@ -85,14 +87,18 @@ const (
 // The whole batch travels in one command: callers bound its size. Every
 // inbox must be a name built by k.Inbox (under Redis Cluster it then carries
 // k's hash tag).
-func InboxSend(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID string, term int64, maxLen int64, msgs []Queued) ([]string, error) {
+func InboxSend(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID string, term int64, maxLen int64, deadlines bool, msgs []Queued) ([]string, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
 	if maxLen < 0 {
 		return nil, fmt.Errorf("inbox send: maxLen %d is negative", maxLen)
 	}
-	keys := fencedInboxKeys(k, len(msgs))
+	keys := make([]string, 0, 5+len(msgs))
+	keys = append(keys, k.Master, k.Term, k.Processes, k.Inboxes)
+	if deadlines {
+		keys = append(keys, k.ProcessesExpiry)
+	}
 	args := make([]any, 0, 4+len(msgs))
 	args = append(args, nodeID, termArg(term), maxLen, k.Inbox(""))
 	for _, m := range msgs {
@@ -387,9 +393,10 @@ func deadRetryRefused(reply any, deadID, processID, termKey string) error {
 	return unexpected("dead retry", reply)
 }
 
-// fencedInboxKeys are the first KEYS of inbox_send.lua and
-// inbox_adopt.lua: the lock, the term, the registry's entries and
-// deadlines and the set of inboxes, with room for n inboxes after them.
+// fencedInboxKeys are the first KEYS of inbox_adopt.lua: the lock, the
+// term, the registry's entries and deadlines and the set of inboxes, with
+// room for n inboxes after them. (inbox_send.lua's put the set before the
+// deadlines, which it is given only on the emulated registry.)
 func fencedInboxKeys(k keyspace.Keys, n int) []string {
 	keys := make([]string, 0, 5+n)
 	return append(keys, k.Master, k.Term, k.Processes, k.ProcessesExpiry, k.Inboxes)

@@ -10,11 +10,16 @@
 -- KEYS[1] -> <prefix>:master            (string: bare node id of the master)
 -- KEYS[2] -> <prefix>:term              (string: last minted term)
 -- KEYS[3] -> <prefix>:processes         (hash: process id -> ProcessInfo JSON)
--- KEYS[4] -> <prefix>:processes:expiry  (sorted set: process id -> deadline
---                                        in ms; emulated registry only)
--- KEYS[5] -> <prefix>:inboxes           (set: process ids with an inbox)
--- KEYS[i+5] -> the inbox of message i, for i = 1 .. n (stream
---              <prefix>:inbox:<id>; a key may appear more than once)
+-- KEYS[4] -> <prefix>:inboxes           (set: process ids with an inbox)
+-- KEYS[5] -> <prefix>:processes:expiry  (sorted set: process id -> deadline
+--                                        in ms), only when the registry
+--                                        keeps its deadlines there (the
+--                                        emulated backend); the other
+--                                        backends' Redis expires entries
+--                                        itself, and the key is left out
+-- KEYS[f+i] -> the inbox of message i, for i = 1 .. n, f being 4, or 5 with
+--              the deadlines (stream <prefix>:inbox:<id>; a key may appear
+--              more than once)
 -- ARGV[1] -> node id of the sender
 -- ARGV[2] -> the sender's term, as a decimal string
 -- ARGV[3] -> the most entries an inbox may hold after the call (0: no limit)
@@ -27,12 +32,13 @@
 --          its process is not live in the registry (nothing added for either).
 --          Or the integer -1, and nothing is added, when the lock is not the
 --          sender's under that term. An error when KEYS and ARGV do not pair
---          up or an inbox key does not start with ARGV[4].
+--          up (n, the number of messages, is #ARGV - 4; f = #KEYS - n must be
+--          4 or 5) or an inbox key does not start with ARGV[4].
 --
 -- The cost of one call is what a producer pays per message, so the common
 -- case (one message, as Router.Send makes) does only what safety needs,
 -- with no table or closure of its own: the fence (two GETs), the registry
--- check (HEXISTS, plus ZSCORE on the emulated registry), XLEN when there is
+-- check (HEXISTS, plus ZSCORE with the deadlines key), XLEN when there is
 -- a limit, and one XADD NOMKSTREAM. Only an inbox that does not exist yet
 -- is added to the inbox set (SADD) and created: every inbox that exists is
 -- in the set, as herd writes them (a Consumer creates its inbox and joins
@@ -42,12 +48,17 @@
 -- refusal ends the script before anything was written), or on a new inbox
 -- the SADD and XADD, checked before (refused in writes.lua); when it writes
 -- to several, every write is checked before the first.
-local n = #KEYS - 5
-if n < 1 or n ~= #ARGV - 4 then
-  return redis.error_reply('ERR inbox_send: want one inbox key per message, got ' .. n .. ' keys and ' .. (#ARGV - 4) .. ' messages')
+local n = #ARGV - 4
+local first = #KEYS - n + 1
+if n < 1 or (first ~= 5 and first ~= 6) then
+  return redis.error_reply('ERR inbox_send: want 4 or 5 keys before one inbox key per message, got ' .. #KEYS .. ' keys and ' .. n .. ' messages')
+end
+local expiry = nil
+if first == 6 then
+  expiry = KEYS[5]
 end
 local prefix = ARGV[4]
-local stop = notInbox('inbox_send', prefix, 6)
+local stop = notInbox('inbox_send', prefix, first)
 if stop then
   return stop
 end
@@ -61,8 +72,8 @@ end
 -- yet, it wrote nothing: the loop below, which checks and adds again, deals
 -- with both.
 if n == 1 then
-  local k = KEYS[6]
-  if not isLive(KEYS[3], KEYS[4], string.sub(k, #prefix + 1)) then
+  local k = KEYS[first]
+  if not isLive(KEYS[3], expiry, string.sub(k, #prefix + 1)) then
     return {-3}
   end
   local cap = tonumber(ARGV[3]) or 0
@@ -75,15 +86,15 @@ if n == 1 then
   end
 end
 local checked = false
-for i = 7, #KEYS do
-  if KEYS[i] ~= KEYS[6] then
+for i = first + 1, #KEYS do
+  if KEYS[i] ~= KEYS[first] then
     checked = true
     break
   end
 end
 if checked then
-  local writes = {{'SADD', KEYS[5], 'x'}}
-  for i = 6, #KEYS do
+  local writes = {{'SADD', KEYS[4], 'x'}}
+  for i = first, #KEYS do
     writes[#writes + 1] = {'XADD', KEYS[i], '*', 't', '0', 'm', 'x'}
   end
   stop = refused('inbox send', writes)
@@ -103,11 +114,12 @@ local cap = tonumber(ARGV[3]) or 0
 local live = {}
 local len = {}
 local ids = {}
-for i = 6, #KEYS do
+for i = first, #KEYS do
   local k = KEYS[i]
+  local msg = ARGV[i - first + 5]
   local id = string.sub(k, #prefix + 1)
   if live[id] == nil then
-    live[id] = isLive(KEYS[3], KEYS[4], id)
+    live[id] = isLive(KEYS[3], expiry, id)
   end
   if cap > 0 and live[id] and len[k] == nil then
     len[k] = redis.call('XLEN', k)
@@ -117,7 +129,7 @@ for i = 6, #KEYS do
   elseif cap > 0 and len[k] >= cap then
     ids[#ids + 1] = 0
   else
-    local e = redis.pcall('XADD', k, 'NOMKSTREAM', '*', 't', term, 'm', ARGV[i - 1])
+    local e = redis.pcall('XADD', k, 'NOMKSTREAM', '*', 't', term, 'm', msg)
     if type(e) == 'table' then
       -- Refused (or the key holds another type): nothing was written when
       -- the writes were not checked before, as this is the first.
@@ -129,13 +141,13 @@ for i = 6, #KEYS do
     if not e then
       -- No inbox yet: it joins the set as it is created.
       if not checked then
-        stop = refused('inbox send', {{'SADD', KEYS[5], 'x'}, {'XADD', k, '*', 't', '0', 'm', 'x'}})
+        stop = refused('inbox send', {{'SADD', KEYS[4], 'x'}, {'XADD', k, '*', 't', '0', 'm', 'x'}})
         if stop then
           return stop
         end
       end
-      redis.call('SADD', KEYS[5], id)
-      e = redis.call('XADD', k, '*', 't', term, 'm', ARGV[i - 1])
+      redis.call('SADD', KEYS[4], id)
+      e = redis.call('XADD', k, '*', 't', term, 'm', msg)
     end
     ids[#ids + 1] = e
     if cap > 0 then

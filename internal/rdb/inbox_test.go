@@ -49,7 +49,7 @@ func TestInboxSendContract(t *testing.T) {
 	c.ZAdd(ctx, k.ProcessesExpiry, redis.Z{Member: "s2", Score: float64(now.Add(time.Minute).UnixMilli())})
 	msgs := []rdb.Queued{{Inbox: in1, Message: []byte("a")}, {Inbox: in2, Message: []byte("b")}, {Inbox: in1, Message: []byte("c")}, {Inbox: in1, Message: []byte("d")},
 		{Inbox: k.Inbox("ghost"), Message: []byte("e")}, {Inbox: k.Inbox("late"), Message: []byte("f")}}
-	ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 2, msgs)
+	ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 2, true, msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +58,15 @@ func TestInboxSendContract(t *testing.T) {
 	}
 	if n := c.Exists(ctx, k.Inbox("ghost"), k.Inbox("late")).Val(); n != 0 {
 		t.Errorf("%d inboxes of processes not live were created", n)
+	}
+	// One message takes the script's own path: the same answers.
+	for _, id := range []string{"ghost", "late"} {
+		if got, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 2, true, []rdb.Queued{{Inbox: k.Inbox(id), Message: []byte("g")}}); err != nil || len(got) != 1 || got[0] != rdb.SentNotLive {
+			t.Errorf("one message to %s = %q, %v; want it refused as not live", id, got, err)
+		}
+	}
+	if got, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 2, true, []rdb.Queued{{Inbox: in1, Message: []byte("g")}}); err != nil || len(got) != 1 || got[0] != rdb.SentFull {
+		t.Errorf("one message to the full inbox 1 = %q, %v; want it refused as full", got, err)
 	}
 	if got := c.SMembers(ctx, k.Inboxes).Val(); len(got) != 2 {
 		t.Errorf("inbox set %q; want s1 and s2", got)
@@ -70,7 +79,7 @@ func TestInboxSendContract(t *testing.T) {
 		name, node string
 		term       int64
 	}{{"other node", "x", a.Term}, {"old term", "m", a.Term - 1}, {"no term", "m", 0}} {
-		_, err := rdb.InboxSend(ctx, c, k, tc.node, tc.term, 0, msgs[:1])
+		_, err := rdb.InboxSend(ctx, c, k, tc.node, tc.term, 0, true, msgs[:1])
 		if !errors.Is(err, keyspace.ErrFenced) {
 			t.Errorf("%s: %v; want ErrFenced", tc.name, err)
 		}
@@ -78,10 +87,23 @@ func TestInboxSendContract(t *testing.T) {
 	if n := c.XLen(ctx, in1).Val(); n != 2 {
 		t.Errorf("inbox 1 holds %d entries after the fenced sends; want 2", n)
 	}
-	if ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, nil); ids != nil || err != nil {
+	// Without deadlines (a registry whose entries Redis expires itself) the
+	// sorted set is not read: late's entry, still in the hash, counts as
+	// live, as the registry's own reads count it then.
+	for _, batch := range [][]rdb.Queued{{{Inbox: k.Inbox("late"), Message: []byte("h")}},
+		{{Inbox: k.Inbox("late"), Message: []byte("i")}, {Inbox: k.Inbox("ghost"), Message: []byte("j")}}} {
+		got, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, false, batch)
+		if err != nil || len(got) != len(batch) || got[0] == rdb.SentNotLive || got[0] == rdb.SentFull || (len(got) > 1 && got[1] != rdb.SentNotLive) {
+			t.Errorf("%d messages without deadlines = %q, %v; want late's added, ghost's refused", len(batch), got, err)
+		}
+	}
+	if n := c.XLen(ctx, k.Inbox("late")).Val(); n != 2 {
+		t.Errorf("late's inbox holds %d entries; want 2", n)
+	}
+	if ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, true, nil); ids != nil || err != nil {
 		t.Errorf("empty batch: %v, %v", ids, err)
 	}
-	if _, err := rdb.InboxSend(ctx, c, k, "m", a.Term, -1, msgs); err == nil {
+	if _, err := rdb.InboxSend(ctx, c, k, "m", a.Term, -1, true, msgs); err == nil {
 		t.Error("negative maxLen accepted")
 	}
 }
@@ -98,7 +120,7 @@ func TestInboxMoveContract(t *testing.T) {
 	}
 	from, to := k.Inbox("dead"), k.Inbox("live")
 	live(t, c, k, "dead")
-	ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, []rdb.Queued{{Inbox: from, Message: []byte("x")}, {Inbox: from, Message: []byte("y")}})
+	ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, true, []rdb.Queued{{Inbox: from, Message: []byte("x")}, {Inbox: from, Message: []byte("y")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +203,7 @@ func TestInboxAdoptContract(t *testing.T) {
 	in1 := k.Inbox("s1")
 	var old []string
 	for _, m := range []string{"x", "y", "z"} {
-		ids, err := rdb.InboxSend(ctx, c, k, "a", a.Term, 0, []rdb.Queued{{Inbox: in1, Message: []byte(m)}, {Inbox: k.Inbox("s2"), Message: []byte(m)}})
+		ids, err := rdb.InboxSend(ctx, c, k, "a", a.Term, 0, true, []rdb.Queued{{Inbox: in1, Message: []byte(m)}, {Inbox: k.Inbox("s2"), Message: []byte(m)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +273,7 @@ func TestDeadLetterContract(t *testing.T) {
 	}
 	live(t, c, k, "s1")
 	in := k.Inbox("s1")
-	ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, []rdb.Queued{{Inbox: in, Message: []byte("poison")}})
+	ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, true, []rdb.Queued{{Inbox: in, Message: []byte("poison")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +326,7 @@ func TestLoadCachesTheInboxScripts(t *testing.T) {
 	live(t, c, k, "a")
 	h := &wiretap.Tap{}
 	c.AddHook(h)
-	ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte("x")}})
+	ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, true, []rdb.Queued{{Inbox: k.Inbox("a"), Message: []byte("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +354,7 @@ func TestInboxSendCost(t *testing.T) {
 		a := masterOf(ctx, t, c, k, "m", "p1")
 		send := func() {
 			t.Helper()
-			ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 1000, []rdb.Queued{{Inbox: k.Inbox("p1"), Message: []byte(`{"id":"x"}`)}})
+			ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 1000, true, []rdb.Queued{{Inbox: k.Inbox("p1"), Message: []byte(`{"id":"x"}`)}})
 			if err != nil || len(ids) != 1 || ids[0] == rdb.SentFull || ids[0] == rdb.SentNotLive {
 				t.Fatalf("send = %q, %v", ids, err)
 			}
@@ -369,6 +391,20 @@ func TestInboxSendCost(t *testing.T) {
 		delete(warm, "info")
 		if want := (benchkit.CommandStats{"evalsha": n, "get": 2 * n, "hexists": n, "zscore": n, "time": n, "xlen": n, "xadd": n}); !maps.Equal(warm, want) {
 			t.Errorf("%d sends to an inbox that exists ran %v, want %v", n, warm, want)
+		}
+		// Without deadlines (a backend whose entries Redis expires), no
+		// ZSCORE and no TIME.
+		before = calls()
+		for range n {
+			ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 1000, false, []rdb.Queued{{Inbox: k.Inbox("p1"), Message: []byte(`{"id":"x"}`)}})
+			if err != nil || len(ids) != 1 || ids[0] == rdb.SentFull || ids[0] == rdb.SentNotLive {
+				t.Fatalf("send without deadlines = %q, %v", ids, err)
+			}
+		}
+		warm = calls().Sub(before)
+		delete(warm, "info")
+		if want := (benchkit.CommandStats{"evalsha": n, "get": 2 * n, "hexists": n, "xlen": n, "xadd": n}); !maps.Equal(warm, want) {
+			t.Errorf("%d sends without deadlines ran %v, want %v", n, warm, want)
 		}
 	})
 }

@@ -59,14 +59,16 @@ end
 -- isLive(processes, expiry, id) tells whether process id is live in the
 -- registry: it has an entry in the hash processes (<prefix>:processes) and
 -- its deadline in the sorted set expiry (<prefix>:processes:expiry, in ms;
--- emulated registry only), when it has one, has not passed. The server's
--- clock is read once per script, when a deadline is first compared.
+-- emulated registry only), when it has one, has not passed. expiry is nil
+-- when the caller knows the registry keeps no deadlines there (its backend
+-- has Redis expire each entry). The server's clock is read once per
+-- script, when a deadline is first compared.
 local nowMs
 local function isLive(processes, expiry, id)
   if redis.call('HEXISTS', processes, id) == 0 then
     return false
   end
-  local deadline = redis.call('ZSCORE', expiry, id)
+  local deadline = expiry and redis.call('ZSCORE', expiry, id)
   if not deadline then
     return true
   end
