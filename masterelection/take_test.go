@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,9 +153,10 @@ func TestTakeAnsweredAfterItsDeadline(t *testing.T) {
 	w := newWorld(t)
 	cfg := testConfig("a")
 	var a *peer
-	var took string
+	var took atomic.Value // the term key when the take was answered (the hook's goroutine)
 	a = w.nodeWith(cfg, afterTake(func(_ context.Context, cmd redis.Cmder, ran error) error {
-		took, _ = w.mr.Get(a.keys.Term)
+		term, _ := w.mr.Get(a.keys.Term)
+		took.Store(term)
 		a.clk.Advance(cfg.LockTTL) // the answer comes late, on this process's clock
 		return ran
 	}))
@@ -165,7 +167,23 @@ func TestTakeAnsweredAfterItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.until(a.IsMaster, 2*cfg.LockTTL, 50*time.Millisecond, "a master", a)
-	if first := a.rec.terms[0]; strconv.FormatInt(first, 10) == took {
-		t.Errorf("master-acquired of term %s, the late take's, whose deadline had passed", took)
+	// The event runner delivers master-acquired on its own goroutine: read
+	// the recorded terms under the recorder's lock, once there is one.
+	first := func() (int64, bool) {
+		a.rec.mu.Lock()
+		defer a.rec.mu.Unlock()
+		if len(a.rec.terms) == 0 {
+			return 0, false
+		}
+		return a.rec.terms[0], true
+	}
+	w.until(func() bool { _, ok := first(); return ok }, 2*cfg.LockTTL, 50*time.Millisecond, "master-acquired recorded", a)
+	term, _ := first()
+	late, _ := took.Load().(string)
+	if late == "" {
+		t.Fatal("the hook never saw the take answered")
+	}
+	if strconv.FormatInt(term, 10) == late {
+		t.Errorf("master-acquired of term %s, the late take's, whose deadline had passed", late)
 	}
 }
