@@ -146,6 +146,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 
 	if cfg.onlySends {
 		r.rows = append(r.rows, sendRows(ctx, rs.Addr, cfg.sends)...)
+		r.rows = append(r.rows, instructionRows(ctx, cfg.server)...)
 		r.elapsed = time.Since(start)
 		return r, nil
 	}
@@ -214,6 +215,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 	if p := cfg.sends; p.messages > 0 && p.workers > 0 && p.rounds > 0 {
 		log.Printf("durable sends beside task enqueues (%d rounds of %d, %d workers)", p.rounds, p.messages, p.workers)
 		r.rows = append(r.rows, sendRows(ctx, rs.Addr, p)...)
+		r.rows = append(r.rows, instructionRows(ctx, cfg.server)...)
 	}
 	r.elapsed = time.Since(start)
 	return r, nil

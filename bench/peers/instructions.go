@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herdkit/herd/durable"
+	"github.com/herdkit/herd/internal/testkit/redisproc"
+	"github.com/herdkit/herd/masterelection"
+)
+
+// instructionCalls is how many calls of each kind the instruction rows
+// count: enough that what Redis does on its own schedule (serverCron, at
+// hz 1 here) is a small part of each call's share.
+const instructionCalls = 2000
+
+// instructionRows counts the CPU instructions Redis runs per call (rows
+// 5n-5p): a durable Router.Send, asynq's Client.Enqueue and a PING, each
+// taking turns twice on one redis-server started under valgrind's
+// callgrind, which counts only while the calls run. Unlike the times of
+// rows 5g-5i, the counts do not move with what else the machine does: the
+// same binary and calls give the same count within a percent or two. No
+// rows when valgrind is not installed.
+func instructionRows(ctx context.Context, server string) []row {
+	for _, tool := range []string{"valgrind", "callgrind_control", "callgrind_annotate"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			log.Printf("rows 5n-5p skipped: %s not found (Debian's valgrind package has the three tools)", tool)
+			return nil
+		}
+	}
+	log.Printf("Redis instructions per call under callgrind (%d calls of each, twice)", instructionCalls)
+	got, err := countInstructions(ctx, server)
+	send := &row{id: "5n", what: "durable send inside Redis: CPU instructions per Router.Send (callgrind)", peer: "herd", store: "redis", err: err}
+	enqueue := row{id: "5o", what: "task enqueue inside Redis: CPU instructions per Client.Enqueue (callgrind)", peer: "hibiken/asynq", store: "redis", err: err, herd: send}
+	ping := row{id: "5p", what: "Redis PING: CPU instructions per call (callgrind), the floor of any call", peer: "go-redis", store: "redis", err: err, herd: send}
+	if err == nil {
+		for x, n := range map[*row]float64{send: got.send, &enqueue: got.enqueue, &ping: got.ping} {
+			x.x = n
+			x.value = fmt.Sprintf("%.1fk (%.1f× PING)", n/1000, n/got.ping)
+		}
+		send.note = fmt.Sprintf("%s; a master and one registered slave (masterelection, LockTTL 60s so that no renewal falls in the count), a durable.Router on the master's client, the slave's inbox created; the payload as 5a's. Redis runs inbox_send.lua (the %s registry: %s). Counted by callgrind_control around %d sends, then %d enqueues, then %d PINGs, twice in that order; the smaller of each kind's two counts, over its calls: everything the server ran meanwhile, reading the command, the script and writing the reply.", got.server, got.backend, deadlineNote(got.backend == "emulated"), instructionCalls, instructionCalls, instructionCalls)
+		enqueue.note = "As 5n: asynq's Client.Enqueue of the same payload to queue default (its enqueue script: EXISTS, HSET of the task, LPUSH), no Server running."
+		ping.note = "As 5n: PING through go-redis, one connection; what reading a command and writing a reply costs Redis."
+	}
+	return []row{*send, enqueue, ping}
+}
+
+// deadlineNote says what inbox_send's registry check runs.
+func deadlineNote(deadlines bool) string {
+	if deadlines {
+		return "HEXISTS, ZSCORE and TIME for the slave's deadline"
+	}
+	return "HEXISTS alone, Redis expiring the entries itself"
+}
+
+// instructions are the counts of rows 5n-5p: instructions Redis ran per
+// call of each kind, the server they ran on, and the master's registry
+// backend.
+type instructions struct {
+	send, enqueue, ping float64
+	server, backend     string
+}
+
+// countInstructions starts server under callgrind and counts the
+// instructions per call of each kind.
+func countInstructions(ctx context.Context, server string) (got instructions, err error) {
+	cg, err := startCallgrind(ctx, server)
+	if err != nil {
+		return got, err
+	}
+	defer cg.close()
+	c := redis.NewClient(redisOptions(cg.addr))
+	defer c.Close()
+
+	cfg := masterelection.DefaultConfig()
+	cfg.LockName, cfg.LockTTL = "herdpeers-instructions", time.Minute
+	cfg.HeartbeatInterval, cfg.CheckInterval = 20*time.Second, 20*time.Second
+	cfg.NodeID = "master"
+	master, err := masterelection.New(c, cfg)
+	if err == nil {
+		err = master.Start(ctx)
+	}
+	if err != nil {
+		return got, fmt.Errorf("herd master under callgrind: %w", err)
+	}
+	defer stopElection(ctx, master)
+	sc := redis.NewClient(redisOptions(cg.addr))
+	defer sc.Close()
+	scfg := cfg
+	scfg.NodeID, scfg.NonCandidate = "worker", true
+	slave, err := masterelection.New(sc, scfg)
+	if err == nil {
+		err = slave.Start(ctx)
+	}
+	if err != nil {
+		return got, fmt.Errorf("herd slave under callgrind: %w", err)
+	}
+	defer stopElection(ctx, slave)
+	router, err := durable.NewRouter(c, master, nil, durable.Config{LockName: cfg.LockName})
+	if err != nil {
+		return got, err
+	}
+	// The slave's Consumer would create its inbox; it is closed before the
+	// count so that no read wakes during it.
+	con, err := durable.NewConsumer(sc, "worker", durable.Config{LockName: cfg.LockName, Terms: slave, Holds: slave.HoldsNodeID})
+	if err == nil {
+		err = con.Start(ctx)
+	}
+	if err != nil {
+		return got, fmt.Errorf("herd consumer under callgrind: %w", err)
+	}
+	_ = con.Close()
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: cg.addr})
+	defer client.Close()
+
+	kinds := []struct {
+		into *float64
+		name string
+		call func(i int) error
+	}{
+		{&got.send, "send", func(i int) error {
+			_, err := router.Send(ctx, "worker", "job", job{N: i, Kind: "resize"})
+			return err
+		}},
+		{&got.enqueue, "enqueue", func(i int) error {
+			payload, err := json.Marshal(job{N: i, Kind: "resize"})
+			if err == nil {
+				_, err = client.EnqueueContext(ctx, asynq.NewTask("job", payload))
+			}
+			return err
+		}},
+		{&got.ping, "ping", func(int) error { return c.Ping(ctx).Err() }},
+	}
+	for round := range 2 {
+		for _, k := range kinds {
+			for i := range 50 { // warm: scripts cached, queues known
+				if err := k.call(i); err != nil {
+					return got, fmt.Errorf("%s: %w", k.name, err)
+				}
+			}
+			n, err := cg.count(ctx, func() error {
+				for i := range instructionCalls {
+					if err := k.call(i); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return got, fmt.Errorf("%s: %w", k.name, err)
+			}
+			if per := float64(n) / instructionCalls; round == 0 || per < *k.into {
+				*k.into = per
+			}
+		}
+	}
+	got.backend = "none"
+	if reg := master.Registry(); reg != nil {
+		got.backend = string(reg.Backend())
+	}
+	got.server = cg.name + " under valgrind --tool=callgrind (hz 1)"
+	return got, nil
+}
+
+// stopElection stops e within a few seconds.
+func stopElection(ctx context.Context, e *masterelection.MasterElection) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = e.Stop(sctx)
+}
+
+// callgrindServer is a redis-server run under callgrind with counting off
+// until count turns it on.
+type callgrindServer struct {
+	name, addr, dir string
+	cmd             *exec.Cmd
+}
+
+func startCallgrind(ctx context.Context, server string) (*callgrindServer, error) {
+	name, err := redisproc.Version(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	port, err := redisproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "herdpeers-callgrind-")
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=" + filepath.Join(dir, "callgrind.out.%p"), server},
+		append(redisproc.Args(port, dir), "--hz", "1")...)
+	cmd := exec.Command("valgrind", args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start valgrind: %w", err)
+	}
+	s := &callgrindServer{name: name, addr: redisproc.Addr(port), dir: dir, cmd: cmd}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := redisproc.InfoServer(s.addr, time.Second); err == nil {
+			return s, nil
+		} else if time.Now().After(deadline) {
+			s.close()
+			return nil, fmt.Errorf("%s under callgrind did not answer within 60s: %w", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// count zeroes callgrind's counters, turns counting on, runs calls, turns
+// it off and returns the instructions counted meanwhile.
+func (s *callgrindServer) count(ctx context.Context, calls func() error) (int64, error) {
+	pid := strconv.Itoa(s.cmd.Process.Pid)
+	for _, op := range []string{"-z", "-i"} {
+		args := []string{op, pid}
+		if op == "-i" {
+			args = []string{"-i", "on", pid}
+		}
+		if out, err := exec.CommandContext(ctx, "callgrind_control", args...).CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("callgrind_control %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	err := calls()
+	if out, cerr := exec.CommandContext(ctx, "callgrind_control", "-i", "off", pid).CombinedOutput(); cerr != nil {
+		return 0, fmt.Errorf("callgrind_control -i off: %w: %s", cerr, out)
+	}
+	if err != nil {
+		return 0, err
+	}
+	before, _ := filepath.Glob(filepath.Join(s.dir, "callgrind.out.*"))
+	if out, err := exec.CommandContext(ctx, "callgrind_control", "-d", pid).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("callgrind_control -d: %w: %s", err, out)
+	}
+	dump, err := newDump(s.dir, before)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(dump)
+	return programTotal(ctx, dump)
+}
+
+// newDump returns the dump file in dir that is not among before.
+func newDump(dir string, before []string) (string, error) {
+	for range 100 {
+		now, _ := filepath.Glob(filepath.Join(dir, "callgrind.out.*"))
+		for _, f := range now {
+			if !contains(before, f) {
+				if st, err := os.Stat(f); err == nil && st.Size() > 0 {
+					return f, nil
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "", errors.New("callgrind_control -d wrote no dump within 5s")
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// programTotal reads the PROGRAM TOTALS line of callgrind_annotate's
+// report of dump: the instructions counted.
+func programTotal(ctx context.Context, dump string) (int64, error) {
+	out, err := exec.CommandContext(ctx, "callgrind_annotate", dump).Output()
+	if err != nil {
+		return 0, fmt.Errorf("callgrind_annotate: %w", err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "PROGRAM TOTALS") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			break
+		}
+		n, err := strconv.ParseInt(strings.ReplaceAll(f[0], ",", ""), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("callgrind_annotate: PROGRAM TOTALS %q: %w", line, err)
+		}
+		return n, nil
+	}
+	return 0, errors.New("callgrind_annotate: no PROGRAM TOTALS line")
+}
+
+func (s *callgrindServer) close() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-done
+		}
+	}
+	_ = os.RemoveAll(s.dir)
+}
