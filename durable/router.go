@@ -127,11 +127,12 @@ func (r *Router) store(ctx context.Context, term int64, items []route.Item) ([]e
 	return errs, nil
 }
 
-// deadlines tells whether inbox_send is to check the registry's deadlines
-// (Keys.ProcessesExpiry) to tell a live slave: unless the mastership's
-// registry is known to use a backend whose entries Redis expires itself,
-// as the registry's own reads then do not check them either. It saves the
-// script a command per send on Redis 7.4+ and Valkey 9.
+// deadlines tells whether the inbox scripts (inbox_send, and the sweep's
+// inbox_adopt, so that the two agree on who is live) are to check the
+// registry's deadlines (Keys.ProcessesExpiry) to tell a live process:
+// unless the mastership's registry is known to use a backend whose entries
+// Redis expires itself (native, hpexpire), as the registry's own reads then
+// do not check them either. It saves each send a command there.
 func (r *Router) deadlines() bool {
 	src, ok := r.mastership.(registrySource)
 	if !ok {

@@ -196,7 +196,7 @@ func (r *Router) adopt(ctx context.Context, term int64) (res Swept, gone []strin
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), sweepChunk)]
 		res.Calls++
-		states, err := rdb.InboxAdopt(ctx, r.client, r.keys, self, term, keyspace.InboxGroup, a.mode(), r.cfg.ReassignBatch, chunk)
+		states, err := rdb.InboxAdopt(ctx, r.client, r.keys, self, term, keyspace.InboxGroup, a.mode(), r.cfg.ReassignBatch, r.deadlines(), chunk)
 		if err != nil {
 			return res, a.gone, own, fmt.Errorf("sweep: %w", err) // matches ErrNotMaster too when fenced
 		}

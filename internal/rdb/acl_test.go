@@ -129,7 +129,7 @@ func TestRefusedInboxScriptsWriteNothing(t *testing.T) {
 		refused("inbox send to two inboxes", err)
 		_, err = rdb.InboxMove(ctx, c, k, "n1", a.Term, "g", k.Inbox("a"), []rdb.Move{{EntryID: old, To: k.Inbox("b")}})
 		refused("inbox move", err)
-		_, err = rdb.InboxAdopt(ctx, c, k, "n1", a.Term, "g", rdb.AdoptKeep, 10, []string{"a"})
+		_, err = rdb.InboxAdopt(ctx, c, k, "n1", a.Term, "g", rdb.AdoptKeep, 10, true, []string{"a"})
 		refused("inbox adopt", err)
 		_, err = rdb.InboxDead(ctx, c, k, "g", k.Inbox("a"), old, "a", 3, "boom")
 		refused("inbox dead", err)

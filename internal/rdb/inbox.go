@@ -266,7 +266,9 @@ type InboxState struct {
 // each entry written under an older term, at most budget entries in all,
 // and returns what it found in each inbox, in the order of ids. It returns
 // keyspace.ErrFenced, and changes nothing, otherwise. Empty ids make no call.
-func InboxAdopt(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID string, term int64, group string, mode AdoptMode, budget int, ids []string) ([]InboxState, error) {
+// deadlines says, as for InboxSend, whether a process's liveness includes
+// its deadline in k.ProcessesExpiry (the emulated registry).
+func InboxAdopt(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID string, term int64, group string, mode AdoptMode, budget int, deadlines bool, ids []string) ([]InboxState, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -277,7 +279,11 @@ func InboxAdopt(ctx context.Context, c redis.Scripter, k keyspace.Keys, nodeID s
 	for _, id := range ids {
 		keys = append(keys, k.Inbox(id))
 	}
-	reply, err := run(ctx, c, inboxAdoptScript, "inbox adopt", keys, nodeID, termArg(term), group, k.Inbox(""), budget, string(mode))
+	flag := "0"
+	if deadlines {
+		flag = "1"
+	}
+	reply, err := run(ctx, c, inboxAdoptScript, "inbox adopt", keys, nodeID, termArg(term), group, k.Inbox(""), budget, string(mode), flag)
 	if err != nil {
 		return nil, err
 	}
@@ -395,8 +401,8 @@ func deadRetryRefused(reply any, deadID, processID, termKey string) error {
 
 // fencedInboxKeys are the first KEYS of inbox_adopt.lua: the lock, the
 // term, the registry's entries and deadlines and the set of inboxes, with
-// room for n inboxes after them. (inbox_send.lua's put the set before the
-// deadlines, which it is given only on the emulated registry.)
+// room for n inboxes after them. (InboxSend orders its own: the set comes
+// before the deadlines key, which it sends only on the emulated registry.)
 func fencedInboxKeys(k keyspace.Keys, n int) []string {
 	keys := make([]string, 0, 5+n)
 	return append(keys, k.Master, k.Term, k.Processes, k.ProcessesExpiry, k.Inboxes)

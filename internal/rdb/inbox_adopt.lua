@@ -32,6 +32,9 @@
 --            inbox key is the process id
 -- ARGV[5] -> the most entries this call adopts or drops, over all inboxes
 -- ARGV[6] -> "adopt" or "drop"
+-- ARGV[7] -> "1" to look up a process's deadline in KEYS[4] (the emulated
+--            registry), "0" when the caller's registry has Redis expire its
+--            entries (KEYS[4] is then not read), as inbox_send.lua decides
 -- Returns: the integer -1, and nothing is changed, when the lock is not the
 --          caller's under that term; otherwise an array of four integers per
 --          inbox, in order: state (0: the inbox is gone; 1: no entry of an
@@ -54,12 +57,16 @@ if stop then
 end
 local term = tonumber(ARGV[2])
 local budget = tonumber(ARGV[5]) or 0
+local expiry = nil
+if ARGV[7] == '1' then
+  expiry = KEYS[4]
+end
 local out = {}
 for i = 6, #KEYS do
   local k = KEYS[i]
   local id = string.sub(k, #prefix + 1)
   local live = 0
-  if isLive(KEYS[3], KEYS[4], id) then
+  if isLive(KEYS[3], expiry, id) then
     live = 1
   end
   local state, n, bad = 1, 0, 0

@@ -12,11 +12,11 @@
 -- KEYS[3] -> <prefix>:processes         (hash: process id -> ProcessInfo JSON)
 -- KEYS[4] -> <prefix>:inboxes           (set: process ids with an inbox)
 -- KEYS[5] -> <prefix>:processes:expiry  (sorted set: process id -> deadline
---                                        in ms), only when the registry
---                                        keeps its deadlines there (the
---                                        emulated backend); the other
---                                        backends' Redis expires entries
---                                        itself, and the key is left out
+--                                        in ms), when the registry keeps
+--                                        its deadlines there (the emulated
+--                                        backend) or the caller cannot tell;
+--                                        left out when its backend has
+--                                        Redis expire entries itself
 -- KEYS[f+i] -> the inbox of message i, for i = 1 .. n, f being 4, or 5 with
 --              the deadlines (stream <prefix>:inbox:<id>; a key may appear
 --              more than once)
@@ -33,7 +33,8 @@
 --          Or the integer -1, and nothing is added, when the lock is not the
 --          sender's under that term. An error when KEYS and ARGV do not pair
 --          up (n, the number of messages, is #ARGV - 4; f = #KEYS - n must be
---          4 or 5) or an inbox key does not start with ARGV[4].
+--          4 or 5, and KEYS[5] no inbox key when it is 5) or an inbox key does
+--          not start with ARGV[4].
 --
 -- The cost of one call is what a producer pays per message, so the common
 -- case (one message, as Router.Send makes) does only what safety needs,
@@ -53,11 +54,16 @@ local first = #KEYS - n + 1
 if n < 1 or (first ~= 5 and first ~= 6) then
   return redis.error_reply('ERR inbox_send: want 4 or 5 keys before one inbox key per message, got ' .. #KEYS .. ' keys and ' .. n .. ' messages')
 end
+local prefix = ARGV[4]
 local expiry = nil
 if first == 6 then
+  -- An inbox key there is a call with a key too many or a message too few:
+  -- refused, rather than each message added to the next message's inbox.
   expiry = KEYS[5]
+  if string.sub(expiry, 1, #prefix) == prefix then
+    return redis.error_reply('ERR inbox_send: key ' .. expiry .. ' in the place of the deadlines key is an inbox: got ' .. #KEYS .. ' keys and ' .. n .. ' messages')
+  end
 end
-local prefix = ARGV[4]
 local stop = notInbox('inbox_send', prefix, first)
 if stop then
   return stop

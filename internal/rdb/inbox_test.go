@@ -218,10 +218,10 @@ func TestInboxAdoptContract(t *testing.T) {
 	if err != nil || b.Term <= a.Term {
 		t.Fatal(b, err)
 	}
-	if _, err := rdb.InboxAdopt(ctx, c, k, "a", a.Term, keyspace.InboxGroup, rdb.AdoptKeep, 10, []string{"s1"}); !errors.Is(err, keyspace.ErrFenced) {
+	if _, err := rdb.InboxAdopt(ctx, c, k, "a", a.Term, keyspace.InboxGroup, rdb.AdoptKeep, 10, true, []string{"s1"}); !errors.Is(err, keyspace.ErrFenced) {
 		t.Fatalf("adopt by the deposed master: %v; want ErrFenced", err)
 	}
-	st, err := rdb.InboxAdopt(ctx, c, k, "b", b.Term, keyspace.InboxGroup, rdb.AdoptKeep, 2, []string{"s1", "s2", "nothing"})
+	st, err := rdb.InboxAdopt(ctx, c, k, "b", b.Term, keyspace.InboxGroup, rdb.AdoptKeep, 2, true, []string{"s1", "s2", "nothing"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestInboxAdoptContract(t *testing.T) {
 	if len(st) != 3 || st[0] != want[0] || st[1] != want[1] || st[2] != want[2] {
 		t.Fatalf("states %+v; want %+v", st, want)
 	}
-	st, err = rdb.InboxAdopt(ctx, c, k, "b", b.Term, keyspace.InboxGroup, rdb.AdoptKeep, 10, []string{"s1"})
+	st, err = rdb.InboxAdopt(ctx, c, k, "b", b.Term, keyspace.InboxGroup, rdb.AdoptKeep, 10, true, []string{"s1"})
 	if err != nil || len(st) != 1 || st[0] != (rdb.InboxState{Live: true, Taken: 1}) {
 		t.Fatalf("second call: %+v, %v", st, err)
 	}
@@ -249,14 +249,14 @@ func TestInboxAdoptContract(t *testing.T) {
 	if p := c.XPending(ctx, in1, keyspace.InboxGroup).Val(); p.Count != 0 {
 		t.Errorf("%d entries still pending under their old ids", p.Count)
 	}
-	st, err = rdb.InboxAdopt(ctx, c, k, "b", b.Term, keyspace.InboxGroup, rdb.AdoptDrop, 10, []string{"s1", "s2"})
+	st, err = rdb.InboxAdopt(ctx, c, k, "b", b.Term, keyspace.InboxGroup, rdb.AdoptDrop, 10, true, []string{"s1", "s2"})
 	if err != nil || st[0] != (rdb.InboxState{Live: true}) || st[1] != (rdb.InboxState{Gone: true, Taken: 3}) {
 		t.Fatalf("drop: %+v, %v", st, err)
 	}
 	if c.Exists(ctx, k.Inbox("s2")).Val() != 0 || c.SIsMember(ctx, k.Inboxes, "s2").Val() || c.SIsMember(ctx, k.Inboxes, "nothing").Val() {
 		t.Error("the emptied inbox of a process not live, or an id without an inbox, remains")
 	}
-	if _, err := rdb.InboxAdopt(ctx, c, k, "b", b.Term, keyspace.InboxGroup, "keep", 10, []string{"s1"}); err == nil {
+	if _, err := rdb.InboxAdopt(ctx, c, k, "b", b.Term, keyspace.InboxGroup, "keep", 10, true, []string{"s1"}); err == nil {
 		t.Error("an unknown mode was accepted")
 	}
 }
@@ -405,6 +405,93 @@ func TestInboxSendCost(t *testing.T) {
 		delete(warm, "info")
 		if want := (benchkit.CommandStats{"evalsha": n, "get": 2 * n, "hexists": n, "xlen": n, "xadd": n}); !maps.Equal(warm, want) {
 			t.Errorf("%d sends without deadlines ran %v, want %v", n, warm, want)
+		}
+	})
+}
+
+// TestInboxSendOnEveryServer: on each real server, one message (the
+// script's own path) and a batch write the term and the envelope; the
+// deadlines key decides whether a process past its deadline, still in the
+// hash, is live, for inbox_send and inbox_adopt alike, so that the sends
+// and the master's sweep agree; a call whose keys and messages do not pair
+// up is refused and writes nothing.
+func TestInboxSendOnEveryServer(t *testing.T) {
+	redistest.ForEachServer(t, func(t *testing.T, s redistest.Server) {
+		c := redistest.Start(t, s).Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		k := keyspace.NewKeys("svc", false)
+		a := masterOf(ctx, t, c, k, "m", "s1")
+		// late: in the hash, its deadline passed (the emulated registry
+		// between a death and the next read, or a deadline left behind).
+		if err := c.HSet(ctx, k.Processes, "late", "{}").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctx, k.ProcessesExpiry, redis.Z{Member: "late", Score: 1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		entries := func(inbox string) []redis.XMessage {
+			t.Helper()
+			es, err := c.XRange(ctx, inbox, "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return es
+		}
+		send := func(deadlines bool, msgs ...rdb.Queued) []string {
+			t.Helper()
+			ids, err := rdb.InboxSend(ctx, c, k, "m", a.Term, 0, deadlines, msgs)
+			if err != nil || len(ids) != len(msgs) {
+				t.Fatalf("send = %q, %v", ids, err)
+			}
+			return ids
+		}
+		// One message: a new inbox (the loop creates it), then one that exists.
+		for _, m := range []string{"one", "two"} {
+			if id := send(true, rdb.Queued{Inbox: k.Inbox("s1"), Message: []byte(m)})[0]; id == rdb.SentFull || id == rdb.SentNotLive {
+				t.Fatalf("one message to s1: %q", id)
+			}
+		}
+		if es := entries(k.Inbox("s1")); len(es) != 2 || es[1].Values["m"] != "two" || es[1].Values["t"] != strTerm(a.Term) {
+			t.Errorf("s1's inbox %+v; want one then two, under term %d", es, a.Term)
+		}
+		// Without deadlines late is live: one message and a batch reach it.
+		send(false, rdb.Queued{Inbox: k.Inbox("late"), Message: []byte("three")})
+		send(false, rdb.Queued{Inbox: k.Inbox("late"), Message: []byte("four")}, rdb.Queued{Inbox: k.Inbox("s1"), Message: []byte("five")})
+		es := entries(k.Inbox("late"))
+		if len(es) != 2 || es[0].Values["m"] != "three" || es[1].Values["m"] != "four" || es[0].Values["t"] != strTerm(a.Term) || es[1].Values["t"] != strTerm(a.Term) {
+			t.Errorf("late's inbox %+v; want three then four, under term %d", es, a.Term)
+		}
+		// With deadlines it is not, though its inbox exists.
+		if id := send(true, rdb.Queued{Inbox: k.Inbox("late"), Message: []byte("six")})[0]; id != rdb.SentNotLive {
+			t.Errorf("one message to late with deadlines: %q; want it refused as not live", id)
+		}
+		if n := len(entries(k.Inbox("late"))); n != 2 {
+			t.Errorf("late's inbox holds %d entries after the refusal; want 2", n)
+		}
+		// The sweep's adoption agrees with the sends on each side.
+		for _, deadlines := range []bool{false, true} {
+			st, err := rdb.InboxAdopt(ctx, c, k, "m", a.Term, keyspace.InboxGroup, rdb.AdoptKeep, 10, deadlines, []string{"late"})
+			if err != nil || len(st) != 1 || st[0].Live == deadlines {
+				t.Errorf("adopt with deadlines %v: %+v, %v; want late live %v", deadlines, st, err, !deadlines)
+			}
+		}
+		// Keys and messages that do not pair up: one inbox key too many
+		// behind the four fixed keys (it would take the deadlines key's
+		// place), and too few keys.
+		before := len(entries(k.Inbox("s1")))
+		bad := [][]string{
+			{k.Master, k.Term, k.Processes, k.Inboxes, k.Inbox("nobody"), k.Inbox("s1"), k.Inbox("s1")},
+			{k.Master, k.Term, k.Processes, k.Inbox("s1")},
+		}
+		for _, keys := range bad {
+			_, err := rdb.InboxSendScript.Run(ctx, c, keys, "m", strTerm(a.Term), 0, k.Inbox(""), "x", "y").Result()
+			if err == nil || !strings.Contains(err.Error(), "inbox_send") {
+				t.Errorf("%d keys for two messages: %v; want inbox_send's error", len(keys), err)
+			}
+		}
+		if n := len(entries(k.Inbox("s1"))); n != before {
+			t.Errorf("s1's inbox went from %d to %d entries by refused calls", before, n)
 		}
 	})
 }
