@@ -41,7 +41,8 @@ bench:
 ## bench-peers: herd against what a user would pick instead, in one run:
 ## etcd's concurrency.Election on an embedded etcd, leader loops on
 ## bsm/redislock and go-redsync/redsync, and the specification's polling,
-## and a durable Router.Send against hibiken/asynq's enqueue (rows 5a-5m),
+## and a durable Router.Send against hibiken/asynq's enqueue (rows 5a-5p;
+## 5n-5p count Redis's instructions under valgrind, skipped without it),
 ## on a redis-server it starts itself (REDIS_SERVER=/path/to/redis-server
 ## for another). A module of its own (bench/peers, built on demand), so
 ## herd's go.mod does not depend on the peers; it measures the working

@@ -23,8 +23,9 @@ import (
 )
 
 // instructionCalls is how many calls of each kind the instruction rows
-// count: enough that what Redis does on its own schedule (serverCron, at
-// hz 1 here) is a small part of each call's share.
+// count (-quick counts 100): enough that what Redis does on its own
+// schedule (serverCron, at hz 1 here) is a small part of each call's
+// share.
 const instructionCalls = 2000
 
 // instructionRows counts the CPU instructions Redis runs per call (rows
@@ -34,34 +35,36 @@ const instructionCalls = 2000
 // rows 5g-5i, the counts do not move with what else the machine does: the
 // same binary and calls give the same count within a percent or two. No
 // rows when valgrind is not installed.
-func instructionRows(ctx context.Context, server string) []row {
+func instructionRows(ctx context.Context, server string, calls int) []row {
 	for _, tool := range []string{"valgrind", "callgrind_control", "callgrind_annotate"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			log.Printf("rows 5n-5p skipped: %s not found (Debian's valgrind package has the three tools)", tool)
 			return nil
 		}
 	}
-	log.Printf("Redis instructions per call under callgrind (%d calls of each, twice)", instructionCalls)
-	got, err := countInstructions(ctx, server)
+	log.Printf("Redis instructions per call under callgrind (%d calls of each, twice)", calls)
+	got, err := countInstructions(ctx, server, calls)
 	send := &row{id: "5n", what: "durable send inside Redis: CPU instructions per Router.Send (callgrind)", peer: "herd", store: "redis", err: err}
 	enqueue := row{id: "5o", what: "task enqueue inside Redis: CPU instructions per Client.Enqueue (callgrind)", peer: "hibiken/asynq", store: "redis", err: err, herd: send}
 	ping := row{id: "5p", what: "Redis PING: CPU instructions per call (callgrind), the floor of any call", peer: "go-redis", store: "redis", err: err, herd: send}
 	if err == nil {
-		for x, n := range map[*row]float64{send: got.send, &enqueue: got.enqueue, &ping: got.ping} {
+		for x, n := range map[*row]float64{send: got.send.min(), &enqueue: got.enqueue.min(), &ping: got.ping.min()} {
 			x.x = n
-			x.value = fmt.Sprintf("%.1fk (%.1f× PING)", n/1000, n/got.ping)
+			x.value = fmt.Sprintf("%.1fk (%.1f× PING)", n/1000, n/got.ping.min())
 		}
-		send.note = fmt.Sprintf("%s; a master and one registered slave (masterelection, LockTTL 60s so that no renewal falls in the count), a durable.Router on the master's client, the slave's inbox created; the payload as 5a's. Redis runs inbox_send.lua (the %s registry: %s). Counted by callgrind_control around %d sends, then %d enqueues, then %d PINGs, twice in that order; the smaller of each kind's two counts, over its calls: everything the server ran meanwhile, reading the command, the script and writing the reply.", got.server, got.backend, deadlineNote(got.backend == "emulated"), instructionCalls, instructionCalls, instructionCalls)
-		enqueue.note = "As 5n: asynq's Client.Enqueue of the same payload to queue default (its enqueue script: EXISTS, HSET of the task, LPUSH), no Server running."
-		ping.note = "As 5n: PING through go-redis, one connection; what reading a command and writing a reply costs Redis."
+		send.note = fmt.Sprintf("%s; a master and one registered slave (masterelection, LockTTL 30m: its renewals, checks, heartbeats and sweeps come minutes apart, none in a count), a durable.Router on the master's client, the slave's inbox created; the payload as 5a's. Redis runs inbox_send.lua (the %s registry: %s). Counted by callgrind_control around %d sends, then %d enqueues, then %d PINGs, twice in that order; each row gives the smaller of its kind's two counts, over its calls: everything the server ran meanwhile, reading the command, the script and writing the reply. The two rounds: %s.", got.server, got.backend, deadlineNote(got.backend), calls, calls, calls, got.send.text())
+		enqueue.note = "As 5n: asynq's Client.Enqueue of the same payload to queue default (its enqueue script: EXISTS, HSET of the task, LPUSH), no Server running. The two rounds: " + got.enqueue.text() + "."
+		ping.note = "As 5n: PING through go-redis, one connection; what reading a command and writing a reply costs Redis. The two rounds: " + got.ping.text() + "."
 	}
 	return []row{*send, enqueue, ping}
 }
 
-// deadlineNote says what inbox_send's registry check runs.
-func deadlineNote(deadlines bool) string {
-	if deadlines {
-		return "HEXISTS, ZSCORE and TIME for the slave's deadline"
+// deadlineNote says what inbox_send's registry check runs for a master
+// whose registry backend is backend ("none": the Router cannot tell, and
+// checks deadlines).
+func deadlineNote(backend string) string {
+	if backend == "emulated" || backend == "none" {
+		return "HEXISTS, and ZSCORE with TIME for the slave's deadline"
 	}
 	return "HEXISTS alone, Redis expiring the entries itself"
 }
@@ -70,13 +73,34 @@ func deadlineNote(deadlines bool) string {
 // call of each kind, the server they ran on, and the master's registry
 // backend.
 type instructions struct {
-	send, enqueue, ping float64
+	send, enqueue, ping rounds
 	server, backend     string
+}
+
+// rounds are one kind's counts per call, one per round.
+type rounds []float64
+
+// min is the smallest count.
+func (r rounds) min() float64 {
+	m := r[0]
+	for _, x := range r[1:] {
+		m = min(m, x)
+	}
+	return m
+}
+
+// text lists the counts: "78.8k, 79.1k".
+func (r rounds) text() string {
+	parts := make([]string, len(r))
+	for i, x := range r {
+		parts[i] = fmt.Sprintf("%.1fk", x/1000)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // countInstructions starts server under callgrind and counts the
 // instructions per call of each kind.
-func countInstructions(ctx context.Context, server string) (got instructions, err error) {
+func countInstructions(ctx context.Context, server string, calls int) (got instructions, err error) {
 	cg, err := startCallgrind(ctx, server)
 	if err != nil {
 		return got, err
@@ -85,9 +109,10 @@ func countInstructions(ctx context.Context, server string) (got instructions, er
 	c := redis.NewClient(redisOptions(cg.addr))
 	defer c.Close()
 
+	// LockTTL alone rescales the other timings: renewals, checks,
+	// heartbeats and sweeps minutes apart, none within a count.
 	cfg := masterelection.DefaultConfig()
-	cfg.LockName, cfg.LockTTL = "herdpeers-instructions", time.Minute
-	cfg.HeartbeatInterval, cfg.CheckInterval = 20*time.Second, 20*time.Second
+	cfg.LockName, cfg.LockTTL = "herdpeers-instructions", 30*time.Minute
 	cfg.NodeID = "master"
 	master, err := masterelection.New(c, cfg)
 	if err == nil {
@@ -127,7 +152,7 @@ func countInstructions(ctx context.Context, server string) (got instructions, er
 	defer client.Close()
 
 	kinds := []struct {
-		into *float64
+		into *rounds
 		name string
 		call func(i int) error
 	}{
@@ -144,7 +169,7 @@ func countInstructions(ctx context.Context, server string) (got instructions, er
 		}},
 		{&got.ping, "ping", func(int) error { return c.Ping(ctx).Err() }},
 	}
-	for round := range 2 {
+	for range 2 {
 		for _, k := range kinds {
 			for i := range 50 { // warm: scripts cached, queues known
 				if err := k.call(i); err != nil {
@@ -152,7 +177,7 @@ func countInstructions(ctx context.Context, server string) (got instructions, er
 				}
 			}
 			n, err := cg.count(ctx, func() error {
-				for i := range instructionCalls {
+				for i := range calls {
 					if err := k.call(i); err != nil {
 						return err
 					}
@@ -162,9 +187,13 @@ func countInstructions(ctx context.Context, server string) (got instructions, er
 			if err != nil {
 				return got, fmt.Errorf("%s: %w", k.name, err)
 			}
-			if per := float64(n) / instructionCalls; round == 0 || per < *k.into {
-				*k.into = per
+			per := float64(n) / float64(calls)
+			if per < 1000 {
+				// Less than a PING's share: counting was not on (callgrind_control
+				// reports its failures on its output, not its exit code).
+				return got, fmt.Errorf("%s: callgrind counted %.0f instructions per call: counting was not on for the calls", k.name, per)
 			}
+			*k.into = append(*k.into, per)
 		}
 	}
 	got.backend = "none"
@@ -187,8 +216,13 @@ func stopElection(ctx context.Context, e *masterelection.MasterElection) {
 type callgrindServer struct {
 	name, addr, dir string
 	cmd             *exec.Cmd
+	out             *redisproc.TailBuffer // valgrind's and the server's output
+	exited          chan struct{}         // closed when the process ended
 }
 
+// startCallgrind starts server under callgrind on a free port and waits
+// until it answers as the process started (another server could take the
+// port between the pick and the bind).
 func startCallgrind(ctx context.Context, server string) (*callgrindServer, error) {
 	name, err := redisproc.Version(ctx, server)
 	if err != nil {
@@ -206,47 +240,76 @@ func startCallgrind(ctx context.Context, server string) (*callgrindServer, error
 		append(redisproc.Args(port, dir), "--hz", "1")...)
 	cmd := exec.Command("valgrind", args...)
 	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = nil, nil
+	out := &redisproc.TailBuffer{Limit: 16 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = redisproc.SysProcAttr() // killed with this program
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start valgrind: %w", err)
 	}
-	s := &callgrindServer{name: name, addr: redisproc.Addr(port), dir: dir, cmd: cmd}
+	s := &callgrindServer{name: name, addr: redisproc.Addr(port), dir: dir, cmd: cmd, out: out, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	want := "process_id:" + strconv.Itoa(cmd.Process.Pid)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := redisproc.InfoServer(s.addr, time.Second); err == nil {
+		info, err := redisproc.InfoServer(s.addr, time.Second)
+		if err == nil && strings.Contains(info, want) {
 			return s, nil
-		} else if time.Now().After(deadline) {
-			s.close()
-			return nil, fmt.Errorf("%s under callgrind did not answer within 60s: %w", name, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		if err == nil {
+			err = fmt.Errorf("another server answers on %s", s.addr)
+		}
+		select {
+		case <-s.exited:
+			s.close()
+			return nil, fmt.Errorf("%s under callgrind exited before it answered: %s", name, strings.TrimSpace(out.String()))
+		case <-ctx.Done():
+			s.close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.close()
+			return nil, fmt.Errorf("%s under callgrind did not answer within 60s: %w; output: %s", name, err, strings.TrimSpace(out.String()))
+		}
 	}
+}
+
+// control runs callgrind_control with args on the server's process. The
+// tool exits 0 on most failures and says so on its output, so that is read
+// too.
+func (s *callgrindServer) control(ctx context.Context, args ...string) error {
+	args = append(args, strconv.Itoa(s.cmd.Process.Pid))
+	out, err := exec.CommandContext(ctx, "callgrind_control", args...).CombinedOutput()
+	text := string(out)
+	if err == nil && (strings.Contains(text, "Error") || strings.Contains(text, "No active") || strings.Contains(text, "not detected")) {
+		err = errors.New("it reports a failure")
+	}
+	if err != nil {
+		return fmt.Errorf("callgrind_control %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(text))
+	}
+	return nil
 }
 
 // count zeroes callgrind's counters, turns counting on, runs calls, turns
 // it off and returns the instructions counted meanwhile.
 func (s *callgrindServer) count(ctx context.Context, calls func() error) (int64, error) {
-	pid := strconv.Itoa(s.cmd.Process.Pid)
-	for _, op := range []string{"-z", "-i"} {
-		args := []string{op, pid}
-		if op == "-i" {
-			args = []string{"-i", "on", pid}
-		}
-		if out, err := exec.CommandContext(ctx, "callgrind_control", args...).CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("callgrind_control %s: %w: %s", strings.Join(args, " "), err, out)
-		}
+	if err := s.control(ctx, "-z"); err != nil {
+		return 0, err
+	}
+	if err := s.control(ctx, "-i", "on"); err != nil {
+		return 0, err
 	}
 	err := calls()
-	if out, cerr := exec.CommandContext(ctx, "callgrind_control", "-i", "off", pid).CombinedOutput(); cerr != nil {
-		return 0, fmt.Errorf("callgrind_control -i off: %w: %s", cerr, out)
+	if cerr := s.control(ctx, "-i", "off"); cerr != nil {
+		return 0, cerr
 	}
 	if err != nil {
 		return 0, err
 	}
 	before, _ := filepath.Glob(filepath.Join(s.dir, "callgrind.out.*"))
-	if out, err := exec.CommandContext(ctx, "callgrind_control", "-d", pid).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("callgrind_control -d: %w: %s", err, out)
+	if err := s.control(ctx, "-d"); err != nil {
+		return 0, err
 	}
 	dump, err := newDump(s.dir, before)
 	if err != nil {
@@ -298,6 +361,9 @@ func programTotal(ctx context.Context, dump string) (int64, error) {
 		if len(f) == 0 {
 			break
 		}
+		if f[0] == "." { // nothing counted
+			return 0, nil
+		}
 		n, err := strconv.ParseInt(strings.ReplaceAll(f[0], ",", ""), 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("callgrind_annotate: PROGRAM TOTALS %q: %w", line, err)
@@ -308,16 +374,12 @@ func programTotal(ctx context.Context, dump string) (int64, error) {
 }
 
 func (s *callgrindServer) close() {
-	if s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = s.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-done
-		}
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
 	}
 	_ = os.RemoveAll(s.dir)
 }

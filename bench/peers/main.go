@@ -49,9 +49,10 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench-peers: ")
+	instructions := instructionCalls
 	if *quick {
 		*roundTrips, *solo, *handoverN, *crashN, *idleWindow, *out = 100, 5, 5, 2, 3*time.Second, ""
-		*sends, *sendRounds = 200, 1
+		*sends, *sendRounds, instructions = 200, 1, 100
 	}
 	if *onlySends {
 		*out = ""
@@ -69,6 +70,7 @@ func main() {
 		server: *server, roundTrips: *roundTrips, uncontested: *solo, handovers: *handoverN,
 		crashes: *crashN, ttl: *ttl, idleWindow: *idleWindow, idleProcesses: *idleProcs,
 		sends: sendPlan{messages: *sends, workers: *sendWorkers, rounds: *sendRounds}, onlySends: *onlySends,
+		instructionCalls: instructions,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -96,6 +98,7 @@ type config struct {
 	ttl, idleWindow                    time.Duration
 	sends                              sendPlan
 	onlySends                          bool
+	instructionCalls                   int // calls counted per kind in rows 5n-5p
 }
 
 // display names of the peers in the table.
@@ -146,7 +149,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 
 	if cfg.onlySends {
 		r.rows = append(r.rows, sendRows(ctx, rs.Addr, cfg.sends)...)
-		r.rows = append(r.rows, instructionRows(ctx, cfg.server)...)
+		r.rows = append(r.rows, instructionRows(ctx, cfg.server, cfg.instructionCalls)...)
 		r.elapsed = time.Since(start)
 		return r, nil
 	}
@@ -215,7 +218,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 	if p := cfg.sends; p.messages > 0 && p.workers > 0 && p.rounds > 0 {
 		log.Printf("durable sends beside task enqueues (%d rounds of %d, %d workers)", p.rounds, p.messages, p.workers)
 		r.rows = append(r.rows, sendRows(ctx, rs.Addr, p)...)
-		r.rows = append(r.rows, instructionRows(ctx, cfg.server)...)
+		r.rows = append(r.rows, instructionRows(ctx, cfg.server, cfg.instructionCalls)...)
 	}
 	r.elapsed = time.Since(start)
 	return r, nil

@@ -41,11 +41,14 @@
 --          older term is left; 2: the budget ran out before its walk ended),
 --          live (1 when its process is live), the entries adopted or
 --          dropped, and the entries without m deleted.
---          An error when ARGV[6] is no mode or an inbox key does not start
---          with ARGV[4].
+--          An error when ARGV[6] is no mode, ARGV[7] neither "0" nor "1", or
+--          an inbox key does not start with ARGV[4].
 local prefix, mode = ARGV[4], ARGV[6]
 if mode ~= 'adopt' and mode ~= 'drop' then
   return redis.error_reply('ERR inbox_adopt: mode ' .. tostring(mode) .. ' is neither adopt nor drop')
+end
+if ARGV[7] ~= '0' and ARGV[7] ~= '1' then
+  return redis.error_reply('ERR inbox_adopt: deadlines ' .. tostring(ARGV[7]) .. ' is neither 0 nor 1')
 end
 -- The inbox keys checked, then the fence, then every write checked against
 -- the user's ACL before the first one (writes.lua).
