@@ -114,24 +114,18 @@ func countInstructions(ctx context.Context, server string, calls int) (got instr
 	cfg := masterelection.DefaultConfig()
 	cfg.LockName, cfg.LockTTL = "herdpeers-instructions", 30*time.Minute
 	cfg.NodeID = "master"
-	master, err := masterelection.New(c, cfg)
-	if err == nil {
-		err = master.Start(ctx)
-	}
+	master, err := startElection(ctx, c, cfg)
 	if err != nil {
-		return got, fmt.Errorf("herd master under callgrind: %w", err)
+		return got, err
 	}
 	defer stopElection(ctx, master)
 	sc := redis.NewClient(redisOptions(cg.addr))
 	defer sc.Close()
 	scfg := cfg
 	scfg.NodeID, scfg.NonCandidate = "worker", true
-	slave, err := masterelection.New(sc, scfg)
-	if err == nil {
-		err = slave.Start(ctx)
-	}
+	slave, err := startElection(ctx, sc, scfg)
 	if err != nil {
-		return got, fmt.Errorf("herd slave under callgrind: %w", err)
+		return got, err
 	}
 	defer stopElection(ctx, slave)
 	router, err := durable.NewRouter(c, master, nil, durable.Config{LockName: cfg.LockName})
@@ -202,6 +196,18 @@ func countInstructions(ctx context.Context, server string, calls int) (got instr
 	}
 	got.server = cg.name + " under valgrind --tool=callgrind (hz 1)"
 	return got, nil
+}
+
+// startElection makes and starts the election of cfg.NodeID on c.
+func startElection(ctx context.Context, c *redis.Client, cfg masterelection.Config) (*masterelection.MasterElection, error) {
+	e, err := masterelection.New(c, cfg)
+	if err == nil {
+		err = e.Start(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("herd %s under callgrind: %w", cfg.NodeID, err)
+	}
+	return e, nil
 }
 
 // stopElection stops e within a few seconds.
